@@ -1,0 +1,138 @@
+"""CheckpointFileManager: every file statestream writes under a checkpoint goes through here.
+
+Spark: ``CheckpointFileManager``. Writes are atomic: the bytes go to a hidden temporary file in the
+same directory, which is renamed into place, so a reader never sees a partial file. The same code
+serves a local directory, a shared POSIX mount (NFS) and any URI that ``pyarrow.fs`` understands
+(``hdfs://``, ``s3://``, ``gs://``); this is what lets executors on other machines read and write
+state.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+__all__ = ["CheckpointFileManager", "FileAlreadyExistsError"]
+
+
+class FileAlreadyExistsError(FileExistsError):
+    """``write_atomic(..., overwrite=False)`` found the target already there."""
+
+
+def _split_uri(root: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in root and not root.startswith("file://"):
+        fs, path = pafs.FileSystem.from_uri(root)
+        return fs, path
+    if root.startswith("file://"):
+        root = root[len("file://") :]
+    return pafs.LocalFileSystem(), os.path.abspath(root)
+
+
+@dataclass
+class CheckpointFileManager:
+    """File operations relative to one root (a checkpoint directory or URI).
+
+    Paths given to the methods are relative to ``root`` (``"offsets/3"``) or absolute within it.
+    Instances are cheap and picklable (they re-open the file system in each process).
+    """
+
+    root: str
+    _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
+    _base: str = field(default="", init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._fs, self._base = _split_uri(self.root)
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.root = state["root"]
+        self._fs, self._base = _split_uri(self.root)
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        assert self._fs is not None
+        return self._fs
+
+    def path(self, rel: str = "") -> str:
+        """The file system path of ``rel`` (for messages and for pyarrow calls)."""
+        if not rel:
+            return self._base
+        return self._base.rstrip("/") + "/" + rel.lstrip("/")
+
+    def display(self, rel: str = "") -> str:
+        """A path as a user should see it in an error message."""
+        if "://" in self.root and not self.root.startswith("file://"):
+            return self.root.rstrip("/") + ("/" + rel.lstrip("/") if rel else "")
+        return self.path(rel)
+
+    def child(self, rel: str) -> "CheckpointFileManager":
+        """A manager rooted at a sub-directory."""
+        if "://" in self.root and not self.root.startswith("file://"):
+            return CheckpointFileManager(self.root.rstrip("/") + "/" + rel.strip("/"))
+        return CheckpointFileManager(self.path(rel))
+
+    def exists(self, rel: str = "") -> bool:
+        info = self.fs.get_file_info(self.path(rel))
+        return info.type != pafs.FileType.NotFound
+
+    def mkdirs(self, rel: str = "") -> None:
+        self.fs.create_dir(self.path(rel), recursive=True)
+
+    def list(self, rel: str = "") -> list[str]:
+        """Names (not paths) of the entries of a directory; [] when it does not exist.
+        Hidden temporary files (starting with '.') are left out."""
+        p = self.path(rel)
+        info = self.fs.get_file_info(p)
+        if info.type != pafs.FileType.Directory:
+            return []
+        sel = pafs.FileSelector(p, allow_not_found=True, recursive=False)
+        return sorted(i.base_name for i in self.fs.get_file_info(sel) if not i.base_name.startswith("."))
+
+    def size(self, rel: str) -> int:
+        return int(self.fs.get_file_info(self.path(rel)).size or 0)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read()
+
+    def open_input(self, rel: str) -> pa.NativeFile:
+        return self.fs.open_input_file(self.path(rel))
+
+    def write_atomic(self, rel: str, data: bytes, overwrite: bool = True) -> None:
+        """Write ``data`` to ``rel`` so that readers see either nothing/the old file or all of it.
+
+        With ``overwrite=False`` an existing target raises ``FileAlreadyExistsError`` (Spark's
+        metadata logs refuse to overwrite a batch entry)."""
+        target = self.path(rel)
+        parent = target.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        if not overwrite and self.exists(rel):
+            raise FileAlreadyExistsError(self.display(rel))
+        tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(data)
+            if not overwrite and self.exists(rel):
+                raise FileAlreadyExistsError(self.display(rel))
+            self.fs.move(tmp, target)
+        finally:
+            try:
+                if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+                    self.fs.delete_file(tmp)
+            except OSError:
+                pass
+
+    def delete(self, rel: str) -> None:
+        """Delete a file or a directory tree; missing is fine (idempotent)."""
+        p = self.path(rel)
+        info = self.fs.get_file_info(p)
+        if info.type == pafs.FileType.Directory:
+            self.fs.delete_dir(p)
+        elif info.type != pafs.FileType.NotFound:
+            self.fs.delete_file(p)

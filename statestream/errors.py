@@ -1,0 +1,114 @@
+"""Errors raised by statestream.
+
+Errors that Spark itself raises for the same situation carry Spark's error class, message
+parameters and message text, and subclass PySpark's own exception types, so that user code (and
+our differential tests) can catch them exactly as they would catch Spark's.
+Every message text lives in this module, built by small factories grouped by area.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.errors import AnalysisException as _PySparkAnalysisException
+from pyspark.errors import StreamingQueryException as _PySparkStreamingQueryException
+
+__all__ = [
+    "StatestreamError",
+    "StatestreamAnalysisException",
+    "StatestreamStreamingQueryException",
+    "StateStoreError",
+    "CheckpointError",
+    "IncompatibleRestartError",
+]
+
+
+class StatestreamError(Exception):
+    """Root of statestream's own errors (those Spark has no equivalent for)."""
+
+
+class _SparkShapedMixin:
+    """Carries Spark's error class, SQLSTATE and message parameters."""
+
+    def _init_spark_fields(
+        self, message: str, error_class: str | None, params: dict[str, Any] | None, sql_state: str | None
+    ) -> None:
+        self._ss_message = message
+        self._ss_error_class = error_class
+        self._ss_params = dict(params or {})
+        self._ss_sql_state = sql_state
+
+    def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
+        return self._ss_error_class
+
+    def getErrorClass(self) -> str | None:  # noqa: N802 - PySpark's name
+        return self._ss_error_class
+
+    def getMessageParameters(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
+        return dict(self._ss_params)
+
+    def getSqlState(self) -> str | None:  # noqa: N802 - PySpark's name
+        return self._ss_sql_state
+
+    def getMessage(self) -> str:  # noqa: N802 - PySpark's name
+        return self._ss_message
+
+    def __str__(self) -> str:
+        return self._ss_message
+
+
+class StatestreamAnalysisException(_SparkShapedMixin, _PySparkAnalysisException, StatestreamError):
+    """An ``AnalysisException`` as Spark raises it: same class, same message text.
+
+    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        error_class: str | None = None,
+        params: dict[str, Any] | None = None,
+        sql_state: str | None = None,
+    ) -> None:
+        Exception.__init__(self, message)
+        self._init_spark_fields(message, error_class, params, sql_state)
+
+
+class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
+    """The query terminated with an exception (Spark's ``[STREAM_FAILED]``)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None, params: dict[str, Any] | None = None) -> None:
+        Exception.__init__(self, message)
+        self._init_spark_fields(message, "STREAM_FAILED", params, "XXKST")
+        self.cause = cause
+
+
+class StateStoreError(StatestreamError):
+    """A state store file is missing, corrupt, or its schema is incompatible."""
+
+    def __init__(self, message: str, error_class: str | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+    def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
+        return self.error_class
+
+
+class CheckpointError(StatestreamError):
+    """A checkpoint log file is missing, corrupt, or written by a newer version."""
+
+
+class IncompatibleRestartError(StatestreamError):
+    """A query restarted on a checkpoint that it cannot continue (and the message says why)."""
+
+    def __init__(self, message: str, error_class: str | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+    def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
+        return self.error_class
+
+
+def analysis_error(error_class: str | None, message: str, sql_state: str | None = None, **params: Any) -> StatestreamAnalysisException:
+    """Build an analysis error; ``message`` is the full Spark text (with ``[CLASS]`` and SQLSTATE)."""
+    return StatestreamAnalysisException(message, error_class, params, sql_state)

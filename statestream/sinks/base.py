@@ -1,0 +1,38 @@
+"""The contract between the micro-batch loop and a sink.
+
+Spark: ``Sink.addBatch`` (V1) / ``StreamingWrite``. The loop calls ``add_batch`` once per executed
+micro-batch, with the batch id and a DataFrame holding the batch's result, already materialised by
+the engine (the stateful work has run exactly once before the sink sees it, so a sink may use the
+DataFrame any number of times, or not at all). After a crash the same batch id may be delivered
+again: sinks that promise exactly-once (files, memory) must make ``add_batch`` idempotent per
+batch id.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["Sink"]
+
+
+class Sink(ABC):
+    """A streaming sink."""
+
+    @abstractmethod
+    def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
+        """Write one micro-batch's result (``output_mode`` is ``append``/``update``/``complete``)."""
+
+    def num_output_rows(self) -> int:
+        """Rows written by the last ``add_batch`` (-1 when unknown, like Spark's V1 sinks)."""
+        return -1
+
+    def description(self) -> str:
+        """``sink.description`` in progress reports (e.g. ``MemorySink``, ``ForeachBatchSink``)."""
+        return type(self).__name__
+
+    def stop(self) -> None:
+        """Release resources."""

@@ -1,0 +1,88 @@
+"""The contract between the micro-batch loop and a streaming source.
+
+Spark: ``SupportsAdmissionControl`` / ``MicroBatchStream``. Offsets are plain JSON-serialisable
+values (dicts, ints); the loop writes them into the offset log as JSON, one line per source, and
+hands them back verbatim after a restart, so a source must be able to rebuild a batch from a
+``(start, end)`` pair alone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from statestream.checkpoint.files import CheckpointFileManager
+
+__all__ = ["Source", "ReadLimit"]
+
+Offset = Any  # JSON-serialisable
+
+
+class ReadLimit:
+    """What a trigger allows a source to admit in one batch (Spark's ``ReadLimit``)."""
+
+    ALL_AVAILABLE: "ReadLimit"
+
+    def __init__(self, max_files: int | None = None, max_rows: int | None = None) -> None:
+        self.max_files = max_files
+        self.max_rows = max_rows
+
+
+ReadLimit.ALL_AVAILABLE = ReadLimit()
+
+
+class Source(ABC):
+    """A streaming source.
+
+    Life cycle (driven by ``MicroBatchExecution``):
+
+    1. ``__init__`` with the reader's options and, if the query has a checkpoint,
+       ``metadata_dir`` = ``<checkpoint>/sources/<i>`` for the source's private bookkeeping.
+    2. ``prepare_for_trigger_available_now()`` once, when the trigger is ``availableNow``: the
+       source fixes the end of the data it will serve in this run.
+    3. Per batch: ``latest_offset(start, limit)`` (``start`` is the previous batch's end offset or
+       ``None``); if it differs from ``start`` the batch has new data for this source.
+    4. ``get_batch(spark, start, end)`` returns the rows in ``(start, end]`` as a batch
+       DataFrame with exactly ``schema``. It must return the same rows for the same offsets
+       (re-execution after a crash relies on it).
+    5. ``commit(end)`` after the batch's commit-log entry is written: data up to ``end`` may be
+       discarded.
+    6. ``stop()``.
+    """
+
+    #: Short name shown in ``explain()`` (``StreamingRelation <name>``) and progress.
+    short_name: str = "source"
+
+    @property
+    @abstractmethod
+    def schema(self) -> "StructType":
+        """The source's output schema."""
+
+    @abstractmethod
+    def latest_offset(self, start: Offset | None, limit: ReadLimit) -> Offset | None:
+        """The end offset of the next batch given the last processed offset ``start``
+        (``None`` when the source has no data at all yet)."""
+
+    @abstractmethod
+    def get_batch(self, spark: "SparkSession", start: Offset | None, end: Offset) -> "DataFrame":
+        """The rows after ``start`` up to and including ``end``."""
+
+    def default_read_limit(self) -> ReadLimit:
+        return ReadLimit.ALL_AVAILABLE
+
+    def prepare_for_trigger_available_now(self) -> None:
+        """Called once at the start of an ``availableNow`` run."""
+
+    def commit(self, end: Offset) -> None:
+        """Everything up to ``end`` is processed and committed."""
+
+    def stop(self) -> None:
+        """Release resources."""
+
+    def description(self) -> str:
+        """``description`` in progress reports (e.g. ``RateStreamV2[rowsPerSecond=10, ...]``)."""
+        return type(self).__name__
