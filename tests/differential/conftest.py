@@ -1,0 +1,42 @@
+"""Fixtures for the differential tier: Spark's engine (``spark``) versus statestream (``ours``).
+
+``ours`` is a *factory*, not the engine: ``assert_equivalent`` calls it only after Spark's run
+finished, so each test exercises (and pins) the oracle side even while statestream cannot be
+imported, and then fails on the import instead of erroring in set-up.
+
+Setting ``STATESTREAM_DIFF_AGAINST_SPARK=1`` makes ``ours`` return the SparkSession itself. That
+checks the harness and every test's query and reference rows with Spark on both sides; it says
+nothing about statestream, and the run header says so loudly.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import pytest
+
+AGAINST_SPARK = os.environ.get("STATESTREAM_DIFF_AGAINST_SPARK") == "1"
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if AGAINST_SPARK:
+        return (
+            "differential: STATESTREAM_DIFF_AGAINST_SPARK=1 -> 'ours' is Spark's own engine "
+            "(harness self-check only; statestream is NOT tested)"
+        )
+    return None
+
+
+@pytest.fixture
+def ours(spark: Any) -> Callable[[], Any]:
+    """A zero-argument factory returning ``statestream.StreamingSession(spark)``."""
+
+    def make() -> Any:
+        if AGAINST_SPARK:
+            return spark
+        from statestream import StreamingSession
+
+        return StreamingSession(spark)
+
+    return make
