@@ -1,0 +1,211 @@
+"""Null-safe, vectorised key matching for state tables.
+
+Why this module exists: a state store must find "the same key" in two Arrow tables (the stored
+state and a batch of rows) without a per-row Python loop. Arrow's hash join is the fastest tool
+pyarrow offers for that (measured ~10 ms for 150k x 250k rows on two cores, faster than
+``pc.index_in``), but it never matches a null with a null, and it compares doubles bit-wise-ish
+(``-0.0`` vs ``0.0``, distinct NaN payloads). Spark, on the other hand, groups all null keys
+together and normalises ``-0.0`` to ``0.0`` and every NaN to one NaN before hashing a key.
+
+So the join runs on an *encoding* of the key columns that makes Spark's equality an exact match:
+
+* struct columns are flattened into their leaves (recursively); a struct that itself may be null
+  adds a validity flag of its own, so ``null`` and ``{a: null}`` stay distinct;
+* every leaf becomes a "filled" column (nulls replaced by a fixed value of the same type) plus,
+  when either side has a null in that leaf, an ``int8`` validity flag;
+* floating-point leaves are normalised (``-0.0 -> 0.0``, any NaN -> the canonical NaN) and then
+  reinterpreted as integers of the same width, so the join compares exact bit patterns;
+* booleans, dates and timestamps become plain integers (cheap casts, and every join kernel
+  supports them).
+
+The encoding is computed per join, for both sides together, because whether a validity flag is
+needed depends on both sides. Only key columns plus a row-index column enter the join; value
+columns never travel through it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.errors import StateStoreError
+
+__all__ = ["match_keys", "check_key_types_supported", "KEY_TYPE_UNSUPPORTED"]
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_UNSUPPORTED = "statestream's state store cannot use a column of type {type} as (part of) a key: {where}"
+
+_LEFT_INDEX = "__ss_left_row"
+_RIGHT_INDEX = "__ss_right_row"
+
+ArrayLike = pa.Array | pa.ChunkedArray
+
+
+def _chunked(col: ArrayLike) -> pa.ChunkedArray:
+    if isinstance(col, pa.ChunkedArray):
+        return col
+    return pa.chunked_array([col], type=col.type)
+
+
+def _combined(col: pa.ChunkedArray) -> pa.Array:
+    if col.num_chunks == 1:
+        return col.chunk(0)
+    if col.num_chunks == 0:
+        return pa.array([], type=col.type)
+    return col.combine_chunks()
+
+
+def check_key_types_supported(schema: pa.Schema, where: str) -> None:
+    """Raise ``StateStoreError`` if a key column has a type that cannot be matched by a join.
+
+    Checked once when a provider is created, so that the failure names the store instead of
+    surfacing as an obscure Arrow error inside a task.
+    """
+
+    def visit(t: pa.DataType, path: str) -> None:
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                visit(t.field(i).type, f"{path}.{t.field(i).name}")
+            return
+        if pa.types.is_dictionary(t):
+            visit(t.value_type, path)
+            return
+        if (
+            pa.types.is_integer(t)
+            or pa.types.is_floating(t)
+            or pa.types.is_boolean(t)
+            or pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t)
+            or (pa.types.is_temporal(t) and not pa.types.is_interval(t))
+            or pa.types.is_decimal(t)
+            or pa.types.is_null(t)
+        ):
+            return
+        raise StateStoreError(KEY_TYPE_UNSUPPORTED.format(type=t, where=f"{where}, column {path}"))
+
+    for field in schema:
+        visit(field.type, field.name)
+
+
+def _leaves(col: pa.ChunkedArray, out: list[tuple[str, pa.ChunkedArray]]) -> None:
+    """Append the components of one key column: ``("struct", arr)`` for a struct's own validity and
+    ``("leaf", arr)`` for each scalar leaf (with the parent's nulls merged in)."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = col.type
+    if pa.types.is_struct(t):
+        out.append(("struct", col))
+        # ChunkedArray.flatten merges the parent validity into each child.
+        for child in col.flatten():
+            _leaves(child, out)
+        return
+    out.append(("leaf", col))
+
+
+def _filled_leaf(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array | None:
+    """The null-free, normalised, join-friendly version of one leaf column."""
+    t = col.type
+    if pa.types.is_null(t):
+        return None  # all values are null: only the validity flag carries information
+    if pa.types.is_floating(t):
+        arr = _combined(col)
+        if arr.null_count:
+            arr = pc.fill_null(arr, pa.scalar(0.0, type=t))
+        zero = pa.scalar(0.0, type=t)
+        # -0.0 == 0.0 is true, so this rewrites negative zero as positive zero.
+        arr = pc.if_else(pc.equal(arr, zero), zero, arr)
+        arr = pc.if_else(pc.is_nan(arr), pa.scalar(float("nan"), type=t), arr)
+        width = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[t.bit_width]
+        return arr.view(width)
+    if pa.types.is_boolean(t):
+        col = col.cast(pa.int8())
+    elif pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or pa.types.is_time64(t):
+        col = col.cast(pa.int64())
+    elif pa.types.is_date32(t) or pa.types.is_time32(t):
+        col = col.cast(pa.int32())
+    if col.null_count == 0:
+        return col
+    t = col.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        fill = pa.scalar("", type=t)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        fill = pa.scalar(b"", type=t)
+    elif pa.types.is_fixed_size_binary(t):
+        fill = pa.scalar(b"\x00" * t.byte_width, type=t)
+    elif pa.types.is_decimal(t):
+        fill = pa.scalar(0, type=t)
+    else:
+        fill = pa.scalar(0, type=t)
+    return pc.fill_null(col, fill)
+
+
+def _validity(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    return pc.is_valid(col).cast(pa.int8())
+
+
+def _encode_pair(
+    left: Sequence[ArrayLike], right: Sequence[ArrayLike]
+) -> tuple[dict[str, ArrayLike], dict[str, ArrayLike]]:
+    if len(left) != len(right):
+        raise StateStoreError(f"key column count mismatch: {len(left)} vs {len(right)}")
+    lcomp: list[tuple[str, pa.ChunkedArray]] = []
+    rcomp: list[tuple[str, pa.ChunkedArray]] = []
+    for lc, rc in zip(left, right):
+        _leaves(_chunked(lc), lcomp)
+        _leaves(_chunked(rc), rcomp)
+    if len(lcomp) != len(rcomp):
+        raise StateStoreError("key structure mismatch between the two sides of a key match")
+    lenc: dict[str, ArrayLike] = {}
+    renc: dict[str, ArrayLike] = {}
+    for j, ((kind, lcol), (_, rcol)) in enumerate(zip(lcomp, rcomp)):
+        needs_flag = lcol.null_count > 0 or rcol.null_count > 0
+        if needs_flag:
+            lenc[f"__k{j}n"] = _validity(lcol)
+            renc[f"__k{j}n"] = _validity(rcol)
+        if kind == "leaf":
+            lf = _filled_leaf(lcol)
+            rf = _filled_leaf(rcol)
+            if lf is not None and rf is not None:
+                lenc[f"__k{j}"] = lf
+                renc[f"__k{j}"] = rf
+    return lenc, renc
+
+
+def match_keys(left: pa.Table, right: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of row indices ``(i, j)`` where ``left`` row i and ``right`` row j hold equal keys.
+
+    ``left`` and ``right`` hold only the key columns (same count, same types; names are
+    ignored). A table with no columns at all (the global aggregation's empty key) matches every
+    row of the other side. Equality is
+    Spark's grouping equality: null == null, -0.0 == 0.0, NaN == NaN, and structs compare
+    field-wise. Returns two int64 numpy arrays of equal length, in no particular order. If a key
+    occurs several times on one side, every matching pair is returned.
+    """
+    nl = left.num_rows
+    nr = right.num_rows
+    empty = np.empty(0, dtype=np.int64)
+    if nl == 0 or nr == 0:
+        return empty, empty.copy()
+    lenc, renc = _encode_pair(left.columns, right.columns)
+    if not lenc:
+        # No key component carries information (no key columns, or only all-null ones): every
+        # row matches every row. In practice this is the global aggregation's single empty key.
+        li = np.repeat(np.arange(nl, dtype=np.int64), nr)
+        ri = np.tile(np.arange(nr, dtype=np.int64), nl)
+        return li, ri
+    names = list(lenc)
+    ltab = pa.table({**lenc, _LEFT_INDEX: pa.array(np.arange(nl, dtype=np.int64))})
+    rtab = pa.table({**renc, _RIGHT_INDEX: pa.array(np.arange(nr, dtype=np.int64))})
+    joined = ltab.join(rtab, keys=names, right_keys=names, join_type="inner", use_threads=True)
+    li = joined.column(_LEFT_INDEX).to_numpy()
+    ri = joined.column(_RIGHT_INDEX).to_numpy()
+    return li, ri

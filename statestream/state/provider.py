@@ -1,0 +1,413 @@
+"""The file-backed state store provider and the process-wide provider cache.
+
+Spark: ``HDFSBackedStateStoreProvider`` plus the provider cache of the ``StateStore`` companion
+object. This module runs inside Spark's Python worker processes, which Spark reuses across
+tasks; the module-level cache is what lets batch N+1 of a partition start from the table batch N
+committed instead of re-reading files.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import StateStoreError
+from statestream.state.keys import check_key_types_supported, match_keys
+from statestream.state.store import (
+    OP_PUT,
+    ReadStateStore,
+    StateStore,
+    StateStoreConf,
+    StateStoreId,
+)
+
+__all__ = [
+    "StateStoreProvider",
+    "get_provider",
+    "clear_provider_cache",
+    "loaded_providers",
+    "maintain_loaded_providers",
+    "STATE_FILE_FORMAT_VERSION",
+    "OP_COLUMN",
+]
+
+log = logging.getLogger(__name__)
+
+#: Version of the delta / snapshot file layout described in :class:`StateStoreProvider`.
+STATE_FILE_FORMAT_VERSION = 1
+#: Name of the operation column of a delta file.
+OP_COLUMN = "__op"
+
+_META_FORMAT = b"statestream.state.format"
+_META_KIND = b"statestream.state.kind"
+_META_VERSION = b"statestream.state.version"
+_META_NUM_KEYS = b"statestream.state.numKeyColumns"
+_DELTA = "delta"
+_SNAPSHOT = "snapshot"
+
+
+def _parse_file_name(name: str) -> tuple[int, str] | None:
+    """``"12.delta"`` -> ``(12, "delta")``; anything else (crc files, strays) -> None."""
+    stem, dot, kind = name.partition(".")
+    if not dot or kind not in (_DELTA, _SNAPSHOT) or not stem.isdigit():
+        return None
+    return int(stem), kind
+
+
+class StateStoreProvider:
+    """Owns the files and the cached versions of one store (one operator partition).
+
+    Files, in ``<checkpoint_root>/<operator_id>/<partition_id>/``:
+
+    ``<v>.delta``
+        The net change from version ``v-1`` to ``v``: one row per touched key. An Arrow IPC
+        *stream* whose columns are the key columns, the value columns (all nullable), and an
+        ``int8`` column ``__op`` (0 = put the row, 1 = remove the key; value columns are null for
+        removals). Written on every commit, even with no change (then a schema-only stream).
+    ``<v>.snapshot``
+        The full content of version ``v``: the key columns and the value columns.
+
+    Both are compressed with the IPC body codec of ``StateStoreConf.compression`` (LZ4 frame by
+    default) and carry schema metadata: ``statestream.state.format`` (the layout version,
+    :data:`STATE_FILE_FORMAT_VERSION`), ``statestream.state.kind`` (``delta``/``snapshot``),
+    ``statestream.state.version`` and ``statestream.state.numKeyColumns``. A reader refuses an
+    unknown format version, naming the file and both versions, and checks column types against the
+    expected key and value schema (Spark's state format validation). Columns are matched by
+    position, so a key and a value column may share a name (the legacy aggregation state layout
+    repeats the key columns in the value).
+
+    Loading version ``v``: a cached version is used as is; otherwise the provider starts from the
+    nearest cached version below ``v`` or the newest snapshot ``k <= v`` (whichever is newer;
+    empty at version 0) and replays the missing deltas in order. Replaying a delta removes all of
+    its keys from the table, then appends its put rows.
+
+    All I/O goes through :class:`CheckpointFileManager`, so files are written atomically and the
+    store works on local paths and on any ``pyarrow.fs`` URI.
+    """
+
+    def __init__(
+        self,
+        store_id: StateStoreId,
+        key_schema: pa.Schema,
+        value_schema: pa.Schema,
+        conf: StateStoreConf | None = None,
+        run_id: str = "",
+    ) -> None:
+        self.store_id = store_id
+        self.key_schema = key_schema
+        self.value_schema = value_schema
+        self.conf = conf or StateStoreConf()
+        self.run_id = run_id
+        check_key_types_supported(key_schema, str(store_id))
+        self.schema = pa.schema(list(key_schema) + list(value_schema))
+        self.delta_schema = pa.schema(
+            list(key_schema) + [f.with_nullable(True) for f in value_schema] + [pa.field(OP_COLUMN, pa.int8(), False)]
+        )
+        self._nk = len(key_schema)
+        self._nv = len(value_schema)
+        self._files = CheckpointFileManager(store_id.checkpoint_root).child(store_id.relative_dir)
+        self._loaded: dict[int, pa.Table] = {}
+        self._hits = 0
+        self._misses = 0
+        self._lock = threading.RLock()
+
+    # -- views --------------------------------------------------------------------------------
+    def get_store(self, version: int) -> StateStore:
+        """A read-write view of ``version``; its ``commit()`` produces ``version + 1``."""
+        return StateStore(self, version, self._load(version))
+
+    def get_read_store(self, version: int) -> ReadStateStore:
+        """A read-only view of ``version``."""
+        return ReadStateStore(self, version, self._load(version))
+
+    # -- metrics ------------------------------------------------------------------------------
+    def cache_counts(self) -> tuple[int, int]:
+        """(cache hits, cache misses) since this provider was created."""
+        return self._hits, self._misses
+
+    def memory_used_bytes(self, extra: pa.Table | None = None) -> int:
+        """Arrow bytes of all cached versions, plus ``extra`` if it is not one of them."""
+        with self._lock:
+            tables = list(self._loaded.values())
+        total = sum(t.nbytes for t in tables)
+        if extra is not None and not any(extra is t for t in tables):
+            total += extra.nbytes
+        return int(total)
+
+    def cached_versions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._loaded)
+
+    # -- files --------------------------------------------------------------------------------
+    def file_name(self, version: int, kind: str) -> str:
+        return f"{version}.{kind}"
+
+    def _display(self, name: str) -> str:
+        return self._files.display(name)
+
+    def list_files(self) -> dict[int, set[str]]:
+        """Versions present on disk and which kinds of file each has."""
+        found: dict[int, set[str]] = {}
+        for name in self._files.list():
+            parsed = _parse_file_name(name)
+            if parsed is not None:
+                found.setdefault(parsed[0], set()).add(parsed[1])
+        return found
+
+    def _serialize(self, table: pa.Table, kind: str, version: int) -> pa.Buffer:
+        meta = {
+            _META_FORMAT: str(STATE_FILE_FORMAT_VERSION).encode(),
+            _META_KIND: kind.encode(),
+            _META_VERSION: str(version).encode(),
+            _META_NUM_KEYS: str(self._nk).encode(),
+        }
+        table = table.replace_schema_metadata(meta)
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression=self.conf.ipc_compression)
+        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+            writer.write_table(table)
+        return sink.getvalue()
+
+    def _write(self, table: pa.Table, kind: str, version: int) -> None:
+        name = self.file_name(version, kind)
+        self._files.write_atomic(name, self._serialize(table, kind, version))  # type: ignore[arg-type]
+        log.debug("wrote %s (%d rows)", self._display(name), table.num_rows)
+
+    def _read(self, version: int, kind: str, needed_for: int) -> pa.Table:
+        """Read and validate one state file; returns it with the expected schema."""
+        name = self.file_name(version, kind)
+        shown = self._display(name)
+        try:
+            data = self._files.read_bytes(name)
+        except FileNotFoundError as exc:
+            msg = (
+                f"Error reading state file {shown} of {self.store_id}: the file does not exist, "
+                f"but it is needed to load version {needed_for}"
+            )
+            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+        except OSError as exc:
+            msg = f"Error reading state file {shown} of {self.store_id} (needed for version {needed_for}): {exc}"
+            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+        try:
+            reader = pa.ipc.open_stream(pa.py_buffer(data))
+            meta = reader.schema.metadata or {}
+            found = meta.get(_META_FORMAT)
+            if found is None:
+                raise StateStoreError(
+                    f"State file {shown} of {self.store_id} is not a statestream state file "
+                    f"(no format version in its schema metadata)",
+                    "CANNOT_LOAD_STATE_STORE",
+                )
+            if found != str(STATE_FILE_FORMAT_VERSION).encode():
+                raise StateStoreError(
+                    f"State file {shown} of {self.store_id} has format version {found.decode(errors='replace')}, "
+                    f"but this statestream reads format version {STATE_FILE_FORMAT_VERSION}",
+                    "CANNOT_LOAD_STATE_STORE",
+                )
+            table = reader.read_all()
+        except StateStoreError:
+            raise
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            msg = f"State file {shown} of {self.store_id} is corrupt or unreadable: {exc}"
+            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+        expected = self.delta_schema if kind == _DELTA else self.schema
+        if table.num_columns != len(expected) or any(
+            not table.schema.field(i).type.equals(f.type) for i, f in enumerate(expected)
+        ):
+            msg = (
+                f"State file {shown} of {self.store_id} does not match the expected state schema: "
+                f"file has {table.schema.remove_metadata()}, expected {expected}"
+            )
+            raise StateStoreError(msg, "STATE_STORE_INVALID_FORMAT")
+        return pa.Table.from_arrays(table.columns, schema=expected)
+
+    # -- loading ------------------------------------------------------------------------------
+    def _empty(self) -> pa.Table:
+        return self.schema.empty_table()
+
+    def _apply_delta(self, table: pa.Table, delta: pa.Table) -> pa.Table:
+        if delta.num_rows == 0:
+            return table
+        keys = list(range(self._nk))
+        if table.num_rows:
+            li, _ = match_keys(table.select(keys), delta.select(keys))
+            if len(li):
+                keep = np.ones(table.num_rows, dtype=bool)
+                keep[li] = False
+                table = table.filter(pa.array(keep))
+        puts = delta.filter(pc.equal(delta.column(OP_COLUMN), OP_PUT))
+        if puts.num_rows:
+            puts = pa.Table.from_arrays(puts.columns[: self._nk + self._nv], schema=self.schema)
+            table = pa.concat_tables([table, puts])
+        return table
+
+    def _cache(self, version: int, table: pa.Table) -> None:
+        self._loaded[version] = table
+        for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
+            del self._loaded[v]
+
+    def _load(self, version: int) -> pa.Table:
+        if version < 0:
+            raise StateStoreError(f"cannot load version {version} of {self.store_id}: versions start at 0")
+        with self._lock:
+            cached = self._loaded.get(version)
+            if cached is not None:
+                self._hits += 1
+                return cached
+            if version == 0:
+                return self._empty()
+            self._misses += 1
+            base_version, base = 0, self._empty()
+            below = [v for v in self._loaded if v < version]
+            if below:
+                base_version = max(below)
+                base = self._loaded[base_version]
+            snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
+            if snapshots:
+                base_version = max(snapshots)
+                base = self._read(base_version, _SNAPSHOT, version)
+            table = base
+            for v in range(base_version + 1, version + 1):
+                table = self._apply_delta(table, self._read(v, _DELTA, version))
+            table = table.combine_chunks() if table.num_rows else table
+            log.info(
+                "loaded %s version %d from %s version %d (+%d deltas)",
+                self.store_id,
+                version,
+                "snapshot" if snapshots else ("cache" if below else "empty"),
+                base_version,
+                version - base_version,
+            )
+            self._cache(version, table)
+            return table
+
+    # -- commit -------------------------------------------------------------------------------
+    def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int:
+        """Write ``<base_version+1>.delta`` and cache the new table; called by ``StateStore``."""
+        new_version = base_version + 1
+        self._write(delta, _DELTA, new_version)
+        with self._lock:
+            # Versions above the new one belong to a history this commit has just replaced (a
+            # re-executed batch): they must never be served again.
+            for v in [v for v in self._loaded if v >= new_version]:
+                del self._loaded[v]
+            self._cache(new_version, table)
+        return new_version
+
+    # -- maintenance --------------------------------------------------------------------------
+    def do_maintenance(self) -> None:
+        """Snapshot and clean up, as Spark's maintenance task does for one provider.
+
+        1. If the newest version on disk is cached and more than ``min_deltas_for_snapshot``
+           delta files follow the last snapshot, write ``<newest>.snapshot``.
+        2. Let ``earliest = newest - min_batches_to_retain``. If it is positive, find the first
+           file needed to rebuild version ``earliest`` (the newest snapshot at or below it) and
+           delete every state file of a lower version.
+        """
+        with self._lock:
+            files = self.list_files()
+            if not files:
+                return
+            newest = max(files)
+            snapshots = [v for v, kinds in files.items() if _SNAPSHOT in kinds]
+            last_snapshot = max(snapshots) if snapshots else 0
+            deltas_since = sum(1 for v, kinds in files.items() if v > last_snapshot and _DELTA in kinds)
+            table = self._loaded.get(newest)
+            if table is not None and deltas_since > self.conf.min_deltas_for_snapshot:
+                self._write(table, _SNAPSHOT, newest)
+                files.setdefault(newest, set()).add(_SNAPSHOT)
+                snapshots.append(newest)
+                log.info("wrote snapshot %s", self._display(self.file_name(newest, _SNAPSHOT)))
+            earliest = newest - self.conf.min_batches_to_retain
+            if earliest <= 0:
+                return
+            usable = [v for v in snapshots if v <= earliest]
+            if not usable:
+                return  # version `earliest` needs every delta from 1.delta on
+            first_needed = max(usable)
+            doomed = [(v, kind) for v, kinds in files.items() if v < first_needed for kind in kinds]
+            for v, kind in sorted(doomed):
+                self._files.delete(self.file_name(v, kind))
+            if doomed:
+                log.info("deleted %d state files of %s below version %d", len(doomed), self.store_id, first_needed)
+
+    def close(self) -> None:
+        """Drop the cached versions."""
+        with self._lock:
+            self._loaded.clear()
+
+    def __repr__(self) -> str:
+        return f"StateStoreProvider({self.store_id}, run_id={self.run_id!r}, cached={self.cached_versions()})"
+
+
+# -- process-wide cache ---------------------------------------------------------------------------
+
+_PROVIDERS: dict[tuple[StateStoreId, str], StateStoreProvider] = {}
+_PROVIDERS_LOCK = threading.Lock()
+
+
+def get_provider(
+    store_id: StateStoreId,
+    key_schema: pa.Schema,
+    value_schema: pa.Schema,
+    conf: StateStoreConf | None = None,
+    run_id: str = "",
+) -> StateStoreProvider:
+    """The provider of ``store_id`` for query run ``run_id``, created on first use.
+
+    Providers live in a module-level cache keyed by ``(store_id, run_id)``, so a Python worker
+    reused across tasks keeps the last committed versions in memory. A new ``run_id`` (a restarted
+    query) gets a fresh provider that reloads from the files, and the providers of the same store
+    under older run ids are dropped. A cached provider whose schemas or conf differ from the
+    request is replaced as well.
+    """
+    conf = conf or StateStoreConf()
+    key = (store_id, run_id)
+    with _PROVIDERS_LOCK:
+        provider = _PROVIDERS.get(key)
+        if provider is not None:
+            if (
+                provider.key_schema.equals(key_schema)
+                and provider.value_schema.equals(value_schema)
+                and provider.conf == conf
+            ):
+                return provider
+            log.warning("replacing cached state store provider of %s: schema or conf changed", store_id)
+        for stale in [k for k in _PROVIDERS if k[0] == store_id and k[1] != run_id]:
+            _PROVIDERS.pop(stale).close()
+        provider = StateStoreProvider(store_id, key_schema, value_schema, conf, run_id)
+        _PROVIDERS[key] = provider
+        return provider
+
+
+def loaded_providers() -> list[StateStoreProvider]:
+    """Every provider cached in this process."""
+    with _PROVIDERS_LOCK:
+        return list(_PROVIDERS.values())
+
+
+def clear_provider_cache(run_id: str | None = None) -> None:
+    """Drop cached providers (all, or only those of ``run_id``): e.g. when a query stops."""
+    with _PROVIDERS_LOCK:
+        for k in [k for k in _PROVIDERS if run_id is None or k[1] == run_id]:
+            _PROVIDERS.pop(k).close()
+
+
+def maintain_loaded_providers(providers: Iterable[StateStoreProvider] | None = None) -> None:
+    """Run ``do_maintenance`` on the given (default: all cached) providers.
+
+    Spark runs this on a background thread every 60 s; here the caller decides when (for
+    example after a task committed). Errors are logged, not raised: maintenance never fails a
+    batch.
+    """
+    for provider in list(providers) if providers is not None else loaded_providers():
+        try:
+            provider.do_maintenance()
+        except (OSError, StateStoreError, pa.ArrowException):
+            log.warning("state store maintenance failed for %s", provider.store_id, exc_info=True)

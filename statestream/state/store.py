@@ -1,0 +1,410 @@
+"""State store identity, configuration, metrics, and the read / read-write store views.
+
+Spark: ``StateStoreId``, ``StateStoreConf``, ``StateStoreMetrics``, ``ReadStateStore`` and
+``StateStore`` (``sql/execution/streaming/state/StateStore.scala``).
+
+A store view holds one version of one partition's state as an Arrow table: the key columns
+first, then the value columns. Every operation works on whole Arrow tables (joins, filters,
+``take``), never row by row, because a partition may hold a million keys and a batch may touch
+a large share of them. Which rows hold "the same key" is decided by :func:`keys.match_keys`,
+which follows Spark's grouping equality (null == null, ``-0.0 == 0.0``, NaN == NaN).
+
+Views are created by a provider (:mod:`statestream.state.provider`), which owns the files and
+the in-memory cache of committed versions; a view only knows how to hand its result back to the
+provider on ``commit()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Union
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.errors import StateStoreError
+from statestream.state.keys import match_keys
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from statestream.state.provider import StateStoreProvider
+
+__all__ = [
+    "StateStoreId",
+    "StateStoreConf",
+    "StateStoreMetrics",
+    "ReadStateStore",
+    "StateStore",
+    "FOUND_COLUMN",
+    "OP_PUT",
+    "OP_REMOVE",
+    "CUSTOM_METRIC_NAMES",
+]
+
+log = logging.getLogger(__name__)
+
+#: Name of the boolean column ``lookup`` appends to the value columns.
+FOUND_COLUMN = "__found"
+
+#: Values of the op column in a delta file (and in a store's pending changes).
+OP_PUT = 0
+OP_REMOVE = 1
+
+#: Custom metrics reported by every store, under the HDFS-backed provider's names.
+CUSTOM_METRIC_NAMES = ("stateOnCurrentVersionSizeBytes", "loadedMapCacheHitCount", "loadedMapCacheMissCount")
+
+#: A put / remove argument: a table, or a record batch (converted without copying).
+TableLike = Union[pa.Table, pa.RecordBatch]
+
+# Compact a state table once its chunk count passes this bound: each put appends a chunk, and
+# joins / takes over thousands of tiny chunks get slow, while compacting every time costs a copy.
+_MAX_CHUNKS = 8
+
+
+@dataclass(frozen=True)
+class StateStoreId:
+    """Identity of one store: ``<checkpoint_root>/<operator_id>/<partition_id>[/<store_name>]``.
+
+    ``checkpoint_root`` is the query's ``<checkpoint>/state`` directory (a local path or a
+    ``pyarrow.fs`` URI). Hashable, so it can key the process-wide provider cache.
+    """
+
+    checkpoint_root: str
+    operator_id: int
+    partition_id: int
+    store_name: str = "default"
+
+    @property
+    def relative_dir(self) -> str:
+        """The store's directory relative to ``checkpoint_root`` (Spark adds the store name as a
+        sub-directory only for non-default stores)."""
+        base = f"{self.operator_id}/{self.partition_id}"
+        return base if self.store_name == "default" else f"{base}/{self.store_name}"
+
+    def __str__(self) -> str:
+        return (
+            f"StateStoreId[ checkpointRootLocation={self.checkpoint_root}, operatorId={self.operator_id}, "
+            f"partitionId={self.partition_id}, storeName={self.store_name} ]"
+        )
+
+
+@dataclass(frozen=True)
+class StateStoreConf:
+    """Store settings (Spark's ``spark.sql.streaming.stateStore.*`` / ``minBatchesToRetain``).
+
+    Parameters
+    ----------
+    min_deltas_for_snapshot
+        ``do_maintenance`` writes a snapshot once more than this many deltas follow the last one.
+    min_batches_to_retain
+        Files needed to rebuild the last this-many versions are kept; older ones are deleted.
+    compression
+        IPC body compression of state files: ``"lz4"`` (LZ4 frame), ``"zstd"`` or ``"none"``.
+    max_versions_in_memory
+        How many committed versions a provider keeps cached (Spark's
+        ``maxBatchesToRetainInMemory``, 2): the newest one makes the next batch a cache hit, the
+        previous one makes a re-executed batch a cache hit too.
+    """
+
+    min_deltas_for_snapshot: int = 10
+    min_batches_to_retain: int = 100
+    compression: str = "lz4"
+    max_versions_in_memory: int = 2
+
+    def __post_init__(self) -> None:
+        if self.min_deltas_for_snapshot < 1:
+            raise StateStoreError(f"min_deltas_for_snapshot must be >= 1, got {self.min_deltas_for_snapshot}")
+        if self.min_batches_to_retain < 1:
+            raise StateStoreError(f"min_batches_to_retain must be >= 1, got {self.min_batches_to_retain}")
+        if self.max_versions_in_memory < 1:
+            raise StateStoreError(f"max_versions_in_memory must be >= 1, got {self.max_versions_in_memory}")
+        if self.compression.lower() not in ("lz4", "zstd", "none", "uncompressed"):
+            raise StateStoreError(
+                f"unsupported state store compression codec {self.compression!r} (use lz4, zstd or none)"
+            )
+
+    @property
+    def ipc_compression(self) -> str | None:
+        """The value for ``pyarrow.ipc.IpcWriteOptions(compression=...)``."""
+        c = self.compression.lower()
+        return None if c in ("none", "uncompressed") else c
+
+
+@dataclass
+class StateStoreMetrics:
+    """What a store reports after an update (Spark: ``StateStoreMetrics``).
+
+    ``memory_used_bytes`` covers every table the provider holds in memory (all cached versions
+    plus the view's working table), like Spark's HDFS provider; ``custom_metrics`` carries
+    :data:`CUSTOM_METRIC_NAMES`.
+    """
+
+    num_keys: int
+    memory_used_bytes: int
+    custom_metrics: dict[str, int] = field(default_factory=dict)
+
+
+def _as_table(data: TableLike) -> pa.Table:
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data
+    raise StateStoreError(f"state store expects a pyarrow Table or RecordBatch, got {type(data).__name__}")
+
+
+class ReadStateStore:
+    """A read-only view of one committed version of a store.
+
+    Lifecycle: obtained from ``provider.get_read_store(version)``; ``abort()`` releases it (it is
+    idempotent and does nothing else, since a read view never writes). The view's table is an
+    immutable Arrow table shared with the provider's cache, so opening a view costs no copy.
+    """
+
+    def __init__(self, provider: "StateStoreProvider", version: int, table: pa.Table) -> None:
+        self._provider = provider
+        self._version = version
+        self._table = table
+        self._nk = len(provider.key_schema)
+        self._nv = len(provider.value_schema)
+        self._released = False
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def id(self) -> "StateStoreId":
+        return self._provider.store_id
+
+    @property
+    def version(self) -> int:
+        """The version this view was opened at."""
+        return self._version
+
+    @property
+    def key_schema(self) -> pa.Schema:
+        return self._provider.key_schema
+
+    @property
+    def value_schema(self) -> pa.Schema:
+        return self._provider.value_schema
+
+    # -- reads ------------------------------------------------------------------------------
+    def _key_table(self, table: pa.Table) -> pa.Table:
+        return table.select(list(range(self._nk)))
+
+    def _conform(self, data: TableLike, schema: pa.Schema, what: str) -> pa.Table:
+        """``data`` with exactly ``schema``'s column types and names, matched by position.
+
+        Names are not trusted (Spark matches state rows by position too); types are cast when
+        they differ, and a failed cast names the store and the column.
+        """
+        table = _as_table(data)
+        if table.num_columns != len(schema):
+            raise StateStoreError(
+                f"{what} for {self.id} must have {len(schema)} columns ({', '.join(schema.names)}), "
+                f"got {table.num_columns} ({', '.join(table.column_names)})"
+            )
+        if len(schema) == 0:
+            return table.select([])  # keeps the row count (the global aggregation's empty key)
+        cols = []
+        for i, f in enumerate(schema):
+            col = table.column(i)
+            if not col.type.equals(f.type):
+                try:
+                    col = col.cast(f.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                    raise StateStoreError(
+                        f"{what} for {self.id}: column {i} ({table.column_names[i]}) has type {col.type}, "
+                        f"expected {f.type}: {exc}"
+                    ) from exc
+            cols.append(col)
+        return pa.Table.from_arrays(cols, schema=schema)
+
+    def lookup(self, keys: TableLike) -> pa.Table:
+        """The stored value of each key row, in the order of ``keys``.
+
+        Returns the value columns (nulls where the key is absent) plus a boolean
+        ``"__found"`` column. Keys are matched with Spark's grouping equality.
+        """
+        kt = self._conform(keys, self.key_schema, "lookup keys")
+        n = kt.num_rows
+        li, ri = match_keys(self._key_table(self._table), kt)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[ri] = li
+        absent = pos < 0
+        indices = pa.array(pos, mask=absent)
+        arrays = [self._table.column(self._nk + j).take(indices) for j in range(self._nv)]
+        fields = [f.with_nullable(True) for f in self.value_schema]
+        arrays.append(pa.array(~absent))
+        fields.append(pa.field(FOUND_COLUMN, pa.bool_(), nullable=False))
+        return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+    def table(self) -> pa.Table:
+        """The full content of this version (key columns, then value columns)."""
+        return self._table
+
+    def num_keys(self) -> int:
+        return self._table.num_rows
+
+    def metrics(self) -> StateStoreMetrics:
+        """Number of keys, memory of every table the provider holds, and the custom metrics."""
+        hits, misses = self._provider.cache_counts()
+        return StateStoreMetrics(
+            num_keys=self._table.num_rows,
+            memory_used_bytes=self._provider.memory_used_bytes(extra=self._table),
+            custom_metrics={
+                "stateOnCurrentVersionSizeBytes": int(self._table.nbytes),
+                "loadedMapCacheHitCount": hits,
+                "loadedMapCacheMissCount": misses,
+            },
+        )
+
+    def abort(self) -> None:
+        """Release the view. Idempotent."""
+        self._released = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.id}, version={self._version}, keys={self._table.num_rows})"
+
+
+class StateStore(ReadStateStore):
+    """A read-write view of a store, opened at ``version`` and committing ``version + 1``.
+
+    Spark's version semantics: batch N opens version N (the state committed by batch N-1;
+    version 0 is empty) and its ``commit()`` writes ``<N+1>.delta``. Re-running batch N after a
+    failure opens version N again and overwrites ``<N+1>.delta``.
+
+    Lifecycle:
+
+    * ``put`` / ``remove`` / ``evict`` change the view's working table and record the net change
+      per key (the pending delta); nothing touches the files before ``commit()``.
+    * ``commit()`` writes the delta file atomically (always, even with no change), hands the new
+      table to the provider's cache and returns the new version. No update is allowed afterwards,
+      and a second ``commit()`` is an error.
+    * ``abort()`` discards the pending changes. It is idempotent and a no-op after ``commit()``,
+      so a task-completion hook may call it unconditionally.
+    """
+
+    def __init__(self, provider: "StateStoreProvider", version: int, table: pa.Table) -> None:
+        super().__init__(provider, version, table)
+        self._state = "updating"  # -> "committed" | "aborted"
+        self._pending: pa.Table | None = None  # key + nullable value columns + op, unique keys
+        self._new_version: int | None = None
+
+    @property
+    def has_committed(self) -> bool:
+        return self._state == "committed"
+
+    def _check_updating(self, what: str) -> None:
+        if self._state != "updating":
+            raise StateStoreError(f"cannot {what} {self.id} version {self._version}: the store was already {self._state}")
+
+    def _compact(self, table: pa.Table) -> pa.Table:
+        if table.num_columns and table.column(0).num_chunks > _MAX_CHUNKS:
+            return table.combine_chunks()
+        return table
+
+    def _record(self, rows: pa.Table, op: int) -> None:
+        """Merge ``rows`` (key columns, plus value columns for puts) into the pending delta,
+        keeping one entry per key: the latest operation wins."""
+        n = rows.num_rows
+        if n == 0:
+            return
+        schema = self._provider.delta_schema
+        if op == OP_PUT:
+            cols = list(rows.columns)
+        else:
+            cols = list(rows.columns[: self._nk]) + [pa.nulls(n, type=f.type) for f in self.value_schema]
+        cols.append(pa.array(np.full(n, op, dtype=np.int8)))
+        piece = pa.Table.from_arrays(cols, schema=schema)
+        if self._pending is None or self._pending.num_rows == 0:
+            self._pending = piece
+            return
+        li, _ = match_keys(self._key_table(self._pending), self._key_table(piece))
+        keep = np.ones(self._pending.num_rows, dtype=bool)
+        keep[li] = False
+        self._pending = self._compact(pa.concat_tables([self._pending.filter(pa.array(keep)), piece]))
+
+    def put(self, rows: TableLike) -> None:
+        """Insert or replace key + value rows (key columns first, then value columns, by position).
+
+        The keys must be unique within ``rows`` (they are when they come out of an aggregation);
+        this is not checked, because checking costs a group-by per batch.
+        """
+        self._check_updating("update")
+        rows_t = self._conform(rows, self._provider.schema, "put rows")
+        if rows_t.num_rows == 0:
+            return
+        li, _ = match_keys(self._key_table(self._table), self._key_table(rows_t))
+        if len(li):
+            keep = np.ones(self._table.num_rows, dtype=bool)
+            keep[li] = False
+            base = self._table.filter(pa.array(keep))
+        else:
+            base = self._table
+        self._table = self._compact(pa.concat_tables([base, rows_t]))
+        self._record(rows_t, OP_PUT)
+
+    def remove(self, keys: TableLike) -> int:
+        """Remove the given keys (absent keys are ignored); returns how many keys were removed."""
+        self._check_updating("update")
+        kt = self._conform(keys, self.key_schema, "remove keys")
+        if kt.num_rows == 0 or self._table.num_rows == 0:
+            return 0
+        li, _ = match_keys(self._key_table(self._table), kt)
+        if not len(li):
+            return 0
+        li = np.unique(li)
+        keep = np.ones(self._table.num_rows, dtype=bool)
+        keep[li] = False
+        removed_keys = self._key_table(self._table).take(pa.array(li))
+        self._table = self._compact(self._table.filter(pa.array(keep)))
+        self._record(removed_keys, OP_REMOVE)
+        return len(li)
+
+    def evict(self, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> pa.Table:
+        """Remove every row for which ``predicate(table)`` is true and return those rows.
+
+        ``predicate`` receives the whole current table (key + value columns) and returns one
+        boolean per row; a null counts as false. Spark's eviction scans all keys, including those
+        written earlier in the same batch, which is what evaluating on the current table does.
+        """
+        self._check_updating("update")
+        if self._table.num_rows == 0:
+            return self._table
+        mask = predicate(self._table)
+        if isinstance(mask, np.ndarray):
+            mask = pa.array(mask)
+        if len(mask) != self._table.num_rows:
+            raise StateStoreError(
+                f"eviction predicate for {self.id} returned {len(mask)} values for {self._table.num_rows} rows"
+            )
+        mask = pc.fill_null(mask, False)
+        evicted = self._table.filter(mask)
+        if evicted.num_rows:
+            self._table = self._compact(self._table.filter(pc.invert(mask)))
+            self._record(self._key_table(evicted), OP_REMOVE)
+        return evicted
+
+    def pending_changes(self) -> pa.Table:
+        """The net change since ``version`` (one row per touched key, with the op column): exactly
+        what ``commit()`` writes."""
+        if self._pending is None:
+            return self._provider.delta_schema.empty_table()
+        return self._pending
+
+    def commit(self) -> int:
+        """Write ``<version+1>.delta`` atomically and return ``version + 1``."""
+        self._check_updating("commit")
+        new_version = self._provider._commit(self._version, self._table, self.pending_changes())
+        self._state = "committed"
+        self._new_version = new_version
+        self._pending = None
+        return new_version
+
+    def abort(self) -> None:
+        """Discard pending changes. Idempotent; does nothing after a successful commit."""
+        if self._state == "updating":
+            self._state = "aborted"
+            self._pending = None
+            log.debug("aborted %s at version %d", self.id, self._version)
+        self._released = True

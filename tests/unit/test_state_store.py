@@ -1,0 +1,495 @@
+"""Unit tests of the Arrow state store: semantics, files, cache, maintenance (no Spark)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from statestream.errors import StateStoreError
+from statestream.state import (
+    FOUND_COLUMN,
+    OP_COLUMN,
+    StateStoreConf,
+    StateStoreId,
+    clear_provider_cache,
+    get_provider,
+)
+from statestream.state.keys import match_keys
+
+UTC_TS = pa.timestamp("us", tz="UTC")
+WINDOW = pa.struct([("start", UTC_TS), ("end", UTC_TS)])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    clear_provider_cache()
+    yield
+    clear_provider_cache()
+
+
+def sid(tmp_path, op: int = 0, part: int = 0) -> StateStoreId:
+    return StateStoreId(str(tmp_path / "state"), op, part)
+
+
+KS1 = pa.schema([("k", pa.string())])
+VS1 = pa.schema([("count", pa.int64(), False), ("sum", pa.float64())])
+
+
+def rows1(keys, counts, sums=None) -> pa.Table:
+    sums = sums if sums is not None else [float(c) for c in counts]
+    return pa.table(
+        {"k": pa.array(keys, pa.string()), "count": pa.array(counts, pa.int64()), "sum": pa.array(sums, pa.float64())}
+    )
+
+
+def keys1(keys) -> pa.Table:
+    return pa.table({"k": pa.array(keys, pa.string())})
+
+
+def as_dict(table: pa.Table, nk: int = 1) -> dict:
+    """Content of a state table as {key tuple: value tuple} (NaN-safe via repr)."""
+    out = {}
+    cols = [c.to_pylist() for c in table.columns]
+    for i in range(table.num_rows):
+        k = tuple(repr(cols[j][i]) for j in range(nk))
+        out[k] = tuple(cols[j][i] for j in range(nk, table.num_columns))
+    return out
+
+
+# -- key matching ---------------------------------------------------------------------------------
+
+
+def test_match_keys_nulls_nan_negative_zero():
+    left = pa.table({"d": pa.array([0.0, float("nan"), None, 1.5, -0.0], pa.float64())})
+    nan2 = np.frombuffer(np.array([0x7FF8000000000001], dtype=np.uint64).tobytes(), dtype=np.float64)[0]
+    right = pa.table({"d": pa.array([-0.0, nan2, None, 2.5], pa.float64())})
+    li, ri = match_keys(left, right)
+    pairs = sorted(zip(li.tolist(), ri.tolist()))
+    assert pairs == [(0, 0), (1, 1), (2, 2), (4, 0)]
+
+
+def test_match_keys_struct_null_vs_struct_of_nulls():
+    t = pa.struct([("a", pa.int64())])
+    left = pa.table({"s": pa.array([None, {"a": None}, {"a": 1}], t)})
+    right = pa.table({"s": pa.array([{"a": None}, None, {"a": 1}], t)})
+    pairs = sorted(zip(*(x.tolist() for x in match_keys(left, right))))
+    assert pairs == [(0, 1), (1, 0), (2, 2)]
+
+
+def test_match_keys_no_key_columns_matches_everything():
+    left = pa.table({"x": [1, 2]}).select([])
+    right = pa.table({"x": [1]}).select([])
+    li, ri = match_keys(left, right)
+    assert sorted(li.tolist()) == [0, 1] and ri.tolist() == [0, 0]
+
+
+# -- basic operations -----------------------------------------------------------------------------
+
+
+def test_put_lookup_remove_with_null_keys(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a", None, "b"], [1, 2, 3]))
+    res = s.lookup(keys1([None, "c", "a", None]))
+    assert res.column_names == ["count", "sum", FOUND_COLUMN]
+    assert res.column("count").to_pylist() == [2, None, 1, 2]
+    assert res.column(FOUND_COLUMN).to_pylist() == [True, False, True, True]
+    # upsert the null key and a new one
+    s.put(rows1([None, "c"], [20, 30]))
+    assert s.num_keys() == 4
+    assert as_dict(s.table())[(repr(None),)] == (20, 20.0)
+    assert s.remove(keys1([None, "zz"])) == 1
+    assert s.num_keys() == 3
+    assert s.lookup(keys1([None])).column(FOUND_COLUMN).to_pylist() == [False]
+    assert s.commit() == 1
+
+
+def test_multi_column_keys_nan_and_negative_zero(tmp_path):
+    ks = pa.schema([("g", pa.int32()), ("d", pa.float64()), ("w", WINDOW), ("day", pa.date32()), ("b", pa.bool_())])
+    vs = pa.schema([("n", pa.int64())])
+    ts = pa.array([0, 10_000_000], UTC_TS)
+    win = pa.StructArray.from_arrays([ts, ts], fields=list(WINDOW))
+
+    def mk(g, d, wi, day, b, n):
+        return pa.Table.from_arrays(
+            [
+                pa.array(g, pa.int32()),
+                pa.array(d, pa.float64()),
+                win.take(pa.array(wi, pa.int64())),
+                pa.array(day, pa.date32()),
+                pa.array(b, pa.bool_()),
+                pa.array(n, pa.int64()),
+            ],
+            schema=pa.schema(list(ks) + list(vs)),
+        )
+
+    p = get_provider(sid(tmp_path), ks, vs, run_id="r")
+    s = p.get_store(0)
+    s.put(mk([1, 1, 1, None], [0.0, float("nan"), 0.0, None], [0, 0, 1, None], [1, 1, 1, None], [True, True, True, None], [1, 2, 3, 4]))
+    assert s.num_keys() == 4
+    # -0.0 equals 0.0, any NaN equals NaN, null equals null: these replace, not add
+    s.put(mk([1, 1, None], [-0.0, -float("nan"), None], [0, 0, None], [1, 1, None], [True, True, None], [10, 20, 40]))
+    assert s.num_keys() == 4
+    got = sorted(s.table().column("n").to_pylist())
+    assert got == [3, 10, 20, 40]
+    # a key differing only in one component is a different key
+    look = s.lookup(mk([1, 1], [0.0, 0.0], [0, 0], [1, 1], [True, False], [0, 0]).select([0, 1, 2, 3, 4]))
+    assert look.column("n").to_pylist() == [10, None]
+    v = s.commit()
+    clear_provider_cache()
+    reloaded = get_provider(sid(tmp_path), ks, vs, run_id="r2").get_read_store(v)
+    assert sorted(reloaded.table().column("n").to_pylist()) == [3, 10, 20, 40]
+
+
+def test_evict_returns_rows_and_records_removal(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a", "b", "c", None], [1, 5, 10, 7]))
+    evicted = s.evict(lambda t: pc.greater(t.column("count"), 4))
+    assert sorted(evicted.column("count").to_pylist()) == [5, 7, 10]
+    assert s.table().column("k").to_pylist() == ["a"]
+    # a null predicate result is treated as false
+    kept = s.evict(lambda t: pa.array([None], pa.bool_()))
+    assert kept.num_rows == 0 and s.num_keys() == 1
+    s.commit()
+    clear_provider_cache()
+    assert get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_read_store(1).table().column("k").to_pylist() == ["a"]
+
+
+def test_put_casts_compatible_types_and_rejects_wrong_shape(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(pa.table({"x": ["a"], "y": pa.array([1], pa.int32()), "z": [1.0]}))
+    assert s.table().schema.names == ["k", "count", "sum"]
+    with pytest.raises(StateStoreError, match="must have 3 columns"):
+        s.put(pa.table({"k": ["a"]}))
+
+
+def test_global_store_with_no_key_columns(tmp_path):
+    ks = pa.schema([])
+    vs = pa.schema([("count", pa.int64())])
+    p = get_provider(sid(tmp_path), ks, vs, run_id="r")
+    s = p.get_store(0)
+    row = pa.Table.from_arrays([pa.array([5], pa.int64())], schema=vs)
+    s.put(row)
+    s.put(pa.Table.from_arrays([pa.array([7], pa.int64())], schema=vs))
+    assert s.table().column("count").to_pylist() == [7]
+    assert s.lookup(pa.table({"x": [1]}).select([])).column("count").to_pylist() == [7]
+    s.commit()
+    clear_provider_cache()
+    assert get_provider(sid(tmp_path), ks, vs, run_id="r2").get_read_store(1).table().column("count").to_pylist() == [7]
+
+
+# -- lifecycle ------------------------------------------------------------------------------------
+
+
+def test_commit_then_no_updates_and_abort_idempotent(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a"], [1]))
+    assert not s.has_committed
+    assert s.commit() == 1
+    assert s.has_committed
+    with pytest.raises(StateStoreError):
+        s.put(rows1(["b"], [1]))
+    with pytest.raises(StateStoreError):
+        s.commit()
+    s.abort()  # no-op after commit
+    assert s.has_committed
+
+    s2 = p.get_store(1)
+    s2.put(rows1(["b"], [2]))
+    s2.abort()
+    s2.abort()
+    assert not s2.has_committed
+    with pytest.raises(StateStoreError):
+        s2.put(rows1(["c"], [1]))
+    with pytest.raises(StateStoreError):
+        s2.commit()
+    assert not (tmp_path / "state" / "0" / "0" / "2.delta").exists()
+    # the aborted changes never reached the cached version
+    assert p.get_read_store(1).table().column("k").to_pylist() == ["a"]
+
+
+def test_empty_commit_writes_delta_and_versions_follow_spark(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    for batch in range(4):
+        s = p.get_store(batch)
+        if batch == 1:
+            s.put(rows1(["a"], [1]))
+        assert s.commit() == batch + 1
+    names = sorted(os.listdir(tmp_path / "state" / "0" / "0"))
+    assert names == ["1.delta", "2.delta", "3.delta", "4.delta"]
+    clear_provider_cache()
+    assert get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_read_store(4).num_keys() == 1
+
+
+def test_reload_in_fresh_cache_equals_memory(tmp_path):
+    rng = np.random.default_rng(7)
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    version = 0
+    for _ in range(6):
+        s = p.get_store(version)
+        keys = rng.choice(200, 60, replace=False)
+        names = [None if k == 0 else f"k{k}" for k in keys]
+        s.put(rows1(names, keys.tolist()))
+        s.remove(keys1([f"k{k}" for k in rng.choice(200, 20, replace=False)]))
+        s.evict(lambda t: pc.equal(pc.bit_wise_and(t.column("count"), 7), 0))
+        version = s.commit()
+    memory = as_dict(p.get_read_store(version).table())
+    clear_provider_cache()
+    fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r2")
+    assert as_dict(fresh.get_read_store(version).table()) == memory
+    assert fresh.cache_counts() == (0, 1)
+    # intermediate versions also rebuild from the files
+    assert fresh.get_read_store(3).num_keys() >= 0
+
+
+def test_re_executed_batch_overwrites_next_version(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a"], [1]))
+    s.commit()
+    s = p.get_store(1)
+    s.put(rows1(["b"], [2]))
+    s.commit()  # writes 2.delta
+    # batch 1 runs again (e.g. after a crash before the commit log entry) with other data
+    s = p.get_store(1)
+    assert p.cache_counts()[0] >= 1
+    s.put(rows1(["c"], [3]))
+    assert s.commit() == 2
+    assert sorted(p.get_read_store(2).table().column("k").to_pylist()) == ["a", "c"]
+    clear_provider_cache()
+    fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r2")
+    assert sorted(fresh.get_read_store(2).table().column("k").to_pylist()) == ["a", "c"]
+    # and after a restart, re-executing batch 1 again from files also works
+    s = fresh.get_store(1)
+    s.put(rows1(["d"], [4]))
+    s.commit()
+    clear_provider_cache()
+    again = get_provider(sid(tmp_path), KS1, VS1, run_id="r3")
+    assert sorted(again.get_read_store(2).table().column("k").to_pylist()) == ["a", "d"]
+
+
+def test_cache_keeps_two_versions_and_counts_hits(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    for v in range(4):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    assert p.cached_versions() == [3, 4]
+    hits, misses = p.cache_counts()
+    assert (hits, misses) == (3, 0)  # versions 1, 2, 3 came from the cache; 0 is the empty store
+    p.get_read_store(2)  # older than the cache: rebuilt from files
+    assert p.cache_counts()[1] == 1
+    m = p.get_store(4).metrics()
+    assert m.num_keys == 4
+    assert set(m.custom_metrics) == {"stateOnCurrentVersionSizeBytes", "loadedMapCacheHitCount", "loadedMapCacheMissCount"}
+    assert m.memory_used_bytes >= m.custom_metrics["stateOnCurrentVersionSizeBytes"] > 0
+
+
+def test_same_provider_for_same_run_new_provider_for_new_run(tmp_path):
+    a = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    assert get_provider(sid(tmp_path), KS1, VS1, run_id="r") is a
+    b = get_provider(sid(tmp_path), KS1, VS1, run_id="r2")
+    assert b is not a
+    assert get_provider(sid(tmp_path, part=1), KS1, VS1, run_id="r2") is not b
+
+
+def test_cached_older_version_replays_only_missing_deltas(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    for v in range(3):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    # another process writes versions 4 and 5 (simulated by a second provider for the same run)
+    other = get_provider(sid(tmp_path), KS1, VS1, run_id="other")
+    for v in range(3, 5):
+        s = other.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    p2 = get_provider(sid(tmp_path), KS1, VS1, run_id="r")  # the old run's provider was dropped
+    assert p2 is not p
+    assert p2.get_read_store(5).num_keys() == 5
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def test_delta_file_format(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a", "b"], [1, 2]))
+    s.remove(keys1(["b"]))
+    s.commit()
+    path = tmp_path / "state" / "0" / "0" / "1.delta"
+    with pa.ipc.open_stream(pa.OSFile(str(path))) as reader:
+        meta = reader.schema.metadata
+        t = reader.read_all()
+    assert meta[b"statestream.state.format"] == b"1"
+    assert meta[b"statestream.state.kind"] == b"delta"
+    assert t.column_names == ["k", "count", "sum", OP_COLUMN]
+    got = dict(zip(t.column("k").to_pylist(), t.column(OP_COLUMN).to_pylist()))
+    assert got == {"a": 0, "b": 1}
+
+
+def test_state_files_are_compressed(tmp_path):
+    sizes = {}
+    for codec in ("lz4", "none"):
+        store = StateStoreId(str(tmp_path / codec), 0, 0)
+        p = get_provider(store, KS1, VS1, StateStoreConf(compression=codec), run_id="r")
+        s = p.get_store(0)
+        s.put(rows1([f"key-{i}" for i in range(20_000)], [1] * 20_000))
+        s.commit()
+        sizes[codec] = (tmp_path / codec / "0" / "0" / "1.delta").stat().st_size
+    assert sizes["lz4"] * 3 < sizes["none"]
+
+
+def test_missing_delta_names_file_and_version(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    for v in range(3):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    os.remove(tmp_path / "state" / "0" / "0" / "2.delta")
+    clear_provider_cache()
+    fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r2")
+    with pytest.raises(StateStoreError) as err:
+        fresh.get_store(3)
+    msg = str(err.value)
+    assert "2.delta" in msg and "does not exist" in msg and "version 3" in msg
+    with pytest.raises(StateStoreError, match=r"2\.delta .*needed to load version 4"):
+        fresh.get_store(4)
+    # a version beyond the newest file names the first delta that is not there
+    other = get_provider(sid(tmp_path, part=1), KS1, VS1, run_id="r2")
+    other.get_store(0).commit()
+    with pytest.raises(StateStoreError, match=r"2\.delta .*needed to load version 3"):
+        other.get_store(3)
+
+
+def test_corrupt_file_error_names_file(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a"], [1]))
+    s.commit()
+    path = tmp_path / "state" / "0" / "0" / "1.delta"
+    path.write_bytes(b"\x00garbage" * 10)
+    clear_provider_cache()
+    with pytest.raises(StateStoreError) as err:
+        get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_store(1)
+    assert str(path) in str(err.value)
+    assert "corrupt or unreadable" in str(err.value)
+
+
+def test_unknown_format_version_names_file_and_versions(tmp_path):
+    t = rows1(["a"], [1]).append_column(OP_COLUMN, pa.array([0], pa.int8()))
+    t = t.replace_schema_metadata({b"statestream.state.format": b"99"})
+    d = tmp_path / "state" / "0" / "0"
+    d.mkdir(parents=True)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, t.schema) as w:
+        w.write_table(t)
+    (d / "1.delta").write_bytes(sink.getvalue().to_pybytes())
+    with pytest.raises(StateStoreError) as err:
+        get_provider(sid(tmp_path), KS1, VS1, run_id="r").get_store(1)
+    msg = str(err.value)
+    assert "1.delta" in msg and "format version 99" in msg and "format version 1" in msg
+
+
+def test_file_with_wrong_schema_is_rejected(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a"], [1]))
+    s.commit()
+    clear_provider_cache()
+    other_vs = pa.schema([("count", pa.string()), ("sum", pa.float64())])
+    with pytest.raises(StateStoreError, match="does not match the expected state schema"):
+        get_provider(sid(tmp_path), KS1, other_vs, run_id="r2").get_store(1)
+
+
+# -- maintenance ----------------------------------------------------------------------------------
+
+
+def test_snapshot_and_retention(tmp_path):
+    conf = StateStoreConf(min_deltas_for_snapshot=2, min_batches_to_retain=3)
+    p = get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r")
+    d = tmp_path / "state" / "0" / "0"
+    for v in range(10):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        if v % 3 == 0:
+            s.remove(keys1([f"k{v - 1}"]))
+        s.commit()
+        p.do_maintenance()
+    names = sorted(os.listdir(d), key=lambda n: (int(n.split(".")[0]), n))
+    # snapshots were written when more than 2 deltas followed the last one: at 3, 6, 9
+    assert "9.snapshot" in names and "6.snapshot" in names
+    # version 10 - 3 = 7 is rebuilt from 6.snapshot + 7.delta: nothing below 6 remains
+    assert min(int(n.split(".")[0]) for n in names) == 6
+    assert names == ["6.delta", "6.snapshot", "7.delta", "8.delta", "9.delta", "9.snapshot", "10.delta"]
+    expected = as_dict(p.get_read_store(10).table())
+    clear_provider_cache()
+    fresh = get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r2")
+    assert as_dict(fresh.get_read_store(10).table()) == expected
+    assert fresh.get_read_store(7).num_keys() > 0
+    with pytest.raises(StateStoreError, match=r"1\.delta .*needed to load version 5"):
+        fresh.get_read_store(5)
+
+
+def test_snapshot_not_written_without_enough_deltas(tmp_path):
+    conf = StateStoreConf(min_deltas_for_snapshot=10)
+    p = get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r")
+    for v in range(10):
+        p.get_store(v).commit()
+    p.do_maintenance()
+    assert not any(n.endswith(".snapshot") for n in os.listdir(tmp_path / "state" / "0" / "0"))
+    p.get_store(10).commit()
+    p.do_maintenance()
+    assert (tmp_path / "state" / "0" / "0" / "11.snapshot").exists()
+
+
+def test_corrupt_snapshot_error_names_file(tmp_path):
+    conf = StateStoreConf(min_deltas_for_snapshot=1)
+    p = get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r")
+    for v in range(3):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    p.do_maintenance()
+    snap = tmp_path / "state" / "0" / "0" / "3.snapshot"
+    assert snap.exists()
+    snap.write_bytes(snap.read_bytes()[:20])
+    clear_provider_cache()
+    with pytest.raises(StateStoreError, match="3.snapshot"):
+        get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r2").get_read_store(3)
+
+
+def test_non_default_store_name_uses_sub_directory(tmp_path):
+    store = StateStoreId(str(tmp_path / "state"), 1, 2, "left-keyToNumValues")
+    p = get_provider(store, KS1, VS1, run_id="r")
+    p.get_store(0).commit()
+    assert (tmp_path / "state" / "1" / "2" / "left-keyToNumValues" / "1.delta").exists()
+
+
+def test_large_upsert_is_exact(tmp_path):
+    n = 50_000
+    ks = pa.schema([("k", pa.int64())])
+    vs = pa.schema([("v", pa.int64())])
+    p = get_provider(sid(tmp_path), ks, vs, run_id="r")
+    s = p.get_store(0)
+    s.put(pa.table({"k": np.arange(n), "v": np.zeros(n, dtype=np.int64)}))
+    s.commit()
+    s = p.get_store(1)
+    upd = np.arange(n // 2, n + n // 2)
+    s.put(pa.table({"k": upd, "v": upd}))
+    s.commit()
+    t = p.get_read_store(2).table().sort_by("k")
+    assert t.num_rows == n + n // 2
+    v = t.column("v").to_numpy()
+    assert (v[: n // 2] == 0).all() and (v[n // 2 :] == np.arange(n // 2, n + n // 2)).all()
+    assert not math.isnan(float(v.sum()))
