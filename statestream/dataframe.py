@@ -1,0 +1,342 @@
+"""The streaming DataFrame: PySpark's DataFrame API, building statestream's logical plan.
+
+Every method records a logical node and checks it at once against a *template* (the same
+operation on an empty batch DataFrame), so mistakes such as an unknown column fail where the user
+wrote them, with Spark's own error, exactly as they do on ``spark.readStream``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampNTZType, TimestampType
+
+from statestream.errors import analysis_error
+from statestream.plan import logical as L
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame as SparkDataFrame
+    from pyspark.sql.types import StructType
+
+    from statestream.readwriter import DataStreamWriter
+    from statestream.session import StreamingSession
+
+__all__ = ["DataFrame", "GroupedData"]
+
+
+def _col(c: Any) -> Column:
+    if isinstance(c, Column):
+        return c
+    if isinstance(c, str):
+        return F.col(c)
+    msg = f"[NOT_COLUMN_OR_STR] Argument `col` should be a Column or str, got {type(c).__name__}."
+    raise TypeError(msg)
+
+
+def _cols(cols: tuple[Any, ...]) -> list[Any]:
+    if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+        return list(cols[0])
+    return list(cols)
+
+
+def _describe(cols: list[Any]) -> str:
+    out = []
+    for c in cols:
+        if isinstance(c, Column):
+            try:
+                out.append(str(c._jc.node().sql()))  # noqa: SLF001
+            except Exception:  # noqa: BLE001 - description only
+                out.append(str(c))
+        else:
+            out.append(str(c))
+    return "[" + ", ".join(out) + "]"
+
+
+class DataFrame:
+    """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
+
+    def __init__(self, plan: L.LogicalPlan, session: "StreamingSession") -> None:
+        self._plan = plan
+        self._session = session
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def isStreaming(self) -> bool:  # noqa: N802 - PySpark's name
+        return True
+
+    @property
+    def schema(self) -> "StructType":
+        return self._plan.schema
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._plan.schema.names)
+
+    @property
+    def dtypes(self) -> list[tuple[str, str]]:
+        return [(f.name, f.dataType.simpleString()) for f in self._plan.schema.fields]
+
+    @property
+    def sparkSession(self):  # noqa: N802 - PySpark's name
+        return self._session.sparkSession
+
+    def printSchema(self) -> None:  # noqa: N802 - PySpark's name
+        self._plan.template.printSchema()
+
+    def __getitem__(self, item: Any) -> Column:
+        if isinstance(item, str):
+            self._plan.template[item]  # raises Spark's error for an unknown column
+            return F.col(item)
+        if isinstance(item, Column):
+            return self.filter(item)  # type: ignore[return-value]
+        if isinstance(item, int):
+            return F.col(self.columns[item])
+        raise TypeError(f"unexpected item type: {type(item)}")
+
+    def __getattr__(self, name: str) -> Column:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self.columns:
+            msg = f"'DataFrame' object has no attribute '{name}'"
+            raise AttributeError(msg)
+        return F.col(name)
+
+    # ------------------------------------------------------------------ helpers
+    def _stateless(
+        self, op: str, description: str, fn: Callable[["SparkDataFrame"], "SparkDataFrame"], columns=()
+    ) -> "DataFrame":
+        template = fn(self._plan.template)
+        node = L.Stateless(
+            template=template, child=self._plan, op=op, description=description, transform=fn, columns=tuple(columns)
+        )
+        return DataFrame(node, self._session)
+
+    # ------------------------------------------------------------------ stateless
+    def select(self, *cols: Any) -> "DataFrame":
+        cs = _cols(cols)
+        return self._stateless("Project", _describe(cs), lambda df: df.select(*cs), [c for c in cs if isinstance(c, Column)])
+
+    def selectExpr(self, *exprs: Any) -> "DataFrame":  # noqa: N802
+        es = _cols(exprs)
+        return self._stateless("Project", _describe(es), lambda df: df.selectExpr(*es), [F.expr(e) for e in es])
+
+    def filter(self, condition: Any) -> "DataFrame":
+        cond = F.expr(condition) if isinstance(condition, str) else condition
+        return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(cond), [cond])
+
+    where = filter
+
+    def withColumn(self, colName: str, col: Column) -> "DataFrame":  # noqa: N802,N803
+        return self._stateless(
+            "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, col), [col]
+        )
+
+    def withColumns(self, *colsMap: dict[str, Column]) -> "DataFrame":  # noqa: N802,N803
+        mapping = dict(colsMap[0]) if colsMap else {}
+        return self._stateless("Project", _describe(list(mapping.values())), lambda df: df.withColumns(mapping), list(mapping.values()))
+
+    def withColumnRenamed(self, existing: str, new: str) -> "DataFrame":  # noqa: N802
+        return self._stateless("Project", f"[{existing} AS {new}]", lambda df: df.withColumnRenamed(existing, new))
+
+    def withColumnsRenamed(self, colsMap: dict[str, str]) -> "DataFrame":  # noqa: N802,N803
+        mapping = dict(colsMap)
+        return self._stateless("Project", str(mapping), lambda df: df.withColumnsRenamed(mapping))
+
+    def drop(self, *cols: Any) -> "DataFrame":
+        cs = list(cols)
+        return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*cs))
+
+    def toDF(self, *cols: str) -> "DataFrame":  # noqa: N802
+        names = list(cols)
+        return self._stateless("Project", _describe(names), lambda df: df.toDF(*names))
+
+    def alias(self, alias: str) -> "DataFrame":
+        return self._stateless("SubqueryAlias", alias, lambda df: df.alias(alias))
+
+    def sample(self, *args: Any, **kwargs: Any) -> "DataFrame":
+        return self._stateless("Sample", "", lambda df: df.sample(*args, **kwargs))
+
+    def offset(self, num: int) -> "DataFrame":
+        return self._stateless("Offset", str(num), lambda df: df.offset(num))
+
+    def union(self, other: "DataFrame") -> "DataFrame":
+        return self._union(other, by_name=False)
+
+    unionAll = union
+
+    def unionByName(self, other: "DataFrame", allowMissingColumns: bool = False) -> "DataFrame":  # noqa: N803
+        return self._union(other, by_name=True, allow_missing=allowMissingColumns)
+
+    def _union(self, other: Any, by_name: bool, allow_missing: bool = False) -> "DataFrame":
+        if not isinstance(other, DataFrame):
+            raise analysis_error(None, "Union between streaming and batch DataFrames/Datasets is not supported")
+        if by_name:
+            template = self._plan.template.unionByName(other._plan.template, allowMissingColumns=allow_missing)
+        else:
+            template = self._plan.template.union(other._plan.template)
+        return DataFrame(L.Union(template=template, inputs=(self._plan, other._plan)), self._session)
+
+    # ------------------------------------------------------------------ watermark
+    def withWatermark(self, eventTime: str, delayThreshold: str) -> "DataFrame":  # noqa: N802,N803
+        """Spark's ``withWatermark``: ``eventTime`` must be a timestamp column; the delay is an
+        interval string."""
+        from statestream.operators.watermark import mark_event_time
+        from statestream.runtime.intervals import parse_watermark_delay_ms
+
+        template = self._plan.template
+        field = template.select(eventTime).schema.fields[0]  # Spark's error for an unknown column
+        if not isinstance(field.dataType, (TimestampType, TimestampNTZType)):
+            raise analysis_error(
+                "EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE",
+                f'[EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE] The event time `{field.name}` has the invalid type '
+                f'"{field.dataType.simpleString().upper()}", but expected "TIMESTAMP". SQLSTATE: 42K09',
+                "42K09",
+                eventName=f"`{field.name}`",
+                eventType=f'"{field.dataType.simpleString().upper()}"',
+            )
+        delay_ms = parse_watermark_delay_ms(delayThreshold)
+        node = L.EventTimeWatermark(
+            template=mark_event_time(template, field.name, delay_ms),
+            child=self._plan,
+            column=field.name,
+            delay_ms=delay_ms,
+            delay_text=str(delayThreshold),
+        )
+        return DataFrame(node, self._session)
+
+    # ------------------------------------------------------------------ stateful
+    def groupBy(self, *cols: Any) -> "GroupedData":  # noqa: N802
+        return GroupedData(self, [_col(c) for c in _cols(cols)])
+
+    groupby = groupBy
+
+    def agg(self, *exprs: Any) -> "DataFrame":
+        return self.groupBy().agg(*exprs)
+
+    def count(self) -> Any:
+        raise self._batch_action_error()
+
+    def orderBy(self, *cols: Any, **kwargs: Any) -> "DataFrame":  # noqa: N802
+        cs = _cols(cols)
+        fn = lambda df: df.orderBy(*cs, **kwargs)  # noqa: E731
+        node = L.Sort(template=fn(self._plan.template), child=self._plan, transform=fn, description=_describe(cs))
+        return DataFrame(node, self._session)
+
+    sort = orderBy
+
+    def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> "DataFrame":  # noqa: N802
+        return self.orderBy(*cols, **kwargs)
+
+    def limit(self, num: int) -> "DataFrame":
+        return DataFrame(L.Limit(template=self._plan.template.limit(num), child=self._plan, n=int(num)), self._session)
+
+    def dropDuplicates(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
+        keys = tuple(subset) if subset else tuple(self.columns)
+        template = self._plan.template.dropDuplicates(list(subset) if subset else None)
+        return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=keys), self._session)
+
+    drop_duplicates = dropDuplicates
+
+    def distinct(self) -> "DataFrame":
+        return self.dropDuplicates()
+
+    def dropDuplicatesWithinWatermark(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
+        keys = tuple(subset) if subset else tuple(self.columns)
+        template = self._plan.template.dropDuplicates(list(subset) if subset else None)
+        node = L.Deduplicate(template=template, child=self._plan, keys=keys, within_watermark=True)
+        return DataFrame(node, self._session)
+
+    # ------------------------------------------------------------------ output
+    @property
+    def writeStream(self) -> "DataStreamWriter":  # noqa: N802
+        from statestream.readwriter import DataStreamWriter
+
+        return DataStreamWriter(self)
+
+    def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
+        """Print the physical plan in Spark's shape (as Spark does for a streaming DataFrame
+        that has not started: state info with an unknown checkpoint)."""
+        print(self._explain_string(extended=bool(extended)))  # noqa: T201 - explain prints, like PySpark
+
+    def _explain_string(self, extended: bool = False) -> str:
+        from statestream.plan.explain import explain_string
+        from statestream.runtime.microbatch import plan_for_explain
+
+        return explain_string(plan_for_explain(self, "append"), extended=extended)
+
+    # ------------------------------------------------------------------ batch actions are errors
+    def _batch_action_error(self) -> Exception:
+        return analysis_error(
+            None,
+            "Queries with streaming sources must be executed with writeStream.start(), or from a streaming "
+            "table or flow definition within a Spark Declarative Pipeline.",
+        )
+
+    def collect(self) -> Any:
+        raise self._batch_action_error()
+
+    def show(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._batch_action_error()
+
+    def toPandas(self) -> Any:  # noqa: N802
+        raise self._batch_action_error()
+
+    def take(self, num: int) -> Any:
+        raise self._batch_action_error()
+
+    def first(self) -> Any:
+        raise self._batch_action_error()
+
+    def head(self, n: int | None = None) -> Any:
+        raise self._batch_action_error()
+
+    def __repr__(self) -> str:
+        return "DataFrame[" + ", ".join(f"{n}: {t}" for n, t in self.dtypes) + "]"
+
+
+class GroupedData:
+    """``groupBy(...)`` on a streaming DataFrame."""
+
+    def __init__(self, df: DataFrame, cols: list[Column]) -> None:
+        self._df = df
+        self._cols = cols
+
+    def agg(self, *exprs: Any) -> DataFrame:
+        if len(exprs) == 1 and isinstance(exprs[0], dict):
+            aggs = [getattr(F, fn if fn != "mean" else "avg")(F.col(c) if c != "*" else F.lit(1)).alias(f"{fn}({c})") for c, fn in exprs[0].items()]
+        else:
+            aggs = list(_cols(exprs))
+        if not aggs:
+            raise ValueError("[CANNOT_BE_EMPTY] At least one agg expression must be specified.")
+        plan = self._df._plan  # noqa: SLF001
+        template = plan.template.groupBy(*self._cols).agg(*aggs)
+        node = L.Aggregate(template=template, child=plan, grouping=tuple(self._cols), aggregates=tuple(aggs))
+        return DataFrame(node, self._df._session)  # noqa: SLF001
+
+    def count(self) -> DataFrame:
+        return self.agg(F.count(F.lit(1)).alias("count"))
+
+    def _numeric(self, fn: str, cols: tuple[str, ...]) -> DataFrame:
+        names = list(cols)
+        if not names:
+            from pyspark.sql.types import NumericType
+
+            keys = set(self._df._plan.template.groupBy(*self._cols).count().columns[:-1])  # noqa: SLF001
+            names = [f.name for f in self._df.schema.fields if isinstance(f.dataType, NumericType) and f.name not in keys]
+        return self.agg(*[getattr(F, fn)(F.col(c)).alias(f"{fn}({c})") for c in names])
+
+    def sum(self, *cols: str) -> DataFrame:
+        return self._numeric("sum", cols)
+
+    def avg(self, *cols: str) -> DataFrame:
+        return self._numeric("avg", cols)
+
+    mean = avg
+
+    def min(self, *cols: str) -> DataFrame:
+        return self._numeric("min", cols)
+
+    def max(self, *cols: str) -> DataFrame:
+        return self._numeric("max", cols)

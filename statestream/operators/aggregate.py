@@ -1,0 +1,128 @@
+"""The stateless parts of a streaming aggregation: partial aggregation, the exchange, the merge
+steps and the final projection.
+
+Spark: ``HashAggregateExec`` in Partial / PartialMerge / Final mode and the
+``Exchange hashpartitioning(K, N)`` between them. Spark's batch engine runs the first three for
+us in one ``groupBy(K).agg(<buffers>)``: partial aggregation, the exchange and the merge. Its
+output has exactly one buffer row per key, and partition p holds the keys whose
+``pmod(murmur3(K), N)`` is p, which is state partition p. The nodes stay separate in the plan so
+that ``explain()`` has Spark's shape and each step has one place in the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from statestream.operators.base import PhysicalOperator
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+    from statestream.plan.aggregates import AggregateCall
+
+__all__ = ["AggregationInfo", "HashAggregateExec", "ShuffleExchangeExec", "PARTITION_ID_COLUMN"]
+
+PARTITION_ID_COLUMN = "__statestream_pid"
+
+
+@dataclass(frozen=True)
+class AggregationInfo:
+    """Everything about one streaming aggregation that its operators share."""
+
+    grouping: tuple[Any, ...] = field(repr=False)  # user grouping Columns (unresolved)
+    grouping_names: tuple[str, ...]  # output names of the grouping columns
+    key_columns: tuple[str, ...]  # internal names of the keys in state (__k0, __k1, ...)
+    calls: tuple["AggregateCall", ...]
+    output_schema: Any = field(repr=False)  # the template's StructType (final output)
+    event_time_key: str | None = None  # internal key name carrying the event-time marker
+    event_time_is_struct: bool = False  # a window struct: compare its `end` field
+
+    @property
+    def buffer_columns(self) -> tuple[str, ...]:
+        return tuple(b.column for c in self.calls for b in c.buffers)
+
+    def key_sql(self) -> str:
+        return ", ".join(self.grouping_names)
+
+    def functions_sql(self, prefix: str) -> str:
+        parts = []
+        for c in self.calls:
+            inner = c.sql
+            name = inner.split("(", 1)
+            parts.append(f"{prefix}{name[0]}({name[1]}" if len(name) == 2 and prefix else inner)
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class HashAggregateExec(PhysicalOperator):
+    """One aggregate step. ``mode`` is ``Partial``, ``PartialMerge`` or ``Final``; ``step``
+    tells the two PartialMerge nodes apart (``exchange``: right after the shuffle, ``state``:
+    after StateStoreRestore)."""
+
+    child: PhysicalOperator | None = None
+    info: AggregationInfo | None = None
+    mode: str = "Partial"
+    step: str = ""
+    num_partitions: int | None = None
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        assert self.child is not None and self.info is not None
+        df = self.child.execute(ctx)
+        info = self.info
+        if self.mode == "Partial" or (self.mode == "PartialMerge" and self.step == "state"):
+            # Partial runs inside Spark's groupBy below; the second merge runs inside the
+            # state step of StateStoreSaveExec (fused with restore and save).
+            return df
+        if self.mode == "PartialMerge":
+            partials = [p for c in info.calls for p in c.partial_columns()]
+            agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
+            agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+            if info.key_columns:
+                keys = ", ".join(f"`{k}`" for k in info.key_columns)
+                pid = F.expr(f"pmod(hash({keys}), {int(self.num_partitions or 1)})")
+            else:
+                pid = F.lit(0)
+            return agg.withColumn(PARTITION_ID_COLUMN, pid.cast("int"))
+        if self.mode == "Final":
+            out_fields = {f.name: f for f in info.output_schema.fields}
+            cols = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
+            cols += [c.final_column().alias(c.output_name) for c in info.calls]
+            out = df.select(*cols)
+            casts = []
+            for name in out.columns:
+                target = out_fields[name].dataType
+                casts.append(F.col(f"`{name}`").cast(target).alias(name))
+            out = out.select(*casts)
+            for f in info.output_schema.fields:
+                if f.metadata:
+                    out = out.withMetadata(f.name, dict(f.metadata))
+            return out
+        raise ValueError(f"unknown aggregate mode {self.mode}")
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        prefix = {"Partial": "partial_", "PartialMerge": "merge_", "Final": ""}[self.mode]
+        return f"HashAggregate(keys=[{self.info.key_sql()}], functions=[{self.info.functions_sql(prefix)}])"
+
+
+@dataclass(frozen=True)
+class ShuffleExchangeExec(PhysicalOperator):
+    """``Exchange hashpartitioning(K, N), REQUIRED_BY_STATEFUL_OPERATOR`` (or ``SinglePartition``
+    with no keys). Spark's own shuffle inside the aggregation's ``groupBy`` performs it."""
+
+    child: PhysicalOperator | None = None
+    keys: tuple[str, ...] = ()
+    num_partitions: int | None = None
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None
+        return self.child.execute(ctx)
+
+    def simple_string(self) -> str:
+        if not self.keys:
+            return "Exchange SinglePartition, REQUIRED_BY_STATEFUL_OPERATOR"
+        return f"Exchange hashpartitioning({', '.join(self.keys)}, {self.num_partitions}), REQUIRED_BY_STATEFUL_OPERATOR"

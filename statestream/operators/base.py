@@ -1,0 +1,138 @@
+"""Physical operators: shared base classes, capability mixins and the metric table.
+
+Spark: ``SparkPlan``, and the traits ``StatefulOperator``, ``StateStoreReader``,
+``StateStoreWriter`` and ``WatermarkSupport`` in ``statefulOperators.scala``. Operators are frozen
+dataclasses; the planner builds them with per-batch fields left empty and
+``plan/incremental.py`` fills those fields in for each batch with ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+
+__all__ = [
+    "PhysicalOperator",
+    "StatefulOperatorStateInfo",
+    "StatefulOperator",
+    "StateStoreWriter",
+    "WatermarkSupport",
+    "STATE_WRITER_METRICS",
+]
+
+
+@dataclass(frozen=True)
+class StatefulOperatorStateInfo:
+    """Where a stateful operator keeps its state in this batch (Spark's
+    ``StatefulOperatorStateInfo``): the store of batch N is opened at version N."""
+
+    checkpoint_location: str
+    query_run_id: str
+    operator_id: int
+    store_version: int
+    num_partitions: int
+
+    def __str__(self) -> str:
+        return (
+            f"state info [ checkpoint = {self.checkpoint_location}, runId = {self.query_run_id}, "
+            f"opId = {self.operator_id}, ver = {self.store_version}, numPartitions = {self.num_partitions}]"
+        )
+
+
+#: The metrics every state-writing operator reports, with Spark's names: name -> (kind, meaning).
+STATE_WRITER_METRICS: dict[str, tuple[str, str]] = {
+    "numOutputRows": ("sum", "number of output rows"),
+    "numRowsDroppedByWatermark": ("sum", "number of rows which are dropped by watermark"),
+    "numTotalStateRows": ("sum", "number of total state rows"),
+    "numUpdatedStateRows": ("sum", "number of updated state rows"),
+    "allUpdatesTimeMs": ("timing", "time to update"),
+    "numRemovedStateRows": ("sum", "number of removed state rows"),
+    "allRemovalsTimeMs": ("timing", "time to remove"),
+    "commitTimeMs": ("timing", "time to commit changes"),
+    "stateMemory": ("size", "memory used by state"),
+    "numStateStoreInstances": ("sum", "number of state store instances"),
+}
+
+
+@dataclass(frozen=True)
+class PhysicalOperator:
+    """A node of a batch's physical plan. ``execute`` returns the Spark DataFrame it produces."""
+
+    @property
+    def children(self) -> tuple["PhysicalOperator", ...]:
+        out = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, PhysicalOperator):
+                out.append(v)
+            elif f.name == "inputs" and isinstance(v, tuple):
+                out.extend(x for x in v if isinstance(x, PhysicalOperator))
+        return tuple(out)
+
+    def with_children(self, children: list["PhysicalOperator"]) -> "PhysicalOperator":
+        it = iter(children)
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, PhysicalOperator):
+                changes[f.name] = next(it)
+            elif f.name == "inputs" and isinstance(v, tuple):
+                changes[f.name] = tuple(next(it) for _ in v)
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def transform_up(self, rule) -> "PhysicalOperator":
+        node = self.with_children([c.transform_up(rule) for c in self.children])
+        return rule(node)
+
+    def walk(self):
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":  # pragma: no cover - abstract
+        raise NotImplementedError(type(self).__name__)
+
+    def simple_string(self) -> str:
+        """One line of ``explain()`` for this node."""
+        return type(self).__name__.removesuffix("Exec")
+
+    #: Whether Spark would run this node inside whole-stage codegen (``*(n)`` prefix in explain).
+    codegen: bool = field(default=False, init=False, repr=False, compare=False)
+
+
+class StatefulOperator:
+    """Mixin: the operator has state (Spark: ``StatefulOperator``)."""
+
+    state_info: StatefulOperatorStateInfo | None
+
+    def get_state_info(self) -> StatefulOperatorStateInfo:
+        if self.state_info is None:
+            msg = f"{type(self).__name__} was not given its state info: IncrementalExecution must run before execution"
+            raise RuntimeError(msg)
+        return self.state_info
+
+
+class StateStoreWriter(StatefulOperator):
+    """Mixin: the operator writes state and reports ``STATE_WRITER_METRICS`` (Spark:
+    ``StateStoreWriter``)."""
+
+    #: operatorName in progress reports and in the operator metadata file
+    operator_name: str = "stateStoreWriter"
+
+    def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
+        return False
+
+
+class WatermarkSupport:
+    """Mixin: the operator filters late rows with one watermark and evicts state with another
+    (Spark: ``WatermarkSupport``). Both are milliseconds; ``None`` until IncrementalExecution
+    fills them in."""
+
+    event_time_watermark_for_late_events: int | None
+    event_time_watermark_for_eviction: int | None

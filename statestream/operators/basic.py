@@ -1,0 +1,82 @@
+"""Stateless physical operators: the scan of a source's batch, replayed projections/filters, the
+sort of a complete-mode result, and union."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from statestream.operators.base import PhysicalOperator
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+
+__all__ = ["StreamingRelationExec", "StatelessExec", "SortExec", "UnionExec"]
+
+
+@dataclass(frozen=True)
+class StreamingRelationExec(PhysicalOperator):
+    """This batch's rows of one source (Spark's ``MicroBatchScanExec`` / the scan that replaces
+    ``StreamingExecutionRelation`` in each batch)."""
+
+    source_index: int = 0
+    source_name: str = "source"
+    output: tuple[str, ...] = ()
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        return ctx.source_batches[self.source_index]
+
+    def simple_string(self) -> str:
+        return f"StreamingRelation {self.source_name}, [{', '.join(self.output)}]"
+
+
+@dataclass(frozen=True)
+class StatelessExec(PhysicalOperator):
+    """A stateless step (``Project``, ``Filter``, ...) replayed with PySpark on the batch."""
+
+    child: PhysicalOperator | None = None
+    op: str = "Project"
+    description: str = ""
+    transform: Callable[["DataFrame"], "DataFrame"] | None = field(default=None, repr=False, compare=False)
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None and self.transform is not None
+        return self.transform(self.child.execute(ctx))
+
+    def simple_string(self) -> str:
+        return f"{self.op} {self.description}".rstrip()
+
+
+@dataclass(frozen=True)
+class SortExec(PhysicalOperator):
+    """Sort of a complete-mode aggregation result (Spark's ``Sort`` over the final aggregate)."""
+
+    child: PhysicalOperator | None = None
+    description: str = ""
+    transform: Callable[["DataFrame"], "DataFrame"] | None = field(default=None, repr=False, compare=False)
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None and self.transform is not None
+        return self.transform(self.child.execute(ctx))
+
+    def simple_string(self) -> str:
+        return f"Sort {self.description}, true"
+
+
+@dataclass(frozen=True)
+class UnionExec(PhysicalOperator):
+    inputs: tuple[PhysicalOperator, ...] = ()
+    by_name: bool = False
+    options: Any = None
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        dfs = [i.execute(ctx) for i in self.inputs]
+        out = dfs[0]
+        for d in dfs[1:]:
+            out = out.unionByName(d, allowMissingColumns=bool(self.options)) if self.by_name else out.union(d)
+        return out
+
+    def simple_string(self) -> str:
+        return "Union"

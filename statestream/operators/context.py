@@ -1,0 +1,30 @@
+"""What one micro-batch's execution needs to know: the Spark session it runs on, the source
+batches, and where event-time statistics and state metrics are collected.
+
+Spark: the pieces of ``IncrementalExecution`` that operators read while executing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["BatchContext"]
+
+
+@dataclass
+class BatchContext:
+    spark: "SparkSession"
+    batch_id: int
+    #: source index -> this batch's rows of that source (an empty DataFrame for no new data)
+    source_batches: dict[int, "DataFrame"]
+    output_mode: str
+    #: watermark node id -> pyspark Observation gathering its event-time stats
+    observations: dict[str, Any] = field(default_factory=dict)
+    #: accumulator receiving one metrics dict per (operator, partition) task
+    metrics_accumulator: Any = None
+    #: operator id -> number of rows the operator saw per source (for progress)
+    extra: dict[str, Any] = field(default_factory=dict)

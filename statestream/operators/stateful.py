@@ -1,0 +1,259 @@
+"""StateStoreRestoreExec and StateStoreSaveExec: the stateful heart of a streaming aggregation.
+
+Spark: ``StateStoreRestoreExec``, ``StateStoreSaveExec`` (``statefulOperators.scala``). In
+statestream, restore, the second PartialMerge and save run fused, as one Arrow function per
+state partition inside a Spark task (``AggregationStateStep``): Spark's ``mapInArrow`` hands it
+the partition's merged batch buffers, one row per key. The function opens the store of
+(operator, partition) at version N, restores and merges the stored buffers, applies the
+output-mode rules, commits version N+1 and returns the rows to emit. State is never collected to
+the driver; the driver only receives the metrics, through an accumulator.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
+from statestream.operators.base import (
+    PhysicalOperator,
+    StatefulOperatorStateInfo,
+    StateStoreWriter,
+    WatermarkSupport,
+)
+from statestream.plan.aggregates import merge_buffers
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+
+__all__ = ["StateStoreRestoreExec", "StateStoreSaveExec", "AggregationStateStep", "RESTORE_HIT_METRIC"]
+
+#: statestream's own metric (Spark has none): input keys that found saved state on restore
+RESTORE_HIT_METRIC = "numRestoredStateRows"
+
+STATE_FORMAT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class StateStoreRestoreExec(PhysicalOperator, StateStoreWriter):
+    """Adds each key's stored buffer to the batch's buffer (executed inside the fused state step
+    of the ``StateStoreSaveExec`` above it)."""
+
+    child: PhysicalOperator | None = None
+    info: AggregationInfo | None = None
+    state_info: StatefulOperatorStateInfo | None = None
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None
+        return self.child.execute(ctx)
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        si = self.state_info
+        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {STATE_FORMAT_VERSION}"
+
+
+@dataclass(frozen=True)
+class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
+    child: PhysicalOperator | None = None
+    info: AggregationInfo | None = None
+    state_info: StatefulOperatorStateInfo | None = None
+    output_mode: str | None = None
+    event_time_watermark_for_late_events: int | None = None
+    event_time_watermark_for_eviction: int | None = None
+    store_conf: Any = None
+
+    operator_name = "stateStoreSave"
+
+    def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
+        """Spark: another (no-data) batch is worth running in append/update mode when the
+        watermark moved past the one this batch evicted with."""
+        if self.output_mode not in ("append", "update"):
+            return False
+        prev = self.event_time_watermark_for_eviction
+        return prev is not None and new_input_watermark_ms > prev
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql.types import StructType
+
+        assert self.child is not None and self.info is not None
+        df = self.child.execute(ctx)
+        si = self.get_state_info()
+        out_schema = StructType([f for f in df.schema.fields if f.name != PARTITION_ID_COLUMN])
+        step = AggregationStateStep(
+            state_root=si.checkpoint_location,
+            run_id=si.query_run_id,
+            operator_id=si.operator_id,
+            version=si.store_version,
+            key_columns=self.info.key_columns,
+            buffers=tuple((b.column, b.merge) for c in self.info.calls for b in c.buffers),
+            input_schema=_arrow_schema(df.schema),
+            output_mode=self.output_mode or ctx.output_mode,
+            w_late_ms=self.event_time_watermark_for_late_events,
+            w_evict_ms=self.event_time_watermark_for_eviction,
+            event_time_key=self.info.event_time_key,
+            event_time_is_struct=self.info.event_time_is_struct,
+            store_conf=self.store_conf,
+            accumulator=ctx.metrics_accumulator,
+        )
+        return df.mapInArrow(step, out_schema)
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        si = self.state_info
+        mode = (self.output_mode or "<unknown>").capitalize()
+        late = self.event_time_watermark_for_late_events
+        evict = self.event_time_watermark_for_eviction
+        wm = f", {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
+        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {mode}{wm}, {STATE_FORMAT_VERSION}"
+
+
+def _arrow_schema(struct) -> pa.Schema:
+    """The canonical Arrow schema of a Spark schema (timestamps in UTC microseconds)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(struct, timestamp_utc=True)
+
+
+def event_time_micros(table: pa.Table, column: str, is_struct: bool) -> pa.ChunkedArray:
+    """The event time of each row in µs: the raw timestamp, or a window's ``end``."""
+    arr = table.column(column)
+    if is_struct:
+        arr = pc.struct_field(arr, "end")
+    if pa.types.is_timestamp(arr.type):
+        arr = arr.cast(pa.timestamp("us", tz=arr.type.tz)).cast(pa.int64())
+    elif pa.types.is_date(arr.type):
+        arr = pc.multiply(arr.cast(pa.int32()).cast(pa.int64()), 86_400_000_000)
+    return arr
+
+
+def older_than_watermark(table: pa.Table, column: str, is_struct: bool, watermark_ms: int) -> pa.ChunkedArray:
+    """Rows whose event time is ``<=`` the watermark (a null time is never older)."""
+    return pc.fill_null(pc.less_equal(event_time_micros(table, column, is_struct), watermark_ms * 1000), False)
+
+
+@dataclass(frozen=True)
+class AggregationStateStep:
+    """The per-partition state step (restore, merge, save, commit), picklable so that Spark ships
+    it to the Python workers. ``__call__`` is the ``mapInArrow`` function."""
+
+    state_root: str
+    run_id: str
+    operator_id: int
+    version: int
+    key_columns: tuple[str, ...]
+    buffers: tuple[tuple[str, str], ...]
+    input_schema: pa.Schema
+    output_mode: str
+    w_late_ms: int | None
+    w_evict_ms: int | None
+    event_time_key: str | None
+    event_time_is_struct: bool
+    store_conf: Any = None
+    accumulator: Any = field(default=None, compare=False)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        out, metrics = self.process(partition, batches)
+        if self.accumulator is not None:
+            self.accumulator.add([metrics])
+        yield from out.to_batches(max_chunksize=1 << 16)
+
+    def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
+        """Run the step for one partition; returns (rows to emit, metrics). Pure apart from the
+        state store files, so it is unit-testable without Spark."""
+        from statestream.state.provider import get_provider
+        from statestream.state.store import StateStoreConf, StateStoreId
+
+        batches = list(batches)
+        table = pa.Table.from_batches(batches) if batches else self.input_schema.empty_table()
+        table = table.cast(self.input_schema) if table.schema != self.input_schema else table
+        if table.num_rows:
+            pids = pc.unique(table.column(PARTITION_ID_COLUMN)).to_pylist()
+            if pids != [partition]:
+                msg = (
+                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
+                    f"operator {self.operator_id}; the aggregation's exchange did not partition by the grouping keys"
+                )
+                raise RuntimeError(msg)
+        table = table.drop_columns([PARTITION_ID_COLUMN])
+        key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
+        value_schema = pa.schema([table.schema.field(c) for c, _ in self.buffers])
+        store_id = StateStoreId(self.state_root, self.operator_id, partition)
+        provider = get_provider(store_id, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
+        store = provider.get_store(self.version)
+        m = {
+            "operatorId": self.operator_id,
+            "partition": partition,
+            "numOutputRows": 0,
+            "numRowsDroppedByWatermark": 0,
+            "numUpdatedStateRows": 0,
+            "numRemovedStateRows": 0,
+            RESTORE_HIT_METRIC: 0,
+        }
+        try:
+            t0 = time.perf_counter()
+            keys = table.select(list(self.key_columns))
+            if table.num_rows:
+                stored = store.lookup(keys)
+                m[RESTORE_HIT_METRIC] = int(pc.sum(stored.column("__found")).as_py() or 0)
+                merged_cols = [merge_buffers(rule, stored.column(c), table.column(c)) for c, rule in self.buffers]
+                merged = pa.Table.from_arrays(
+                    list(keys.columns) + list(merged_cols), schema=pa.schema(list(key_schema) + list(value_schema))
+                )
+            else:
+                merged = pa.schema(list(key_schema) + list(value_schema)).empty_table()
+            mode = self.output_mode
+            evicted = None
+            removal_ms = 0.0
+            if mode == "complete":
+                store.put(merged)
+                m["numUpdatedStateRows"] = merged.num_rows
+                output = store.table()
+            elif mode in ("update", "append"):
+                if self.event_time_key is not None and self.w_late_ms is not None and merged.num_rows:
+                    late = older_than_watermark(merged, self.event_time_key, self.event_time_is_struct, self.w_late_ms)
+                    n_late = int(pc.sum(late).as_py() or 0)
+                    if n_late:
+                        merged = merged.filter(pc.invert(late))
+                    m["numRowsDroppedByWatermark"] = n_late
+                store.put(merged)
+                m["numUpdatedStateRows"] = merged.num_rows
+                if self.event_time_key is not None and self.w_evict_ms is not None:
+                    r0 = time.perf_counter()
+                    col, is_struct, wm = self.event_time_key, self.event_time_is_struct, self.w_evict_ms
+                    evicted = store.evict(lambda t: older_than_watermark(t, col, is_struct, wm))
+                    removal_ms = (time.perf_counter() - r0) * 1000
+                    m["numRemovedStateRows"] = evicted.num_rows
+                if mode == "update":
+                    output = merged
+                else:
+                    output = evicted if evicted is not None else merged.slice(0, 0)
+            else:
+                raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
+            updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
+            c0 = time.perf_counter()
+            store.commit()
+            commit_ms = (time.perf_counter() - c0) * 1000
+            provider.do_maintenance()
+        except BaseException:
+            store.abort()
+            raise
+        sm = store.metrics()
+        m["numOutputRows"] = output.num_rows
+        m["numTotalStateRows"] = sm.num_keys
+        m["allUpdatesTimeMs"] = int(updates_ms)
+        m["allRemovalsTimeMs"] = int(removal_ms)
+        m["commitTimeMs"] = int(commit_ms)
+        m["stateMemory"] = sm.memory_used_bytes
+        m["customMetrics"] = dict(sm.custom_metrics)
+        output = output.select(list(self.key_columns) + [c for c, _ in self.buffers])
+        return output, m

@@ -1,0 +1,223 @@
+"""Aggregate decomposition: each aggregate function as partial buffers, a merge rule and a final
+expression.
+
+Spark: ``AggregateFunction`` with its ``aggBufferAttributes``, ``mergeExpressions`` and
+``evaluateExpression``; ``AggUtils.planStreamingAggregation`` uses them in the Partial,
+PartialMerge and Final modes. State stores *buffers*, never final results, so ``avg`` is kept as
+``(sum, count)`` and only turned into a mean after the state step.
+
+Two halves:
+
+* ``decompose_aggregate`` reads a PySpark aggregate ``Column`` (its unresolved node tree) and
+  returns an ``AggregateCall``: which function, its argument columns, the buffers.
+* ``merge_buffers`` is the pure merge rule on Arrow arrays (state buffer with batch buffer), used
+  inside the state step. It has no pyspark dependency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+__all__ = [
+    "BufferField",
+    "AggregateCall",
+    "decompose_aggregate",
+    "merge_buffers",
+    "SUPPORTED_FUNCTIONS",
+    "UnsupportedAggregateError",
+]
+
+#: merge rules a buffer can have
+MERGE_SUM0 = "sum0"  # counts: null counts as 0, result never null
+MERGE_SUM = "sum"  # sums: null + x = x, null + null = null, overflow is an error (ANSI)
+MERGE_MIN = "min"
+MERGE_MAX = "max"
+
+SUPPORTED_FUNCTIONS = ("count", "sum", "avg", "mean", "min", "max")
+
+
+class UnsupportedAggregateError(ValueError):
+    """An aggregate expression statestream cannot decompose yet."""
+
+
+@dataclass(frozen=True)
+class BufferField:
+    """One aggregation-buffer column: its Spark-side name in the state schema (``count``,
+    ``sum``...), the internal column name, and how two buffers merge."""
+
+    spark_name: str
+    column: str
+    merge: str
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """An aggregate function applied in a streaming aggregation.
+
+    ``function`` is the canonical name (``count``, ``sum``, ``avg``, ``min``, ``max``);
+    ``args`` the argument columns (PySpark ``Column`` objects, unresolved, so they re-resolve on
+    every batch DataFrame); ``output_name`` the name Spark gives the result column.
+    """
+
+    function: str
+    args: tuple[Any, ...]
+    is_distinct: bool
+    output_name: str
+    buffers: tuple[BufferField, ...]
+    sql: str
+
+    def partial_columns(self) -> list["Column"]:
+        """The Spark aggregate columns that compute this call's buffers for one batch (Spark's
+        Partial + PartialMerge: a batch aggregation yields one merged buffer row per key)."""
+        from pyspark.sql import functions as F
+
+        arg = self.args[0] if self.args else F.lit(1)
+        f = self.function
+        if f == "count":
+            cols = [F.count(arg)]
+        elif f == "sum":
+            cols = [F.sum(arg)]
+        elif f == "avg":
+            cols = [F.sum(arg.cast("double")), F.count(arg)]
+        elif f == "min":
+            cols = [F.min(arg)]
+        elif f == "max":
+            cols = [F.max(arg)]
+        else:  # pragma: no cover - guarded by decompose_aggregate
+            raise UnsupportedAggregateError(f)
+        return [c.alias(b.column) for c, b in zip(cols, self.buffers)]
+
+    def final_column(self) -> "Column":
+        """The Final-mode expression over the merged buffers (Spark's evaluateExpression)."""
+        from pyspark.sql import functions as F
+
+        cols = [F.col(b.column) for b in self.buffers]
+        if self.function == "avg":
+            s, c = cols
+            return F.when(c == 0, F.lit(None)).otherwise(s / c)
+        return cols[0]
+
+
+_ALIASES = {"mean": "avg", "count_if": None}
+
+
+def _buffers(function: str, index: int) -> tuple[BufferField, ...]:
+    p = f"__b{index}"
+    if function == "count":
+        return (BufferField("count", f"{p}_count", MERGE_SUM0),)
+    if function == "sum":
+        return (BufferField("sum", f"{p}_sum", MERGE_SUM),)
+    if function == "avg":
+        return (BufferField("sum", f"{p}_sum", MERGE_SUM), BufferField("count", f"{p}_count", MERGE_SUM0))
+    if function == "min":
+        return (BufferField("min", f"{p}_min", MERGE_MIN),)
+    if function == "max":
+        return (BufferField("max", f"{p}_max", MERGE_MAX),)
+    raise UnsupportedAggregateError(function)
+
+
+def _column_from_node(jvm: Any, node: Any) -> "Column":
+    from pyspark.sql import Column
+
+    return Column(jvm.org.apache.spark.sql.Column(node))
+
+
+def column_node(col: "Column") -> Any:
+    """The unresolved ``ColumnNode`` behind a classic PySpark column."""
+    return col._jc.node()  # noqa: SLF001 - the only way to read a classic Column's expression
+
+
+def decompose_aggregate(col: "Column", index: int, output_name: str) -> AggregateCall:
+    """Decompose ``F.<fn>(args)[.alias(name)]`` into an ``AggregateCall``.
+
+    ``output_name`` is the result column name, read from the batch-analysed template so it is
+    exactly what Spark would call it. Raises ``UnsupportedAggregateError`` for expressions that
+    are not a single aggregate function call (for example ``sum(x) + 1``).
+    """
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    jvm = spark._jvm  # noqa: SLF001
+    node = column_node(col)
+    while node.getClass().getSimpleName() == "Alias":
+        node = node.child()
+    kind = node.getClass().getSimpleName()
+    if kind != "UnresolvedFunction":
+        msg = f"statestream cannot decompose the aggregate expression {node.sql()}: expected a call of one of {', '.join(SUPPORTED_FUNCTIONS)}"
+        raise UnsupportedAggregateError(msg)
+    name = str(node.functionName()).lower()
+    function = _ALIASES.get(name, name)
+    if function not in ("count", "sum", "avg", "min", "max"):
+        msg = f"statestream does not support the aggregate function {name}() in streaming aggregations yet (supported: {', '.join(SUPPORTED_FUNCTIONS)})"
+        raise UnsupportedAggregateError(msg)
+    arguments = node.arguments()
+    args = []
+    for i in range(arguments.size()):
+        a = arguments.apply(i)
+        if a.getClass().getSimpleName() == "UnresolvedStar":
+            if function != "count":
+                msg = f"{name}(*) is not a valid aggregate"
+                raise UnsupportedAggregateError(msg)
+            continue
+        args.append(_column_from_node(jvm, a))
+    if function != "count" and len(args) != 1:
+        msg = f"{name}() takes exactly one argument in statestream"
+        raise UnsupportedAggregateError(msg)
+    if function == "count" and len(args) > 1:
+        # count(a, b) counts rows where all arguments are non-null
+        from pyspark.sql import functions as F
+
+        cond = None
+        for a in args:
+            c = a.isNotNull()
+            cond = c if cond is None else (cond & c)
+        args = [F.when(cond, F.lit(1))]
+    return AggregateCall(
+        function=function,
+        args=tuple(args),
+        is_distinct=bool(node.isDistinct()),
+        output_name=output_name,
+        buffers=_buffers(function, index),
+        sql=str(node.sql()),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# pure merge rules on Arrow arrays
+# --------------------------------------------------------------------------------------------
+
+
+def merge_buffers(rule: str, state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Merge a stored buffer column with this batch's buffer column, row by row (vectorised).
+
+    ``state`` is null where a key has no stored buffer yet. Mirrors Spark's merge expressions:
+    counts add with null as zero; sums ignore a null side and fail on overflow (ANSI mode, the
+    Spark 4 default); min/max ignore nulls.
+    """
+    if rule == MERGE_SUM0:
+        return pc.add_checked(pc.fill_null(state, 0), pc.fill_null(batch, 0))
+    if rule == MERGE_SUM:
+        both = pc.add_checked(state, batch)
+        return pc.coalesce(both, state, batch)
+    if rule in (MERGE_MIN, MERGE_MAX):
+        return _min_max(rule, state, batch)
+    raise ValueError(f"unknown merge rule {rule!r}")
+
+
+def _min_max(rule: str, a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Array:
+    typ = a.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ):
+        less = pc.less(b, a) if rule == MERGE_MIN else pc.greater(b, a)
+        pick_b = pc.or_(pc.is_null(a), pc.fill_null(less, False))
+        return pc.if_else(pick_b, b, a)
+    if rule == MERGE_MIN:
+        return pc.min_element_wise(a, b, skip_nulls=True)
+    return pc.max_element_wise(a, b, skip_nulls=True)

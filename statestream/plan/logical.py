@@ -1,0 +1,184 @@
+"""Logical plan of a streaming query.
+
+Each node is an immutable record of one user operation. Next to the node we keep a *template*: a
+Spark batch DataFrame built by applying the same operations to an empty relation with the
+source's schema. Spark's analyzer resolves the template eagerly, which gives us (for free and
+exactly as Spark would) unresolved-column errors at definition time, every node's output schema,
+the default names of aggregate columns, and the event-time marker metadata
+(``spark.watermarkDelayMs``) carried through projections and ``window()``.
+
+At run time the planner replays the nodes on each micro-batch's real data (see
+``plan/planner.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "LogicalPlan",
+    "StreamingRelation",
+    "Stateless",
+    "EventTimeWatermark",
+    "Aggregate",
+    "Sort",
+    "Limit",
+    "Deduplicate",
+    "Union",
+    "WATERMARK_DELAY_KEY",
+    "TIME_WINDOW_KEY",
+    "SESSION_WINDOW_KEY",
+]
+
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
+TIME_WINDOW_KEY = "spark.timeWindow"
+SESSION_WINDOW_KEY = "spark.sessionWindow"
+
+
+@dataclass(frozen=True, eq=False)
+class LogicalPlan:
+    """Base of all logical nodes. ``template`` is the batch-analysed DataFrame of this node."""
+
+    template: "DataFrame" = field(repr=False)
+
+    @property
+    def children(self) -> tuple["LogicalPlan", ...]:
+        return ()
+
+    @property
+    def schema(self) -> "StructType":
+        return self.template.schema
+
+    @property
+    def node_name(self) -> str:
+        return type(self).__name__
+
+    def walk(self):
+        """Pre-order traversal (the node, then its children, left to right)."""
+        yield self
+        for c in self.children:
+            yield from c.walk()
+
+    def find(self, kind: type) -> list["LogicalPlan"]:
+        return [n for n in self.walk() if isinstance(n, kind)]
+
+    def event_time_columns(self) -> list[str]:
+        """Output columns carrying the event-time marker (``spark.watermarkDelayMs``)."""
+        return [f.name for f in self.schema.fields if WATERMARK_DELAY_KEY in (f.metadata or {})]
+
+
+@dataclass(frozen=True, eq=False)
+class StreamingRelation(LogicalPlan):
+    """A streaming source (Spark: ``StreamingRelationV2``). ``source_spec`` builds the source
+    at ``start()``; ``source_index`` is its position in the offset log (set by the query)."""
+
+    source_spec: Any = None
+
+    @property
+    def node_name(self) -> str:
+        return "StreamingRelation"
+
+
+@dataclass(frozen=True, eq=False)
+class UnaryNode(LogicalPlan):
+    child: LogicalPlan | None = None
+
+    @property
+    def children(self) -> tuple[LogicalPlan, ...]:
+        return (self.child,) if self.child is not None else ()
+
+
+@dataclass(frozen=True, eq=False)
+class Stateless(UnaryNode):
+    """A stateless operation (select, filter, withColumn, drop, ...) replayed on each batch by
+    ``transform``. ``op`` is Spark's logical node name (``Project``, ``Filter``)."""
+
+    op: str = "Project"
+    description: str = ""
+    transform: Callable[["DataFrame"], "DataFrame"] | None = field(default=None, repr=False)
+    columns: tuple["Column", ...] = field(default=(), repr=False)
+
+    @property
+    def node_name(self) -> str:
+        return self.op
+
+
+@dataclass(frozen=True, eq=False)
+class EventTimeWatermark(UnaryNode):
+    """``withWatermark(column, delay)`` (Spark: ``EventTimeWatermark``). ``node_id`` keys the
+    per-node watermark in the tracker."""
+
+    column: str = ""
+    delay_ms: int = 0
+    delay_text: str = ""
+    node_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(UnaryNode):
+    """``groupBy(grouping).agg(aggregates)``. Grouping and aggregate columns are kept as the
+    user wrote them (unresolved PySpark columns)."""
+
+    grouping: tuple["Column", ...] = field(default=(), repr=False)
+    aggregates: tuple["Column", ...] = field(default=(), repr=False)
+
+    @property
+    def grouping_names(self) -> list[str]:
+        return self.schema.names[: len(self.grouping)]
+
+    @property
+    def aggregate_names(self) -> list[str]:
+        return self.schema.names[len(self.grouping) :]
+
+    def grouping_field(self, name: str):
+        return self.schema[name]
+
+    def event_time_key(self) -> str | None:
+        """The grouping column carrying the event-time marker, if any."""
+        for name in self.grouping_names:
+            if WATERMARK_DELAY_KEY in (self.schema[name].metadata or {}):
+                return name
+        return None
+
+    def is_session_window(self) -> bool:
+        return any(SESSION_WINDOW_KEY in (self.schema[n].metadata or {}) for n in self.grouping_names)
+
+
+@dataclass(frozen=True, eq=False)
+class Sort(UnaryNode):
+    """``orderBy``/``sort``: only legal after an aggregation in complete mode."""
+
+    transform: Callable[["DataFrame"], "DataFrame"] | None = field(default=None, repr=False)
+    description: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class Limit(UnaryNode):
+    """``limit(n)``."""
+
+    n: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Deduplicate(UnaryNode):
+    """``dropDuplicates(keys)`` / ``dropDuplicatesWithinWatermark(keys)``."""
+
+    keys: tuple[str, ...] = ()
+    within_watermark: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Union(LogicalPlan):
+    """``union`` of streaming inputs."""
+
+    inputs: tuple[LogicalPlan, ...] = ()
+
+    @property
+    def children(self) -> tuple[LogicalPlan, ...]:
+        return self.inputs

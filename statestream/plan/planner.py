@@ -1,0 +1,97 @@
+"""The streaming planner: logical plan to physical operators.
+
+Spark: ``IncrementalExecution``'s planner with its extra strategies (``StatefulAggregationStrategy``
+with ``AggUtils.planStreamingAggregation``; deduplication and the global limit come later).
+The planner knows nothing about batches: per-batch fields (state info, watermarks, output mode)
+are filled in by ``plan/incremental.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from statestream.operators.aggregate import AggregationInfo, HashAggregateExec, ShuffleExchangeExec
+from statestream.operators.basic import SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
+from statestream.operators.watermark import EventTimeWatermarkExec
+from statestream.plan import logical as L
+from statestream.plan.aggregates import decompose_aggregate
+
+if TYPE_CHECKING:
+    from statestream.operators.base import PhysicalOperator
+
+__all__ = ["plan_streaming_query", "plan_streaming_aggregation", "aggregation_info"]
+
+
+def plan_streaming_query(
+    plan: L.LogicalPlan, num_partitions: int, source_indexes: dict[int, int], store_conf=None
+) -> "PhysicalOperator":
+    """Plan ``plan``; ``source_indexes`` maps ``id(StreamingRelation)`` to the source's index in
+    the offset log."""
+
+    def go(node: L.LogicalPlan) -> "PhysicalOperator":
+        if isinstance(node, L.StreamingRelation):
+            spec = node.source_spec
+            name = getattr(spec, "short_name", None) or getattr(spec, "format", "source")
+            return StreamingRelationExec(
+                source_index=source_indexes[id(node)], source_name=str(name), output=tuple(node.schema.names)
+            )
+        if isinstance(node, L.EventTimeWatermark):
+            return EventTimeWatermarkExec(
+                child=go(node.child),
+                column=node.column,
+                delay_ms=node.delay_ms,
+                delay_text=node.delay_text,
+                node_id=node.node_id,
+            )
+        if isinstance(node, L.Aggregate):
+            return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
+        if isinstance(node, L.Sort):
+            return SortExec(child=go(node.child), description=node.description, transform=node.transform)
+        if isinstance(node, L.Stateless):
+            return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
+        if isinstance(node, L.Union):
+            return UnionExec(inputs=tuple(go(i) for i in node.inputs))
+        msg = f"statestream cannot plan {node.node_name} yet"
+        raise NotImplementedError(msg)
+
+    return go(plan)
+
+
+def aggregation_info(node: L.Aggregate) -> AggregationInfo:
+    """Decompose an ``Aggregate`` node into keys, buffers and the event-time key."""
+    from pyspark.sql.types import StructType
+
+    names = node.grouping_names
+    keys = tuple(f"__k{i}" for i in range(len(names)))
+    calls = tuple(decompose_aggregate(c, i, n) for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names)))
+    et_name = node.event_time_key()
+    et_key = None
+    et_struct = False
+    if et_name is not None:
+        et_key = keys[names.index(et_name)]
+        et_struct = isinstance(node.schema[et_name].dataType, StructType)
+    return AggregationInfo(
+        grouping=tuple(node.grouping),
+        grouping_names=tuple(names),
+        key_columns=keys,
+        calls=calls,
+        output_schema=node.schema,
+        event_time_key=et_key,
+        event_time_is_struct=et_struct,
+    )
+
+
+def plan_streaming_aggregation(
+    node: L.Aggregate, child: "PhysicalOperator", num_partitions: int, store_conf=None
+) -> "PhysicalOperator":
+    """Spark's seven-step chain: Partial, Exchange, PartialMerge, StateStoreRestore,
+    PartialMerge, StateStoreSave, Final."""
+    info = aggregation_info(node)
+    partial = HashAggregateExec(child=child, info=info, mode="Partial")
+    exchange = ShuffleExchangeExec(child=partial, keys=info.grouping_names, num_partitions=num_partitions)
+    merge1 = HashAggregateExec(child=exchange, info=info, mode="PartialMerge", step="exchange", num_partitions=num_partitions)
+    restore = StateStoreRestoreExec(child=merge1, info=info)
+    merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
+    save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)
+    return HashAggregateExec(child=save, info=info, mode="Final")

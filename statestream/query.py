@@ -1,0 +1,118 @@
+"""StreamingQuery and StreamingQueryManager handles (PySpark's names and behaviour)."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from statestream.runtime.microbatch import MicroBatchExecution
+
+__all__ = ["StreamingQuery", "StreamingQueryManager"]
+
+
+class StreamingQuery:
+    """A handle to a running (or terminated) query."""
+
+    def __init__(self, execution: "MicroBatchExecution") -> None:
+        self._ex = execution
+
+    @property
+    def id(self) -> str:
+        return self._ex.query_id
+
+    @property
+    def runId(self) -> str:  # noqa: N802
+        return self._ex.run_id
+
+    @property
+    def name(self) -> str | None:
+        return self._ex.query_name
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802
+        return self._ex.is_active
+
+    @property
+    def status(self) -> dict:
+        return self._ex.status
+
+    @property
+    def lastProgress(self) -> dict | None:  # noqa: N802
+        return self._ex.progress.last()
+
+    @property
+    def recentProgress(self) -> list[dict]:  # noqa: N802
+        return self._ex.progress.recent()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
+        done = self._ex.await_termination(timeout)
+        return done if timeout is not None else None
+
+    def processAllAvailable(self) -> None:  # noqa: N802
+        self._ex.process_all_available()
+
+    def stop(self) -> None:
+        self._ex.stop()
+
+    def exception(self) -> BaseException | None:
+        return self._ex.exception
+
+    def explain(self, extended: bool = False) -> None:
+        from statestream.plan.explain import explain_string
+
+        plan = self._ex._last_plan or self._ex._physical  # noqa: SLF001
+        if plan is None:
+            print("N/A")  # noqa: T201 - like PySpark, explain prints
+            return
+        print(explain_string(plan, extended=extended))  # noqa: T201
+
+    def __repr__(self) -> str:
+        return f"<StreamingQuery id={self.id} name={self.name}>"
+
+
+class StreamingQueryManager:
+    """``StreamingSession.streams``: the active queries of one session."""
+
+    def __init__(self) -> None:
+        self._queries: dict[str, StreamingQuery] = {}
+        self._lock = threading.Condition()
+        self._last_terminated: "MicroBatchExecution | None" = None
+
+    def _register(self, q: StreamingQuery) -> None:
+        with self._lock:
+            for other in self._queries.values():
+                if other.isActive and other.id == q.id:
+                    msg = f"Cannot start query with id {q.id} as another query with same id is already active. Perhaps you are attempting to restart a query from checkpoint that is already active."
+                    raise RuntimeError(msg)
+            self._queries[q.runId] = q
+
+    def _notify_terminated(self, ex: "MicroBatchExecution") -> None:
+        with self._lock:
+            self._last_terminated = ex
+            self._lock.notify_all()
+
+    @property
+    def active(self) -> list[StreamingQuery]:
+        return [q for q in self._queries.values() if q.isActive]
+
+    def get(self, id: str) -> StreamingQuery | None:  # noqa: A002 - PySpark's name
+        for q in self.active:
+            if q.id == id:
+                return q
+        return None
+
+    def awaitAnyTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
+        with self._lock:
+            ok = self._lock.wait_for(lambda: self._last_terminated is not None, timeout)
+            ex = self._last_terminated
+        if ex is not None and ex.exception is not None:
+            raise ex.exception
+        return ok if timeout is not None else None
+
+    def resetTerminated(self) -> None:  # noqa: N802
+        with self._lock:
+            self._last_terminated = None
+
+    def addListener(self, listener: Any) -> None:  # noqa: N802
+        raise NotImplementedError("StreamingQueryListener is not supported by statestream yet")

@@ -1,0 +1,277 @@
+"""DataStreamReader and DataStreamWriter with PySpark's names, arguments and chaining."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from statestream.plan import logical as L
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from statestream.dataframe import DataFrame
+    from statestream.query import StreamingQuery
+    from statestream.session import StreamingSession
+    from statestream.sources.base import Source
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DataStreamReader", "DataStreamWriter", "SourceSpec"]
+
+
+@dataclass
+class SourceSpec:
+    """How to create a source when a query starts (each run gets a fresh source object, given
+    its ``sources/<i>`` checkpoint directory). A ``MemoryStream`` is passed as ``instance`` and
+    shared across runs, like Spark's."""
+
+    format: str
+    options: dict[str, str] = field(default_factory=dict)
+    schema: Any = None
+    path: str | None = None
+    instance: Any = None
+
+    @property
+    def short_name(self) -> str:
+        return "MemoryStream" if self.instance is not None else self.format
+
+    def create(self, spark: "SparkSession", metadata_dir: str | None) -> "Source":
+        if self.instance is not None:
+            return self.instance
+        from statestream.sources import create_source
+
+        return create_source(self.format, dict(self.options), self.schema, self.path, metadata_dir, spark)
+
+
+class DataStreamReader:
+    """``StreamingSession.readStream``."""
+
+    def __init__(self, session: "StreamingSession") -> None:
+        self._session = session
+        self._format = "parquet"
+        self._options: dict[str, str] = {}
+        self._schema: Any = None
+
+    def format(self, source: str) -> "DataStreamReader":
+        self._format = source
+        return self
+
+    def option(self, key: str, value: Any) -> "DataStreamReader":
+        self._options[key] = _to_str(value)
+        return self
+
+    def options(self, **options: Any) -> "DataStreamReader":
+        for k, v in options.items():
+            self.option(k, v)
+        return self
+
+    def schema(self, schema: "StructType | str") -> "DataStreamReader":
+        from pyspark.sql.types import StructType
+
+        if isinstance(schema, str):
+            schema = StructType.fromDDL(schema)
+        self._schema = schema
+        return self
+
+    def load(self, path: str | None = None, format: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: A002
+        if format is not None:
+            self.format(format)
+        if schema is not None:
+            self.schema(schema)
+        self.options(**options)
+        spec = SourceSpec(self._format.lower(), dict(self._options), self._schema, path)
+        return _relation(self._session, spec)
+
+    def parquet(self, path: str, **options: Any) -> "DataFrame":
+        return self.format("parquet").load(path, **options)
+
+    def json(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        return self.format("json").load(path, schema=schema, **options)
+
+    def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        return self.format("csv").load(path, schema=schema, **options)
+
+    def text(self, path: str, **options: Any) -> "DataFrame":
+        return self.format("text").load(path, **options)
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _relation(session: "StreamingSession", spec: SourceSpec) -> "DataFrame":
+    from statestream.dataframe import DataFrame
+
+    spark = session.sparkSession
+    probe = spec.create(spark, None)  # validates options and gives the schema (Spark fails at load())
+    schema = probe.schema
+    if spec.instance is None:
+        probe.stop()
+    template = spark.createDataFrame([], schema)
+    return DataFrame(L.StreamingRelation(template=template, source_spec=spec), session)
+
+
+def memory_stream_df(session: "StreamingSession", stream: Any) -> "DataFrame":
+    """A streaming DataFrame over a ``MemoryStream`` (tests)."""
+    return _relation(session, SourceSpec("memory", instance=stream))
+
+
+class DataStreamWriter:
+    """``DataFrame.writeStream``."""
+
+    def __init__(self, df: "DataFrame") -> None:
+        self._df = df
+        self._mode = "append"
+        self._format = "console"
+        self._options: dict[str, str] = {}
+        self._query_name: str | None = None
+        self._trigger: Any = None
+        self._foreach_batch: Callable | None = None
+        self._partition_by: list[str] = []
+
+    def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
+        mode = outputMode.lower() if isinstance(outputMode, str) else outputMode
+        if mode not in ("append", "update", "complete"):
+            msg = (
+                f"[STREAMING_OUTPUT_MODE.INVALID] Invalid streaming output mode: {outputMode}. SQLSTATE: 42KDE"
+            )
+            from statestream.errors import analysis_error
+
+            raise analysis_error("STREAMING_OUTPUT_MODE.INVALID", msg, "42KDE", outputMode=str(outputMode))
+        self._mode = mode
+        return self
+
+    def format(self, source: str) -> "DataStreamWriter":
+        self._format = source.lower()
+        return self
+
+    def option(self, key: str, value: Any) -> "DataStreamWriter":
+        self._options[key] = _to_str(value)
+        return self
+
+    def options(self, **options: Any) -> "DataStreamWriter":
+        for k, v in options.items():
+            self.option(k, v)
+        return self
+
+    def partitionBy(self, *cols: str) -> "DataStreamWriter":  # noqa: N802
+        self._partition_by = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else list(cols)
+        return self
+
+    def queryName(self, queryName: str) -> "DataStreamWriter":  # noqa: N802,N803
+        if not queryName or not isinstance(queryName, str) or not queryName.strip():
+            raise ValueError("[VALUE_NOT_NON_EMPTY_STR] Value for `queryName` must be a non-empty string, got '%s'." % queryName)
+        self._query_name = queryName
+        return self
+
+    def trigger(
+        self,
+        *,
+        processingTime: str | None = None,  # noqa: N803
+        once: bool | None = None,
+        continuous: str | None = None,
+        availableNow: bool | None = None,  # noqa: N803
+    ) -> "DataStreamWriter":
+        from statestream.runtime.microbatch import Trigger
+
+        given = [x for x in (processingTime, once, continuous, availableNow) if x is not None]
+        if len(given) != 1:
+            raise ValueError("[ONLY_ALLOW_SINGLE_TRIGGER] Only a single trigger is allowed.")
+        if continuous is not None:
+            raise NotImplementedError("statestream runs micro-batches only: the continuous trigger is not supported")
+        if processingTime is not None:
+            from statestream.runtime.intervals import parse_trigger_interval_ms
+
+            self._trigger = Trigger("processingTime", parse_trigger_interval_ms(processingTime))
+        elif once:
+            self._trigger = Trigger("once")
+        elif availableNow:
+            self._trigger = Trigger("availableNow")
+        else:
+            raise ValueError("[VALUE_NOT_TRUE] Value for `once` or `availableNow` must be True.")
+        return self
+
+    def foreachBatch(self, func: Callable) -> "DataStreamWriter":  # noqa: N802
+        self._foreach_batch = func
+        self._format = "foreachbatch"
+        return self
+
+    def foreach(self, f: Any) -> "DataStreamWriter":
+        raise NotImplementedError("statestream does not support foreach yet; use foreachBatch")
+
+    def toTable(self, tableName: str, **options: Any) -> "StreamingQuery":  # noqa: N802,N803
+        raise NotImplementedError("statestream does not support toTable yet; use a file sink or foreachBatch")
+
+    def start(
+        self,
+        path: str | None = None,
+        format: str | None = None,  # noqa: A002
+        outputMode: str | None = None,  # noqa: N803
+        partitionBy: Any = None,  # noqa: N803
+        queryName: str | None = None,  # noqa: N803
+        **options: Any,
+    ) -> "StreamingQuery":
+        from statestream.plan.analysis import check_for_streaming
+        from statestream.query import StreamingQuery
+        from statestream.runtime.microbatch import MicroBatchExecution, Trigger
+        from statestream.sinks import create_sink
+
+        if format is not None:
+            self.format(format)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if queryName is not None:
+            self.queryName(queryName)
+        self.options(**options)
+        if path is not None:
+            self._options["path"] = path
+        spark = self._df.sparkSession
+        conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
+        check_for_streaming(self._df._plan, self._mode, conf)  # noqa: SLF001
+        sink = create_sink(
+            self._format,
+            dict(self._options),
+            self._query_name,
+            spark,
+            foreach_batch=self._foreach_batch,
+            output_mode=self._mode,
+            partition_by=self._partition_by,
+        )
+        checkpoint = self._options.get("checkpointLocation")
+        if checkpoint is None:
+            root = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
+            if root:
+                checkpoint = os.path.join(root, self._query_name or __import__("uuid").uuid4().hex)
+        if checkpoint is None:
+            if self._format in ("parquet", "json", "csv", "orc", "text"):
+                from statestream.errors import analysis_error
+
+                raise analysis_error(
+                    None,
+                    "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or "
+                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)",
+                )
+            checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
+            logger.info("using temporary checkpoint location %s", checkpoint)
+        ex = MicroBatchExecution(
+            session=self._df._session,  # noqa: SLF001
+            df=self._df,
+            sink=sink,
+            output_mode=self._mode,
+            trigger=self._trigger or Trigger(),
+            checkpoint_location=checkpoint,
+            query_name=self._query_name,
+        )
+        query = StreamingQuery(ex)
+        ex.start()
+        self._df._session.streams._register(query)  # noqa: SLF001
+        return query

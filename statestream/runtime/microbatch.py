@@ -1,0 +1,468 @@
+"""MicroBatchExecution: the micro-batch loop.
+
+Spark: ``MicroBatchExecution`` / ``StreamExecution``. Each trigger:
+
+1. *construct the next batch*: ask every source for its latest offset; a batch runs if some
+   source has new data, or (no-data batches enabled) if a stateful operator of the previous
+   batch says the moved watermark gives it work (``should_run_another_batch``). The batch's
+   offsets, watermark and timestamp go to ``offsets/<N>`` *before* it runs.
+2. *run the batch*: sources give their rows for ``(start, end]`` as batch DataFrames (empty for
+   sources without new data); the planned query, with this batch's state info and watermarks, is
+   executed by Spark; the result is materialised once, then handed to the sink.
+3. *finish*: the watermark advances from the event-time statistics of this batch; ``commits/<N>``
+   records it; progress is reported.
+
+Restart (``populate_start_offsets``): with ``L`` the newest offsets entry and ``C`` the newest
+commit, ``C == L`` continues at ``L+1``; otherwise batch ``L`` is run again with exactly the
+offsets, watermark and timestamp recorded for it, and its state version is rewritten.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.accumulators import AccumulatorParam
+
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import StatestreamStreamingQueryException
+from statestream.operators.context import BatchContext
+from statestream.operators.watermark import stats_from_observation
+from statestream.plan import logical as L
+from statestream.plan.incremental import IncrementalExecution, state_writers
+from statestream.plan.planner import plan_streaming_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame as SparkDataFrame
+    from pyspark.sql import SparkSession
+
+    from statestream.dataframe import DataFrame
+    from statestream.operators.base import PhysicalOperator
+    from statestream.sinks.base import Sink
+    from statestream.sources.base import Source
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MicroBatchExecution", "Trigger", "plan_for_explain"]
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+class _ListAccumulatorParam(AccumulatorParam):
+    """Gathers one metrics dict per state task on the driver."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, a: list, b: list) -> list:  # noqa: N802 - PySpark's name
+        a.extend(b)
+        return a
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """``processingTime`` (ms, 0 = as fast as possible), ``once`` or ``availableNow``."""
+
+    kind: str = "processingTime"
+    interval_ms: int = 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
+    """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
+    streaming DataFrame shows state info with an unknown checkpoint)."""
+    spark = df.sparkSession
+    n = int(spark.conf.get(SHUFFLE_PARTITIONS))
+    relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
+    indexes = {id(r): i for i, r in enumerate(relations)}
+    plan = plan_streaming_query(df._plan, n, indexes)  # noqa: SLF001
+    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, 0, 0)
+    return inc.apply(plan)
+
+
+@dataclass
+class _BatchRecord:
+    batch_id: int
+    start: list[Any]
+    end: list[Any]
+    watermark_ms: int
+    timestamp_ms: int
+
+
+@dataclass
+class MicroBatchExecution:
+    """Runs one streaming query in a background thread (see the module docstring)."""
+
+    session: Any  # StreamingSession
+    df: "DataFrame"
+    sink: "Sink"
+    output_mode: str
+    trigger: Trigger
+    checkpoint_location: str
+    query_name: str | None
+    query_id: str = ""
+    run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    sink_factory: Any = None
+
+    def __post_init__(self) -> None:
+        from statestream.runtime.progress_tracker import ProgressTracker
+
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Condition()
+        self._exception: BaseException | None = None
+        self._active = False
+        self._no_new_data = False
+        self._processed_marker = 0
+        self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
+        self.progress = ProgressTracker(self)
+        self._last_plan: "PhysicalOperator" | None = None
+        self._physical: "PhysicalOperator" | None = None
+        self.fm = CheckpointFileManager(self.checkpoint_location)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._prepare()
+        self._active = True
+        self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
+        self._thread.start()
+
+    def _prepare(self) -> None:
+        """Synchronous part of ``start()``: checkpoint metadata (stable query id)."""
+        from statestream.checkpoint.metadata import StreamMetadata
+
+        meta = StreamMetadata.read(self.fm)
+        if meta is None:
+            meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
+            meta.write(self.fm)
+        self.query_id = meta.id
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self._exception
+
+    @property
+    def status(self) -> dict:
+        return dict(self._status)
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        if self._exception is not None:
+            raise self._exception
+        return not self._thread.is_alive()
+
+    def process_all_available(self) -> None:
+        """Block until every piece of data available now has been processed (Spark's
+        ``processAllAvailable``): wait for a trigger that found nothing to run."""
+        with self._lock:
+            self._no_new_data = False
+            while not self._no_new_data and self._active and self._exception is None:
+                self._lock.wait(0.05)
+        if self._exception is not None:
+            raise self._exception
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        try:
+            self._run_stream()
+        except BaseException as exc:  # noqa: BLE001 - the query terminates with it
+            logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
+            self._exception = self._wrap(exc)
+        finally:
+            self._active = False
+            self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+            for s in getattr(self, "sources", []):
+                try:
+                    s.stop()
+                except Exception:  # noqa: BLE001
+                    logger.warning("failed to stop source %s", s, exc_info=True)
+            with self._lock:
+                self._lock.notify_all()
+            self.session.streams._notify_terminated(self)  # noqa: SLF001
+
+    def _wrap(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, StatestreamStreamingQueryException):
+            return exc
+        msg = f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.run_id}] terminated with exception: {exc}"
+        return StatestreamStreamingQueryException(msg, cause=exc, params={"id": self.query_id, "runId": self.run_id, "message": str(exc)})
+
+    def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
+        """A clone of the user's session for this query's batches: AQE off (it could change the
+        number of partitions of the stateful exchange) and the pinned number of shuffle
+        partitions."""
+        from pyspark.sql import SparkSession
+
+        user = self.df.sparkSession
+        try:
+            spark = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - fall back to a new session with the same runtime confs
+            spark = user.newSession()
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        spark.conf.set("spark.sql.cbo.joinReorder.enabled", "false")
+        spark.conf.set(SHUFFLE_PARTITIONS, str(num_partitions))
+        for k, v in conf.items():
+            if k != SHUFFLE_PARTITIONS and v is not None:
+                try:
+                    spark.conf.set(k, v)
+                except Exception:  # noqa: BLE001 - a pinned conf this Spark does not know
+                    logger.debug("cannot set pinned conf %s", k)
+        return spark
+
+    def _run_stream(self) -> None:
+        from statestream.checkpoint.commits import CommitLog, CommitMetadata
+        from statestream.checkpoint.offsets import (
+            PINNED_CONF_SESSION_DEFAULTS,
+            OffsetSeq,
+            OffsetSeqLog,
+            OffsetSeqMetadata,
+            restore_pinned_confs,
+        )
+        from statestream.runtime.watermark import WatermarkTracker, parse_policy
+
+        user = self.df.sparkSession
+        self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
+        self.commit_log = CommitLog(self.fm.child("commits"))
+        session_conf = {}
+        for k in _pinned_keys():
+            v = user.conf.get(k, None)
+            session_conf[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
+        session_conf = {k: v for k, v in session_conf.items() if v is not None}
+        relations = self.df._plan.find(L.StreamingRelation)  # noqa: SLF001
+        self.relations = relations
+        self.sources: list[Source] = [
+            r.source_spec.create(user, self.fm.path(f"sources/{i}")) for i, r in enumerate(relations)
+        ]
+        if self.trigger.kind == "availableNow":
+            for s in self.sources:
+                s.prepare_for_trigger_available_now()
+
+        # ---- populate start offsets (recovery)
+        latest = self.offset_log.get_latest()
+        pending: _BatchRecord | None = None
+        if latest is None:
+            batch_id = 0
+            conf = dict(session_conf)
+            start: list[Any] = [None] * len(self.sources)
+            watermark = 0
+            prev_wm = 0
+        else:
+            last_id, entry = latest
+            conf, _warnings = restore_pinned_confs(entry.metadata.conf, session_conf)
+            if len(entry.offsets) != len(self.sources):
+                from statestream.errors import IncompatibleRestartError
+
+                msg = (
+                    f"The checkpoint {self.checkpoint_location} was written by a query with {len(entry.offsets)} "
+                    f"source(s), but this query has {len(self.sources)}: a checkpoint can only be restarted by the same query"
+                )
+                raise IncompatibleRestartError(msg)
+            watermark = entry.metadata.batch_watermark_ms
+            prev_entry = self.offset_log.get(last_id - 1) if last_id > 0 else None
+            if last_id > 0 and prev_entry is None:
+                msg = f"batch {last_id - 1} doesn't exist"
+                raise RuntimeError(msg)
+            commit = self.commit_log.get(last_id)
+            if commit is not None:
+                batch_id = last_id + 1
+                start = list(entry.offsets)
+                watermark = max(watermark, commit.next_batch_watermark_ms)
+                prev_wm = entry.metadata.batch_watermark_ms
+            else:
+                batch_id = last_id
+                start = list(prev_entry.offsets) if prev_entry is not None else [None] * len(self.sources)
+                prev_wm = prev_entry.metadata.batch_watermark_ms if prev_entry is not None else 0
+                pending = _BatchRecord(last_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms)
+        self.conf = conf
+        self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
+        self.spark = self._setup_session(self.num_partitions, conf)
+        self.tracker = WatermarkTracker(parse_policy(conf.get("spark.sql.streaming.multipleWatermarkPolicy") or "min"))
+        self.tracker.set_watermark(watermark)
+        self.accumulator = user.sparkContext.accumulator([], _ListAccumulatorParam())
+        indexes = {id(r): i for i, r in enumerate(relations)}
+        from statestream.state.store import StateStoreConf
+
+        self.store_conf = StateStoreConf(
+            min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
+            min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
+        )
+        self._physical = plan_streaming_query(self.df._plan, self.num_partitions, indexes, self.store_conf)  # noqa: SLF001
+        self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
+        no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
+        first_batch_of_run = True
+        self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+
+        while not self._stop.is_set():
+            trigger_start = time.monotonic()
+            self.progress.start_trigger()
+            self._status = {"message": "Processing new data", "isDataAvailable": False, "isTriggerActive": True}
+            record = pending
+            pending = None
+            if record is None:
+                t = time.perf_counter()
+                limit = None
+                ends = []
+                for s, st in zip(self.sources, start):
+                    ends.append(s.latest_offset(st, s.default_read_limit()))
+                self.progress.record_duration("latestOffset", t)
+                has_data = any(e is not None and e != st for e, st in zip(ends, start))
+                wants_nd = (
+                    no_data_enabled
+                    and self.trigger.kind != "once"
+                    and self._last_plan is not None
+                    and any(w.should_run_another_batch(self.tracker.current_watermark) for w in state_writers(self._last_plan))
+                )
+                if has_data or wants_nd:
+                    record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
+                    t = time.perf_counter()
+                    meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
+                    self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))
+                    self.progress.record_duration("walCommit", t)
+                del limit
+            if record is None:
+                self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+                self.progress.idle(batch_id)
+                with self._lock:
+                    self._no_new_data = True
+                    self._lock.notify_all()
+                if self.trigger.kind in ("once", "availableNow"):
+                    break
+                self._sleep_until_next(trigger_start)
+                continue
+            self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
+            self._run_batch(record, prev_wm, first_batch_of_run)
+            first_batch_of_run = False
+            # finish: watermark, commit
+            t = time.perf_counter()
+            self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark))
+            self.progress.record_duration("commitOffsets", t)
+            for s, e in zip(self.sources, record.end):
+                if e is not None:
+                    s.commit(e)
+            self.progress.finish_batch(record)
+            self._purge(record.batch_id)
+            prev_wm = record.watermark_ms
+            start = list(record.end)
+            batch_id = record.batch_id + 1
+            if self.trigger.kind == "once":
+                break
+            self._sleep_until_next(trigger_start)
+        self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+
+    def _sleep_until_next(self, trigger_start: float) -> None:
+        interval = self.trigger.interval_ms / 1000.0
+        wait = interval - (time.monotonic() - trigger_start) if interval > 0 else 0.01
+        if wait > 0:
+            with self._lock:
+                self._lock.wait(wait)
+
+    def _purge(self, batch_id: int) -> None:
+        keep = int(self.df.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        threshold = batch_id + 1 - keep
+        if threshold > 0:
+            self.offset_log.purge(threshold)
+            self.commit_log.purge(threshold)
+
+    def _source_batch(self, i: int, source: "Source", start: Any, end: Any, observations: dict) -> "SparkDataFrame":
+        """The source's rows for this batch; with new data, an observation counts the rows read
+        while the batch runs (``numInputRows``)."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        if end is None or end == start:
+            return self.spark.createDataFrame([], source.schema)
+        df = source.get_batch(self.spark, start, end)
+        obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
+        observations[i] = obs
+        return df.observe(obs, F.count(F.lit(1)).alias("count"))
+
+    def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
+        from statestream.runtime.state_checks import check_state_on_first_batch
+
+        t = time.perf_counter()
+        input_obs: dict[int, Any] = {}
+        batches = {
+            i: self._source_batch(i, s, st, e, input_obs)
+            for i, (s, st, e) in enumerate(zip(self.sources, record.start, record.end))
+        }
+        self.progress.record_duration("getBatch", t)
+        t = time.perf_counter()
+        inc = IncrementalExecution(
+            state_root=self.fm.path("state") if "://" not in self.checkpoint_location else self.checkpoint_location.rstrip("/") + "/state",
+            run_id=self.run_id,
+            batch_id=record.batch_id,
+            num_partitions=self.num_partitions,
+            output_mode=self.output_mode,
+            late_watermark_ms=prev_wm if record.batch_id > 0 else 0,
+            eviction_watermark_ms=record.watermark_ms,
+        )
+        assert self._physical is not None
+        plan = inc.apply(self._physical)
+        if first_batch_of_run:
+            check_state_on_first_batch(self, plan, record.batch_id)
+        self.accumulator.value = []
+        ctx = BatchContext(
+            spark=self.spark,
+            batch_id=record.batch_id,
+            source_batches=batches,
+            output_mode=self.output_mode,
+            metrics_accumulator=self.accumulator,
+        )
+        result = plan.execute(ctx)
+        self.progress.record_duration("queryPlanning", t)
+        t = time.perf_counter()
+        self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+        materialized = result.localCheckpoint(eager=True)
+        num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
+        self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        self.progress.record_duration("addBatch", t)
+        # watermark from this batch's event-time statistics
+        stats = {}
+        for node_id, obs in ctx.observations.items():
+            s = stats_from_observation(obs)
+            if s is not None:
+                stats[node_id] = s
+        delays = {n.node_id: n.delay_ms for n in self.df._plan.find(L.EventTimeWatermark)}  # noqa: SLF001
+        self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized)
+        self.tracker.update_watermark_from(stats, delays)
+        self._last_plan = plan
+
+
+
+def _observed_count(obs: Any) -> int:
+    if obs is None:
+        return 0
+    deadline = time.monotonic() + 5.0
+    future = obs._jo.future()  # noqa: SLF001 - Observation.get blocks forever if no job ran
+    while not future.isCompleted():
+        if time.monotonic() > deadline:
+            logger.warning("input row count of a source was not observed; reporting 0")
+            return 0
+        time.sleep(0.01)
+    return int(obs.get.get("count") or 0)
+
+
+def _pinned_keys() -> list[str]:
+    from statestream.checkpoint.offsets import PINNED_CONF_KEYS
+
+    return list(PINNED_CONF_KEYS)

@@ -1,0 +1,210 @@
+"""ProgressTracker: times each phase of a trigger and turns a finished batch into a progress
+record shaped like Spark's ``StreamingQueryProgress`` (Spark: ``ProgressReporter``)."""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from statestream.plan.incremental import state_writers
+
+if TYPE_CHECKING:
+    from statestream.runtime.microbatch import MicroBatchExecution
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ProgressTracker", "format_timestamp_ms", "aggregate_operator_metrics"]
+
+_SUMMED = ("numOutputRows", "numRowsDroppedByWatermark", "numTotalStateRows", "numUpdatedStateRows",
+           "numRemovedStateRows", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "stateMemory")
+
+
+def format_timestamp_ms(ms: int) -> str:
+    """ISO-8601 UTC with milliseconds, as Spark prints progress times."""
+    t = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=int(ms))
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def _round1(x: float) -> float:
+    """Spark 4.1 renders progress rates with one decimal, half-up."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return float(Decimal(repr(x)).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP))
+
+
+def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_partitions: int) -> dict:
+    """One ``stateOperators`` entry from the metrics of the operator's tasks (one per
+    partition): sums, like Spark's SQL metrics, plus per-partition custom metrics."""
+    mine = [t for t in tasks if t.get("operatorId") == op_id]
+    # a retried task may report twice: keep the last report of each partition
+    by_part: dict[int, dict] = {}
+    for t in mine:
+        by_part[t["partition"]] = t
+    s = {k: sum(int(t.get(k, 0)) for t in by_part.values()) for k in _SUMMED}
+    custom: dict[str, int] = {}
+    for t in by_part.values():
+        for k, v in (t.get("customMetrics") or {}).items():
+            custom[k] = custom.get(k, 0) + int(v)
+    from statestream.operators.stateful import RESTORE_HIT_METRIC
+
+    custom[RESTORE_HIT_METRIC] = sum(int(t.get(RESTORE_HIT_METRIC, 0)) for t in by_part.values())
+    entry = {
+        "operatorName": name,
+        "numRowsTotal": s["numTotalStateRows"],
+        "numRowsUpdated": s["numUpdatedStateRows"],
+        "allUpdatesTimeMs": s["allUpdatesTimeMs"],
+        "numRowsRemoved": s["numRemovedStateRows"],
+        "allRemovalsTimeMs": s["allRemovalsTimeMs"],
+        "commitTimeMs": s["commitTimeMs"],
+        "memoryUsedBytes": s["stateMemory"],
+        "numRowsDroppedByWatermark": s["numRowsDroppedByWatermark"],
+        "numShufflePartitions": num_partitions,
+        "numStateStoreInstances": len(by_part),
+    }
+    if custom:
+        entry["customMetrics"] = dict(sorted(custom.items()))
+    entry["_numOutputRows"] = s["numOutputRows"]
+    return entry
+
+
+class ProgressTracker:
+    def __init__(self, ex: "MicroBatchExecution", keep: int = 100) -> None:
+        self.ex = ex
+        self._recent: collections.deque[dict] = collections.deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self._durations: dict[str, int] = {}
+        self._trigger_start_wall = 0
+        self._trigger_start = 0.0
+        self._prev_trigger_start_wall: int | None = None
+        self._pending: dict[str, Any] = {}
+        self._last_idle_report = 0.0
+        self._last_ops: list[dict] = []
+        self._last_watermark: int | None = None
+
+    # -- timing
+    def start_trigger(self) -> None:
+        self._durations = {}
+        self._trigger_start = time.perf_counter()
+        self._trigger_start_wall = int(time.time() * 1000)
+
+    def record_duration(self, phase: str, started: float) -> None:
+        self._durations[phase] = self._durations.get(phase, 0) + int((time.perf_counter() - started) * 1000)
+
+    # -- records
+    def record_batch(self, record, plan, task_metrics: list[dict], stats: dict, num_input: list[int], result) -> None:
+        ops = []
+        for i, w in enumerate(state_writers(plan)):
+            ops.append(aggregate_operator_metrics(i, w.operator_name, task_metrics, self.ex.num_partitions))
+        self._pending = {"record": record, "ops": ops, "stats": stats, "num_input": num_input}
+
+    def finish_batch(self, record) -> None:
+        p = self._pending
+        self._pending = {}
+        self._durations["triggerExecution"] = int((time.perf_counter() - self._trigger_start) * 1000)
+        duration = self._durations["triggerExecution"]
+        num_input = sum(p.get("num_input", []))
+        elapsed_s = None
+        if self._prev_trigger_start_wall is not None:
+            elapsed_s = (self._trigger_start_wall - self._prev_trigger_start_wall) / 1000.0
+        self._prev_trigger_start_wall = self._trigger_start_wall
+        sources = []
+        for i, s in enumerate(self.ex.sources):
+            n = p["num_input"][i] if p.get("num_input") else 0
+            src = {
+                "description": s.description(),
+                "startOffset": record.start[i],
+                "endOffset": record.end[i],
+                "latestOffset": record.end[i],
+                "numInputRows": n,
+            }
+            if elapsed_s:
+                src["inputRowsPerSecond"] = _round1(n / elapsed_s)
+            else:
+                src["inputRowsPerSecond"] = 0.0
+            src["processedRowsPerSecond"] = _round1(n / (max(duration, 1) / 1000.0))
+            sources.append(src)
+        prog: dict[str, Any] = {
+            "id": self.ex.query_id,
+            "runId": self.ex.run_id,
+            "name": self.ex.query_name,
+            "timestamp": format_timestamp_ms(self._trigger_start_wall),
+            "batchId": record.batch_id,
+            "batchDuration": duration,
+            "numInputRows": num_input,
+            "inputRowsPerSecond": _round1(num_input / elapsed_s) if elapsed_s else 0.0,
+            "processedRowsPerSecond": _round1(num_input / (max(duration, 1) / 1000.0)),
+            "durationMs": dict(sorted(self._durations.items())),
+        }
+        if self.ex.has_watermark:
+            et: dict[str, str] = {}
+            stats = p.get("stats") or {}
+            first = self._first_stats(stats)
+            if first is not None and num_input > 0:
+                mn, mx, avg, _count = first
+                et["avg"] = format_timestamp_ms(int(avg))
+                et["max"] = format_timestamp_ms(mx)
+                et["min"] = format_timestamp_ms(mn)
+            et["watermark"] = format_timestamp_ms(record.watermark_ms)
+            prog["eventTime"] = et
+        ops = []
+        for o in p.get("ops", []):
+            o = dict(o)
+            o.pop("_numOutputRows", None)
+            ops.append(o)
+        prog["stateOperators"] = ops
+        prog["sources"] = sources
+        prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": self.ex.sink.num_output_rows()}
+        self._last_ops = ops
+        self._last_watermark = record.watermark_ms
+        with self._lock:
+            self._recent.append(prog)
+        logger.info("progress: batch %s of query %s: %s input rows, %s ms", record.batch_id, self.ex.query_id, num_input, duration)
+
+    def _first_stats(self, stats: dict):
+        """Spark reports the statistics of the first watermark node (in plan order) that saw rows."""
+        from statestream.plan import logical as L
+
+        for n in self.ex.df._plan.find(L.EventTimeWatermark):  # noqa: SLF001
+            if n.node_id in stats:
+                return stats[n.node_id]
+        return None
+
+    def idle(self, next_batch_id: int) -> None:
+        """An idle trigger: Spark reports one every ``noDataProgressEventInterval`` (10 s)."""
+        now = time.monotonic()
+        if self._last_idle_report and now - self._last_idle_report < 10.0:
+            return
+        self._last_idle_report = now
+        if not self._recent:
+            return
+        self._durations["triggerExecution"] = int((time.perf_counter() - self._trigger_start) * 1000)
+        prog: dict[str, Any] = {
+            "id": self.ex.query_id,
+            "runId": self.ex.run_id,
+            "name": self.ex.query_name,
+            "timestamp": format_timestamp_ms(self._trigger_start_wall),
+            "batchId": next_batch_id,
+            "batchDuration": self._durations["triggerExecution"],
+            "numInputRows": 0,
+            "inputRowsPerSecond": 0.0,
+            "processedRowsPerSecond": 0.0,
+            "durationMs": dict(sorted(self._durations.items())),
+        }
+        if self.ex.has_watermark and self._last_watermark is not None:
+            prog["eventTime"] = {"watermark": format_timestamp_ms(self._last_watermark)}
+        prog["stateOperators"] = [dict(o, numRowsUpdated=0, numRowsDroppedByWatermark=0) for o in self._last_ops]
+        prog["sources"] = []
+        prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": -1}
+        self._idle_progress = prog  # not added to recentProgress: data batches only there
+
+    def last(self) -> dict | None:
+        with self._lock:
+            return self._recent[-1] if self._recent else None
+
+    def recent(self) -> list[dict]:
+        with self._lock:
+            return list(self._recent)
