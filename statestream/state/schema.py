@@ -1,0 +1,642 @@
+"""State schema file, operator metadata file, and the restart checks built on them (driver side).
+
+Spark: ``StateSchemaCompatibilityChecker`` / ``SchemaHelper`` (the schema file) and
+``OperatorStateMetadata`` (the operator metadata file); the checks run while planning the first
+batch of every run. The files are byte-compatible with Spark 4.1 so that a checkpoint written by
+either engine is judged the same way by both, and the error texts are Spark's, so a user sees the
+message they would get from Spark.
+
+Schemas are Spark ``StructType`` JSON values (``{"type": "struct", "fields": [...]}``), the form
+PySpark's ``StructType.jsonValue()`` produces.
+
+Pure module: no pyspark import.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import IncompatibleRestartError, StateStoreError
+
+__all__ = [
+    "SCHEMA_FILE_VERSION",
+    "OPERATOR_METADATA_VERSION",
+    "StateSchema",
+    "StateStoreMetadata",
+    "OperatorStateMetadata",
+    "StateSchemaNotCompatibleError",
+    "OperatorNotMatchError",
+    "schema_file_path",
+    "operator_metadata_path",
+    "encode_schema_file",
+    "decode_schema_file",
+    "read_state_schema",
+    "write_state_schema",
+    "schemas_compatible",
+    "check_state_schema",
+    "validate_and_write_state_schema",
+    "render_data_type",
+    "write_operator_metadata",
+    "read_operator_metadata",
+    "read_all_operator_metadata",
+    "check_operator_metadata",
+    "write_java_utf",
+    "read_java_utf",
+]
+
+log = logging.getLogger(__name__)
+
+#: The schema file format this module writes (Spark writes v2 for every operator in scope).
+SCHEMA_FILE_VERSION = 2
+_READABLE_SCHEMA_VERSIONS = (1, 2)
+#: The operator metadata format this module reads and writes.
+OPERATOR_METADATA_VERSION = 1
+#: Longest piece of encoded text one Java ``writeUTF`` call accepts.
+_MAX_UTF_BYTES = 65535
+
+# -- Spark's error texts (error class, SQLSTATE and message template, reused as facts) ---------------
+
+_SPARK_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE": (
+        "XXKST",
+        (
+            "Provided key schema does not match existing state key schema.",
+            "Please check number and type of fields.",
+            "Existing key_schema={storedKeySchema} and new key_schema={newKeySchema}.",
+            "If you want to force running the query without schema validation, please set "
+            "spark.sql.streaming.stateStore.stateSchemaCheck to false.",
+            "However, please note that running the query with incompatible schema could cause "
+            "non-deterministic behavior.",
+        ),
+    ),
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE": (
+        "XXKST",
+        (
+            "Provided value schema does not match existing state value schema.",
+            "Please check number and type of fields.",
+            "Existing value_schema={storedValueSchema} and new value_schema={newValueSchema}.",
+            "If you want to force running the query without schema validation, please set "
+            "spark.sql.streaming.stateStore.stateSchemaCheck to false.",
+            "However, please note that running the query with incompatible schema could cause "
+            "non-deterministic behavior.",
+        ),
+    ),
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": (
+        "42K03",
+        (
+            "Streaming stateful operator name does not match with the operator in state metadata. "
+            "This likely to happen when user adds/removes/changes stateful operator of existing streaming query.",
+            "Stateful operators in the metadata: [{OpsInMetadataSeq}]; "
+            "Stateful operators in current batch: [{OpsInCurBatchSeq}].",
+        ),
+    ),
+}
+
+
+def _spark_message(error_class: str, params: Mapping[str, str]) -> str:
+    """Spark's rendering of an error: ``[CLASS] line1\\nline2... SQLSTATE: xxxxx``."""
+    sql_state, lines = _SPARK_ERRORS[error_class]
+    body = "\n".join(lines).format(**params)
+    return f"[{error_class}] {body} SQLSTATE: {sql_state}"
+
+
+class _SparkClassedRestartError(IncompatibleRestartError):
+    """An ``IncompatibleRestartError`` that also carries Spark's SQLSTATE and message parameters."""
+
+    def __init__(self, error_class: str, params: Mapping[str, str]) -> None:
+        super().__init__(_spark_message(error_class, params), error_class)
+        self.message_parameters = dict(params)
+        self.sql_state = _SPARK_ERRORS[error_class][0]
+
+    def getMessageParameters(self) -> dict[str, str]:  # noqa: N802 - PySpark's name
+        return dict(self.message_parameters)
+
+    def getSqlState(self) -> str:  # noqa: N802 - PySpark's name
+        return self.sql_state
+
+
+class StateSchemaNotCompatibleError(_SparkClassedRestartError):
+    """The stored key or value schema cannot hold the new query's state."""
+
+
+class OperatorNotMatchError(_SparkClassedRestartError):
+    """The stateful operators of the new plan differ from those recorded in the checkpoint."""
+
+
+# -- Java modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF) -----------------------
+
+
+def _modified_utf8(text: str) -> bytes:
+    """Java's "modified UTF-8": UTF-16 code units, U+0000 as two bytes, no 4-byte sequences."""
+    out = bytearray()
+    units = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(units), 2):
+        c = (units[i] << 8) | units[i + 1]
+        if 0x01 <= c <= 0x7F:
+            out.append(c)
+        elif c <= 0x7FF:
+            out += bytes((0xC0 | (c >> 6), 0x80 | (c & 0x3F)))
+        else:
+            out += bytes((0xE0 | (c >> 12), 0x80 | ((c >> 6) & 0x3F), 0x80 | (c & 0x3F)))
+    return bytes(out)
+
+
+def _decode_modified_utf8(data: bytes) -> str:
+    units = bytearray()
+    i, n = 0, len(data)
+    while i < n:
+        b = data[i]
+        if b < 0x80:
+            c, i = b, i + 1
+        elif b >> 5 == 0x6 and i + 1 < n:
+            c, i = ((b & 0x1F) << 6) | (data[i + 1] & 0x3F), i + 2
+        elif b >> 4 == 0xE and i + 2 < n:
+            c, i = ((b & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F), i + 3
+        else:
+            raise ValueError(f"malformed modified UTF-8 at byte {i}")
+        units += bytes((c >> 8, c & 0xFF))
+    return bytes(units).decode("utf-16-be", "surrogatepass")
+
+
+def write_java_utf(text: str) -> bytes:
+    """The bytes ``DataOutputStream.writeUTF(text)`` produces (2-byte length + modified UTF-8)."""
+    body = _modified_utf8(text)
+    if len(body) > _MAX_UTF_BYTES:
+        raise ValueError(f"string too long for writeUTF: {len(body)} encoded bytes")
+    return struct.pack(">H", len(body)) + body
+
+
+def read_java_utf(data: bytes, pos: int) -> tuple[str, int]:
+    """Read one ``writeUTF`` string at ``pos``; returns the text and the position after it."""
+    if pos + 2 > len(data):
+        raise ValueError("unexpected end of data reading a string length")
+    (length,) = struct.unpack_from(">H", data, pos)
+    end = pos + 2 + length
+    if end > len(data):
+        raise ValueError("unexpected end of data reading a string")
+    return _decode_modified_utf8(data[pos + 2 : end]), end
+
+
+def _utf_chunks(text: str) -> list[str]:
+    """Split ``text`` into pieces that each fit one ``writeUTF`` call (Spark splits by 65535
+    characters; splitting by encoded size is identical for ASCII JSON and safe otherwise)."""
+    chunks: list[str] = []
+    start, size = 0, 0
+    for i, ch in enumerate(text):
+        w = len(_modified_utf8(ch)) if ord(ch) > 0x7F or ch == "\x00" else 1
+        if size + w > _MAX_UTF_BYTES:
+            chunks.append(text[start:i])
+            start, size = i, 0
+        size += w
+    chunks.append(text[start:])
+    return chunks
+
+
+# -- schema file ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateSchema:
+    """The key and value schema recorded for one stateful operator (Spark StructType JSON)."""
+
+    key_schema: dict[str, Any]
+    value_schema: dict[str, Any]
+    format_version: int = SCHEMA_FILE_VERSION
+
+
+def schema_file_path(operator_id: int) -> str:
+    """Schema file path relative to the state root: only partition 0's directory holds it."""
+    return f"{operator_id}/0/_metadata/schema"
+
+
+def operator_metadata_path(operator_id: int) -> str:
+    """Operator metadata path relative to the state root."""
+    return f"{operator_id}/_metadata/metadata"
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_schema_file(key_schema: Mapping[str, Any], value_schema: Mapping[str, Any]) -> bytes:
+    """Spark's schema file, format v2.
+
+    Layout: ``writeUTF("v2")``; then, for the key schema and then the value schema, an int32
+    (big-endian) count of chunks followed by that many ``writeUTF`` chunks of the compact
+    StructType JSON.
+    """
+    out = bytearray(write_java_utf(f"v{SCHEMA_FILE_VERSION}"))
+    for schema in (key_schema, value_schema):
+        chunks = _utf_chunks(_compact_json(schema))
+        out += struct.pack(">i", len(chunks))
+        for chunk in chunks:
+            out += write_java_utf(chunk)
+    return bytes(out)
+
+
+def decode_schema_file(data: bytes, where: str) -> StateSchema:
+    """Parse a schema file (v1: two ``writeUTF`` JSON strings; v2: chunked, see above)."""
+    try:
+        version_text, pos = read_java_utf(data, 0)
+    except ValueError as exc:
+        raise StateStoreError(f"State schema file {where} is corrupt: {exc}") from exc
+    if not (version_text.startswith("v") and version_text[1:].isdigit()):
+        raise StateStoreError(f"State schema file {where} does not start with a format version (found {version_text!r})")
+    version = int(version_text[1:])
+    if version not in _READABLE_SCHEMA_VERSIONS:
+        raise StateStoreError(
+            f"State schema file {where} has format version {version}, but statestream reads only versions "
+            f"{', '.join(str(v) for v in _READABLE_SCHEMA_VERSIONS)} (it writes version {SCHEMA_FILE_VERSION})"
+        )
+    try:
+        texts: list[str] = []
+        for _ in range(2):
+            if version == 1:
+                text, pos = read_java_utf(data, pos)
+            else:
+                if pos + 4 > len(data):
+                    raise ValueError("unexpected end of data reading a chunk count")
+                (count,) = struct.unpack_from(">i", data, pos)
+                pos += 4
+                if count < 0:
+                    raise ValueError(f"negative chunk count {count}")
+                parts = []
+                for _ in range(count):
+                    part, pos = read_java_utf(data, pos)
+                    parts.append(part)
+                text = "".join(parts)
+            texts.append(text)
+        key_schema, value_schema = (json.loads(t) for t in texts)
+    except (ValueError, struct.error) as exc:
+        raise StateStoreError(f"State schema file {where} is corrupt: {exc}") from exc
+    return StateSchema(key_schema, value_schema, version)
+
+
+def read_state_schema(state_root: str, operator_id: int) -> StateSchema | None:
+    """The schema recorded for ``operator_id`` under ``state_root`` (``<ckpt>/state``), or None."""
+    files = CheckpointFileManager(state_root)
+    rel = schema_file_path(operator_id)
+    if not files.exists(rel):
+        return None
+    return decode_schema_file(files.read_bytes(rel), files.display(rel))
+
+
+def write_state_schema(
+    state_root: str, operator_id: int, key_schema: Mapping[str, Any], value_schema: Mapping[str, Any]
+) -> None:
+    """Write (atomically) the v2 schema file of ``operator_id``."""
+    CheckpointFileManager(state_root).write_atomic(schema_file_path(operator_id), encode_schema_file(key_schema, value_schema))
+
+
+# -- Spark data types: parse, compare, render ------------------------------------------------------
+
+_SIMPLE_TYPES = {
+    "long": "LongType",
+    "integer": "IntegerType",
+    "short": "ShortType",
+    "byte": "ByteType",
+    "double": "DoubleType",
+    "float": "FloatType",
+    "boolean": "BooleanType",
+    "binary": "BinaryType",
+    "date": "DateType",
+    "timestamp": "TimestampType",
+    "timestamp_ntz": "TimestampNTZType",
+    "void": "NullType",
+    "null": "NullType",
+    "variant": "VariantType",
+    "interval": "CalendarIntervalType",
+}
+_DAY_TIME_UNITS = {"day": 0, "hour": 1, "minute": 2, "second": 3}
+_YEAR_MONTH_UNITS = {"year": 0, "month": 1}
+_COLLATIONS_KEY = "__COLLATIONS"
+
+# Normalised type: a tuple whose first item is the kind.
+#   ("simple", "LongType") | ("string", collation|None) | ("decimal", p, s) | ("char", n) |
+#   ("varchar", n) | ("dayTime", start, end) | ("yearMonth", start, end) | ("time", p) |
+#   ("struct", ((name, type, nullable), ...)) | ("array", elem, contains_null) |
+#   ("map", key, value, value_contains_null) | ("udt", class_name, sql_type)
+_Type = tuple
+
+
+def _parse_interval(name: str, units: dict[str, int], kind: str) -> _Type | None:
+    words = name.split()
+    if len(words) == 2 and words[1] in units:
+        return (kind, units[words[1]], units[words[1]])
+    if len(words) == 4 and words[2] == "to" and words[1] in units and words[3] in units:
+        return (kind, units[words[1]], units[words[3]])
+    return None
+
+
+def _parse_type(value: Any, collation: str | None = None) -> _Type:
+    if isinstance(value, str):
+        name = value.strip()
+        lower = name.lower()
+        if lower == "string":
+            return ("string", collation)
+        if lower.startswith("string collate "):
+            return ("string", name.split(None, 2)[2])
+        if lower in _SIMPLE_TYPES:
+            return ("simple", _SIMPLE_TYPES[lower])
+        if lower == "decimal":
+            return ("decimal", 10, 0)
+        for prefix, kind in (("decimal(", "decimal"), ("char(", "char"), ("varchar(", "varchar"), ("time(", "time")):
+            if lower.startswith(prefix) and lower.endswith(")"):
+                args = tuple(int(a) for a in lower[len(prefix) : -1].split(","))
+                return (kind, *args)
+        if lower.startswith("interval "):
+            parsed = _parse_interval(lower, _DAY_TIME_UNITS, "dayTime") or _parse_interval(lower, _YEAR_MONTH_UNITS, "yearMonth")
+            if parsed is not None:
+                return parsed
+        return ("simple", name)  # unknown atomic type: compared and shown by its JSON name
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if kind == "struct":
+            return _parse_struct(value)
+        if kind == "array":
+            return ("array", _parse_type(value["elementType"], _sub(collation, "element")), bool(value.get("containsNull", True)))
+        if kind == "map":
+            return (
+                "map",
+                _parse_type(value["keyType"], _sub(collation, "key")),
+                _parse_type(value["valueType"], _sub(collation, "value")),
+                bool(value.get("valueContainsNull", True)),
+            )
+        if kind == "udt":
+            cls = value.get("class") or value.get("pyClass") or "UserDefinedType"
+            return ("udt", str(cls), _parse_type(value.get("sqlType", "null")))
+    raise ValueError(f"not a Spark data type JSON value: {value!r}")
+
+
+def _sub(collations: Any, suffix: str) -> Any:
+    """Collations of nested strings are keyed ``<field>.element`` / ``.key`` / ``.value``; this passes
+    the relevant map down (as a dict of remaining path -> collation)."""
+    if not isinstance(collations, dict):
+        return None
+    out = {}
+    for path, coll in collations.items():
+        if path == suffix:
+            return coll
+        if path.startswith(suffix + "."):
+            out[path[len(suffix) + 1 :]] = coll
+    return out or None
+
+
+def _parse_struct(value: Mapping[str, Any]) -> _Type:
+    fields = []
+    for f in value.get("fields", []):
+        name = f.get("name", "")
+        colls = (f.get("metadata") or {}).get(_COLLATIONS_KEY) or {}
+        here: Any = None
+        nested: dict[str, str] = {}
+        for path, coll in colls.items():
+            if path == name:
+                here = coll
+            elif path.startswith(name + "."):
+                nested[path[len(name) + 1 :]] = coll
+        ftype = f["type"]
+        collation = here if isinstance(ftype, str) else (nested or None)
+        fields.append((name, _parse_type(ftype, collation), bool(f.get("nullable", True))))
+    return ("struct", tuple(fields))
+
+
+def _render(t: _Type) -> str:
+    kind = t[0]
+    if kind == "simple":
+        return t[1]
+    if kind == "string":
+        coll = t[1]
+        if coll is None:
+            return "StringType"
+        short = coll.split(".", 1)[1] if "." in coll else coll
+        return "StringType" if short.upper() == "UTF8_BINARY" else f"StringType({short})"
+    if kind == "decimal":
+        return f"DecimalType({t[1]},{t[2]})"
+    if kind == "char":
+        return f"CharType({t[1]})"
+    if kind == "varchar":
+        return f"VarcharType({t[1]})"
+    if kind == "time":
+        return f"TimeType({t[1]})"
+    if kind == "dayTime":
+        return f"DayTimeIntervalType({t[1]},{t[2]})"
+    if kind == "yearMonth":
+        return f"YearMonthIntervalType({t[1]},{t[2]})"
+    if kind == "struct":
+        return "StructType(" + ",".join(f"StructField({n},{_render(ft)},{str(nl).lower()})" for n, ft, nl in t[1]) + ")"
+    if kind == "array":
+        return f"ArrayType({_render(t[1])},{str(t[2]).lower()})"
+    if kind == "map":
+        return f"MapType({_render(t[1])},{_render(t[2])},{str(t[3]).lower()})"
+    if kind == "udt":
+        return t[1].rsplit(".", 1)[-1]
+    raise ValueError(f"unknown type {t!r}")
+
+
+def render_data_type(value: Mapping[str, Any] | str) -> str:
+    """A Spark type JSON value as Spark's ``toString`` shows it, e.g.
+    ``StructType(StructField(count,LongType,false))`` (the form used in error messages)."""
+    return _render(_parse_type(value))
+
+
+def _collation_key(t: _Type) -> _Type:
+    if t[0] == "string" and t[1] is not None:
+        short = t[1].split(".", 1)[1] if "." in t[1] else t[1]
+        return ("string", None if short.upper() == "UTF8_BINARY" else short.upper())
+    return t
+
+
+def _compatible(new: _Type, stored: _Type) -> bool:
+    """Same shape and types, names ignored; a nullable flag may go from true (stored) to false
+    (new) but not the other way round."""
+    if new[0] != stored[0]:
+        return False
+    kind = new[0]
+    if kind == "struct":
+        if len(new[1]) != len(stored[1]):
+            return False
+        return all(
+            _compatible(nt, st) and (s_null or not n_null)
+            for (_, nt, n_null), (_, st, s_null) in zip(new[1], stored[1])
+        )
+    if kind == "array":
+        return _compatible(new[1], stored[1]) and (stored[2] or not new[2])
+    if kind == "map":
+        return _compatible(new[1], stored[1]) and _compatible(new[2], stored[2]) and (stored[3] or not new[3])
+    if kind == "udt":
+        return new[1] == stored[1] and _compatible(new[2], stored[2])
+    return _collation_key(new) == _collation_key(stored)
+
+
+def schemas_compatible(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether state written with ``stored`` can be read as ``new`` (Spark's rule, §6.6)."""
+    return _compatible(_parse_type(new), _parse_type(stored))
+
+
+def check_state_schema(
+    stored: StateSchema,
+    key_schema: Mapping[str, Any],
+    value_schema: Mapping[str, Any],
+    check_value: bool = True,
+) -> None:
+    """Raise Spark's error if the new schemas cannot continue the stored state.
+
+    Identical schemas pass at once; otherwise the key is checked first, then (unless
+    ``check_value`` is false, as for deduplication) the value.
+    """
+    if _parse_type(stored.key_schema) == _parse_type(key_schema) and _parse_type(stored.value_schema) == _parse_type(value_schema):
+        return
+    if not schemas_compatible(stored.key_schema, key_schema):
+        raise StateSchemaNotCompatibleError(
+            "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+            {"storedKeySchema": render_data_type(stored.key_schema), "newKeySchema": render_data_type(key_schema)},
+        )
+    if check_value and not schemas_compatible(stored.value_schema, value_schema):
+        raise StateSchemaNotCompatibleError(
+            "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+            {
+                "storedValueSchema": render_data_type(stored.value_schema),
+                "newValueSchema": render_data_type(value_schema),
+            },
+        )
+
+
+def validate_and_write_state_schema(
+    state_root: str,
+    operator_id: int,
+    key_schema: Mapping[str, Any],
+    value_schema: Mapping[str, Any],
+    check_value: bool = True,
+    schema_check_enabled: bool = True,
+) -> bool:
+    """The first-batch-of-a-run step: create the schema file, or check the new schemas against it.
+
+    Returns True if the file was written. With ``schema_check_enabled=False``
+    (``spark.sql.streaming.stateStore.stateSchemaCheck``) an incompatibility is only logged.
+    A compatible but different schema does not rewrite the file.
+    """
+    stored = read_state_schema(state_root, operator_id)
+    if stored is None:
+        write_state_schema(state_root, operator_id, key_schema, value_schema)
+        return True
+    try:
+        check_state_schema(stored, key_schema, value_schema, check_value)
+    except StateSchemaNotCompatibleError as exc:
+        if schema_check_enabled:
+            raise
+        log.warning("state schema check disabled; ignoring: %s", exc)
+    return False
+
+
+# -- operator metadata -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StateStoreMetadata:
+    """One state store of an operator, as recorded in the operator metadata file."""
+
+    store_name: str = "default"
+    num_cols_prefix_key: int = 0
+    num_partitions: int = 0
+
+
+@dataclass(frozen=True)
+class OperatorStateMetadata:
+    """Spark's operator metadata file, format v1.
+
+    Layout: the line ``v1``, then compact JSON
+    ``{"operatorInfo":{"operatorId":..,"operatorName":..},"stateStoreInfo":[{"storeName":..,
+    "numColsPrefixKey":..,"numPartitions":..}]}``. Operator names are the physical operators'
+    short names: ``stateStoreSave``, ``sessionWindowStateStoreSaveExec``, ``dedupe``,
+    ``dedupeWithinWatermark``, ``globalLimit``.
+    """
+
+    operator_id: int
+    operator_name: str
+    state_store_info: tuple[StateStoreMetadata, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return _compact_json(
+            {
+                "operatorInfo": {"operatorId": self.operator_id, "operatorName": self.operator_name},
+                "stateStoreInfo": [
+                    {"storeName": s.store_name, "numColsPrefixKey": s.num_cols_prefix_key, "numPartitions": s.num_partitions}
+                    for s in self.state_store_info
+                ],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> "OperatorStateMetadata":
+        info = value["operatorInfo"]
+        stores = tuple(
+            StateStoreMetadata(str(s["storeName"]), int(s["numColsPrefixKey"]), int(s["numPartitions"]))
+            for s in value.get("stateStoreInfo", [])
+        )
+        return cls(int(info["operatorId"]), str(info["operatorName"]), stores)
+
+
+def write_operator_metadata(state_root: str, metadata: OperatorStateMetadata) -> None:
+    """Write (atomically) ``<state_root>/<opId>/_metadata/metadata``."""
+    text = f"v{OPERATOR_METADATA_VERSION}\n{metadata.to_json()}"
+    CheckpointFileManager(state_root).write_atomic(operator_metadata_path(metadata.operator_id), text.encode("utf-8"))
+
+
+def read_operator_metadata(state_root: str, operator_id: int) -> OperatorStateMetadata | None:
+    """The metadata of ``operator_id``, or None if the checkpoint has none."""
+    files = CheckpointFileManager(state_root)
+    rel = operator_metadata_path(operator_id)
+    if not files.exists(rel):
+        return None
+    where = files.display(rel)
+    try:
+        text = files.read_bytes(rel).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StateStoreError(f"Operator metadata file {where} is corrupt: {exc}") from exc
+    first, _, rest = text.partition("\n")
+    first = first.strip()
+    if first != f"v{OPERATOR_METADATA_VERSION}":
+        raise StateStoreError(
+            f"Operator metadata file {where} has format version {first!r}, but statestream reads only "
+            f"version v{OPERATOR_METADATA_VERSION}"
+        )
+    try:
+        return OperatorStateMetadata.from_json(json.loads(rest))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateStoreError(f"Operator metadata file {where} is corrupt: {exc}") from exc
+
+
+def read_all_operator_metadata(state_root: str) -> dict[int, OperatorStateMetadata]:
+    """Metadata of every operator directory under ``state_root`` that has a metadata file."""
+    files = CheckpointFileManager(state_root)
+    out: dict[int, OperatorStateMetadata] = {}
+    for name in files.list():
+        if name.isdigit():
+            md = read_operator_metadata(state_root, int(name))
+            if md is not None:
+                out[md.operator_id] = md
+    return out
+
+
+def _ops_text(ops: Mapping[int, str]) -> str:
+    return ", ".join(f"(OperatorId: {op_id} -> OperatorName: {name})" for op_id, name in sorted(ops.items()))
+
+
+def check_operator_metadata(in_metadata: Mapping[int, str], in_current_batch: Mapping[int, str]) -> None:
+    """Raise Spark's error if ``{opId: operatorName}`` of the checkpoint and of the new plan differ.
+
+    A checkpoint without operator metadata (written before Spark recorded it) is not checked.
+    """
+    if not in_metadata:
+        return
+    if dict(in_metadata) == dict(in_current_batch):
+        return
+    raise OperatorNotMatchError(
+        "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+        {"OpsInMetadataSeq": _ops_text(in_metadata), "OpsInCurBatchSeq": _ops_text(in_current_batch)},
+    )
