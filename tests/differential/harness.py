@@ -81,6 +81,7 @@ class BatchRecord:
     num_input_rows: int | None
     watermark: str | None
     state: list[dict[str, Any]]
+    event_time: dict[str, str] | None = None
     progress: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
@@ -89,6 +90,7 @@ class BatchRecord:
             "batchId": self.batch_id,
             "numInputRows": self.num_input_rows,
             "watermark": self.watermark,
+            "eventTime": self.event_time,
             "stateOperators": self.state,
         }
 
@@ -406,6 +408,7 @@ def run_stream(
                 num_input_rows=None if p is None else p.get("numInputRows"),
                 watermark=None if p is None else (p.get("eventTime") or {}).get("watermark"),
                 state=_state_of(p),
+                event_time=None if p is None else p.get("eventTime"),
                 progress=p,
             )
         )
@@ -531,6 +534,7 @@ def assert_same_batches(
     *,
     check_state: bool = True,
     check_columns: bool = True,
+    check_event_time: bool = True,
     float_tol: float = 1e-9,
     ordered: bool = False,
 ) -> None:
@@ -538,8 +542,9 @@ def assert_same_batches(
 
     Compared per batch: batch id, the sink's rows (a multiset unless ``ordered``; floats within
     ``float_tol``, timestamps by instant, structs field by field), output columns (names and
-    types), ``numInputRows``, the reported watermark and, if ``check_state``, each state
-    operator's name and row counts (:data:`STATE_METRICS`). The message names the first differing
+    types), ``numInputRows``, the reported watermark, if ``check_event_time`` the whole
+    ``eventTime`` object (min/max/avg are part of Spark's contract, reference §3.9 and S40) and, if
+    ``check_state``, each state operator's name and row counts (:data:`STATE_METRICS`). The message names the first differing
     batch and shows both row sets and both progress summaries, followed by both runs in brief.
     """
     problems: list[str] = []
@@ -561,6 +566,8 @@ def assert_same_batches(
             diffs.append(f"numInputRows {e.num_input_rows} vs {a.num_input_rows}")
         if e.watermark != a.watermark:
             diffs.append(f"watermark {e.watermark} vs {a.watermark}")
+        if check_event_time and e.event_time != a.event_time:
+            diffs.append(f"eventTime {e.event_time} vs {a.event_time}")
         if check_state and e.state != a.state:
             diffs.append("state operators")
         if diffs:
@@ -616,6 +623,7 @@ def assert_equivalent(
     tmp_path: Path | str,
     *,
     check_state: bool = True,
+    check_event_time: bool = True,
     float_tol: float = 1e-9,
     ordered: bool = False,
     reference: Sequence[Sequence[Mapping[str, Any]] | None] | None = None,
@@ -632,5 +640,12 @@ def assert_equivalent(
         assert_batch_rows(expected, reference, float_tol=float_tol)
     engine = ours() if callable(ours) and not hasattr(ours, "readStream") else ours
     actual = run_stream(engine, build, batches, schema, output_mode, tmp_path, **kwargs)
-    assert_same_batches(expected, actual, check_state=check_state, float_tol=float_tol, ordered=ordered)
+    assert_same_batches(
+        expected,
+        actual,
+        check_state=check_state,
+        check_event_time=check_event_time,
+        float_tol=float_tol,
+        ordered=ordered,
+    )
     return expected, actual

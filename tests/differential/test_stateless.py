@@ -1,0 +1,51 @@
+"""Differential tests of stateless queries (select / filter / withColumn) in append and update.
+
+No state operator, so progress has an empty ``stateOperators`` list, and without a watermark no
+``eventTime`` object; with a watermark but nothing stateful, the watermark is still reported and
+still advances, yet no no-data batch ever runs (nothing would answer ``shouldRunAnotherBatch``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tests.differential.harness import assert_equivalent
+
+SCHEMA = "ts TIMESTAMP, k STRING, x LONG, d DOUBLE"
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0)
+INPUT = [
+    [(T0, "a", 1, 0.5), (T0 + dt.timedelta(seconds=3), None, None, None), (T0, "b", -2, 2.5)],
+    [],  # an empty file: a data batch with zero input rows
+    [(T0 + dt.timedelta(seconds=30), "a", 7, 1.0 / 3), (None, "c", 8, -0.0)],
+]
+
+
+def projection(df: DataFrame) -> DataFrame:
+    return (
+        df.filter(F.col("x").isNull() | (F.col("x") > 0))
+        .withColumn("x2", F.col("x") * 2)
+        .withColumn("label", F.concat_ws("-", F.coalesce("k", F.lit("none")), F.col("x").cast("string")))
+        .select("ts", "label", "x2", (F.col("d") + 1).alias("d1"))
+    )
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_select_filter_with_column(spark, ours, tmp_path, mode):
+    assert_equivalent(spark, ours, projection, INPUT, SCHEMA, mode, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_watermark_without_state(spark, ours, tmp_path, mode):
+    exp, _ = assert_equivalent(
+        spark, ours, lambda df: projection(df.withWatermark("ts", "10 seconds")), INPUT, SCHEMA, mode, tmp_path
+    )
+    assert len(exp.batches) == 3  # no ND batch even though the watermark moved
+    assert exp.batches[2].watermark == "2024-05-01T11:59:53.000Z"
+
+
+def test_json_input_stateless(spark, ours, tmp_path):
+    assert_equivalent(spark, ours, projection, INPUT, SCHEMA, "append", tmp_path, file_format="json")
