@@ -1,0 +1,83 @@
+"""Built-in streaming sources and the factory the reader uses to build them.
+
+``create_source`` maps a ``readStream.format(...)`` name to a :class:`~statestream.sources.base.Source`:
+
+* ``rate``: :class:`~statestream.sources.rate.RateSource`
+* ``parquet``, ``json``, ``csv``, ``orc``, ``text``: :class:`~statestream.sources.files.FileStreamSource`
+
+``MemoryStream`` (tests) is created directly, not through the factory.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from statestream.sources.base import Source
+
+__all__ = ["create_source", "FILE_FORMATS"]
+
+#: Formats served by the file source (Spark's built-in file formats).
+FILE_FORMATS = ("parquet", "json", "csv", "orc", "text")
+
+
+def create_source(
+    fmt: str,
+    options: Mapping[str, Any] | None,
+    schema: "StructType | str | None",
+    path: str | None,
+    metadata_dir: str | None,
+    spark: "SparkSession | None",
+    clock: Any = None,
+) -> "Source":
+    """Build the source for ``format(fmt)``.
+
+    Parameters
+    ----------
+    fmt:
+        Format name, case-insensitive.
+    options:
+        Reader options as given by the user (string values; keys case-insensitive).
+    schema:
+        User schema (``StructType`` or DDL); required by file sources, refused by ``rate``.
+    path:
+        ``load(path)``; file sources also accept ``options["path"]``.
+    metadata_dir:
+        ``<checkpoint>/sources/<i>`` or ``None`` (no recovery, e.g. when only probing the schema).
+    spark:
+        The user's session.
+    clock:
+        Rate source only: a callable returning epoch ms (tests).
+
+    Raises
+    ------
+    IllegalArgumentException
+        Missing schema or path, invalid option values (Spark's texts).
+    UnsupportedOperationException
+        A user schema given to ``rate``.
+    StatestreamError
+        An unknown format (Spark: ``[DATA_SOURCE_NOT_FOUND]``).
+    """
+    from statestream.sources.files import unsupported_operation
+
+    name = fmt.lower()
+    opts = dict(options or {})
+    if name == "rate":
+        if schema is not None:
+            raise unsupported_operation("RateStreamProvider source does not support user-specified schema.")
+        from statestream.sources.rate import RateSource
+
+        return RateSource(spark, opts, metadata_dir=metadata_dir, clock=clock)
+    if name in FILE_FORMATS:
+        from statestream.sources.files import FileStreamSource
+
+        return FileStreamSource(spark, path, name, schema, opts, metadata_dir=metadata_dir)
+    from statestream.errors import StatestreamError
+
+    raise StatestreamError(
+        f"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: {fmt}. Make sure the provider name is "
+        "correct and the package is properly registered and compatible with your Spark version. SQLSTATE: 42K02"
+    )
