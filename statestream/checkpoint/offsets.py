@@ -39,6 +39,7 @@ __all__ = [
     "PINNED_CONF_COMPAT_DEFAULTS",
     "PINNED_CONF_SESSION_DEFAULTS",
     "restore_pinned_confs",
+    "effective_conf",
     "RecoveryPlan",
     "plan_recovery",
     "plan_recovery_from_logs",
@@ -252,7 +253,8 @@ def restore_pinned_confs(
     -------
     (effective, warnings)
         ``effective`` maps each pinned key to the value to use; ``warnings`` are the messages the
-        caller should log (they are also logged here at WARNING level).
+        caller should log at WARNING level (this function does not log them itself, so they are
+        not reported twice).
     """
     effective: dict[str, str] = {}
     warnings: list[str] = []
@@ -277,9 +279,31 @@ def restore_pinned_confs(
             )
             if current is not None:
                 effective[key] = current
-    for message in warnings:
-        logger.warning(message)
     return effective, warnings
+
+
+def effective_conf(
+    stored: Mapping[str, str] | None, session: Mapping[str, str | None]
+) -> tuple[dict[str, str], list[str]]:
+    """The pinned confs a run uses, for a fresh start (``stored is None``) or a restart.
+
+    A fresh start takes the session's values; a restart applies :func:`restore_pinned_confs`.
+    Either way every key of :data:`PINNED_CONF_KEYS` gets a value: ``None`` session values are
+    treated as unset, and a key still without value falls back to Spark 4.1's session default
+    (:data:`PINNED_CONF_SESSION_DEFAULTS`).
+
+    Returns
+    -------
+    (conf, warnings)
+        ``conf`` in the order Spark writes it; ``warnings`` to be logged by the caller (empty
+        for a fresh start).
+    """
+    clean = {k: str(v) for k, v in session.items() if v is not None}
+    if stored is None:
+        effective, warnings = {k: clean[k] for k in PINNED_CONF_KEYS if k in clean}, []
+    else:
+        effective, warnings = restore_pinned_confs(stored, clean)
+    return {k: effective.get(k, PINNED_CONF_SESSION_DEFAULTS[k]) for k in PINNED_CONF_KEYS}, warnings
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from statestream.checkpoint.offsets import (
     OffsetSeqMetadata,
     plan_recovery,
     plan_recovery_from_logs,
+    effective_conf,
     restore_pinned_confs,
 )
 from statestream.errors import CheckpointError
@@ -349,3 +350,17 @@ def test_recovery_from_logs(ckpt):
     offsets.purge(2)
     with pytest.raises(CheckpointError, match="batch 1 doesn't exist"):
         plan_recovery_from_logs(offsets, commits)
+
+
+def test_effective_conf_fresh_and_restart():
+    session = {"spark.sql.shuffle.partitions": "2", "spark.sql.streaming.multipleWatermarkPolicy": None}
+    conf, warnings = effective_conf(None, session)
+    assert warnings == []
+    assert list(conf) == list(PINNED_CONF_KEYS)
+    assert conf["spark.sql.shuffle.partitions"] == "2"
+    assert conf["spark.sql.streaming.multipleWatermarkPolicy"] == "min"
+    conf, warnings = effective_conf({"spark.sql.shuffle.partitions": "3"}, {"spark.sql.shuffle.partitions": "5"})
+    assert conf["spark.sql.shuffle.partitions"] == "3"
+    assert conf["spark.sql.streaming.aggregation.stateFormatVersion"] == "1"
+    assert conf["spark.sql.streaming.stateStore.rocksdb.formatVersion"] == "5"  # session default
+    assert warnings
