@@ -66,10 +66,12 @@ class StateStoreProvider:
     Files, in ``<checkpoint_root>/<operator_id>/<partition_id>/``:
 
     ``<v>.delta``
-        The net change from version ``v-1`` to ``v``: one row per touched key. An Arrow IPC
-        *stream* whose columns are the key columns, the value columns (all nullable), and an
-        ``int8`` column ``__op`` (0 = put the row, 1 = remove the key; value columns are null for
-        removals). Written on every commit, even with no change (then a schema-only stream).
+        The change from version ``v-1`` to ``v``. An Arrow IPC *stream* whose columns are the key
+        columns, the value columns (all nullable), and an ``int8`` column ``__op`` (0 = put the
+        row, 1 = remove the key; value columns are null for removals). Put rows have unique keys
+        and hold the key's final value; a removed key may repeat, and may also appear as a put
+        (removed, then put again). Written on every commit, even with no change (then a
+        schema-only stream).
     ``<v>.snapshot``
         The full content of version ``v``: the key columns and the value columns.
 
@@ -84,8 +86,9 @@ class StateStoreProvider:
 
     Loading version ``v``: a cached version is used as is; otherwise the provider starts from the
     nearest cached version below ``v`` or the newest snapshot ``k <= v`` (whichever is newer;
-    empty at version 0) and replays the missing deltas in order. Replaying a delta removes all of
-    its keys from the table, then appends its put rows.
+    empty at version 0) and replays the missing deltas in order. Replaying a delta removes every
+    key it mentions from the table, then appends its put rows (so a put wins over a removal of
+    the same key, and the order of rows inside a delta does not matter).
 
     All I/O goes through :class:`CheckpointFileManager`, so files are written atomically and the
     store works on local paths and on any ``pyarrow.fs`` URI.

@@ -145,6 +145,17 @@ class StateStoreMetrics:
     custom_metrics: dict[str, int] = field(default_factory=dict)
 
 
+def _array_fingerprint(arr: pa.Array) -> tuple:
+    return (arr.offset, len(arr), tuple(b.address if b is not None else 0 for b in arr.buffers()))
+
+
+def _fingerprint(table: pa.Table) -> tuple:
+    """Identity of a table's data: the addresses of its buffers (not a content hash)."""
+    return (table.num_rows,) + tuple(
+        tuple(_array_fingerprint(chunk) for chunk in col.chunks) for col in table.columns
+    )
+
+
 def _as_table(data: TableLike) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
@@ -168,6 +179,10 @@ class ReadStateStore:
         self._nk = len(provider.key_schema)
         self._nv = len(provider.value_schema)
         self._released = False
+        # Bumped by every change of ``_table``; part of the key of the match cache.
+        self._generation = 0
+        # (generation, fingerprint of the key columns, state row indices, key row indices, keys)
+        self._last_match: tuple[int, tuple, np.ndarray, np.ndarray, pa.Table] | None = None
 
     # -- identity ---------------------------------------------------------------------------
     @property
@@ -219,6 +234,22 @@ class ReadStateStore:
             cols.append(col)
         return pa.Table.from_arrays(cols, schema=schema)
 
+    def _match(self, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """``match_keys(state keys, keys)``, reusing the previous answer for the same key arrays.
+
+        The aggregation flow looks up a batch's keys and then puts rows built from the very same
+        key arrays; recognising them (same Arrow buffers, same state generation) saves the
+        second join. Buffers are immutable and the cached entry keeps them alive, so equal buffer
+        addresses mean equal data.
+        """
+        fp = _fingerprint(keys)
+        last = self._last_match
+        if last is not None and last[0] == self._generation and last[1] == fp:
+            return last[2], last[3]
+        li, ri = match_keys(self._key_table(self._table), keys)
+        self._last_match = (self._generation, fp, li, ri, keys)
+        return li, ri
+
     def lookup(self, keys: TableLike) -> pa.Table:
         """The stored value of each key row, in the order of ``keys``.
 
@@ -227,7 +258,7 @@ class ReadStateStore:
         """
         kt = self._conform(keys, self.key_schema, "lookup keys")
         n = kt.num_rows
-        li, ri = match_keys(self._key_table(self._table), kt)
+        li, ri = self._match(kt)
         pos = np.full(n, -1, dtype=np.int64)
         pos[ri] = li
         absent = pos < 0
@@ -287,7 +318,10 @@ class StateStore(ReadStateStore):
     def __init__(self, provider: "StateStoreProvider", version: int, table: pa.Table) -> None:
         super().__init__(provider, version, table)
         self._state = "updating"  # -> "committed" | "aborted"
-        self._pending: pa.Table | None = None  # key + nullable value columns + op, unique keys
+        # Which rows of ``_table`` were put in this view (aligned with ``_table``), and the keys
+        # removed from it: together they are the pending delta, kept without any extra join.
+        self._dirty = np.zeros(table.num_rows, dtype=bool)
+        self._removed: list[pa.Table] = []
         self._new_version: int | None = None
 
     @property
@@ -298,31 +332,12 @@ class StateStore(ReadStateStore):
         if self._state != "updating":
             raise StateStoreError(f"cannot {what} {self.id} version {self._version}: the store was already {self._state}")
 
-    def _compact(self, table: pa.Table) -> pa.Table:
+    def _replace(self, table: pa.Table, dirty: np.ndarray) -> None:
         if table.num_columns and table.column(0).num_chunks > _MAX_CHUNKS:
-            return table.combine_chunks()
-        return table
-
-    def _record(self, rows: pa.Table, op: int) -> None:
-        """Merge ``rows`` (key columns, plus value columns for puts) into the pending delta,
-        keeping one entry per key: the latest operation wins."""
-        n = rows.num_rows
-        if n == 0:
-            return
-        schema = self._provider.delta_schema
-        if op == OP_PUT:
-            cols = list(rows.columns)
-        else:
-            cols = list(rows.columns[: self._nk]) + [pa.nulls(n, type=f.type) for f in self.value_schema]
-        cols.append(pa.array(np.full(n, op, dtype=np.int8)))
-        piece = pa.Table.from_arrays(cols, schema=schema)
-        if self._pending is None or self._pending.num_rows == 0:
-            self._pending = piece
-            return
-        li, _ = match_keys(self._key_table(self._pending), self._key_table(piece))
-        keep = np.ones(self._pending.num_rows, dtype=bool)
-        keep[li] = False
-        self._pending = self._compact(pa.concat_tables([self._pending.filter(pa.array(keep)), piece]))
+            table = table.combine_chunks()
+        self._table = table
+        self._dirty = dirty
+        self._generation += 1
 
     def put(self, rows: TableLike) -> None:
         """Insert or replace key + value rows (key columns first, then value columns, by position).
@@ -334,15 +349,20 @@ class StateStore(ReadStateStore):
         rows_t = self._conform(rows, self._provider.schema, "put rows")
         if rows_t.num_rows == 0:
             return
-        li, _ = match_keys(self._key_table(self._table), self._key_table(rows_t))
+        if self._table.num_rows:
+            li, _ = self._match(self._key_table(rows_t))
+        else:
+            li = np.empty(0, dtype=np.int64)
         if len(li):
             keep = np.ones(self._table.num_rows, dtype=bool)
             keep[li] = False
-            base = self._table.filter(pa.array(keep))
+            base, dirty = self._table.filter(pa.array(keep)), self._dirty[keep]
         else:
-            base = self._table
-        self._table = self._compact(pa.concat_tables([base, rows_t]))
-        self._record(rows_t, OP_PUT)
+            base, dirty = self._table, self._dirty
+        self._replace(
+            pa.concat_tables([base, rows_t]),
+            np.concatenate([dirty, np.ones(rows_t.num_rows, dtype=bool)]),
+        )
 
     def remove(self, keys: TableLike) -> int:
         """Remove the given keys (absent keys are ignored); returns how many keys were removed."""
@@ -350,15 +370,14 @@ class StateStore(ReadStateStore):
         kt = self._conform(keys, self.key_schema, "remove keys")
         if kt.num_rows == 0 or self._table.num_rows == 0:
             return 0
-        li, _ = match_keys(self._key_table(self._table), kt)
+        li, _ = self._match(kt)
         if not len(li):
             return 0
         li = np.unique(li)
         keep = np.ones(self._table.num_rows, dtype=bool)
         keep[li] = False
-        removed_keys = self._key_table(self._table).take(pa.array(li))
-        self._table = self._compact(self._table.filter(pa.array(keep)))
-        self._record(removed_keys, OP_REMOVE)
+        self._removed.append(self._key_table(self._table).take(pa.array(li)))
+        self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return len(li)
 
     def evict(self, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> pa.Table:
@@ -381,16 +400,33 @@ class StateStore(ReadStateStore):
         mask = pc.fill_null(mask, False)
         evicted = self._table.filter(mask)
         if evicted.num_rows:
-            self._table = self._compact(self._table.filter(pc.invert(mask)))
-            self._record(self._key_table(evicted), OP_REMOVE)
+            keep = ~np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+            self._removed.append(self._key_table(evicted))
+            self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return evicted
 
     def pending_changes(self) -> pa.Table:
-        """The net change since ``version`` (one row per touched key, with the op column): exactly
-        what ``commit()`` writes."""
-        if self._pending is None:
-            return self._provider.delta_schema.empty_table()
-        return self._pending
+        """The change since ``version``: exactly what ``commit()`` writes to the delta file.
+
+        Removed keys come first (op 1, null values), then the rows put in this view that are
+        still present (op 0, unique keys). A key can appear among the removals more than once,
+        and both as a removal and a put (removed, then put again); replaying removes every key
+        of the delta before appending the puts, so the final put wins, as it should.
+        """
+        schema = self._provider.delta_schema
+        parts = []
+        for keys in self._removed:
+            n = keys.num_rows
+            cols = list(keys.columns) + [pa.nulls(n, type=f.type) for f in self.value_schema]
+            cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
+            parts.append(pa.Table.from_arrays(cols, schema=schema))
+        if self._dirty.any():
+            puts = self._table.filter(pa.array(self._dirty))
+            cols = list(puts.columns) + [pa.array(np.full(puts.num_rows, OP_PUT, dtype=np.int8))]
+            parts.append(pa.Table.from_arrays(cols, schema=schema))
+        if not parts:
+            return schema.empty_table()
+        return pa.concat_tables(parts)
 
     def commit(self) -> int:
         """Write ``<version+1>.delta`` atomically and return ``version + 1``."""
@@ -398,13 +434,15 @@ class StateStore(ReadStateStore):
         new_version = self._provider._commit(self._version, self._table, self.pending_changes())
         self._state = "committed"
         self._new_version = new_version
-        self._pending = None
+        self._removed = []
+        self._last_match = None
         return new_version
 
     def abort(self) -> None:
         """Discard pending changes. Idempotent; does nothing after a successful commit."""
         if self._state == "updating":
             self._state = "aborted"
-            self._pending = None
+            self._removed = []
+            self._last_match = None
             log.debug("aborted %s at version %d", self.id, self._version)
         self._released = True

@@ -170,6 +170,43 @@ def test_put_casts_compatible_types_and_rejects_wrong_shape(tmp_path):
         s.put(pa.table({"k": ["a"]}))
 
 
+def test_lookup_then_put_with_same_key_arrays(tmp_path):
+    """The aggregation flow: look up the batch keys, merge, put rows built on the same key arrays."""
+    ks = pa.schema([("k", pa.int64())])
+    vs = pa.schema([("v", pa.int64())])
+    p = get_provider(sid(tmp_path), ks, vs, run_id="r")
+    s = p.get_store(0)
+    s.put(pa.table({"k": [1, 2, None], "v": [10, 20, 30]}))
+    keys = pa.table({"k": pa.array([2, None, 5], pa.int64())})
+    found = s.lookup(keys)
+    merged = pc.add(pc.fill_null(found.column("v"), 0), 1)
+    s.put(pa.Table.from_arrays([keys.column(0), merged], names=["k", "v"]))
+    assert sorted(s.table().to_pylist(), key=repr) == sorted(
+        [{"k": 1, "v": 10}, {"k": 2, "v": 21}, {"k": None, "v": 31}, {"k": 5, "v": 1}], key=repr
+    )
+    # the same keys again after the state changed: must not reuse the stale match
+    s.put(pa.Table.from_arrays([keys.column(0), pa.array([7, 8, 9], pa.int64())], names=["k", "v"]))
+    assert s.num_keys() == 4
+    assert s.lookup(keys).column("v").to_pylist() == [7, 8, 9]
+
+
+def test_remove_then_put_again_replays_as_put(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = p.get_store(0)
+    s.put(rows1(["a", "b"], [1, 2]))
+    s.commit()
+    s = p.get_store(1)
+    s.remove(keys1(["a"]))
+    s.put(rows1(["a"], [5]))
+    s.remove(keys1(["b"]))
+    s.put(rows1(["b"], [6]))
+    s.remove(keys1(["b"]))
+    s.commit()
+    clear_provider_cache()
+    t = get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_read_store(2).table()
+    assert t.to_pylist() == [{"k": "a", "count": 5, "sum": 5.0}]
+
+
 def test_global_store_with_no_key_columns(tmp_path):
     ks = pa.schema([])
     vs = pa.schema([("count", pa.int64())])
