@@ -1,0 +1,109 @@
+"""Built-in streaming sinks and the factory the writer uses to build them.
+
+``create_sink`` maps a ``writeStream.format(...)`` name to a :class:`~statestream.sinks.base.Sink`:
+
+* ``console``: :class:`~statestream.sinks.console.ConsoleSink`
+* ``memory``: :class:`~statestream.sinks.memory.MemorySink` (needs ``queryName``)
+* ``foreachBatch`` (or any format when ``foreach_batch`` is given): :class:`~statestream.sinks.foreach_batch.ForeachBatchSink`
+* ``parquet``, ``json``, ``csv``, ``orc``, ``text``: :class:`~statestream.sinks.files.FileStreamSink` (append only)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from statestream.sinks.base import Sink
+
+__all__ = ["create_sink", "FILE_FORMATS", "validate_output_mode"]
+
+FILE_FORMATS = ("parquet", "json", "csv", "orc", "text")
+
+
+def validate_output_mode(fmt: str, output_mode: str) -> None:
+    """Raise Spark's ``start()`` error if sink ``fmt`` cannot take ``output_mode``
+    (file sinks accept only append)."""
+    if fmt.lower() in FILE_FORMATS and output_mode.lower() != "append":
+        from statestream.sinks.files import file_sink_output_mode_error
+
+        raise file_sink_output_mode_error(fmt.lower(), output_mode)
+
+
+def create_sink(
+    fmt: str,
+    options: Mapping[str, Any] | None,
+    query_name: str | None,
+    spark: "SparkSession",
+    *,
+    foreach_batch: Callable[..., Any] | None = None,
+    output_mode: str | None = None,
+    partition_by: Sequence[str] | None = None,
+    path: str | None = None,
+    schema: "StructType | None" = None,
+) -> "Sink":
+    """Build the sink for ``format(fmt)``.
+
+    Parameters
+    ----------
+    fmt:
+        Format name, case-insensitive (``foreachBatch`` is what ``DataStreamWriter.foreachBatch``
+        sets).
+    options:
+        Writer options; ``path`` is taken from here when ``path`` is not given.
+    query_name:
+        ``queryName(...)``; required by the memory sink.
+    spark:
+        The user's session (the memory sink registers its view there).
+    foreach_batch:
+        The function given to ``foreachBatch``.
+    output_mode:
+        Checked now for file sinks, so ``start()`` fails like Spark's.
+    partition_by:
+        File sinks: ``partitionBy`` columns.
+    schema:
+        Memory sink: lets the (empty) view exist before the first batch.
+
+    Raises
+    ------
+    AnalysisException
+        Memory sink without ``queryName``; file sink in a mode other than append.
+    IllegalArgumentException
+        File sink without a path (Spark: ``'path' is not specified.``).
+    """
+    name = fmt.lower()
+    opts = dict(options or {})
+    if foreach_batch is not None or name == "foreachbatch":
+        from statestream.sinks.foreach_batch import ForeachBatchSink
+
+        if foreach_batch is None:
+            raise ValueError("format('foreachBatch') needs the function given to foreachBatch(func)")
+        return ForeachBatchSink(foreach_batch)
+    if name == "console":
+        from statestream.sinks.console import ConsoleSink
+
+        return ConsoleSink(opts)
+    if name == "memory":
+        from statestream.sinks.memory import MemorySink
+
+        return MemorySink(spark, query_name, schema=schema)
+    if name in FILE_FORMATS:
+        from statestream.sinks.files import FileStreamSink
+
+        if output_mode is not None:
+            validate_output_mode(name, output_mode)
+        lowered = {str(k).lower(): v for k, v in opts.items()}
+        target = path if path is not None else lowered.get("path")
+        if not target:
+            from statestream.sources.files import illegal_argument
+
+            raise illegal_argument("'path' is not specified.")
+        return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)
+    from statestream.errors import StatestreamError
+
+    raise StatestreamError(
+        f"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: {fmt}. Make sure the provider name is "
+        "correct and the package is properly registered and compatible with your Spark version. SQLSTATE: 42K02"
+    )

@@ -1,0 +1,428 @@
+"""The file sink (parquet, json, csv, ...) and the compactible metadata log it shares with the
+file source.
+
+Spark: ``FileStreamSink``, ``ManifestFileCommitProtocol``, ``FileStreamSinkLog`` and
+``CompactibleFileStreamLog``. What is mirrored:
+
+* Every batch's data files are listed in ``<path>/_spark_metadata/<batchId>``: a ``v1`` line,
+  then one JSON object per file (``path`` as a URI, ``size``, ``isDir``, ``modificationTime``,
+  ``blockReplication``, ``blockSize``, ``action`` = ``"add"``). A reader that finds
+  ``_spark_metadata`` (Spark's own ``spark.read.parquet(path)`` included) reads only the files the
+  log lists, so files of a batch that crashed half-way are never seen.
+* A batch id that the log already holds is skipped: re-delivery after a crash writes nothing.
+* Every ``compactInterval`` (10) batches the log is compacted: batch ``b`` with
+  ``(b + 1) % 10 == 0`` is written as ``b.compact`` and holds every live entry so far; readers
+  then start from the newest compact file. Old non-compact entries are *not* deleted (Spark
+  deletes them after ``spark.sql.streaming.fileSink.log.cleanupDelay``); they are harmless.
+* Only the append output mode is accepted, with Spark's error for the others.
+
+Data files are written by a Spark batch job into a hidden staging directory of the output path
+(``.statestream-staging-<batch>-<uuid>``), moved next to the earlier files once the job has
+finished, and only then listed in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from urllib.parse import quote, unquote
+
+import pyarrow.fs as pafs
+
+from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
+from statestream.errors import CheckpointError, analysis_error
+from statestream.sinks.base import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "FileStreamSink",
+    "CompactibleFileStreamLog",
+    "FileStreamSinkLog",
+    "file_sink_output_mode_error",
+    "path_to_uri",
+    "uri_to_path",
+    "qualified_path",
+    "METADATA_DIR",
+]
+
+logger = logging.getLogger(__name__)
+
+METADATA_DIR = "_spark_metadata"
+_COMPACT_SUFFIX = ".compact"
+_BATCH_FILE = re.compile(r"^([0-9]+)(\.compact)?$")
+_STAGING_PREFIX = ".statestream-staging-"
+
+#: Hadoop's local file system reports these for every file (replication 1, 32 MB blocks).
+_LOCAL_BLOCK_REPLICATION = 1
+_LOCAL_BLOCK_SIZE = 33554432
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file:")
+
+
+def _local_abspath(path: str) -> str:
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    elif path.startswith("file:"):
+        path = path[len("file:") :]
+    return os.path.abspath(path)
+
+
+def qualified_path(path: str) -> str:
+    """The path as Spark's ``makeQualified`` shows it (``file:/abs/dir`` for local paths), used in
+    ``description()`` strings."""
+    if _is_remote(path):
+        return path.rstrip("/")
+    return "file:" + _local_abspath(path)
+
+
+def path_to_uri(path: str) -> str:
+    """A file's path as Spark's metadata logs store it: a percent-encoded URI, ``file:///...``
+    for local files."""
+    if _is_remote(path):
+        scheme, rest = path.split("://", 1)
+        return f"{scheme}://{quote(rest, safe='/:@')}"
+    return "file://" + quote(_local_abspath(path), safe="/")
+
+
+def uri_to_path(uri: str) -> str:
+    """Inverse of :func:`path_to_uri`: a path Spark's reader and pyarrow can open."""
+    if uri.startswith("file:"):
+        rest = uri[len("file:") :]
+        while rest.startswith("//"):
+            rest = rest[1:]
+        return unquote(rest)
+    if "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        return f"{scheme}://{unquote(rest)}"
+    return unquote(uri)
+
+
+def _is_hidden(name: str) -> bool:
+    """Spark's rule for files a directory listing skips (``_SUCCESS``, ``.crc``, temp files), but
+    not partition directories like ``_k=1``."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
+# -- the compactible metadata log ------------------------------------------------------------------
+
+
+class CompactibleFileStreamLog:
+    """A batch-id-indexed log of JSON entries with periodic compaction.
+
+    Spark: ``CompactibleFileStreamLog``. File ``<b>`` holds batch ``b``'s entries
+    (``v<version>`` line, then one JSON object per line, no trailing newline); at compaction
+    batches the file is ``<b>.compact`` and holds all live entries of batches ``0..b``. Entries are
+    plain dicts; ``key_order`` fixes the JSON key order (Spark's Jackson writes fields in
+    declaration order).
+
+    Parameters
+    ----------
+    root:
+        The log directory (``<out>/_spark_metadata`` or ``<checkpoint>/sources/<i>``).
+    version:
+        The format version this code writes and the highest it reads.
+    default_compact_interval:
+        Used unless compact files already present imply another interval.
+    """
+
+    key_order: Sequence[str] = ()
+
+    def __init__(self, root: str, version: int = 1, default_compact_interval: int = 10) -> None:
+        if default_compact_interval <= 0:
+            raise ValueError(f"compactInterval must be positive, got {default_compact_interval}")
+        self.files = CheckpointFileManager(root)
+        self.version = version
+        self.default_compact_interval = default_compact_interval
+        self._compact_interval: int | None = None
+        self.files.mkdirs()
+
+    # batch ids and files
+
+    def _batch_files(self) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for name in self.files.list():
+            m = _BATCH_FILE.match(name)
+            if m:
+                out[int(m.group(1))] = name
+        return out
+
+    @property
+    def compact_interval(self) -> int:
+        """Spark's ``determineCompactInterval``: with compact files present, the interval must
+        divide ``latestCompact + 1``; the smallest such divisor not below the default wins."""
+        if self._compact_interval is None:
+            compacts = sorted(b for b, n in self._batch_files().items() if n.endswith(_COMPACT_SUFFIX))
+            interval = self.default_compact_interval
+            if compacts:
+                n = compacts[-1] + 1
+                if n <= interval:
+                    interval = n
+                else:
+                    interval = next((i for i in range(interval, n // 2 + 1) if n % i == 0), n)
+            self._compact_interval = interval
+        return self._compact_interval
+
+    def is_compaction_batch(self, batch_id: int) -> bool:
+        return (batch_id + 1) % self.compact_interval == 0
+
+    def _name(self, batch_id: int) -> str:
+        return f"{batch_id}{_COMPACT_SUFFIX}" if self.is_compaction_batch(batch_id) else str(batch_id)
+
+    def latest_batch_id(self) -> int | None:
+        ids = self._batch_files()
+        return max(ids) if ids else None
+
+    # (de)serialisation
+
+    def _serialize(self, entries: Iterable[Mapping[str, Any]]) -> bytes:
+        lines = [f"v{self.version}"]
+        for e in entries:
+            ordered = {k: e[k] for k in self.key_order if k in e}
+            ordered.update({k: v for k, v in e.items() if k not in ordered})
+            lines.append(json.dumps(ordered, separators=(",", ":"), ensure_ascii=False))
+        return "\n".join(lines).encode("utf-8")
+
+    def _deserialize(self, data: bytes, name: str) -> list[dict[str, Any]]:
+        text = data.decode("utf-8")
+        lines = text.split("\n")
+        where = self.files.display(name)
+        head = lines[0].strip()
+        if not head.startswith("v") or not head[1:].isdigit():
+            raise CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})")
+        found = int(head[1:])
+        if found > self.version:
+            raise CheckpointError(
+                f"UnsupportedLogVersion: maximum supported log version is v{self.version}, but encountered "
+                f"v{found} in {where}. The log file was produced by a newer version."
+            )
+        return [json.loads(line) for line in lines[1:] if line.strip()]
+
+    # reading
+
+    def get(self, batch_id: int) -> list[dict[str, Any]] | None:
+        """The entries stored in batch ``batch_id``'s file (for a compact file: all of them),
+        ``None`` when it does not exist."""
+        name = self._name(batch_id)
+        if not self.files.exists(name):
+            # A log written with another interval may still hold the plain file.
+            alt = str(batch_id) if name.endswith(_COMPACT_SUFFIX) else f"{batch_id}{_COMPACT_SUFFIX}"
+            if not self.files.exists(alt):
+                return None
+            name = alt
+        return self._deserialize(self.files.read_bytes(name), name)
+
+    def _valid_batches(self, batch_id: int) -> range:
+        start = max(0, (batch_id + 1) // self.compact_interval * self.compact_interval - 1)
+        return range(start, batch_id + 1)
+
+    def all_entries(self) -> list[dict[str, Any]]:
+        """Every live entry: the newest compact file plus the batch files after it."""
+        latest = self.latest_batch_id()
+        if latest is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for b in self._valid_batches(latest):
+            entries = self.get(b)
+            if entries is None:
+                raise CheckpointError(
+                    f"{self.files.display(self._name(b))} doesn't exist "
+                    f"(latestId: {latest}, compactInterval: {self.compact_interval})"
+                )
+            out.extend(entries)
+        return self.compact_logs(out)
+
+    def compact_logs(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """How a compaction merges entries (Spark's ``compactLogs``); identity by default."""
+        return entries
+
+    # writing
+
+    def add(self, batch_id: int, entries: Sequence[Mapping[str, Any]]) -> bool:
+        """Write batch ``batch_id``; ``False`` (and nothing written) if it already exists."""
+        if self.get(batch_id) is not None:
+            return False
+        to_write: list[Mapping[str, Any]] = list(entries)
+        if self.is_compaction_batch(batch_id) and batch_id > 0:
+            previous: list[dict[str, Any]] = []
+            for b in self._valid_batches(batch_id - 1):
+                got = self.get(b)
+                if got is None:
+                    raise CheckpointError(
+                        f"{self.files.display(self._name(b))} doesn't exist when compacting batch {batch_id} "
+                        f"(compactInterval: {self.compact_interval})"
+                    )
+                previous.extend(got)
+            to_write = self.compact_logs(previous + [dict(e) for e in entries])
+        try:
+            self.files.write_atomic(self._name(batch_id), self._serialize(to_write), overwrite=False)
+        except FileAlreadyExistsError:
+            return False
+        return True
+
+
+class FileStreamSinkLog(CompactibleFileStreamLog):
+    """``<out>/_spark_metadata``: Spark's ``FileStreamSinkLog`` (version 1)."""
+
+    key_order = ("path", "size", "isDir", "modificationTime", "blockReplication", "blockSize", "action")
+
+    def compact_logs(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        deleted = {e["path"] for e in entries if e.get("action") == "delete"}
+        if not deleted:
+            return entries
+        return [e for e in entries if e["path"] not in deleted]
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def file_sink_output_mode_error(fmt: str, output_mode: str) -> Exception:
+    """Spark's ``STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE`` error, raised by ``start()``."""
+    mode = output_mode.lower()
+    return analysis_error(
+        "STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE",
+        f"[STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE] Invalid streaming output mode: {mode}. "
+        f"This output mode is not supported in Data Source {fmt}. SQLSTATE: 42KDE",
+        "42KDE",
+        outputMode=mode,
+        className=fmt,
+    )
+
+
+# -- the sink -------------------------------------------------------------------------------------
+
+
+class FileStreamSink(Sink):
+    """Appends each micro-batch as new files under ``path``, exactly once per batch id.
+
+    Parameters
+    ----------
+    spark:
+        Only used for ``spark.sql.streaming.fileSink.log.compactInterval``.
+    path:
+        The output directory (local path, ``file:`` URI, or any URI Spark and pyarrow share).
+    fmt:
+        ``parquet``, ``json``, ``csv``, ``orc``, ``text``: whatever ``DataFrameWriter.format``
+        accepts.
+    options:
+        Passed to the writer (``compression``, ``header``, ``sep``, ...).
+    partition_by:
+        Columns for ``DataFrameWriter.partitionBy``; files land in ``k=v`` sub-directories.
+    output_mode:
+        Checked at construction: anything but ``append`` raises Spark's error.
+    """
+
+    def __init__(
+        self,
+        spark: "SparkSession | None",
+        path: str,
+        fmt: str,
+        options: Mapping[str, Any] | None = None,
+        partition_by: Sequence[str] | None = None,
+        output_mode: str | None = None,
+    ) -> None:
+        self.path = path
+        self.fmt = fmt
+        if output_mode is not None and output_mode.lower() != "append":
+            raise file_sink_output_mode_error(fmt, output_mode)
+        skip = {"path", "checkpointlocation", "queryname"}
+        self.options = {str(k): str(v) for k, v in (options or {}).items() if str(k).lower() not in skip}
+        self.partition_by = list(partition_by or [])
+        self._out = CheckpointFileManager(path)
+        self._out.mkdirs()
+        interval = 10
+        if spark is not None:
+            interval = int(spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10") or 10)
+        # Creating the log directory up front makes readers use the (empty) log from the start
+        # instead of listing half-written files of the first batch.
+        self.log = FileStreamSinkLog(self._out.path(METADATA_DIR), default_compact_interval=interval)
+        self._cleanup_staging()
+        self._last_rows = -1
+
+    def _spark_path(self, rel: str = "") -> str:
+        if _is_remote(self.path):
+            return self.path.rstrip("/") + ("/" + rel if rel else "")
+        return self._out.path(rel)
+
+    def _cleanup_staging(self) -> None:
+        # CheckpointFileManager.list() hides dot-files, so the directory is scanned directly.
+        sel = pafs.FileSelector(self._out.path(), allow_not_found=True, recursive=False)
+        for info in self._out.fs.get_file_info(sel):
+            if info.base_name.startswith(_STAGING_PREFIX) and info.type == pafs.FileType.Directory:
+                logger.info("removing leftover staging directory %s", info.path)
+                self._out.fs.delete_dir(info.path)
+
+    def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
+        if output_mode.lower() != "append":
+            raise file_sink_output_mode_error(self.fmt, output_mode)
+        latest = self.log.latest_batch_id()
+        if latest is not None and batch_id <= latest:
+            logger.info("Skipping already committed batch %d (file sink log is at %d)", batch_id, latest)
+            self._last_rows = -1
+            return
+        staging_rel = f"{_STAGING_PREFIX}{batch_id}-{uuid.uuid4().hex}"
+        writer = df.write.format(self.fmt).options(**self.options).mode("errorifexists")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.save(self._spark_path(staging_rel))
+        try:
+            entries = self._publish(staging_rel)
+            if not self.log.add(batch_id, entries):
+                raise CheckpointError(
+                    f"Concurrent update to the log. Multiple streaming jobs detected for {batch_id} "
+                    f"({self.log.files.display(str(batch_id))})"
+                )
+        finally:
+            self._out.delete(staging_rel)
+        logger.info("file sink committed batch %d with %d file(s)", batch_id, len(entries))
+
+    def _publish(self, staging_rel: str) -> list[dict[str, Any]]:
+        """Move the finished job's data files next to the earlier batches and describe them."""
+        fs = self._out.fs
+        staging = self._out.path(staging_rel)
+        sel = pafs.FileSelector(staging, allow_not_found=True, recursive=True)
+        entries: list[dict[str, Any]] = []
+        for info in sorted(fs.get_file_info(sel), key=lambda i: i.path):
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(staging) :].lstrip("/")
+            if any(_is_hidden(part) for part in rel.split("/")):
+                continue
+            target_rel = rel
+            target = self._out.path(target_rel)
+            fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            fs.move(info.path, target)
+            moved = fs.get_file_info(target)
+            mtime_ms = int(moved.mtime_ns // 1_000_000) if moved.mtime_ns is not None else 0
+            entries.append(
+                {
+                    "path": path_to_uri(self._spark_path(target_rel)),
+                    "size": int(moved.size or 0),
+                    "isDir": False,
+                    "modificationTime": mtime_ms,
+                    "blockReplication": _LOCAL_BLOCK_REPLICATION,
+                    "blockSize": _LOCAL_BLOCK_SIZE,
+                    "action": "add",
+                }
+            )
+        return entries
+
+    def num_output_rows(self) -> int:
+        return -1  # a V1 sink in Spark: the count is unknown
+
+    def description(self) -> str:
+        return f"FileSink[{qualified_path(self.path)}]"
+
+    def committed_files(self) -> list[str]:
+        """Paths (URIs) of all files the log lists: what a reader of ``path`` will read."""
+        return [e["path"] for e in self.log.all_entries()]
