@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StateStoreError
@@ -115,7 +116,8 @@ class StateStoreProvider:
         self._nk = len(key_schema)
         self._nv = len(value_schema)
         self._files = CheckpointFileManager(store_id.checkpoint_root).child(store_id.relative_dir)
-        self._loaded: dict[int, pa.Table] = {}
+        # version -> (table, stamp of <version>.delta when the table was cached; see _stamp)
+        self._loaded: dict[int, tuple[pa.Table, tuple[int, int] | None]] = {}
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
@@ -137,7 +139,7 @@ class StateStoreProvider:
     def memory_used_bytes(self, extra: pa.Table | None = None) -> int:
         """Arrow bytes of all cached versions, plus ``extra`` if it is not one of them."""
         with self._lock:
-            tables = list(self._loaded.values())
+            tables = [t for t, _ in self._loaded.values()]
         total = sum(t.nbytes for t in tables)
         if extra is not None and not any(extra is t for t in tables):
             total += extra.nbytes
@@ -250,16 +252,48 @@ class StateStoreProvider:
             table = pa.concat_tables([table, puts])
         return table
 
-    def _cache(self, version: int, table: pa.Table) -> None:
-        self._loaded[version] = table
+    def _stamp(self, version: int) -> tuple[int, int] | None:
+        """(size, mtime_ns) of ``<version>.delta``, or None if it does not exist.
+
+        Why: tasks of one partition land in different Python worker processes, and a task retry
+        may rewrite ``<v>.delta`` from another process. A cached version whose delta file has
+        changed since it was cached is stale and must not be served.
+        """
+        if version == 0:
+            return None
+        info = self._files.fs.get_file_info(self._files.path(self.file_name(version, _DELTA)))
+        if info.type == pafs.FileType.NotFound:
+            return None
+        return int(info.size or 0), int(info.mtime_ns or 0)
+
+    def _cache(self, version: int, table: pa.Table, stamp: tuple[int, int] | None) -> None:
+        self._loaded[version] = (table, stamp)
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
             del self._loaded[v]
+
+    def _cached(self, version: int) -> pa.Table | None:
+        """The cached table of ``version`` if its delta file is unchanged; drops stale entries."""
+        entry = self._loaded.get(version)
+        if entry is None:
+            return None
+        table, stamp = entry
+        if self._stamp(version) != stamp:
+            log.warning(
+                "%s: %s changed since version %d was cached (rewritten by another process?); reloading",
+                self.store_id,
+                self._display(self.file_name(version, _DELTA)),
+                version,
+            )
+            for v in [v for v in self._loaded if v >= version]:
+                del self._loaded[v]
+            return None
+        return table
 
     def _load(self, version: int) -> pa.Table:
         if version < 0:
             raise StateStoreError(f"cannot load version {version} of {self.store_id}: versions start at 0")
         with self._lock:
-            cached = self._loaded.get(version)
+            cached = self._cached(version)
             if cached is not None:
                 self._hits += 1
                 return cached
@@ -267,10 +301,12 @@ class StateStoreProvider:
                 return self._empty()
             self._misses += 1
             base_version, base = 0, self._empty()
-            below = [v for v in self._loaded if v < version]
-            if below:
-                base_version = max(below)
-                base = self._loaded[base_version]
+            for v in sorted((v for v in self._loaded if v < version), reverse=True):
+                below = self._cached(v)
+                if below is not None:
+                    base_version, base = v, below
+                    break
+            from_cache = base_version > 0
             snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
             if snapshots:
                 base_version = max(snapshots)
@@ -283,11 +319,11 @@ class StateStoreProvider:
                 "loaded %s version %d from %s version %d (+%d deltas)",
                 self.store_id,
                 version,
-                "snapshot" if snapshots else ("cache" if below else "empty"),
+                "snapshot" if snapshots else ("cache" if from_cache else "empty"),
                 base_version,
                 version - base_version,
             )
-            self._cache(version, table)
+            self._cache(version, table, self._stamp(version))
             return table
 
     # -- commit -------------------------------------------------------------------------------
@@ -300,7 +336,7 @@ class StateStoreProvider:
             # re-executed batch): they must never be served again.
             for v in [v for v in self._loaded if v >= new_version]:
                 del self._loaded[v]
-            self._cache(new_version, table)
+            self._cache(new_version, table, self._stamp(new_version))
         return new_version
 
     # -- maintenance --------------------------------------------------------------------------
@@ -321,7 +357,7 @@ class StateStoreProvider:
             snapshots = [v for v, kinds in files.items() if _SNAPSHOT in kinds]
             last_snapshot = max(snapshots) if snapshots else 0
             deltas_since = sum(1 for v, kinds in files.items() if v > last_snapshot and _DELTA in kinds)
-            table = self._loaded.get(newest)
+            table = self._cached(newest)
             if table is not None and deltas_since > self.conf.min_deltas_for_snapshot:
                 self._write(table, _SNAPSHOT, newest)
                 files.setdefault(newest, set()).add(_SNAPSHOT)

@@ -313,6 +313,23 @@ def test_re_executed_batch_overwrites_next_version(tmp_path):
     assert sorted(again.get_read_store(2).table().column("k").to_pylist()) == ["a", "d"]
 
 
+def test_cached_version_rewritten_by_another_worker_is_not_served(tmp_path):
+    from statestream.state.provider import StateStoreProvider
+
+    a = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    for v, key in enumerate(["a", "b"]):
+        s = a.get_store(v)
+        s.put(rows1([key], [v]))
+        s.commit()
+    assert a.cached_versions() == [1, 2]
+    # another Python worker of the same run retries batch 1 and rewrites 2.delta
+    b = StateStoreProvider(sid(tmp_path), KS1, VS1, run_id="r")
+    s = b.get_store(1)
+    s.put(rows1(["c", "d"], [5, 6]))
+    s.commit()
+    assert sorted(a.get_store(2).table().column("k").to_pylist()) == ["a", "c", "d"]
+
+
 def test_cache_keeps_two_versions_and_counts_hits(tmp_path):
     p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
     for v in range(4):
