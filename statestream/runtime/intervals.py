@@ -42,6 +42,7 @@ __all__ = [
     "interval_duration_us",
     "parse_watermark_delay_ms",
     "parse_window_duration_us",
+    "parse_trigger_interval_ms",
     "DAYS_PER_MONTH",
     "MICROS_PER_DAY",
 ]
@@ -454,3 +455,140 @@ def parse_window_duration_us(duration: str) -> int:
     if not _LONG_MIN <= total <= _LONG_MAX:
         raise IntervalArithmeticError()
     return total
+
+
+# -- processing-time triggers --------------------------------------------------------------------
+
+_INVALID_INTERVAL_FORMAT_DETAILS = {
+    "INPUT_IS_EMPTY": "Interval string cannot be empty.",
+    "INVALID_PREFIX": "Invalid interval prefix {prefix}.",
+    "UNRECOGNIZED_NUMBER": "Unrecognized number {number}.",
+    "INVALID_VALUE": "Invalid value {value}.",
+    "INVALID_PRECISION": "Interval can only support nanosecond precision, {value} is out of range.",
+    "INVALID_FRACTION": "{unit} cannot have fractional part.",
+    "INVALID_UNIT": "Invalid unit {unit}.",
+    "MISSING_NUMBER": "Expect a number after {word} but hit EOL.",
+    "MISSING_UNIT": "Expect a unit name after {word} but hit EOL.",
+    "ARITHMETIC_EXCEPTION": "Uncaught arithmetic exception while parsing '{input}'.",
+}
+# unit names by first letter, in the order Spark tries them
+_UNIT_PREFIXES = {
+    "y": ("year",),
+    "w": ("week",),
+    "d": ("day",),
+    "h": ("hour",),
+    "s": ("second",),
+    "m": ("month", "minute", "millisecond", "microsecond"),
+}
+
+
+class _FormatError(Exception):
+    def __init__(self, sub: str, **params: str) -> None:
+        super().__init__(sub)
+        self.sub = sub
+        self.params = params
+
+
+def _invalid_interval_format(text: str, error: _FormatError) -> IllegalArgumentError:
+    params = {"input": text, **error.params}
+    detail = _INVALID_INTERVAL_FORMAT_DETAILS[error.sub].format(**params)
+    condition = f"INVALID_INTERVAL_FORMAT.{error.sub}"
+    message = (
+        f"[{condition}] Error parsing '{text}' to interval. Please ensure that the value provided is "
+        "in a valid format for defining an interval. You can reference the documentation for the "
+        f"correct format. {detail} SQLSTATE: 22006"
+    )
+    return IllegalArgumentError(message, error_class=condition, params=params, sql_state="22006")
+
+
+def _strict_unit_list(text: str) -> CalendarInterval:
+    """Spark's ``stringToInterval`` with its detailed ``INVALID_INTERVAL_FORMAT`` reasons (used
+    where Spark calls it directly, e.g. for processing-time triggers)."""
+    lowered = text.strip().lower()
+    if not lowered:
+        raise _FormatError("INPUT_IS_EMPTY")
+    words = lowered.split()
+    if lowered.startswith("interval"):
+        if lowered == "interval":
+            raise _FormatError("INPUT_IS_EMPTY")
+        if not lowered[len("interval")].isspace():
+            raise _FormatError("INVALID_PREFIX", prefix=words[0])
+        words = words[1:]
+    acc = _Accumulator()
+    i = 0
+    while i < len(words):
+        word = words[i]
+        negative = False
+        if word[0] in "+-":
+            negative = word[0] == "-"
+            if len(word) == 1:
+                if i + 1 >= len(words):
+                    raise _FormatError("MISSING_NUMBER", word=word)
+                i += 1
+                word = words[i]
+            else:
+                word = word[1:]
+            if not (word[0].isdigit() or word[0] == "."):
+                raise _FormatError("INVALID_VALUE", value=words[i])
+        elif not (word[0].isdigit() or word[0] == "."):
+            raise _FormatError("UNRECOGNIZED_NUMBER", number=word)
+        whole, dot, fraction = word.partition(".")
+        if not whole.isdigit() and whole:
+            raise _FormatError("INVALID_VALUE", value=words[i])
+        if dot:
+            if fraction and not fraction.isdigit():
+                raise _FormatError("INVALID_VALUE", value=words[i])
+            if len(fraction) > 9:
+                raise _FormatError("INVALID_PRECISION", value=words[i])
+        if whole and int(whole) > _LONG_MAX:
+            raise _FormatError("ARITHMETIC_EXCEPTION")
+        if i + 1 >= len(words):
+            raise _FormatError("MISSING_UNIT", word=words[i])
+        if dot and not whole and not fraction:
+            raise _FormatError("INVALID_VALUE", value=words[i])
+        unit_word = words[i + 1]
+        if dot and unit_word[0] != "s":
+            raise _FormatError("INVALID_FRACTION", unit=unit_word)
+        unit = next((u for u in _UNIT_PREFIXES.get(unit_word[0], ()) if unit_word.startswith(u)), None)
+        if unit is None or unit_word[len(unit) :] not in ("", "s"):
+            raise _FormatError("INVALID_UNIT", unit=unit_word)
+        try:
+            acc.add(negative, word if whole else "0" + word, unit)
+        except _ParseError as exc:
+            raise _FormatError("ARITHMETIC_EXCEPTION") from exc
+        i += 2
+    return acc.result()
+
+
+def parse_trigger_interval_ms(interval: str) -> int:
+    """The period of ``trigger(processingTime=...)`` in ms (Spark's ``ProcessingTimeTrigger``).
+
+    Unlike a watermark delay, the string is parsed as a plain unit list (an ``interval`` word
+    in front is allowed, SQL literal forms are not), and Spark reports the precise reason of a
+    failure.
+
+    Raises
+    ------
+    IllegalArgumentError
+        ``[INVALID_INTERVAL_FORMAT.<reason>] Error parsing '<s>' to interval. ...`` for a
+        malformed string, ``Doesn't support month or year interval: <s>`` for months, and
+        ``requirement failed: the interval of trigger should not be negative`` for a negative
+        period.
+    """
+    text = interval.strip()
+    try:
+        parsed = _strict_unit_list(text)
+    except _FormatError as exc:
+        raise _invalid_interval_format(text, exc) from exc
+    if parsed.months != 0:
+        raise IllegalArgumentError(
+            f"Doesn't support month or year interval: {text}",
+            error_class="_LEGACY_ERROR_TEMP_3262",
+            params={"interval": text},
+        )
+    micros = parsed.days * MICROS_PER_DAY + parsed.microseconds
+    if not _LONG_MIN <= micros <= _LONG_MAX:
+        raise IntervalArithmeticError()
+    if micros < 0:  # checked in µs: Spark refuses even "-0.0005 seconds"
+        raise IllegalArgumentError("requirement failed: the interval of trigger should not be negative")
+    return micros // MICROS_PER_MILLI

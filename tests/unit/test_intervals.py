@@ -11,6 +11,7 @@ from statestream.runtime.intervals import (
     IntervalArithmeticError,
     parse_interval,
     parse_watermark_delay_ms,
+    parse_trigger_interval_ms,
     parse_window_duration_us,
 )
 
@@ -235,3 +236,78 @@ def test_window_duration_rejects_months(text):
 def test_window_duration_unparsable(text):
     with pytest.raises(StatestreamAnalysisException, match=r"^\[CANNOT_PARSE_INTERVAL\] Unable to parse"):
         parse_window_duration_us(text)
+
+
+# -- processing-time triggers (texts checked against Spark 4.1's Trigger.ProcessingTime) -----------
+
+_FMT = (
+    "[INVALID_INTERVAL_FORMAT.{sub}] Error parsing '{text}' to interval. Please ensure that the value "
+    "provided is in a valid format for defining an interval. You can reference the documentation for "
+    "the correct format. {detail} SQLSTATE: 22006"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("5 seconds", 5000),
+        ("0 seconds", 0),
+        ("interval 5 seconds", 5000),
+        ("+ 5 seconds", 5000),
+        ("10 Seconds", 10_000),
+        ("1 day 2 hours", 93_600_000),
+        (".5 seconds", 500),
+        ("1. seconds", 1000),
+        ("100 milliseconds", 100),
+        ("1500 microseconds", 1),
+        ("1 week", 604_800_000),
+        ("  5 seconds  ", 5000),
+    ],
+)
+def test_trigger_interval(text, expected):
+    assert parse_trigger_interval_ms(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "sub", "detail"),
+    [
+        ("bogus", "UNRECOGNIZED_NUMBER", "Unrecognized number bogus."),
+        ("60s", "INVALID_VALUE", "Invalid value 60s."),
+        ("0", "MISSING_UNIT", "Expect a unit name after 0 but hit EOL."),
+        ("- 5", "MISSING_UNIT", "Expect a unit name after 5 but hit EOL."),
+        ("0.5 milliseconds", "INVALID_FRACTION", "milliseconds cannot have fractional part."),
+        ("1.5 days", "INVALID_FRACTION", "days cannot have fractional part."),
+        ("interval", "INPUT_IS_EMPTY", "Interval string cannot be empty."),
+        ("intervalx 5 seconds", "INVALID_PREFIX", "Invalid interval prefix intervalx."),
+        ("1.0000000001 seconds", "INVALID_PRECISION", "Interval can only support nanosecond precision, 1.0000000001 is out of range."),
+        ("10 foo", "INVALID_UNIT", "Invalid unit foo."),
+        ("5 secondss", "INVALID_UNIT", "Invalid unit secondss."),
+        ("5 +", "INVALID_UNIT", "Invalid unit +."),
+        ("- x", "INVALID_VALUE", "Invalid value x."),
+        (". seconds", "INVALID_VALUE", "Invalid value .."),
+        ("5,seconds", "INVALID_VALUE", "Invalid value 5,seconds."),
+        ("interval '5' second", "UNRECOGNIZED_NUMBER", "Unrecognized number '5'."),
+        ("9223372036854775808 seconds", "ARITHMETIC_EXCEPTION", "Uncaught arithmetic exception while parsing '9223372036854775808 seconds'."),
+        ("2147483648 days", "ARITHMETIC_EXCEPTION", "Uncaught arithmetic exception while parsing '2147483648 days'."),
+    ],
+)
+def test_trigger_interval_errors(text, sub, detail):
+    with pytest.raises(IllegalArgumentError) as err:
+        parse_trigger_interval_ms(text)
+    assert str(err.value) == _FMT.format(sub=sub, text=text, detail=detail)
+    assert err.value.getCondition() == f"INVALID_INTERVAL_FORMAT.{sub}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1 month", "Doesn't support month or year interval: 1 month"),
+        ("1 year", "Doesn't support month or year interval: 1 year"),
+        ("-1 seconds", "requirement failed: the interval of trigger should not be negative"),
+        ("-0.0005 seconds", "requirement failed: the interval of trigger should not be negative"),
+    ],
+)
+def test_trigger_interval_refused(text, message):
+    with pytest.raises(IllegalArgumentError) as err:
+        parse_trigger_interval_ms(text)
+    assert str(err.value) == message
