@@ -1,0 +1,378 @@
+"""Benchmark: the same streaming query on Spark's own engine and on statestream.
+
+One command::
+
+    python bench/run.py [--workload W1|W2|all] [--rows N] [--files N] [--engine spark|ours|both]
+
+The input is generated once (numpy + pyarrow, no Spark, no per-row Python) into ``bench/data``
+and reused by later runs. Each (workload, engine) pair then runs in its own child process with a
+fresh ``local[2]`` Spark (``spark.sql.shuffle.partitions=4``, i.e. 4 state partitions): a fresh
+JVM per engine is the only way to give each side a fair peak-memory figure, since a JVM never hands
+heap back. The query runs in update mode, one file per batch (``maxFilesPerTrigger=1``) under an
+``availableNow`` trigger, into a ``foreachBatch`` sink that only does ``df.count()`` on both sides,
+so the sink's work is identical.
+
+Reported per engine: median batch time of the data batches (progress ``batchDuration``), the
+whole run's wall time, and peak RSS of the child's process tree (driver Python + JVM + Python
+workers, sampled every 100 ms with psutil, else /proc); then the ratio ours / Spark. A side that
+fails (statestream before its engine exists) is reported as failed with its error, and the
+ratio is printed only when both sides ran.
+
+Workloads:
+
+* W1: the seed query (20 s watermark, 5 s windows, ``count(value)``) over files of
+  (timestamp, value) whose event time moves 10 s per file, with 1 % of rows up to 60 s late.
+* W2: ``groupBy("user", window("timestamp", "1 hour"))`` with count, sum, avg and max of
+  ``amount`` over (timestamp, user, amount); users drawn from 1,000,000, all files inside one
+  hour, so the state grows to about a million keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bench" / "data"
+RESULTS = ROOT / "bench" / "results"
+BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
+NUM_USERS = 1_000_000
+WORKLOADS = ("W1", "W2")
+SCHEMAS = {
+    "W1": "timestamp TIMESTAMP, value LONG",
+    "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------
+
+
+def data_dir(workload: str, rows: int, files: int) -> Path:
+    return DATA / f"{workload}-{rows}x{files}"
+
+
+def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
+    """Write the workload's input files unless a complete set is already there.
+
+    Vectorised with numpy and written with pyarrow, so 10 x 1M rows take seconds. A ``_DONE``
+    marker makes an interrupted generation start over instead of benchmarking half the data.
+    File mtimes are set one second apart because the file source admits files oldest first.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    out = data_dir(workload, rows, files)
+    if (out / "_DONE").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.parquet"):
+        old.unlink()
+    rng = np.random.default_rng(seed)
+    mtime0 = time.time() - 10 * files - 60
+    for i in range(files):
+        if workload == "W1":
+            # Event time advances 10 s per file; 1 % of the rows arrive up to 60 s late.
+            t_us = (BASE_EPOCH_S + 10 * i) * 1_000_000 + rng.integers(0, 10_000_000, rows)
+            late = rng.random(rows) < 0.01
+            t_us[late] -= rng.integers(0, 60_000_000, int(late.sum()))
+            table = pa.table(
+                {
+                    "timestamp": pa.array(t_us, pa.timestamp("us", tz="UTC")),
+                    "value": pa.array(rng.integers(0, 1_000_000, rows), pa.int64()),
+                }
+            )
+        elif workload == "W2":
+            # Ten files spread over 50 minutes of one hour-aligned window.
+            span_us = 300 * 1_000_000
+            t_us = BASE_EPOCH_S * 1_000_000 + i * span_us + rng.integers(0, span_us, rows)
+            ids = pa.array(rng.integers(0, NUM_USERS, rows), pa.int64())
+            users = pc.binary_join_element_wise("u", pc.utf8_lpad(pc.cast(ids, pa.string()), 7, "0"), "")
+            table = pa.table(
+                {
+                    "timestamp": pa.array(t_us, pa.timestamp("us", tz="UTC")),
+                    "user": users,
+                    "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
+                }
+            )
+        else:
+            raise ValueError(f"unknown workload {workload!r}")
+        path = out / f"part-{i:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (mtime0 + i, mtime0 + i))
+    (out / "_DONE").write_text(json.dumps({"rows": rows, "files": files, "seed": seed}))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Queries (one builder for both engines: the API is the same)
+# --------------------------------------------------------------------------------------------
+
+
+def build_query(workload: str) -> Callable[[Any], Any]:
+    from pyspark.sql import functions as F
+
+    if workload == "W1":
+
+        def w1(df: Any) -> Any:
+            return (
+                df.withWatermark("timestamp", "20 seconds")
+                .groupBy(F.window("timestamp", "5 seconds").alias("group"))
+                .agg(F.count("value").alias("value_count"))
+            )
+
+        return w1
+
+    def w2(df: Any) -> Any:
+        return df.groupBy("user", F.window("timestamp", "1 hour")).agg(
+            F.count("*").alias("n"),
+            F.sum("amount").alias("total"),
+            F.avg("amount").alias("mean"),
+            F.max("amount").alias("largest"),
+        )
+
+    return w2
+
+
+# --------------------------------------------------------------------------------------------
+# Child: run one engine on one workload, print a JSON result line
+# --------------------------------------------------------------------------------------------
+
+
+def _progress_dict(p: Any) -> dict[str, Any]:
+    if isinstance(p, dict):
+        return p
+    if isinstance(p, str):
+        return json.loads(p)
+    return json.loads(p.json)
+
+
+def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
+    """Run the workload once on one engine inside this process and describe the run."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from statestream._java import ensure_java
+
+        ensure_java()
+    except Exception:  # noqa: BLE001 - any failure here just means "use the machine's java"
+        pass
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(f"statestream-bench-{workload}-{engine_kind}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("BENCH_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    result: dict[str, Any] = {"workload": workload, "engine": engine_kind}
+    try:
+        if engine_kind == "spark":
+            engine: Any = spark
+        else:
+            from statestream import StreamingSession
+
+            engine = StreamingSession(spark)
+        counts: dict[int, int] = {}
+        wall: dict[int, float] = {}
+        last = [time.perf_counter()]
+
+        def sink(df: Any, batch_id: int) -> None:
+            counts[int(batch_id)] = df.count()
+            now = time.perf_counter()
+            wall[int(batch_id)] = now - last[0]
+            last[0] = now
+
+        checkpoint = tempfile.mkdtemp(prefix=f"bench-{workload}-{engine_kind}-")
+        df = (
+            engine.readStream.format("parquet")
+            .schema(SCHEMAS[workload])
+            .option("maxFilesPerTrigger", 1)
+            .load(str(input_dir))
+        )
+        t0 = time.perf_counter()
+        last[0] = t0
+        query = (
+            build_query(workload)(df)
+            .writeStream.outputMode("update")
+            .foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .queryName(f"bench_{workload}_{engine_kind}")
+            .start()
+        )
+        query.awaitTermination()
+        total = time.perf_counter() - t0
+        progress = [_progress_dict(p) for p in (query.recentProgress or [])]
+        data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
+        durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
+        last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}
+        result.update(
+            ok=True,
+            batches=len(progress),
+            data_batches=len(data),
+            input_rows=sum(int(p.get("numInputRows") or 0) for p in progress),
+            output_rows=sum(counts.values()),
+            median_batch_ms=statistics.median(durations) if durations else None,
+            batch_ms=durations,
+            sink_wall_ms=[round(wall[k] * 1000) for k in sorted(wall)],
+            total_s=round(total, 2),
+            state_rows=last_state.get("numRowsTotal"),
+        )
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:4]
+        result.update(ok=False, error=f"{type(exc).__name__}: {' | '.join(lines)[:600]}")
+    finally:
+        spark.stop()
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Parent: memory sampling around each child
+# --------------------------------------------------------------------------------------------
+
+
+def _tree_rss(pid: int) -> int:
+    """RSS in bytes of ``pid`` and all its descendants (psutil if present, else /proc)."""
+    try:
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            procs = [proc] + proc.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return 0
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except ImportError:
+        pass
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            ppid = int(fields[1])
+            with open(f"/proc/{entry}/statm") as fh:
+                rss[int(entry)] = int(fh.read().split()[1]) * page
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        total += rss.get(p, 0)
+        stack.extend(children.get(p, []))
+    return total
+
+
+def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
+    """Start a child for one engine, sample its process tree's memory, return its result."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, engine_kind, str(input_dir)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            stop.wait(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    stop.set()
+    sampler.join()
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
+    if line is None:
+        tail = "\n".join(err.strip().splitlines()[-5:])
+        return {"workload": workload, "engine": engine_kind, "ok": False, "error": f"child failed:\n{tail}"}
+    res = json.loads(line)
+    res["peak_rss_mb"] = round(peak[0] / 2**20)
+    return res
+
+
+def _fmt(res: dict[str, Any]) -> str:
+    if not res.get("ok"):
+        return f"  {res['engine']:<6} FAILED: {res.get('error')}"
+    return (
+        f"  {res['engine']:<6} median data batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
+        f"peak RSS {res['peak_rss_mb']} MB | batches {res['batches']} ({res['data_batches']} with data) | "
+        f"input {res['input_rows']} rows | sink rows {res['output_rows']} | state rows {res['state_rows']}\n"
+        f"         batch ms {res['batch_ms']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        _, workload, engine_kind, input_dir = argv
+        print(json.dumps(run_child(workload, engine_kind, Path(input_dir))), flush=True)
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="all", choices=[*WORKLOADS, "all"])
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows per input file (default 1,000,000)")
+    ap.add_argument("--files", type=int, default=10, help="input files = data batches (default 10)")
+    ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
+    args = ap.parse_args(argv)
+
+    workloads = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    engines = ["spark", "ours"] if args.engine == "both" else [args.engine]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    all_results = []
+    for wl in workloads:
+        t = time.perf_counter()
+        input_dir = generate(wl, args.rows, args.files)
+        print(f"{wl}: {args.files} files x {args.rows} rows in {input_dir} (ready in {time.perf_counter() - t:.1f} s)")
+        by_engine = {}
+        for eng in engines:
+            res = run_engine(wl, eng, input_dir)
+            by_engine[eng] = res
+            all_results.append(res)
+            print(_fmt(res), flush=True)
+        s, o = by_engine.get("spark"), by_engine.get("ours")
+        if s and o and s.get("ok") and o.get("ok") and s["median_batch_ms"] and o["median_batch_ms"]:
+            print(
+                f"  ratio ours/Spark: median batch {o['median_batch_ms'] / s['median_batch_ms']:.2f}x, "
+                f"total {o['total_s'] / s['total_s']:.2f}x, peak RSS {o['peak_rss_mb'] / s['peak_rss_mb']:.2f}x"
+            )
+        elif s and o:
+            print("  ratio ours/Spark: n/a (both sides must run)")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = RESULTS / f"bench-{stamp}.json"
+    out.write_text(json.dumps({"rows": args.rows, "files": args.files, "results": all_results}, indent=1))
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
