@@ -306,8 +306,9 @@ class StateStore(ReadStateStore):
 
     Lifecycle:
 
-    * ``put`` / ``remove`` / ``evict`` change the view's working table and record the net change
-      per key (the pending delta); nothing touches the files before ``commit()``.
+    * ``put`` / ``remove`` / ``evict`` change the view's working table and remember which rows
+      were put and which keys were removed (the pending delta); nothing touches the files before
+      ``commit()``.
     * ``commit()`` writes the delta file atomically (always, even with no change), hands the new
       table to the provider's cache and returns the new version. No update is allowed afterwards,
       and a second ``commit()`` is an error.
