@@ -47,6 +47,8 @@ __all__ = [
     "assert_batch_rows",
     "normalise_progress",
     "engine_name",
+    "start_error",
+    "error_text",
 ]
 
 #: The per-operator progress figures that must agree between the engines (reference §8). Timing
@@ -649,3 +651,56 @@ def assert_equivalent(
         ordered=ordered,
     )
     return expected, actual
+
+
+# --------------------------------------------------------------------------------------------
+# Analysis-time rejections
+# --------------------------------------------------------------------------------------------
+
+
+def error_text(exc: BaseException) -> str:
+    """The comparable part of an exception's message.
+
+    Spark appends the offending logical plan after ``";\\n"`` and PySpark may append a JVM stack
+    trace; neither is part of the contract (reference §7.6 quotes the text before them).
+    """
+    text = str(exc)
+    for cut in ("\n\nJVM stacktrace:", ";\n"):
+        text = text.split(cut, 1)[0]
+    return text.strip()
+
+
+def start_error(
+    engine: Any,
+    build: Build,
+    schema: "StructType | str",
+    output_mode: str,
+    tmp_path: Path | str,
+    *,
+    file_format: str = "parquet",
+) -> tuple[str, str] | None:
+    """Start ``build``'s query on an empty input directory; return ``(exception type, text)`` if
+    ``start()`` raised, else ``None`` (the query is stopped right away).
+
+    The type returned is ``"AnalysisException"`` for any subclass of PySpark's, so statestream's
+    Spark-shaped subclasses compare equal to Spark's own.
+    """
+    from pyspark.errors import AnalysisException
+
+    name = engine_name(engine)
+    root = Path(tmp_path) / f"{name}-start-{uuid.uuid4().hex[:8]}"
+    (root / "input").mkdir(parents=True)
+    try:
+        df = build(engine.readStream.format(file_format).schema(schema).load(str(root / "input")))
+        query = (
+            df.writeStream.outputMode(output_mode)
+            .foreachBatch(lambda _df, _id: None)
+            .option("checkpointLocation", str(root / "checkpoint"))
+            .start()
+        )
+    except AnalysisException as exc:
+        return ("AnalysisException", error_text(exc))
+    except Exception as exc:  # noqa: BLE001 - any other failure is compared by type name and text
+        return (type(exc).__name__, error_text(exc))
+    query.stop()
+    return None

@@ -1,0 +1,82 @@
+"""Differential tests of analysis-time checks (reference §7.6, scenario S36).
+
+For each query ``writeStream.start()`` must raise on statestream exactly when it raises on Spark,
+an ``AnalysisException`` with the same message text (plan suffix and JVM trace excluded); the
+allowed shapes must start on both.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from tests.differential.harness import start_error
+
+SCHEMA = "value LONG"
+
+
+def ev(df: DataFrame) -> DataFrame:
+    return df.withColumn("eventTime", F.timestamp_seconds("value"))
+
+
+def w10(df: DataFrame) -> DataFrame:
+    return ev(df).withWatermark("eventTime", "10 seconds")
+
+
+def win5(df: DataFrame) -> DataFrame:
+    return df.groupBy(F.window("eventTime", "5 seconds").alias("w")).agg(F.count("*").alias("c1"))
+
+
+CASES: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
+    # name: (output mode, query, rejected by Spark?)
+    "append_agg_without_watermark": ("append", lambda df: df.groupBy("value").count(), True),
+    "append_agg_watermark_not_a_key": ("append", lambda df: w10(df).groupBy("value").count(), True),
+    "complete_without_agg": ("complete", lambda df: df.select("value"), True),
+    "update_session_window": (
+        "update",
+        lambda df: w10(df).groupBy(F.session_window("eventTime", "10 seconds")).count(),
+        True,
+    ),
+    "sort_without_agg_append": ("append", lambda df: df.orderBy("value"), True),
+    "sort_after_agg_update": ("update", lambda df: df.groupBy("value").count().orderBy("value"), True),
+    "count_distinct": ("complete", lambda df: df.groupBy().agg(F.countDistinct("value")), True),
+    "limit_update": ("update", lambda df: df.limit(3), True),
+    "offset": ("append", lambda df: df.offset(1), True),
+    "sample": ("append", lambda df: df.sample(0.5), True),
+    "row_number": ("append", lambda df: df.withColumn("r", F.row_number().over(Window.orderBy("value"))), True),
+    "monotonically_increasing_id": ("append", lambda df: df.withColumn("i", F.monotonically_increasing_id()), True),
+    "chained_aggs_complete": ("complete", lambda df: df.groupBy("value").count().groupBy("count").count(), True),
+    "chained_aggs_update": ("update", lambda df: df.groupBy("value").count().groupBy("count").count(), True),
+    "update_agg_then_event_time_dedup": ("update", lambda df: win5(w10(df)).dropDuplicates(["w"]), True),
+    "dedup_within_watermark_without_watermark": (
+        "append",
+        lambda df: df.dropDuplicatesWithinWatermark(["value"]),
+        True,
+    ),
+    # Allowed shapes.
+    "update_without_agg": ("update", lambda df: df.filter("value > 0"), False),
+    "sort_after_agg_complete": ("complete", lambda df: df.groupBy("value").count().orderBy("value"), False),
+    "limit_append": ("append", lambda df: df.limit(3), False),
+    "limit_after_agg_complete": ("complete", lambda df: df.groupBy("value").count().limit(2), False),
+    "chained_windowed_aggs_append": (
+        "append",
+        lambda df: win5(w10(df))
+        .groupBy(F.window(F.window_time("w"), "10 seconds"))
+        .agg(F.count("*").alias("n"), F.sum("c1").alias("t")),
+        False,
+    ),
+    "cube_complete": ("complete", lambda df: df.cube("value").count(), False),
+    "windowed_agg_append": ("append", lambda df: win5(w10(df)), False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_start_verdict_matches_spark(spark, ours, tmp_path, name):
+    mode, build, rejected = CASES[name]
+    expected = start_error(spark, build, SCHEMA, mode, tmp_path)
+    assert (expected is not None) == rejected, f"Spark's verdict changed for {name}: {expected}"
+    actual = start_error(ours(), build, SCHEMA, mode, tmp_path)
+    assert actual == expected, f"{name} ({mode}):\n  spark: {expected}\n  ours:  {actual}"
