@@ -38,6 +38,8 @@ class AggregationInfo:
     output_schema: Any = field(repr=False)  # the template's StructType (final output)
     event_time_key: str | None = None  # internal key name carrying the event-time marker
     event_time_is_struct: bool = False  # a window struct: compare its `end` field
+    key_schema_json: dict = field(default_factory=dict, repr=False)
+    value_schema_json: dict = field(default_factory=dict, repr=False)
 
     @property
     def buffer_columns(self) -> tuple[str, ...]:

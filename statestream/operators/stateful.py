@@ -79,6 +79,12 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         prev = self.event_time_watermark_for_eviction
         return prev is not None and new_input_watermark_ms > prev
 
+    def state_schemas(self) -> tuple[dict, dict]:
+        """Spark StructType JSON of the state key (the grouping columns) and value (the buffers,
+        named as Spark names them), for the schema file and the restart check."""
+        assert self.info is not None
+        return self.info.key_schema_json, self.info.value_schema_json
+
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.types import StructType
 

@@ -141,11 +141,10 @@ def decompose_aggregate(col: "Column", index: int, output_name: str) -> Aggregat
     exactly what Spark would call it. Raises ``UnsupportedAggregateError`` for expressions that
     are not a single aggregate function call (for example ``sum(x) + 1``).
     """
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
-    jvm = spark._jvm  # noqa: SLF001
+    jvm = SparkContext._jvm  # noqa: SLF001 - the active session is thread-local; the JVM is not
+    assert jvm is not None, "no SparkContext is running"
     node = column_node(col)
     while node.getClass().getSimpleName() == "Alias":
         node = node.child()

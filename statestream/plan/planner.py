@@ -71,7 +71,10 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     if et_name is not None:
         et_key = keys[names.index(et_name)]
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
+    key_json, value_json = _state_schema_json(node, calls)
     return AggregationInfo(
+        key_schema_json=key_json,
+        value_schema_json=value_json,
         grouping=tuple(node.grouping),
         grouping_names=tuple(names),
         key_columns=keys,
@@ -80,6 +83,22 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         event_time_key=et_key,
         event_time_is_struct=et_struct,
     )
+
+
+def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
+    """Key and value schemas of the aggregation's state as Spark writes them (format v2: the
+    value holds only the buffers), from a batch analysis of the partial aggregation."""
+    from pyspark.sql.types import StructField, StructType
+
+    partials = [p for c in calls for p in c.partial_columns()]
+    buffers = node.child.template.groupBy(*node.grouping).agg(*partials).schema if partials else None
+    key = StructType([StructField(f.name, f.dataType, f.nullable) for f in node.schema.fields[: len(node.grouping)]])
+    value_fields = []
+    for c in calls:
+        for b in c.buffers:
+            f = buffers[b.column]
+            value_fields.append(StructField(b.spark_name, f.dataType, f.nullable))
+    return key.jsonValue(), StructType(value_fields).jsonValue()
 
 
 def plan_streaming_aggregation(

@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from statestream.plan.incremental import state_writers
+from statestream.state import schema as S
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -19,18 +20,19 @@ __all__ = ["check_state_on_first_batch"]
 
 
 def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> None:
-    """Write (first start) or verify (restart) the operator metadata and state schema files."""
-    try:
-        from statestream.state import schema as S
-    except ImportError:  # pragma: no cover - during development
-        logger.warning("state schema checks unavailable")
-        return
-    hook = getattr(S, "check_and_write_state_metadata", None)
-    if hook is None:
-        logger.warning("state schema checks unavailable")
-        return
-    ops = []
-    for i, w in enumerate(state_writers(plan)):
-        key_schema, value_schema = w.state_schemas() if hasattr(w, "state_schemas") else (None, None)
-        ops.append((i, w.operator_name, key_schema, value_schema, ex.num_partitions))
-    hook(ex.fm.child("state"), ops, batch_id, ex.df.sparkSession.conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true") == "true")
+    """Verify (restart) then write the operator metadata and state schema files."""
+    state_root = ex.fm.child("state").root
+    schema_check = ex.df.sparkSession.conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true").lower() == "true"
+    writers = state_writers(plan)
+    current = {i: w.operator_name for i, w in enumerate(writers)}
+    if batch_id > 0:
+        existing = S.read_all_operator_metadata(state_root)
+        if existing:
+            S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, current)
+    for i, w in enumerate(writers):
+        key_json, value_json = w.state_schemas()
+        S.validate_and_write_state_schema(state_root, i, key_json, value_json, check_value=True, schema_check_enabled=schema_check)
+        S.write_operator_metadata(
+            state_root,
+            S.OperatorStateMetadata(i, w.operator_name, (S.StateStoreMetadata("default", 0, ex.num_partitions),)),
+        )
