@@ -253,46 +253,68 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
 # --------------------------------------------------------------------------------------------
 
 
-def _tree_rss(pid: int) -> int:
-    """RSS in bytes of ``pid`` and all its descendants (psutil if present, else /proc)."""
+def _tree_rss(pid: int) -> dict[int, tuple[str, int]]:
+    """RSS in bytes of ``pid`` and all its descendants, per process as ``{pid: (name, rss)}``
+    (psutil if present, else /proc).
+
+    A child caught between ``vfork``/``posix_spawn`` and ``exec`` (the JVM spawns such helpers
+    for Hadoop's local file system calls) still shares its parent's address space and reports
+    the parent's full RSS; counting it would double the JVM. Such a child is recognised by
+    reporting its parent's virtual size (or RSS) and is left out.
+    """
     try:
         import psutil
-
+    except ImportError:
+        psutil = None  # type: ignore[assignment]
+    if psutil is not None:
         try:
             proc = psutil.Process(pid)
             procs = [proc] + proc.children(recursive=True)
         except psutil.NoSuchProcess:
-            return 0
-        total = 0
+            return {}
+        mem: dict[int, tuple[str, int, int, int]] = {}
         for p in procs:
             try:
-                total += p.memory_info().rss
+                m = p.memory_info()
+                mem[p.pid] = (p.name(), m.rss, m.vms, p.ppid())
             except psutil.NoSuchProcess:
                 pass
-        return total
-    except ImportError:
-        pass
+        return _without_shared_vm(mem)
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    info: dict[int, tuple[str, int, int, int]] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            ppid = int(fields[1])
+                head, rest = fh.read().rsplit(")", 1)
+            ppid = int(rest.split()[1])
             with open(f"/proc/{entry}/statm") as fh:
-                rss[int(entry)] = int(fh.read().split()[1]) * page
+                size, resident = (int(x) * page for x in fh.read().split()[:2])
+            info[int(entry)] = (head.split("(", 1)[1], resident, size, ppid)
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0, [pid]
+    tree, stack = {}, [pid]
     while stack:
         p = stack.pop()
-        total += rss.get(p, 0)
+        if p in info:
+            tree[p] = info[p]
         stack.extend(children.get(p, []))
-    return total
+    return _without_shared_vm(tree)
+
+
+def _without_shared_vm(mem: dict[int, tuple[str, int, int, int]]) -> dict[int, tuple[str, int]]:
+    """Drop children that share their parent's address space (see :func:`_tree_rss`)."""
+    out = {}
+    for pid, (name, rss, vms, ppid) in mem.items():
+        parent = mem.get(ppid)
+        # Same virtual size, or nearly the same RSS (the two reads are not simultaneous).
+        if parent is not None and (parent[2] == vms or abs(parent[1] - rss) <= 0.02 * parent[1]):
+            continue
+        out[pid] = (name, rss)
+    return out
 
 
 def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
@@ -300,11 +322,18 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, engine_kind, str(input_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     peak = [0]
+    per_process: dict[str, int] = {}  # peak RSS per process name (java, python3, ...)
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            procs = _tree_rss(proc.pid)
+            peak[0] = max(peak[0], sum(rss for _, rss in procs.values()))
+            by_name: dict[str, int] = {}
+            for name, rss in procs.values():
+                by_name[name] = by_name.get(name, 0) + rss
+            for name, rss in by_name.items():
+                per_process[name] = max(per_process.get(name, 0), rss)
             stop.wait(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -318,6 +347,7 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
         return {"workload": workload, "engine": engine_kind, "ok": False, "error": f"child failed:\n{tail}"}
     res = json.loads(line)
     res["peak_rss_mb"] = round(peak[0] / 2**20)
+    res["peak_rss_mb_by_process"] = {k: round(v / 2**20) for k, v in sorted(per_process.items())}
     return res
 
 
@@ -328,7 +358,8 @@ def _fmt(res: dict[str, Any]) -> str:
         f"  {res['engine']:<6} median data batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
         f"peak RSS {res['peak_rss_mb']} MB | batches {res['batches']} ({res['data_batches']} with data) | "
         f"input {res['input_rows']} rows | sink rows {res['output_rows']} | state rows {res['state_rows']}\n"
-        f"         batch ms {res['batch_ms']}"
+        f"         batch ms {res['batch_ms']}\n"
+        f"         peak RSS by process (MB) {res.get('peak_rss_mb_by_process')}"
     )
 
 

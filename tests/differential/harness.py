@@ -305,6 +305,7 @@ def run_stream(
     file_format: str = "parquet",
     options: Mapping[str, str] | None = None,
     query_name: str | None = None,
+    workdir: Path | str | None = None,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -332,6 +333,10 @@ def run_stream(
         ``"parquet"`` or ``"json"``.
     options
         Extra reader options (``maxFilesPerTrigger`` is always 1).
+    workdir
+        Directory holding ``input/`` and ``checkpoint/``. By default a fresh one per call; pass
+        the same one again to *restart* the query on its checkpoint (new files are numbered after
+        the ones already there). The returned run then holds only the batches of this start.
     """
     from pyspark.sql.types import StructType
 
@@ -339,11 +344,13 @@ def run_stream(
         raise ValueError(f"style must be 'incremental' or 'all_at_once', got {style!r}")
     name = engine_name(engine)
     spark_schema = schema if isinstance(schema, StructType) else StructType.fromDDL(schema)
-    root = Path(tmp_path) / f"{name}-{uuid.uuid4().hex[:8]}"
+    root = Path(workdir) if workdir is not None else Path(tmp_path) / f"{name}-{uuid.uuid4().hex[:8]}"
     input_dir = root / "input"
-    input_dir.mkdir(parents=True)
+    input_dir.mkdir(parents=True, exist_ok=True)
     checkpoint = root / "checkpoint"
-    base_mtime = time.time() - 3600  # in the past, one second apart per file
+    first = len(list(input_dir.iterdir()))  # files of earlier starts on the same workdir
+    # In the past, one second apart per file, and later than any file of an earlier start.
+    base_mtime = time.time() - 3600 + first
 
     collected: dict[int, tuple[list[dict[str, Any]], list[tuple[str, str]]]] = {}
 
@@ -354,7 +361,7 @@ def run_stream(
         collected[int(batch_id)] = (rows, cols)
 
     if style == "all_at_once":
-        for i, b in enumerate(batches):
+        for i, b in enumerate(batches, start=first):
             write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
 
     reader = engine.readStream.format(file_format).schema(schema).option("maxFilesPerTrigger", 1)
@@ -378,7 +385,11 @@ def run_stream(
         if style == "all_at_once":
             query.awaitTermination()
         else:
-            for i, b in enumerate(batches):
+            if not batches or first:
+                # A restart may have work before any new file: re-running an uncommitted batch
+                # (§7.5) or a no-data batch owed to the restored watermark.
+                query.processAllAvailable()
+            for i, b in enumerate(batches, start=first):
                 write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
                 query.processAllAvailable()
     finally:
