@@ -139,8 +139,9 @@ class ProgressTracker:
             "processedRowsPerSecond": _round1(num_input / (max(duration, 1) / 1000.0)),
             "durationMs": dict(sorted(self._durations.items())),
         }
+        # PySpark's progress objects always carry eventTime (empty without a watermark)
+        et: dict[str, str] = {}
         if self.ex.has_watermark:
-            et: dict[str, str] = {}
             stats = p.get("stats") or {}
             first = self._first_stats(stats)
             if first is not None and num_input > 0:
@@ -149,7 +150,7 @@ class ProgressTracker:
                 et["max"] = format_timestamp_ms(mx)
                 et["min"] = format_timestamp_ms(mn)
             et["watermark"] = format_timestamp_ms(record.watermark_ms)
-            prog["eventTime"] = et
+        prog["eventTime"] = et
         ops = []
         for o in p.get("ops", []):
             o = dict(o)
