@@ -45,3 +45,9 @@ def spark():
     spark = _make_spark()
     yield spark
     spark.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.known_gaps import apply
+
+    apply(items)

@@ -1,0 +1,39 @@
+"""Known differences from Spark's engine, declared in one place (ibis-style ``notyet`` markers).
+
+Each entry is applied as ``xfail(strict=True)``: the test still runs, a different failure is
+still reported, and a gap that gets fixed fails the run until its entry is removed here.
+"""
+
+from __future__ import annotations
+
+KNOWN_GAPS: dict[str, str] = {
+    "tests/differential/test_aggregation.py::test_complete_mode_order_by": (
+        "Spark's state metrics double: the range-partitioning sample of the Sort above the aggregation "
+        "runs its stateful stage twice and the SQL metrics add up; statestream reports each row once (rows match)"
+    ),
+    "tests/differential/test_aggregation.py::test_complete_mode_windowed_order_by": (
+        "same as test_complete_mode_order_by: Spark counts the state metrics of the sampled stage twice"
+    ),
+    "tests/differential/test_stateless.py::test_watermark_without_state[append]": (
+        "Spark's optimizer pushes filters that do not reference the event time below EventTimeWatermark, "
+        "so the rows they remove never reach the event-time statistics (reference §3.1, S38); not yet mirrored"
+    ),
+    "tests/differential/test_stateless.py::test_watermark_without_state[update]": (
+        "filter pushdown below EventTimeWatermark not yet mirrored (reference S38)"
+    ),
+    "tests/differential/test_stateless.py::test_json_input_stateless": (
+        "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
+    ),
+    "tests/differential/test_rejections.py::test_start_verdict_matches_spark[cube_complete]": (
+        "DataFrame.cube / rollup are not in statestream's API yet"
+    ),
+}
+
+
+def apply(items) -> None:
+    import pytest
+
+    for item in items:
+        reason = KNOWN_GAPS.get(item.nodeid)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=True))
