@@ -28,6 +28,17 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return None
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Report the time spent inside streaming queries per engine (start to stop)."""
+    from tests.differential.harness import ENGINE_RUNS, ENGINE_SECONDS
+
+    if not ENGINE_SECONDS:
+        return
+    parts = [f"{name}: {secs:.1f} s over {ENGINE_RUNS[name]} runs" for name, secs in sorted(ENGINE_SECONDS.items())]
+    note = " (both sides are Spark: STATESTREAM_DIFF_AGAINST_SPARK=1)" if AGAINST_SPARK else ""
+    terminalreporter.write_line("differential query time per engine: " + "; ".join(parts) + note)
+
+
 @pytest.fixture
 def ours(spark: Any) -> Callable[[], Any]:
     """A zero-argument factory returning ``statestream.StreamingSession(spark)``."""

@@ -60,6 +60,14 @@ STATE_METRICS: tuple[str, ...] = (
     "numRowsDroppedByWatermark",
 )
 
+#: Wall seconds spent in ``run_stream`` per engine name over the whole test session, so that the
+#: differential tier can report how much of its time is the oracle (see ``conftest.py``).
+ENGINE_SECONDS: dict[str, float] = {}
+ENGINE_RUNS: dict[str, int] = {}
+
+#: Default per-wait limit; ``STATESTREAM_DIFF_TIMEOUT`` overrides it (seconds).
+DEFAULT_TIMEOUT_S = float(os.environ.get("STATESTREAM_DIFF_TIMEOUT", "180"))
+
 Build = Callable[["DataFrame"], "DataFrame"]
 InputBatch = Sequence[Any]  # rows as tuples (in schema order) or dicts
 
@@ -306,6 +314,7 @@ def run_stream(
     options: Mapping[str, str] | None = None,
     query_name: str | None = None,
     workdir: Path | str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -337,6 +346,10 @@ def run_stream(
         Directory holding ``input/`` and ``checkpoint/``. By default a fresh one per call; pass
         the same one again to *restart* the query on its checkpoint (new files are numbered after
         the ones already there). The returned run then holds only the batches of this start.
+    timeout
+        Seconds allowed for each wait (``processAllAvailable`` per file, or the whole
+        ``awaitTermination``); on expiry the query is stopped and the test fails, instead of a
+        hung engine hanging the suite.
     """
     from pyspark.sql.types import StructType
 
@@ -383,19 +396,22 @@ def run_stream(
     query = writer.start()
     try:
         if style == "all_at_once":
-            query.awaitTermination()
+            if not query.awaitTermination(timeout):
+                raise AssertionError(f"{name}: availableNow query still running after {timeout:.0f} s")
         else:
             if not batches or first:
                 # A restart may have work before any new file: re-running an uncommitted batch
                 # (§7.5) or a no-data batch owed to the restored watermark.
-                query.processAllAvailable()
+                _wait_idle(query, timeout, name)
             for i, b in enumerate(batches, start=first):
                 write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
-                query.processAllAvailable()
+                _wait_idle(query, timeout, name)
     finally:
         # Stop before reading progress: after stop() the last batch's event is surely recorded.
         query.stop()
     wall = time.perf_counter() - t0
+    ENGINE_SECONDS[name] = ENGINE_SECONDS.get(name, 0.0) + wall
+    ENGINE_RUNS[name] = ENGINE_RUNS.get(name, 0) + 1
     exc = query.exception()
     if exc is not None:
         raise AssertionError(f"{name}: query failed: {exc}")
@@ -426,6 +442,27 @@ def run_stream(
             )
         )
     return StreamRun(engine=name, batches=records, progress=progress, wall_seconds=wall, checkpoint=str(checkpoint))
+
+
+def _wait_idle(query: Any, timeout: float, name: str) -> None:
+    """``processAllAvailable()`` with a time limit (it has none of its own)."""
+    import threading
+
+    error: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            query.processAllAvailable()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            error.append(exc)
+
+    t = threading.Thread(target=wait, name="diff-processAllAvailable", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise AssertionError(f"{name}: processAllAvailable() did not return within {timeout:.0f} s")
+    if error:
+        raise error[0]
 
 
 def run_both(
