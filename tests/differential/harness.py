@@ -467,18 +467,33 @@ def _wait_idle(query: Any, timeout: float, name: str) -> None:
 
 def run_both(
     spark: "SparkSession",
-    ours: Any,
     build: Build,
     batches: Sequence[InputBatch],
     schema: "StructType | str",
     output_mode: str,
     tmp_path: Path | str,
+    *,
+    ours: Any = None,
     **kwargs: Any,
 ) -> tuple[StreamRun, StreamRun]:
-    """Run the same query on Spark's engine (first) and on ``ours``; return both runs."""
+    """Run the same query on Spark's engine (first), then on statestream; return both runs.
+
+    ``ours`` defaults to ``statestream.StreamingSession(spark)`` (imported only here, so the
+    harness loads without statestream); an engine object or a zero-argument factory may be given.
+    """
     expected = run_stream(spark, build, batches, schema, output_mode, tmp_path, **kwargs)
-    actual = run_stream(ours, build, batches, schema, output_mode, tmp_path, **kwargs)
+    actual = run_stream(_resolve_ours(spark, ours), build, batches, schema, output_mode, tmp_path, **kwargs)
     return expected, actual
+
+
+def _resolve_ours(spark: "SparkSession", ours: Any) -> Any:
+    if ours is None:
+        from statestream import StreamingSession
+
+        return StreamingSession(spark)
+    if callable(ours) and not hasattr(ours, "readStream"):
+        return ours()
+    return ours
 
 
 # --------------------------------------------------------------------------------------------
@@ -681,15 +696,14 @@ def assert_equivalent(
 ) -> tuple[StreamRun, StreamRun]:
     """Run on both engines and assert the same batches; returns both runs for extra checks.
 
-    ``ours`` may be a zero-argument callable returning the engine: it is called only after the
-    oracle ran (and matched ``reference``, if given), so that a missing engine fails the test
+    ``ours`` is the engine, ``None`` (``statestream.StreamingSession(spark)``) or a zero-argument
+    callable returning the engine: either of the latter two is resolved only after the oracle ran (and matched ``reference``, if given), so that a missing engine fails the test
     after the oracle part has been exercised.
     """
     expected = run_stream(spark, build, batches, schema, output_mode, tmp_path, **kwargs)
     if reference is not None:
         assert_batch_rows(expected, reference, float_tol=float_tol)
-    engine = ours() if callable(ours) and not hasattr(ours, "readStream") else ours
-    actual = run_stream(engine, build, batches, schema, output_mode, tmp_path, **kwargs)
+    actual = run_stream(_resolve_ours(spark, ours), build, batches, schema, output_mode, tmp_path, **kwargs)
     assert_same_batches(
         expected,
         actual,

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from tests.differential.harness import (
     assert_batch_rows,
     assert_same_batches,
+    run_both,
     run_stream,
 )
 
@@ -36,8 +37,7 @@ S1_INPUT = [[(v,) for v in range(10, 16)], [(25,)], [(10,)]]
 
 
 def test_s1_oracle_against_itself(spark, tmp_path):
-    a = run_stream(spark, windowed_count, S1_INPUT, SCHEMA, "append", tmp_path)
-    b = run_stream(spark, windowed_count, S1_INPUT, SCHEMA, "append", tmp_path)
+    a, b = run_both(spark, windowed_count, S1_INPUT, SCHEMA, "append", tmp_path, ours=spark)
 
     # Shape of S1 (reference §10): b0, b1 ND, b2, b3 ND, b4 and no ND batch after b4.
     assert_batch_rows(a, [[], [], [], [{"start": 10, "count": 5}], []])
