@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.errors import AnalysisException as _PySparkAnalysisException
+from pyspark.errors import ArithmeticException as _PySparkArithmeticException
+from pyspark.errors import IllegalArgumentException as _PySparkIllegalArgumentException
+from pyspark.errors import UnsupportedOperationException as _PySparkUnsupportedOperationException
 from pyspark.errors import StreamingQueryException as _PySparkStreamingQueryException
 
 __all__ = [
@@ -18,6 +21,9 @@ __all__ = [
     "StatestreamAnalysisException",
     "StatestreamStreamingQueryException",
     "StateStoreError",
+    "StatestreamIllegalArgumentException",
+    "StatestreamUnsupportedOperationException",
+    "StatestreamArithmeticException",
     "CheckpointError",
     "IncompatibleRestartError",
 ]
@@ -81,6 +87,38 @@ class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQue
         Exception.__init__(self, message)
         self._init_spark_fields(message, "STREAM_FAILED", params, "XXKST")
         self.cause = cause
+
+
+class _JvmShapedException(_SparkShapedMixin):
+    """Common constructor of the exceptions PySpark raises for a JVM exception: Spark's text,
+    and its error class, parameters and SQLSTATE when Spark's error has them."""
+
+    def __init__(
+        self,
+        message: str,
+        error_class: str | None = None,
+        params: dict[str, Any] | None = None,
+        sql_state: str | None = None,
+    ) -> None:
+        Exception.__init__(self, message)
+        self._init_spark_fields(message, error_class, params, sql_state)
+
+
+class StatestreamIllegalArgumentException(
+    _JvmShapedException, _PySparkIllegalArgumentException, StatestreamError, ValueError
+):
+    """What PySpark raises for a JVM ``IllegalArgumentException`` (``requirement failed: ...``,
+    invalid options and conf values): same class, same text."""
+
+
+class StatestreamUnsupportedOperationException(
+    _JvmShapedException, _PySparkUnsupportedOperationException, StatestreamError
+):
+    """What PySpark raises for a JVM ``UnsupportedOperationException``."""
+
+
+class StatestreamArithmeticException(_JvmShapedException, _PySparkArithmeticException, StatestreamError, ArithmeticError):
+    """What PySpark raises for a JVM ``ArithmeticException`` (overflows)."""
 
 
 class StateStoreError(StatestreamError):

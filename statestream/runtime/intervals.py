@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from statestream.errors import StatestreamError, _SparkShapedMixin, analysis_error
+from statestream.errors import StatestreamArithmeticException, StatestreamIllegalArgumentException, analysis_error
 
 __all__ = [
     "CalendarInterval",
@@ -59,22 +59,12 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 
 
-class IllegalArgumentError(_SparkShapedMixin, StatestreamError, ValueError):
-    """Spark's ``IllegalArgumentException`` (``requirement failed: ...`` checks, invalid conf
-    values). Carries Spark's error class and parameters when Spark's error has them."""
-
-    def __init__(
-        self,
-        message: str,
-        error_class: str | None = None,
-        params: dict[str, Any] | None = None,
-        sql_state: str | None = None,
-    ) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, error_class, params, sql_state)
+#: Spark's ``IllegalArgumentException``; carries Spark's error class and parameters when Spark's
+#: error has them.
+IllegalArgumentError = StatestreamIllegalArgumentException
 
 
-class IntervalArithmeticError(_SparkShapedMixin, StatestreamError, ArithmeticError):
+class IntervalArithmeticError(StatestreamArithmeticException):
     """Spark's ``ArithmeticException`` for an interval whose duration overflows 64 bits."""
 
     def __init__(self, message: str | None = None) -> None:
@@ -82,8 +72,7 @@ class IntervalArithmeticError(_SparkShapedMixin, StatestreamError, ArithmeticErr
             "[INTERVAL_ARITHMETIC_OVERFLOW.WITHOUT_SUGGESTION] Integer overflow while operating with "
             "intervals. Try devising appropriate values for the interval parameters. SQLSTATE: 22015"
         )
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, "INTERVAL_ARITHMETIC_OVERFLOW.WITHOUT_SUGGESTION", {}, "22015")
+        super().__init__(message, "INTERVAL_ARITHMETIC_OVERFLOW.WITHOUT_SUGGESTION", {}, "22015")
 
 
 @dataclass(frozen=True)

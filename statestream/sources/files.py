@@ -32,12 +32,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow.fs as pafs
-from pyspark.errors import ArithmeticException as _PySparkArithmeticException
-from pyspark.errors import IllegalArgumentException as _PySparkIllegalArgumentException
-from pyspark.errors import UnsupportedOperationException as _PySparkUnsupportedOperationException
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import StatestreamError, _SparkShapedMixin
+from statestream.errors import (
+    StatestreamArithmeticException,
+    StatestreamError,
+    StatestreamIllegalArgumentException,
+    StatestreamUnsupportedOperationException,
+)
 from statestream.sinks.files import (
     METADATA_DIR,
     CompactibleFileStreamLog,
@@ -80,33 +82,6 @@ SCHEMA_REQUIRED_MESSAGE = (
 _SOURCE_OPTIONS = {"maxfilespertrigger", "latestfirst", "maxfileage", "filenameonly", "path"}
 
 _GLOB_CHARS = set("*?[{")
-
-
-# -- Spark-shaped JVM-style errors (candidates for statestream/errors.py) ------------------------
-
-
-class StatestreamIllegalArgumentException(_SparkShapedMixin, _PySparkIllegalArgumentException, StatestreamError, ValueError):
-    """What PySpark raises for a JVM ``IllegalArgumentException``: same class, same text."""
-
-    def __init__(self, message: str) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, None, None, None)
-
-
-class StatestreamUnsupportedOperationException(_SparkShapedMixin, _PySparkUnsupportedOperationException, StatestreamError):
-    """What PySpark raises for a JVM ``UnsupportedOperationException``."""
-
-    def __init__(self, message: str) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, None, None, None)
-
-
-class StatestreamArithmeticException(_SparkShapedMixin, _PySparkArithmeticException, StatestreamError, ArithmeticError):
-    """What PySpark raises for a JVM ``ArithmeticException`` (the rate source's overflow)."""
-
-    def __init__(self, message: str) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, None, None, None)
 
 
 def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
