@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["EventTimeWatermarkExec", "mark_event_time", "stats_from_observation"]
+__all__ = ["EventTimeWatermarkExec", "mark_event_time", "observed_values", "stats_from_observation"]
 
 
 def mark_event_time(df: "DataFrame", column: str, delay_ms: int) -> "DataFrame":
@@ -66,18 +66,26 @@ class EventTimeWatermarkExec(PhysicalOperator):
         return f"EventTimeWatermark {self.column}, {self.delay_text}"
 
 
-def stats_from_observation(obs) -> tuple[int, int, float, int] | None:
-    """(min, max, avg, count) in ms from a finished observation, or ``None`` when no row passed
-    (or the observation never ran because the batch produced no job)."""
+def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
+    """The values of a finished ``Observation``, or ``None`` when it never completed (no job ran
+    over its plan); ``Observation.get`` alone would block forever in that case."""
     import time
 
-    deadline = time.monotonic() + 5.0
-    future = obs._jo.future()  # noqa: SLF001 - Observation.get would block forever if no job ran
+    deadline = time.monotonic() + timeout_s
+    future = obs._jo.future()  # noqa: SLF001 - the only non-blocking view of an Observation
     while not future.isCompleted():
         if time.monotonic() > deadline:
             return None
         time.sleep(0.01)
-    values = obs.get
+    return obs.get
+
+
+def stats_from_observation(obs) -> tuple[int, int, float, int] | None:
+    """(min, max, avg, count) in ms from a finished observation, or ``None`` when no row passed
+    (or the observation never ran because the batch produced no job)."""
+    values = observed_values(obs)
+    if values is None:
+        return None
     count = int(values.get("count") or 0)
     if count == 0:
         return None

@@ -32,7 +32,7 @@ from pyspark.accumulators import AccumulatorParam
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StatestreamStreamingQueryException
 from statestream.operators.context import BatchContext
-from statestream.operators.watermark import stats_from_observation
+from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
@@ -236,6 +236,7 @@ class MicroBatchExecution:
             OffsetSeq,
             OffsetSeqLog,
             OffsetSeqMetadata,
+            plan_recovery_from_logs,
             restore_pinned_confs,
         )
         from statestream.runtime.watermark import WatermarkTracker, parse_policy
@@ -257,42 +258,33 @@ class MicroBatchExecution:
             for s in self.sources:
                 s.prepare_for_trigger_available_now()
 
-        # ---- populate start offsets (recovery)
-        latest = self.offset_log.get_latest()
+        # ---- populate start offsets (recovery): Spark's populateStartOffsets
+        recovery = plan_recovery_from_logs(self.offset_log, self.commit_log)
         pending: _BatchRecord | None = None
-        if latest is None:
-            batch_id = 0
+        batch_id = recovery.batch_id
+        watermark = recovery.watermark_ms
+        if recovery.action == "fresh":
             conf = dict(session_conf)
-            start: list[Any] = [None] * len(self.sources)
-            watermark = 0
-            prev_wm = 0
         else:
-            last_id, entry = latest
-            conf, _warnings = restore_pinned_confs(entry.metadata.conf, session_conf)
-            if len(entry.offsets) != len(self.sources):
-                from statestream.errors import IncompatibleRestartError
+            conf, _warnings = restore_pinned_confs(recovery.conf, session_conf)
+        recorded = recovery.end_offsets if recovery.action == "rerun" else recovery.start_offsets
+        if recorded is not None and len(recorded.offsets) != len(self.sources):
+            from statestream.errors import IncompatibleRestartError
 
-                msg = (
-                    f"The checkpoint {self.checkpoint_location} was written by a query with {len(entry.offsets)} "
-                    f"source(s), but this query has {len(self.sources)}: a checkpoint can only be restarted by the same query"
-                )
-                raise IncompatibleRestartError(msg)
-            watermark = entry.metadata.batch_watermark_ms
-            prev_entry = self.offset_log.get(last_id - 1) if last_id > 0 else None
-            if last_id > 0 and prev_entry is None:
-                msg = f"batch {last_id - 1} doesn't exist"
-                raise RuntimeError(msg)
-            commit = self.commit_log.get(last_id)
-            if commit is not None:
-                batch_id = last_id + 1
-                start = list(entry.offsets)
-                watermark = max(watermark, commit.next_batch_watermark_ms)
-                prev_wm = entry.metadata.batch_watermark_ms
-            else:
-                batch_id = last_id
-                start = list(prev_entry.offsets) if prev_entry is not None else [None] * len(self.sources)
-                prev_wm = prev_entry.metadata.batch_watermark_ms if prev_entry is not None else 0
-                pending = _BatchRecord(last_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms)
+            msg = (
+                f"The checkpoint {self.checkpoint_location} was written by a query with {len(recorded.offsets)} "
+                f"source(s), but this query has {len(self.sources)}: a checkpoint can only be restarted by the same query"
+            )
+            raise IncompatibleRestartError(msg)
+        start: list[Any] = list(recovery.start_offsets.offsets) if recovery.start_offsets else [None] * len(self.sources)
+        # the previous batch's recorded watermark filters late rows of the next batch (W_late)
+        prev_wm = recovery.start_offsets.metadata.batch_watermark_ms if recovery.start_offsets and recovery.start_offsets.metadata else 0
+        if recovery.action == "rerun":
+            entry = recovery.end_offsets
+            assert entry is not None and entry.metadata is not None
+            pending = _BatchRecord(
+                batch_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms
+            )
         self.conf = conf
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)
@@ -320,7 +312,6 @@ class MicroBatchExecution:
             pending = None
             if record is None:
                 t = time.perf_counter()
-                limit = None
                 ends = []
                 for s, st in zip(self.sources, start):
                     ends.append(s.latest_offset(st, s.default_read_limit()))
@@ -338,7 +329,6 @@ class MicroBatchExecution:
                     meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
                     self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))
                     self.progress.record_duration("walCommit", t)
-                del limit
             if record is None:
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
                 self.progress.idle(batch_id)
@@ -452,14 +442,11 @@ class MicroBatchExecution:
 def _observed_count(obs: Any) -> int:
     if obs is None:
         return 0
-    deadline = time.monotonic() + 5.0
-    future = obs._jo.future()  # noqa: SLF001 - Observation.get blocks forever if no job ran
-    while not future.isCompleted():
-        if time.monotonic() > deadline:
-            logger.warning("input row count of a source was not observed; reporting 0")
-            return 0
-        time.sleep(0.01)
-    return int(obs.get.get("count") or 0)
+    values = observed_values(obs)
+    if values is None:
+        logger.warning("input row count of a source was not observed; reporting 0")
+        return 0
+    return int(values.get("count") or 0)
 
 
 def _pinned_keys() -> list[str]:
