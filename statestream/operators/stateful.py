@@ -56,7 +56,7 @@ class StateStoreRestoreExec(PhysicalOperator, StateStoreWriter):
     def simple_string(self) -> str:
         assert self.info is not None
         si = self.state_info
-        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {STATE_FORMAT_VERSION}"
+        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {STATE_FORMAT_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         late = self.event_time_watermark_for_late_events
         evict = self.event_time_watermark_for_eviction
         wm = f", {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
-        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {mode}{wm}, {STATE_FORMAT_VERSION}"
+        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {mode}{wm}, {STATE_FORMAT_VERSION}"
 
 
 def _arrow_schema(struct) -> pa.Schema:

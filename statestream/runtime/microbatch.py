@@ -76,6 +76,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_LONG_MIN = -(2**63)
+
+
 def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
     streaming DataFrame shows state info with an unknown checkpoint)."""
@@ -84,7 +87,8 @@ def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
     indexes = {id(r): i for i, r in enumerate(relations)}
     plan = plan_streaming_query(df._plan, n, indexes)  # noqa: SLF001
-    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, 0, 0)
+    # Before a query starts Spark shows both watermarks as Long.MinValue.
+    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
 
 
