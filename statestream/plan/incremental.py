@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter
+from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 
 __all__ = ["IncrementalExecution", "state_writers"]
@@ -53,6 +53,13 @@ class IncrementalExecution:
                     event_time_watermark_for_late_events=self.late_watermark_ms,
                     event_time_watermark_for_eviction=self.eviction_watermark_ms,
                 )
+            if isinstance(node, StateStoreWriter) and id(getattr(node, "info", None)) in ids:
+                # any other state writer keyed by its shared ``info`` (deduplication, ...)
+                changes: dict = {"state_info": info_for(ids[id(node.info)])}
+                if isinstance(node, WatermarkSupport):
+                    changes["event_time_watermark_for_late_events"] = self.late_watermark_ms
+                    changes["event_time_watermark_for_eviction"] = self.eviction_watermark_ms
+                return dataclasses.replace(node, **changes)
             return node
 
         return plan.transform_up(rule)

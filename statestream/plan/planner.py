@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from statestream.operators.aggregate import AggregationInfo, HashAggregateExec, ShuffleExchangeExec
 from statestream.operators.basic import SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
@@ -47,6 +48,8 @@ def plan_streaming_query(
             )
         if isinstance(node, L.Aggregate):
             return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
+        if isinstance(node, L.Deduplicate):
+            return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=plan)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
