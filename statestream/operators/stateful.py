@@ -247,9 +247,9 @@ class AggregationStateStep:
                 raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise
