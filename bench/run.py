@@ -25,6 +25,10 @@ Workloads:
 * W2: ``groupBy("user", window("timestamp", "1 hour"))`` with count, sum, avg and max of
   ``amount`` over (timestamp, user, amount); users drawn from 1,000,000, all files inside one
   hour, so the state grows to about a million keys.
+* W3: deduplication as the programming guide writes it,
+  ``withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])`` over
+  (guid, timestamp, value) events; event time advances 10 s per file and 10 % of each file's rows
+  repeat an event of this file or of the previous one exactly.
 """
 
 from __future__ import annotations
@@ -46,11 +50,13 @@ DATA = ROOT / "bench" / "data"
 RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
-WORKLOADS = ("W1", "W2")
+WORKLOADS = ("W1", "W2", "W3")
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
+    "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
 }
+W3_DUPLICATE_RATE = 0.10
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,6 +113,8 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
                     "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
                 }
             )
+        elif workload == "W3":
+            table = _w3_file(rng, i, rows)
         else:
             raise ValueError(f"unknown workload {workload!r}")
         path = out / f"part-{i:05d}.parquet"
@@ -114,6 +122,43 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
         os.utime(path, (mtime0 + i, mtime0 + i))
     (out / "_DONE").write_text(json.dumps({"rows": rows, "files": files, "seed": seed}))
     return out
+
+
+def _w3_file(rng: Any, i: int, rows: int) -> Any:
+    """File ``i`` of W3: ``rows`` events, of which 10 % exactly repeat an event (same guid, time
+    and value), half of them from this file and half from file ``i - 1`` (the events of a file are
+    regenerated from their ids, so no state is kept between files). Event time of file i is in
+    [10 i, 10 i + 10) s, so with a 10 s watermark the previous file's events are still in state."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n_dup = int(rows * W3_DUPLICATE_RATE)
+    n_new = rows - n_dup
+
+    def events(file_index: int, local_ids: Any) -> tuple[Any, Any, Any]:
+        ids = np.asarray(local_ids, dtype=np.int64) + file_index * 10**9
+        # a deterministic time and value per event id (a multiplicative hash), so a repeat is exact
+        h = (ids * 2654435761) % (2**32)
+        t_us = (BASE_EPOCH_S + 10 * file_index) * 1_000_000 + (h % 10_000_000)
+        return ids, t_us, (h >> 8) % 1_000_000
+
+    new_ids, new_t, new_v = events(i, np.arange(n_new))
+    n_prev = n_dup // 2 if i > 0 else 0
+    same = events(i, rng.integers(0, n_new, n_dup - n_prev))
+    prev = events(i - 1, rng.integers(0, n_new, n_prev)) if n_prev else (np.empty(0, np.int64),) * 3
+    ids = np.concatenate([new_ids, same[0], prev[0]])
+    t_us = np.concatenate([new_t, same[1], prev[1]])
+    values = np.concatenate([new_v, same[2], prev[2]])
+    order = rng.permutation(len(ids))
+    guids = pc.binary_join_element_wise("g", pc.utf8_lpad(pc.cast(pa.array(ids[order]), pa.string()), 12, "0"), "")
+    return pa.table(
+        {
+            "guid": guids,
+            "timestamp": pa.array(t_us[order], pa.timestamp("us", tz="UTC")),
+            "value": pa.array(values[order], pa.int64()),
+        }
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +179,13 @@ def build_query(workload: str) -> Callable[[Any], Any]:
             )
 
         return w1
+
+    if workload == "W3":
+
+        def w3(df: Any) -> Any:
+            return df.withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])
+
+        return w3
 
     def w2(df: Any) -> Any:
         return df.groupBy("user", F.window("timestamp", "1 hour")).agg(

@@ -525,7 +525,7 @@ class DeduplicationStateStep:
                 new_keys = keys.slice(0, 0)
             output = table.take(pa.array(new_rows, type=pa.int64()))
             if new_keys.num_rows:
-                store.put(pa.Table.from_arrays(list(new_keys.columns) + [self._values(output)], schema=pa.schema(list(key_schema) + list(value_schema))))
+                store.insert(pa.Table.from_arrays(list(new_keys.columns) + [self._values(output)], schema=pa.schema(list(key_schema) + list(value_schema))))
             m["numUpdatedStateRows"] = new_keys.num_rows
             m[DROPPED_DUPLICATES_METRIC] = table.num_rows - new_keys.num_rows
             updates_ms = (time.perf_counter() - t0) * 1000

@@ -172,3 +172,20 @@ def test_rows_of_another_partition_are_refused(tmp_path):
     batch = rows(("a", 10, 1))
     with pytest.raises(RuntimeError, match="did not partition by the deduplication keys"):
         step(tmp_path, 0).process(1, [batch])
+
+
+def test_store_insert_appends_new_keys_and_survives_reload(tmp_path):
+    from statestream.state import StateStoreConf, StateStoreId, get_provider
+
+    ks = pa.schema([("k", pa.string())])
+    vs = pa.schema([("x", pa.int64())])
+    store = get_provider(StateStoreId(str(tmp_path), 0, 0), ks, vs, StateStoreConf(), "a").get_store(0)
+    store.put(pa.table({"k": ["a"], "x": [1]}))
+    store.insert(pa.table({"k": ["b", None], "x": [2, 3]}))
+    store.insert(pa.table({"k": pa.array([], pa.string()), "x": pa.array([], pa.int64())}))
+    assert store.commit() == 1
+    clear_provider_cache()
+    reloaded = get_provider(StateStoreId(str(tmp_path), 0, 0), ks, vs, StateStoreConf(), "b").get_store(1)
+    found = reloaded.lookup(pa.table({"k": ["b", None, "c"]}))
+    assert found.column("x").to_pylist() == [2, 3, None]
+    assert reloaded.num_keys() == 3
