@@ -222,6 +222,15 @@ def test_id_and_event_time_with_watermark(spark, ours, tmp_path, mode):
     assert sum(state(exp, "numRowsRemoved")) > 0 and sum(state(exp, "numRowsDroppedByWatermark")) > 0
 
 
+def test_within_watermark_all_columns(spark, ours, tmp_path):
+    """No subset: every column is a key, the event time included; expiry still decides eviction."""
+    check(
+        spark, ours, lambda df: w(df, "5 seconds").dropDuplicatesWithinWatermark(),
+        [kv(("a", 1), ("a", 1), ("a", 2)), kv(("a", 1), ("b", 12)), kv(("a", 2), ("c", 30)), kv(("a", 1))], KV,
+        "append", tmp_path,
+    )
+
+
 def test_id_only_within_watermark_random(spark, ours, tmp_path):
     batches = _events(11, 4, 300, 0.15, 0.05)
     exp, _ = check(
