@@ -343,9 +343,11 @@ def test_empty_subset_fails_the_first_batch_like_spark(spark, ours, tmp_path):
     for engine in (spark, ours()):
         with pytest.raises(Exception) as info:  # noqa: PT011 - StreamingQueryException on both engines
             run_stream(engine, lambda df: df.dropDuplicates([]), [vals(1)], SCHEMA, "append", tmp_path)
-        messages.append(str(info.value))
+        assert "[STREAM_FAILED]" in str(info.value)
+        messages.append(_failure_text(info.value))
     needle = "requirement failed: The expressions for hash of a StatefulOpClusteredDistribution should not be Nil."
-    assert all(needle in m and "STREAM_FAILED" in m for m in messages), messages
+    assert needle in messages[0]
+    assert messages[1] == messages[0]
 
 
 @pytest.mark.parametrize("within", [False, True])
@@ -432,3 +434,40 @@ def test_restart_reruns_uncommitted_dedup_batch(spark, ours, tmp_path):
     for e, a in zip(expected, actual):
         assert_same_batches(e, a)
         assert dedup_metrics(a) == dedup_metrics(e)
+
+
+RESTART_CHANGES: dict[str, tuple[Callable[[DataFrame], DataFrame], Callable[[DataFrame], DataFrame], str]] = {
+    # name: (query of the first start, query of the restart, Spark's error condition)
+    "key_schema_changed": (
+        lambda df: df.dropDuplicates(["k"]),
+        lambda df: df.dropDuplicates(["k", "value"]),
+        "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    ),
+    "operator_changed": (
+        lambda df: w(df).dropDuplicates(["k"]),
+        lambda df: w(df).dropDuplicatesWithinWatermark(["k"]),
+        "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    ),
+}
+
+
+def _failure_text(exc: BaseException) -> str:
+    """The cause's text of a ``[STREAM_FAILED]`` error (query and run ids left out)."""
+    text = str(exc).split("terminated with exception: ", 1)[-1]
+    for cut in ("\n=== Streaming Query ===", "\n\nJVM stacktrace:"):
+        text = text.split(cut, 1)[0]
+    return text.strip()
+
+
+@pytest.mark.parametrize("name", list(RESTART_CHANGES))
+def test_restart_with_changed_dedup_is_refused_like_spark(spark, ours, tmp_path, name):
+    first, second, condition = RESTART_CHANGES[name]
+    texts = []
+    for engine in (spark, ours()):
+        workdir = tmp_path / f"change-{uuid.uuid4().hex[:8]}"
+        run_stream(engine, first, [kv(("a", 1))], KV, "append", tmp_path, workdir=workdir)
+        with pytest.raises(Exception) as info:  # noqa: PT011 - StreamingQueryException on both engines
+            run_stream(engine, second, [kv(("b", 2))], KV, "append", tmp_path, workdir=workdir)
+        texts.append(_failure_text(info.value))
+    assert condition in texts[0], texts[0]
+    assert texts[1] == texts[0], f"\n  spark: {texts[0]}\n  ours:  {texts[1]}"
