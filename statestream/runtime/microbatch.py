@@ -36,6 +36,7 @@ from statestream.operators.watermark import observed_values, stats_from_observat
 from statestream.plan import logical as L
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
+from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -340,12 +341,14 @@ class MicroBatchExecution:
                 self._sleep_until_next(trigger_start)
                 continue
             self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
+            crash_point("after_offsets", record.batch_id)
             self._run_batch(record, prev_wm, first_batch_of_run)
             first_batch_of_run = False
             # finish: watermark, commit
             t = time.perf_counter()
             self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark))
             self.progress.record_duration("commitOffsets", t)
+            crash_point("after_commit", record.batch_id)
             for s, e in zip(self.sources, record.end):
                 if e is not None:
                     s.commit(e)
@@ -425,6 +428,7 @@ class MicroBatchExecution:
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)
         # watermark from this batch's event-time statistics
         stats = {}
