@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import StatestreamStreamingQueryException
+from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
@@ -205,8 +205,7 @@ class MicroBatchExecution:
     def _wrap(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StatestreamStreamingQueryException):
             return exc
-        msg = f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.run_id}] terminated with exception: {exc}"
-        return StatestreamStreamingQueryException(msg, cause=exc, params={"id": self.query_id, "runId": self.run_id, "message": str(exc)})
+        return stream_failed_error(self.query_id, self.run_id, exc)
 
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
         """A clone of the user's session for this query's batches: AQE off (it could change the
@@ -272,9 +271,10 @@ class MicroBatchExecution:
         if recorded is not None and len(recorded.offsets) != len(self.sources):
             from statestream.errors import IncompatibleRestartError
 
+            # Spark's OffsetSeq.toStreamProgress assertion, word for word
             msg = (
-                f"The checkpoint {self.checkpoint_location} was written by a query with {len(recorded.offsets)} "
-                f"source(s), but this query has {len(self.sources)}: a checkpoint can only be restarted by the same query"
+                f"assertion failed: There are [{len(recorded.offsets)}] sources in the checkpoint offsets and now "
+                f"there are [{len(self.sources)}] sources requested by the query. Cannot continue."
             )
             raise IncompatibleRestartError(msg)
         start: list[Any] = list(recovery.start_offsets.offsets) if recovery.start_offsets else [None] * len(self.sources)
