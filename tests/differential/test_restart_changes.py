@@ -221,3 +221,31 @@ def test_restart_with_changed_query_matches_spark(spark, ours, tmp_path, name):
     actual = restart_verdict(ours(), mode, first, second, tmp_path)
     assert actual[0] == expected[0], f"{name} ({mode}), raised:\n  spark: {expected[0]}\n  ours:  {actual[0]}"
     assert actual[1] == expected[1], f"{name} ({mode}), query.exception():\n  spark: {expected[1]}\n  ours:  {actual[1]}"
+
+
+#: name: (output mode, query): queries whose state key Spark names differently from the output
+SCHEMA_FILE_CASES: dict[str, tuple[str, Build]] = {
+    "window_aliased": ("append", lambda df, _o: win5(w10(df))),
+    "computed_keys": ("update", lambda df, _o: df.groupBy((F.col("value") % 10).alias("a"), (F.col("value") % 3).alias("b")).count()),
+    "column_alias": ("update", lambda df, _o: df.groupBy(F.col("value").alias("v")).agg(F.sum("value"))),
+    # Spark's optimizer drops the literal from the grouping keys
+    "literal_key": ("update", lambda df, _o: df.groupBy(F.lit(1).alias("one"), "value").count()),
+}
+
+
+@pytest.mark.parametrize("name", list(SCHEMA_FILE_CASES))
+def test_state_schema_file_matches_spark(spark, ours, tmp_path, name):
+    """The schema file (what the restart check compares with) holds Spark's key and value schemas:
+    Spark's grouping attribute names and metadata, byte for byte."""
+    mode, build = SCHEMA_FILE_CASES[name]
+    files = {}
+    for engine in (spark, ours()):
+        workdir = tmp_path / f"{engine_name(engine)}-{uuid.uuid4().hex[:8]}"
+        raised, exc = _run(engine, build, mode, workdir, FIRST_RUN, DEFAULT_TIMEOUT_S)
+        assert raised is None and exc is None, f"{engine_name(engine)}: {raised or exc}"
+        files[engine_name(engine)] = (workdir / "checkpoint" / "state" / "0" / "0" / "_metadata" / "schema").read_bytes()
+    from statestream.state.schema import decode_schema_file
+
+    expected, actual = (decode_schema_file(b, "schema") for b in files.values())
+    assert (actual.key_schema, actual.value_schema) == (expected.key_schema, expected.value_schema)
+    assert files["StreamingSession"] == files["spark"]
