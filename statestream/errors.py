@@ -63,11 +63,9 @@ class _SparkShapedMixin:
         return self._ss_message
 
 
-class StatestreamAnalysisException(_SparkShapedMixin, _PySparkAnalysisException, StatestreamError):
-    """An ``AnalysisException`` as Spark raises it: same class, same message text.
-
-    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
-    """
+class _JvmShapedException(_SparkShapedMixin):
+    """Common constructor of the exceptions PySpark raises for a JVM exception: Spark's text,
+    and its error class, parameters and SQLSTATE when Spark's error has them."""
 
     def __init__(
         self,
@@ -78,6 +76,13 @@ class StatestreamAnalysisException(_SparkShapedMixin, _PySparkAnalysisException,
     ) -> None:
         Exception.__init__(self, message)
         self._init_spark_fields(message, error_class, params, sql_state)
+
+
+class StatestreamAnalysisException(_JvmShapedException, _PySparkAnalysisException, StatestreamError):
+    """An ``AnalysisException`` as Spark raises it: same class, same message text.
+
+    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
+    """
 
 
 class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
@@ -122,19 +127,6 @@ def query_exception_view(
     return StatestreamStreamingQueryException(msg, cause=cause, params=None, error_class=None)
 
 
-class _JvmShapedException(_SparkShapedMixin):
-    """Common constructor of the exceptions PySpark raises for a JVM exception: Spark's text,
-    and its error class, parameters and SQLSTATE when Spark's error has them."""
-
-    def __init__(
-        self,
-        message: str,
-        error_class: str | None = None,
-        params: dict[str, Any] | None = None,
-        sql_state: str | None = None,
-    ) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, error_class, params, sql_state)
 
 
 class StatestreamIllegalArgumentException(
