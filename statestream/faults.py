@@ -9,6 +9,9 @@ Set ``STATESTREAM_TEST_CRASH_AT="<point>:<batch>"`` (optionally ``"<point>:<batc
 for points inside a state task) in the environment of the process that starts Spark; Spark's
 JVM and its Python workers inherit it. Points:
 
+``before_offsets``
+    The sources have admitted batch N's data (the file source logged its new files), but
+    ``offsets/<N>`` is not written (driver).
 ``after_offsets``
     ``offsets/<N>`` is written, the batch has not started (driver).
 ``after_state_commit``
@@ -46,7 +49,14 @@ logger = logging.getLogger(__name__)
 ENV_CRASH_AT = "STATESTREAM_TEST_CRASH_AT"
 ENV_CRASH_PGID = "STATESTREAM_TEST_CRASH_PGID"
 
-CRASH_POINTS = ("after_offsets", "after_state_commit", "sink_files_published", "after_sink", "after_commit")
+CRASH_POINTS = (
+    "before_offsets",
+    "after_offsets",
+    "after_state_commit",
+    "sink_files_published",
+    "after_sink",
+    "after_commit",
+)
 
 
 def parse_crash_spec(text: str | None) -> tuple[str, int, int | None] | None:

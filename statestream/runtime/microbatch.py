@@ -31,12 +31,12 @@ from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
+from statestream.faults import crash_point
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
-from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -345,6 +345,7 @@ class MicroBatchExecution:
                 )
                 if has_data or wants_nd:
                     record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
+                    crash_point("before_offsets", batch_id)
                     t = time.perf_counter()
                     meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
                     self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))

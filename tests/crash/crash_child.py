@@ -21,7 +21,8 @@ statestream's own crash points come from ``STATESTREAM_TEST_CRASH_AT`` (``states
 this script sets ``STATESTREAM_TEST_CRASH_PGID`` to its own process group first, so the point
 kills the driver and its JVM together. ``master`` (default ``local[2]``) lets a test run the
 state tasks one after the other (``local[1]``), so a kill after partition 0's commit surely
-comes before partition 1's. On a normal end it writes ``<result>``: the query id, the
+comes before partition 1's; ``confs`` are set on the session before the query starts. On a
+normal end it writes ``<result>``: the query id, the
 run id and the ids of the batches this run executed.
 """
 
@@ -113,6 +114,8 @@ def main(job_path: str) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
+    for key, value in (job.get("confs") or {}).items():
+        spark.conf.set(key, value)
     if job["engine"] == "statestream":
         from statestream import StreamingSession
 
