@@ -29,7 +29,7 @@ from statestream.plan import logical as L
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
 
-__all__ = ["max_rows", "combine_limits", "generates_streaming_appends", "plan_limit"]
+__all__ = ["max_rows", "combine_limits", "generates_streaming_appends", "plan_limit", "single_partition_output"]
 
 #: Stateless operations that never change the number of rows, only what each row holds. Spark
 #: moves these below a limit (``PushProjectionThroughLimit``; deterministic projections assumed).
@@ -95,9 +95,10 @@ def generates_streaming_appends(child: L.LogicalPlan, output_mode: str) -> bool:
     return output_mode == "complete" and not has_streaming_agg
 
 
-def _single_partition(op: "PhysicalOperator") -> bool:
-    """Whether ``op``'s output is already one partition (so the global limit needs no exchange):
-    the output of another limit, through operators that keep the partitioning."""
+def single_partition_output(op: "PhysicalOperator") -> bool:
+    """Whether ``op``'s output is already one partition: the output of a limit, through
+    operators that keep the partitioning. A global limit above then needs no exchange; an
+    aggregation above must partition by its keys itself."""
     from statestream.operators.basic import StatelessExec
     from statestream.operators.limit import CollectLimitExec, StreamingGlobalLimitExec, TakeOrderedAndProjectExec
     from statestream.operators.watermark import EventTimeWatermarkExec
@@ -146,7 +147,7 @@ def plan_limit(
     if generates_streaming_appends(child, output_mode):
         planned = plan_child(child)
         local: PhysicalOperator = StreamingLocalLimitExec(child=planned, n=n)
-        if not _single_partition(planned):
+        if not single_partition_output(planned):
             local = SinglePartitionExchangeExec(child=local)
         return StreamingGlobalLimitExec(child=local, n=n, store_conf=store_conf)
     if isinstance(child, L.Sort) and child.child is not None:

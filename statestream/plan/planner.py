@@ -17,7 +17,7 @@ from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSave
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.plan.aggregates import decompose_aggregate
-from statestream.plan.limits import plan_limit
+from statestream.plan.limits import plan_limit, single_partition_output
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -117,7 +117,14 @@ def plan_streaming_aggregation(
     info = aggregation_info(node)
     partial = HashAggregateExec(child=child, info=info, mode="Partial")
     exchange = ShuffleExchangeExec(child=partial, keys=info.grouping_names, num_partitions=num_partitions)
-    merge1 = HashAggregateExec(child=exchange, info=info, mode="PartialMerge", step="exchange", num_partitions=num_partitions)
+    merge1 = HashAggregateExec(
+        child=exchange,
+        info=info,
+        mode="PartialMerge",
+        step="exchange",
+        num_partitions=num_partitions,
+        ensure_partitioning=single_partition_output(child),
+    )
     restore = StateStoreRestoreExec(child=merge1, info=info)
     merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
     save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)
