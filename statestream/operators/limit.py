@@ -57,6 +57,7 @@ __all__ = [
     "LIMIT_VALUE_SCHEMA_JSON",
     "has_no_stateful_op",
     "scan_input_rows",
+    "input_rows_by_source",
 ]
 
 #: Spark's state schema of the global limit: one key column of type void (always null) ...
@@ -354,9 +355,10 @@ class LocalTableScanExec(PhysicalOperator):
         return f"LocalTableScan <empty>, [{', '.join(self.output)}]"
 
 
-def scan_input_rows(result: "DataFrame") -> int | None:
-    """The rows the leaf scans of ``result``'s executed plan produced (their ``numOutputRows``
-    metric), once ``result`` has run; ``None`` if the plan cannot be read.
+def scan_input_rows(result: "DataFrame") -> list[int] | None:
+    """The rows each leaf scan of ``result``'s executed plan produced (its ``numOutputRows``
+    metric; 0 for a leaf without one), leaves in plan order, once ``result`` has run; ``None`` if
+    the plan cannot be read.
 
     Spark counts a source's input rows this way (``StreamSourceAwareSparkPlan`` metrics). It
     differs from a count of all rows of the batch when a non-draining limit stopped the scan
@@ -367,15 +369,35 @@ def scan_input_rows(result: "DataFrame") -> int | None:
         plan = result._jdf.queryExecution().executedPlan()  # noqa: SLF001
     except Exception:  # noqa: BLE001 - not a classic DataFrame
         return None
-    total = 0
+    rows: list[int] = []
     stack = [plan]
     while stack:
         node = stack.pop()
         children = node.children()
         if children.size() == 0:
             metric = node.metrics().get("numOutputRows")
-            if metric.isDefined():
-                total += int(metric.get().value())
+            rows.append(int(metric.get().value()) if metric.isDefined() else 0)
             continue
-        stack.extend(children.apply(i) for i in range(children.size()))
-    return total
+        stack.extend(children.apply(i) for i in reversed(range(children.size())))
+    return rows
+
+
+def input_rows_by_source(plan: PhysicalOperator, result: "DataFrame") -> dict[int, int] | None:
+    """Input rows per source index from the scans' metrics (:func:`scan_input_rows`), when the
+    executed plan has one leaf per leaf of ``plan`` (a source's batch, or an empty relation);
+    ``None`` otherwise, like Spark, which then falls back to another count."""
+    from statestream.operators.basic import StreamingRelationExec
+
+    leaves = [
+        n.source_index if isinstance(n, StreamingRelationExec) else None
+        for n in plan.walk()
+        if isinstance(n, (StreamingRelationExec, LocalTableScanExec))
+    ]
+    scanned = scan_input_rows(result)
+    if scanned is None or len(scanned) != len(leaves):
+        return None
+    out: dict[int, int] = {}
+    for source, rows in zip(leaves, scanned):
+        if source is not None:
+            out[source] = out.get(source, 0) + rows
+    return out

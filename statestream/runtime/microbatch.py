@@ -390,7 +390,7 @@ class MicroBatchExecution:
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
         from statestream.operators.basic import StreamingRelationExec
-        from statestream.operators.limit import LocalLimitExec, scan_input_rows
+        from statestream.operators.limit import LocalLimitExec, input_rows_by_source
         from statestream.runtime.state_checks import check_state_on_first_batch
 
         assert self._physical is not None
@@ -431,11 +431,13 @@ class MicroBatchExecution:
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
-        if len(read) == 1 and any(isinstance(n, LocalLimitExec) for n in plan.walk()):
-            # a local limit may stop the scan early: count what the scan read, as Spark does
-            scanned = scan_input_rows(result)
+        if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
+            # a local limit may stop a scan early: count what the scans read, as Spark does
+            scanned = input_rows_by_source(plan, result)
             if scanned is not None:
-                num_input[next(iter(read))] = scanned
+                num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
+            else:
+                logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
         self.progress.record_duration("addBatch", t)
         # watermark from this batch's event-time statistics

@@ -290,3 +290,78 @@ def test_state_step_nothing_emitted_leaves_no_key(tmp_path):
 def test_state_step_refuses_a_partition_other_than_zero(tmp_path):
     with pytest.raises(RuntimeError, match="single partition"):
         _step(str(tmp_path), 0, 5).process(1, iter([]))
+
+
+# ------------------------------------------------------------------------------------------
+# input rows from the scans' metrics
+# ------------------------------------------------------------------------------------------
+
+
+class _Seq:
+    def __init__(self, items):
+        self._items = items
+
+    def size(self):
+        return len(self._items)
+
+    def apply(self, i):
+        return self._items[i]
+
+
+class _Option:
+    def __init__(self, value):
+        self._value = value
+
+    def isDefined(self):  # noqa: N802 - Scala's name
+        return self._value is not None
+
+    def get(self):
+        return self
+
+    def value(self):
+        return self._value
+
+
+class _JvmNode:
+    def __init__(self, rows=None, *children):
+        self._rows = rows
+        self._children = children
+
+    def children(self):
+        return _Seq(list(self._children))
+
+    def metrics(self):
+        return self
+
+    def get(self, name):
+        return _Option(self._rows if name == "numOutputRows" else None)
+
+
+class _FakeResult:
+    def __init__(self, plan):
+        self._jdf = self
+        self._plan = plan
+
+    def queryExecution(self):  # noqa: N802
+        return self
+
+    def executedPlan(self):  # noqa: N802
+        return self._plan
+
+
+def test_input_rows_by_source_maps_leaves_in_plan_order():
+    from statestream.operators.basic import UnionExec
+    from statestream.operators.limit import input_rows_by_source, scan_input_rows
+
+    ours = StreamingGlobalLimitExec(
+        child=LocalLimitExec(child=UnionExec(inputs=(StreamingRelationExec(source_index=1), StreamingRelationExec(source_index=0))))
+    )
+    executed = _JvmNode(None, _JvmNode(None, _JvmNode(4096), _JvmNode(None, _JvmNode(3))))
+    assert scan_input_rows(_FakeResult(executed)) == [4096, 3]
+    assert input_rows_by_source(ours, _FakeResult(executed)) == {1: 4096, 0: 3}
+    # a leaf the optimizer removed: the counts cannot be attributed
+    assert input_rows_by_source(ours, _FakeResult(_JvmNode(None, _JvmNode(7)))) is None
+    # an empty relation (limit(0)) in the plan is a leaf of its own, counted for no source
+    with_empty = UnionExec(inputs=(LocalTableScanExec(output=("value",)), StreamingRelationExec(source_index=0)))
+    assert input_rows_by_source(with_empty, _FakeResult(_JvmNode(None, _JvmNode(0), _JvmNode(5)))) == {0: 5}
+    assert input_rows_by_source(ours, object()) is None
