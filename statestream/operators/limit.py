@@ -125,6 +125,9 @@ class LocalLimitExec(PhysicalOperator):
         assert self.child is not None
         return self.child.execute(ctx).limit(self.n)
 
+    def supports_codegen(self) -> bool:
+        return True
+
     def simple_string(self) -> str:
         return f"LocalLimit {self.n}"
 
@@ -205,7 +208,7 @@ class StreamingGlobalLimitExec(PhysicalOperator, StateStoreWriter):
     def simple_string(self) -> str:
         si = self.state_info
         mode = (self.output_mode or "<unknown>").capitalize()
-        return f"StreamingGlobalLimit {self.n}, {si if si else 'state info [ <unknown> ]'}, {mode}"
+        return f"StreamingGlobalLimit {self.n}, {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {mode}"
 
 
 @dataclass(frozen=True)
@@ -352,6 +355,8 @@ class LocalTableScanExec(PhysicalOperator):
         return ctx.spark.createDataFrame([], self.schema)
 
     def simple_string(self) -> str:
+        # Spark never starts a codegen stage at a LocalTableScan, so it shows no ``*(n)`` here
+        # (it would inside a parent's stage, which this operator does not model)
         return f"LocalTableScan <empty>, [{', '.join(self.output)}]"
 
 

@@ -11,12 +11,9 @@ state metrics, and checks that the rows kept are rows the input could give.
 
 from __future__ import annotations
 
-import io
 import json
-import re
 import uuid
 from collections import Counter
-from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -293,7 +290,7 @@ def test_limit_count_survives_restarts(spark, ours, tmp_path, crash_point):
 
 
 # ------------------------------------------------------------------------------------------
-# Metrics, checkpoint layout, explain
+# Metrics and checkpoint layout (explain: tests/spark/test_explain.py)
 # ------------------------------------------------------------------------------------------
 
 
@@ -312,48 +309,6 @@ def test_limit_progress_and_state_files_match_spark(spark, ours, tmp_path):
             "0",
             "_metadata",
         ]
-
-
-def _explain_lines(df: DataFrame) -> list[str]:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        df.explain()
-    text = buf.getvalue()
-    if not text.strip():  # PySpark prints through the JVM in some versions
-        text = df._jdf.queryExecution().toString()  # noqa: SLF001
-    out = []
-    for line in text.splitlines():
-        line = re.sub(r"^[\s:+\-|]*", "", line)
-        line = re.sub(r"^\*\(\d+\) ", "", line)
-        if line and not line.startswith("=="):
-            out.append(line)
-    return out
-
-
-def _shape(lines: list[str], upto: str) -> list[str]:
-    """The leading node names, down to the first node named ``upto``; state info without the
-    run-specific ids and Spark's checkpoint-id field."""
-    shape = []
-    for line in lines:
-        line = re.sub(r"runId = [0-9a-f-]+", "runId = X", line)
-        line = line.replace(" stateStoreCkptIds = None", "").replace(", [plan_id=", "\0").split("\0")[0]
-        shape.append(line)
-        if line.startswith(upto):
-            break
-    return shape
-
-
-def test_explain_shows_spark_limit_nodes(spark, ours, tmp_path):
-    (tmp_path / "in").mkdir()
-    for engine in (spark, ours()):
-        df = engine.readStream.format("parquet").schema(SCHEMA).load(str(tmp_path / "in"))
-        plain = _shape(_explain_lines(df.limit(3)), "LocalLimit")
-        agg = _shape(_explain_lines(counts_t5(w10(df)).limit(1)), "StreamingLocalLimit")
-        if engine is spark:
-            spark_plain, spark_agg = plain, agg
-    assert plain == spark_plain
-    assert agg == spark_agg
-    assert plain[0].startswith("StreamingGlobalLimit 3, state info [ checkpoint = <unknown>") and plain[0].endswith("Append")
 
 
 # ------------------------------------------------------------------------------------------

@@ -129,10 +129,10 @@ def test_plain_limit_plan_and_local_limit_conversion():
     assert g.state_info is not None and (g.state_info.operator_id, g.state_info.store_version, g.state_info.num_partitions) == (0, 7, 2)
     text = tree_string(inc)
     assert text.splitlines()[0] == (
-        "StreamingGlobalLimit 3, state info [ checkpoint = /ckpt/state, runId = run, opId = 0, ver = 7, "
-        "numPartitions = 2], Append"
+        "StreamingGlobalLimit 3, state info [ checkpoint = file:/ckpt/state, runId = run, opId = 0, ver = 7, "
+        "numPartitions = 2] stateStoreCkptIds = None, Append"
     )
-    assert "+- Exchange SinglePartition, ENSURE_REQUIREMENTS" in text and "+- LocalLimit 3" in text
+    assert "+- Exchange SinglePartition, ENSURE_REQUIREMENTS" in text and "+- *(1) LocalLimit 3" in text
 
 
 def test_limit_over_aggregation_keeps_the_draining_local_limit_and_ids_in_pre_order():
