@@ -29,7 +29,14 @@ from statestream.plan import logical as L
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
 
-__all__ = ["max_rows", "combine_limits", "generates_streaming_appends", "plan_limit", "single_partition_output"]
+__all__ = [
+    "max_rows",
+    "push_projections_below_limits",
+    "combine_limits",
+    "generates_streaming_appends",
+    "plan_limit",
+    "single_partition_output",
+]
 
 #: Stateless operations that never change the number of rows, only what each row holds. Spark
 #: moves these below a limit (``PushProjectionThroughLimit``; deterministic projections assumed).
@@ -60,6 +67,31 @@ def max_rows(node: L.LogicalPlan) -> int | None:
         bounds = [max_rows(c) for c in node.children]
         return None if any(b is None for b in bounds) else sum(b for b in bounds if b is not None)
     return None
+
+
+def push_projections_below_limits(node: L.LogicalPlan) -> L.LogicalPlan:
+    """``node`` with every projection that sits right on a limit moved below it (Spark's
+    ``PushProjectionThroughLimit``): the rows are the same, and the plan has Spark's shape, with
+    adjacent limits that ``combine_limits`` then merges. Nodes are rebuilt only where something
+    changed, so sources and every other node keep their identity."""
+    children = node.children
+    if not children:
+        return node
+    new_children = tuple(push_projections_below_limits(c) for c in children)
+    if any(a is not b for a, b in zip(children, new_children)):
+        if isinstance(node, L.Union):
+            node = dataclasses.replace(node, inputs=new_children)
+        else:
+            node = dataclasses.replace(node, child=new_children[0])
+    if (
+        isinstance(node, L.Stateless)
+        and node.op == "Project"
+        and isinstance(node.child, L.Limit)
+        and node.child.child is not None
+    ):
+        below = push_projections_below_limits(dataclasses.replace(node, child=node.child.child))
+        return L.Limit(template=node.template, child=below, n=node.child.n)
+    return node
 
 
 def combine_limits(node: L.Limit) -> tuple[int, L.LogicalPlan]:

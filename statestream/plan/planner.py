@@ -17,7 +17,7 @@ from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSave
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.plan.aggregates import decompose_aggregate
-from statestream.plan.limits import plan_limit, single_partition_output
+from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -54,7 +54,7 @@ def plan_streaming_query(
         if isinstance(node, L.Aggregate):
             return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
         if isinstance(node, L.Limit):
-            return plan_limit(node, go, output_mode, store_conf, root=node is plan)
+            return plan_limit(node, go, output_mode, store_conf, root=node is top)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
@@ -64,7 +64,8 @@ def plan_streaming_query(
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    return go(plan)
+    top = push_projections_below_limits(plan)
+    return go(top)
 
 
 def aggregation_info(node: L.Aggregate) -> AggregationInfo:

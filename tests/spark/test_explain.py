@@ -77,7 +77,11 @@ CASES: dict[str, Callable[[Any], Any]] = {
     ),
     "limit": lambda F: lambda r: _rate(r).limit(3),
     "limit_after_windowed_aggregate": lambda F: lambda r: (
-        _rate(r).withWatermark("timestamp", "20 seconds").groupBy(F.window("timestamp", "5 seconds")).count().limit(2)
+        _rate(r)
+        .withWatermark("timestamp", "20 seconds")
+        .groupBy(F.window("timestamp", "5 seconds"))
+        .agg(F.count("value"))
+        .limit(2)
     ),
     "limit_before_aggregate": lambda F: lambda r: (
         _rate(r).limit(5).selectExpr("value % 3 AS k").groupBy("k").count()

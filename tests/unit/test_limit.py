@@ -27,7 +27,7 @@ from statestream.operators.stateful import StateStoreSaveExec
 from statestream.plan import logical as L
 from statestream.plan.explain import tree_string
 from statestream.plan.incremental import IncrementalExecution, state_writers
-from statestream.plan.limits import combine_limits, generates_streaming_appends, max_rows
+from statestream.plan.limits import combine_limits, generates_streaming_appends, max_rows, push_projections_below_limits
 from statestream.plan.planner import plan_streaming_query
 from statestream.state.provider import clear_provider_cache
 
@@ -103,6 +103,24 @@ def test_combine_limits_through_projections_only():
     f = filt(limit(s, 5))
     n, child = combine_limits(limit(f, 3))
     assert n == 3 and child is f  # a filter keeps the two limits apart
+
+
+def test_projections_move_below_limits():
+    s = source()
+    lim = limit(filt(s), 3)
+    top = project(project(lim, "a"), "b")
+    out = push_projections_below_limits(top)
+    assert isinstance(out, L.Limit) and out.n == 3 and out.schema.names == ["b"]
+    assert [type(n).__name__ for n in out.walk()] == ["Limit", "Stateless", "Stateless", "Stateless", "StreamingRelation"]
+    assert [n.op for n in out.walk() if isinstance(n, L.Stateless)] == ["Project", "Project", "Filter"]
+    assert out.child.description == "[b]" and out.child.child.description == "[a]"
+    assert next(n for n in out.walk() if isinstance(n, L.StreamingRelation)) is s
+    # a filter on a limit stays above it; nothing changes, nothing is rebuilt
+    f = filt(limit(s, 3))
+    assert push_projections_below_limits(f) is f
+    # the two limits become adjacent and merge
+    n, child = combine_limits(push_projections_below_limits(limit(project(limit(s, 5)), 9)))
+    assert n == 5 and isinstance(child, L.Stateless) and child.child is s
 
 
 def test_generates_streaming_appends():
