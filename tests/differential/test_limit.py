@@ -345,3 +345,23 @@ def test_limit_start_verdict_matches_spark(spark, ours, tmp_path, name):
     assert (expected is not None) == rejected, f"Spark's verdict changed for {name}: {expected}"
     actual = start_error(ours(), build, SCHEMA, mode, tmp_path)
     assert actual == expected, f"{name} ({mode}):\n  spark: {expected}\n  ours:  {actual}"
+
+
+@pytest.mark.parametrize("name", ["update", "update_after_agg", "negative"])
+def test_limit_refusal_carries_spark_error_class(spark, ours, tmp_path, name):
+    """Beyond the text: the error condition, its parameters and the SQLSTATE are Spark's."""
+    from pyspark.errors import AnalysisException
+
+    mode, build, _ = REJECTION_CASES[name]
+
+    def refusal(engine: Any) -> tuple[Any, Any, Any]:
+        (tmp_path / name).mkdir(exist_ok=True)
+        with pytest.raises(AnalysisException) as info:
+            df = build(engine.readStream.format("parquet").schema(SCHEMA).load(str(tmp_path / name)))
+            df.writeStream.outputMode(mode).foreachBatch(lambda _df, _id: None).option(
+                "checkpointLocation", str(tmp_path / name / f"ckpt-{uuid.uuid4().hex[:6]}")
+            ).start().stop()
+        e = info.value
+        return e.getCondition(), dict(e.getMessageParameters() or {}), e.getSqlState()
+
+    assert refusal(ours()) == refusal(spark)
