@@ -1,7 +1,8 @@
 """The streaming planner: logical plan to physical operators.
 
 Spark: ``IncrementalExecution``'s planner with its extra strategies (``StatefulAggregationStrategy``
-with ``AggUtils.planStreamingAggregation``; deduplication and the global limit come later).
+with ``AggUtils.planStreamingAggregation``, ``StreamingGlobalLimitStrategy`` in ``plan/limits.py``;
+deduplication comes later).
 The planner knows nothing about batches: per-batch fields (state info, watermarks, output mode)
 are filled in by ``plan/incremental.py``.
 """
@@ -16,6 +17,7 @@ from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSave
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.plan.aggregates import decompose_aggregate
+from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -24,10 +26,14 @@ __all__ = ["plan_streaming_query", "plan_streaming_aggregation", "aggregation_in
 
 
 def plan_streaming_query(
-    plan: L.LogicalPlan, num_partitions: int, source_indexes: dict[int, int], store_conf=None
+    plan: L.LogicalPlan,
+    num_partitions: int,
+    source_indexes: dict[int, int],
+    store_conf=None,
+    output_mode: str = "append",
 ) -> "PhysicalOperator":
     """Plan ``plan``; ``source_indexes`` maps ``id(StreamingRelation)`` to the source's index in
-    the offset log."""
+    the offset log. ``output_mode`` decides how a limit is planned (``plan/limits.py``)."""
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
         if isinstance(node, L.StreamingRelation):
@@ -47,6 +53,8 @@ def plan_streaming_query(
             )
         if isinstance(node, L.Aggregate):
             return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
+        if isinstance(node, L.Limit):
+            return plan_limit(node, go, output_mode, store_conf, root=node is top)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
@@ -56,7 +64,8 @@ def plan_streaming_query(
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    return go(plan)
+    top = push_projections_below_limits(plan)
+    return go(top)
 
 
 def aggregation_info(node: L.Aggregate) -> AggregationInfo:
@@ -172,7 +181,14 @@ def plan_streaming_aggregation(
     info = aggregation_info(node)
     partial = HashAggregateExec(child=child, info=info, mode="Partial")
     exchange = ShuffleExchangeExec(child=partial, keys=info.grouping_names, num_partitions=num_partitions)
-    merge1 = HashAggregateExec(child=exchange, info=info, mode="PartialMerge", step="exchange", num_partitions=num_partitions)
+    merge1 = HashAggregateExec(
+        child=exchange,
+        info=info,
+        mode="PartialMerge",
+        step="exchange",
+        num_partitions=num_partitions,
+        ensure_partitioning=single_partition_output(child),
+    )
     restore = StateStoreRestoreExec(child=merge1, info=info)
     merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
     save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)
