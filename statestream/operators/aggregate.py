@@ -61,13 +61,18 @@ class AggregationInfo:
 class HashAggregateExec(PhysicalOperator):
     """One aggregate step. ``mode`` is ``Partial``, ``PartialMerge`` or ``Final``; ``step``
     tells the two PartialMerge nodes apart (``exchange``: right after the shuffle, ``state``:
-    after StateStoreRestore)."""
+    after StateStoreRestore).
+
+    ``ensure_partitioning``: the input is one partition (a limit below), which satisfies the
+    batch ``groupBy``'s distribution, so Spark would not shuffle; the merged buffers are then
+    hash-partitioned by the keys explicitly, as Spark's stateful distribution requires."""
 
     child: PhysicalOperator | None = None
     info: AggregationInfo | None = None
     mode: str = "Partial"
     step: str = ""
     num_partitions: int | None = None
+    ensure_partitioning: bool = False
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import functions as F
@@ -83,6 +88,8 @@ class HashAggregateExec(PhysicalOperator):
             partials = [p for c in info.calls for p in c.partial_columns()]
             agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
             agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+            if self.ensure_partitioning and info.key_columns:
+                agg = agg.repartition(int(self.num_partitions or 1), *info.key_columns)
             if info.key_columns:
                 keys = ", ".join(f"`{k}`" for k in info.key_columns)
                 pid = F.expr(f"pmod(hash({keys}), {int(self.num_partitions or 1)})")

@@ -26,6 +26,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.plan.aggregates import merge_buffers
+from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -249,6 +250,7 @@ class AggregationStateStep:
             c0 = time.perf_counter()
             committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
+            crash_point("after_state_commit", self.version, partition)
             provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()

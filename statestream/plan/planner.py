@@ -1,7 +1,8 @@
 """The streaming planner: logical plan to physical operators.
 
 Spark: ``IncrementalExecution``'s planner with its extra strategies (``StatefulAggregationStrategy``
-with ``AggUtils.planStreamingAggregation``; deduplication and the global limit come later).
+with ``AggUtils.planStreamingAggregation``, ``StreamingGlobalLimitStrategy`` in ``plan/limits.py``,
+``StreamingDeduplicationStrategy`` in ``operators/dedup.py``).
 The planner knows nothing about batches: per-batch fields (state info, watermarks, output mode)
 are filled in by ``plan/incremental.py``.
 """
@@ -17,6 +18,7 @@ from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSave
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.plan.aggregates import decompose_aggregate
+from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -25,10 +27,14 @@ __all__ = ["plan_streaming_query", "plan_streaming_aggregation", "aggregation_in
 
 
 def plan_streaming_query(
-    plan: L.LogicalPlan, num_partitions: int, source_indexes: dict[int, int], store_conf=None
+    plan: L.LogicalPlan,
+    num_partitions: int,
+    source_indexes: dict[int, int],
+    store_conf=None,
+    output_mode: str = "append",
 ) -> "PhysicalOperator":
     """Plan ``plan``; ``source_indexes`` maps ``id(StreamingRelation)`` to the source's index in
-    the offset log."""
+    the offset log. ``output_mode`` decides how a limit is planned (``plan/limits.py``)."""
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
         if isinstance(node, L.StreamingRelation):
@@ -49,7 +55,9 @@ def plan_streaming_query(
         if isinstance(node, L.Aggregate):
             return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
         if isinstance(node, L.Deduplicate):
-            return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=plan)
+            return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=top)
+        if isinstance(node, L.Limit):
+            return plan_limit(node, go, output_mode, store_conf, root=node is top)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
@@ -59,7 +67,8 @@ def plan_streaming_query(
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    return go(plan)
+    top = push_projections_below_limits(plan)
+    return go(top)
 
 
 def aggregation_info(node: L.Aggregate) -> AggregationInfo:
@@ -96,13 +105,75 @@ def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
 
     partials = [p for c in calls for p in c.partial_columns()]
     buffers = node.child.template.groupBy(*node.grouping).agg(*partials).schema if partials else None
-    key = StructType([StructField(f.name, f.dataType, f.nullable) for f in node.schema.fields[: len(node.grouping)]])
+    key_json = spark_grouping_key_schema(node.template)
+    if key_json is None:
+        key = StructType([StructField(f.name, f.dataType, f.nullable) for f in node.schema.fields[: len(node.grouping)]])
+        key_json = key.jsonValue()
     value_fields = []
     for c in calls:
         for b in c.buffers:
             f = buffers[b.column]
             value_fields.append(StructField(b.spark_name, f.dataType, f.nullable))
-    return key.jsonValue(), StructType(value_fields).jsonValue()
+    return key_json, StructType(value_fields).jsonValue()
+
+
+#: Spark's optimizer rules that shape an aggregation's grouping keys, in the optimizer's order.
+_GROUPING_RULES = (
+    "RemoveLiteralFromGroupExpressions",
+    "RemoveRepetitionFromGroupExpressions",
+    "PullOutGroupingExpressions",
+)
+
+
+def spark_grouping_key_schema(agg_df) -> dict | None:
+    """The state key schema Spark records for the aggregation ``agg_df`` (StructType JSON).
+
+    Why: the key schema goes into the state schema file and into the restart check's error text,
+    and Spark takes it from the grouping attributes its planner sees, not from the output
+    columns: literals are dropped, repeated keys kept once, computed keys are pulled out under the
+    name ``_groupingexpression``, aliases of plain columns are gone (``groupBy(col("v").alias("x"))``
+    keys ``v``), and a window key is ``window`` with its ``spark.timeWindow`` and
+    ``spark.watermarkDelayMs`` metadata. The template's full optimizer would fold the aggregation of
+    an empty relation away, so only the three rules that shape the grouping are applied, to the
+    analyzed plan. ``None`` when the JVM plan cannot be inspected (the caller falls back to the
+    output columns).
+    """
+    import json
+
+    try:
+        plan = agg_df._jdf.queryExecution().analyzed()  # noqa: SLF001
+        rules = agg_df.sparkSession._jvm.org.apache.spark.sql.catalyst.optimizer  # noqa: SLF001
+        for name in _GROUPING_RULES:
+            plan = getattr(getattr(rules, name + "$"), "MODULE$").apply(plan)
+        pending = [plan]
+        while pending:
+            current = pending.pop(0)
+            if current.nodeName() == "Aggregate":
+                break
+            children = current.children()
+            pending.extend(children.apply(i) for i in range(children.length()))
+        else:
+            return None
+        grouping = current.groupingExpressions()
+        fields = []
+        for i in range(grouping.length()):
+            e = grouping.apply(i)
+            is_attribute = e.getClass().getSimpleName() == "AttributeReference"
+            fields.append(
+                {
+                    # Spark's planner names any other expression by its text (PhysicalAggregation)
+                    "name": e.name() if is_attribute else e.toString(),
+                    "type": json.loads(e.dataType().json()),
+                    "nullable": bool(e.nullable()),
+                    "metadata": json.loads(e.metadata().json()) if is_attribute else {},
+                }
+            )
+        return {"type": "struct", "fields": fields}
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: fall back to the output columns
+        import logging
+
+        logging.getLogger(__name__).debug("cannot derive Spark's grouping key schema", exc_info=True)
+        return None
 
 
 def plan_streaming_aggregation(
@@ -113,7 +184,14 @@ def plan_streaming_aggregation(
     info = aggregation_info(node)
     partial = HashAggregateExec(child=child, info=info, mode="Partial")
     exchange = ShuffleExchangeExec(child=partial, keys=info.grouping_names, num_partitions=num_partitions)
-    merge1 = HashAggregateExec(child=exchange, info=info, mode="PartialMerge", step="exchange", num_partitions=num_partitions)
+    merge1 = HashAggregateExec(
+        child=exchange,
+        info=info,
+        mode="PartialMerge",
+        step="exchange",
+        num_partitions=num_partitions,
+        ensure_partitioning=single_partition_output(child),
+    )
     restore = StateStoreRestoreExec(child=merge1, info=info)
     merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
     save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)

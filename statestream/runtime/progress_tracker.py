@@ -51,7 +51,7 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
             custom[k] = custom.get(k, 0) + int(v)
     from statestream.operators.stateful import RESTORE_HIT_METRIC
 
-    if any(RESTORE_HIT_METRIC in t for t in by_part.values()):  # aggregations only
+    if any(RESTORE_HIT_METRIC in t for t in by_part.values()):  # only the aggregation reports it
         custom[RESTORE_HIT_METRIC] = sum(int(t.get(RESTORE_HIT_METRIC, 0)) for t in by_part.values())
     entry = {
         "operatorName": name,

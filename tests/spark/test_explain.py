@@ -75,6 +75,19 @@ CASES: dict[str, Callable[[Any], Any]] = {
     "column_key_without_watermark": lambda F: lambda r: (
         _rate(r).selectExpr("value % 3 AS k", "value").groupBy("k").agg(F.min("value"))
     ),
+    "limit": lambda F: lambda r: _rate(r).limit(3),
+    "limit_after_windowed_aggregate": lambda F: lambda r: (
+        _rate(r)
+        .withWatermark("timestamp", "20 seconds")
+        .groupBy(F.window("timestamp", "5 seconds"))
+        .agg(F.count("value"))
+        .limit(2)
+    ),
+    "limit_before_aggregate": lambda F: lambda r: (
+        _rate(r).limit(5).selectExpr("value % 3 AS k").groupBy("k").count()
+    ),
+    "two_limits_apart": lambda F: lambda r: _rate(r).limit(5).where("value > 1").limit(3),
+    "limit_zero": lambda F: lambda r: _rate(r).limit(0),
 }
 
 
