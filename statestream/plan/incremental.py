@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter
+from statestream.operators.session_window import SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 
 __all__ = ["IncrementalExecution", "state_writers"]
@@ -45,7 +46,14 @@ class IncrementalExecution:
         def rule(node: PhysicalOperator) -> PhysicalOperator:
             if isinstance(node, StateStoreRestoreExec):
                 return dataclasses.replace(node, state_info=info_for(ids[id(node.info)]))
-            if isinstance(node, StateStoreSaveExec):
+            if isinstance(node, SessionWindowStateStoreRestoreExec):
+                return dataclasses.replace(
+                    node,
+                    state_info=info_for(ids[id(node.info)]),
+                    event_time_watermark_for_late_events=self.late_watermark_ms,
+                    event_time_watermark_for_eviction=self.eviction_watermark_ms,
+                )
+            if isinstance(node, (StateStoreSaveExec, SessionWindowStateStoreSaveExec)):
                 return dataclasses.replace(
                     node,
                     state_info=info_for(ids[id(node.info)]),
