@@ -204,7 +204,8 @@ class MicroBatchExecution:
     def _wrap(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StatestreamStreamingQueryException):
             return exc
-        msg = f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.run_id}] terminated with exception: {exc}"
+        # Spark's error-class messages end with the SQLSTATE of the class (STREAM_FAILED: XXKST)
+        msg = f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.run_id}] terminated with exception: {exc} SQLSTATE: XXKST"
         return StatestreamStreamingQueryException(msg, cause=exc, params={"id": self.query_id, "runId": self.run_id, "message": str(exc)})
 
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
