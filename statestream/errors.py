@@ -63,32 +63,6 @@ class _SparkShapedMixin:
         return self._ss_message
 
 
-class StatestreamAnalysisException(_SparkShapedMixin, _PySparkAnalysisException, StatestreamError):
-    """An ``AnalysisException`` as Spark raises it: same class, same message text.
-
-    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        error_class: str | None = None,
-        params: dict[str, Any] | None = None,
-        sql_state: str | None = None,
-    ) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, error_class, params, sql_state)
-
-
-class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
-    """The query terminated with an exception (Spark's ``[STREAM_FAILED]``)."""
-
-    def __init__(self, message: str, cause: BaseException | None = None, params: dict[str, Any] | None = None) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, "STREAM_FAILED", params, "XXKST")
-        self.cause = cause
-
-
 class _JvmShapedException(_SparkShapedMixin):
     """Common constructor of the exceptions PySpark raises for a JVM exception: Spark's text,
     and its error class, parameters and SQLSTATE when Spark's error has them."""
@@ -102,6 +76,24 @@ class _JvmShapedException(_SparkShapedMixin):
     ) -> None:
         Exception.__init__(self, message)
         self._init_spark_fields(message, error_class, params, sql_state)
+
+
+class StatestreamAnalysisException(_JvmShapedException, _PySparkAnalysisException, StatestreamError):
+    """An ``AnalysisException`` as Spark raises it: same class, same message text.
+
+    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
+    """
+
+
+class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
+    """The query terminated with an exception (Spark's ``[STREAM_FAILED]``)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None, params: dict[str, Any] | None = None) -> None:
+        Exception.__init__(self, message)
+        self._init_spark_fields(message, "STREAM_FAILED", params, "XXKST")
+        self.cause = cause
+
+
 
 
 class StatestreamIllegalArgumentException(

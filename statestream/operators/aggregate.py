@@ -105,6 +105,9 @@ class HashAggregateExec(PhysicalOperator):
             return out
         raise ValueError(f"unknown aggregate mode {self.mode}")
 
+    def supports_codegen(self) -> bool:
+        return True
+
     def simple_string(self) -> str:
         assert self.info is not None
         prefix = {"Partial": "partial_", "PartialMerge": "merge_", "Final": ""}[self.mode]

@@ -49,6 +49,7 @@ def plan_streaming_query(
                 delay_ms=node.delay_ms,
                 delay_text=node.delay_text,
                 node_id=node.node_id,
+                column_type=node.schema[node.column].dataType.simpleString() if node.column in node.schema.names else "",
             )
         if isinstance(node, L.Aggregate) and node.is_session_window():
             return plan_streaming_aggregation_for_session(node, go(node.child), num_partitions, store_conf)

@@ -76,6 +76,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_LONG_MIN = -(2**63)
+
+
 def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
     streaming DataFrame shows state info with an unknown checkpoint)."""
@@ -84,7 +87,8 @@ def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
     indexes = {id(r): i for i, r in enumerate(relations)}
     plan = plan_streaming_query(df._plan, n, indexes)  # noqa: SLF001
-    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, 0, 0)
+    # Before a query starts Spark shows both watermarks as Long.MinValue.
+    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
 
 
@@ -111,6 +115,9 @@ class MicroBatchExecution:
     query_id: str = ""
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     sink_factory: Any = None
+    #: the checkpoint is a temporary directory made by start(): removed when the query stops
+    #: without an error (Spark: deleteCheckpointOnStop), kept for inspection after a failure
+    delete_checkpoint_on_stop: bool = False
 
     def __post_init__(self) -> None:
         from statestream.runtime.progress_tracker import ProgressTracker
@@ -197,9 +204,21 @@ class MicroBatchExecution:
                     s.stop()
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
+            self._delete_temporary_checkpoint()
             with self._lock:
                 self._lock.notify_all()
             self.session.streams._notify_terminated(self)  # noqa: SLF001
+
+    def _delete_temporary_checkpoint(self) -> None:
+        if not self.delete_checkpoint_on_stop:
+            return
+        force = str(self.df.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
+        if self._exception is not None and force.lower() != "true":
+            logger.info("query failed: keeping its temporary checkpoint %s", self.checkpoint_location)
+            return
+        import shutil
+
+        shutil.rmtree(self.checkpoint_location, ignore_errors=True)
 
     def _wrap(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StatestreamStreamingQueryException):
