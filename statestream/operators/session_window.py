@@ -97,6 +97,8 @@ class SessionWindowInfo:
     agg: AggregationInfo
     session_index: int
     merge_local: bool = False
+    #: every key is an input column (explain shows Spark's ``List(...)``, else ``Vector(...)``)
+    keys_are_columns: bool = True
     key_schema_json: dict = field(default_factory=dict, repr=False)
     value_schema_json: dict = field(default_factory=dict, repr=False)
 
@@ -188,6 +190,9 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
         quoted = ", ".join(f"`{k}`" for k in keys)
         return out.withColumn(PARTITION_ID_COLUMN, F.expr(f"pmod(hash({quoted}), {n})").cast("int"))
 
+    def supports_codegen(self) -> bool:
+        return True
+
     def simple_string(self) -> str:
         assert self.info is not None
         return f"HashAggregate(keys=[{self.info.agg.key_sql()}], functions=[{self.info.agg.functions_sql('partial_')}])"
@@ -202,6 +207,7 @@ class MergingSessionsExec(PhysicalOperator):
     child: PhysicalOperator | None = None
     info: SessionWindowInfo | None = None
     step: str = "state"
+    num_partitions: int | None = None
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
@@ -209,18 +215,25 @@ class MergingSessionsExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         assert self.info is not None
-        keys = ", ".join(self.info.key_names)
-        required = "true" if self.step == "state" else "false"
+        agg = self.info.agg
+        # Spark prints the node's fields: required distribution (only after the exchange),
+        # isStreaming, shuffle partitions, grouping, session, functions, their results, the
+        # buffer offset and the output (grouping columns, then the buffers).
+        seq = "List" if self.info.keys_are_columns else "Vector"
+        required = f"{seq}({', '.join(self.info.key_names)}), " if self.step == "state" else ""
+        results = ", ".join(c.sql for c in agg.calls)
+        output = ", ".join([*agg.grouping_names, *(b.spark_name for c in agg.calls for b in c.buffers)])
         return (
-            f"MergingSessions List({keys}), {required}, [{self.info.agg.key_sql()}], {self.info.session_type_string()}, "
-            f"[{self.info.agg.functions_sql('merge_')}]"
+            f"MergingSessions {required}true, {self.num_partitions}, [{agg.key_sql()}], {self.info.session_type_string()}, "
+            f"[{agg.functions_sql('merge_')}], [{results}], {len(agg.grouping_names)}, [{output}]"
         )
 
 
 @dataclass(frozen=True)
 class SessionWindowSortExec(PhysicalOperator):
-    """The ``Sort(Ks, session)`` Spark puts under the restore (its required child ordering);
-    the state step sorts each partition itself."""
+    """The ``Sort(Ks, session)`` Spark puts under the restore (its required child ordering)
+    and, with the local-merge conf, under the local ``MergingSessionsExec``; the state step and
+    the partial job's grouping do the sorting themselves."""
 
     child: PhysicalOperator | None = None
     info: SessionWindowInfo | None = None
@@ -228,6 +241,9 @@ class SessionWindowSortExec(PhysicalOperator):
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
         return self.child.execute(ctx)
+
+    def supports_codegen(self) -> bool:
+        return True
 
     def simple_string(self) -> str:
         assert self.info is not None
@@ -264,8 +280,8 @@ class SessionWindowStateStoreRestoreExec(PhysicalOperator, StatefulOperator, Wat
         assert self.info is not None
         si = self.state_info if self.state_info else "state info [ <unknown> ]"
         return (
-            f"SessionWindowStateStoreRestore [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si}, "
-            f"{_watermarks(self.event_time_watermark_for_late_events, self.event_time_watermark_for_eviction)}, "
+            f"SessionWindowStateStoreRestore [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si} "
+            f"stateStoreCkptIds = None, {_watermarks(self.event_time_watermark_for_late_events, self.event_time_watermark_for_eviction)}, "
             f"{SESSION_STATE_FORMAT_VERSION}"
         )
 
@@ -354,8 +370,8 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
         mode = (self.output_mode or "<unknown>").capitalize()
         wm = _watermarks(self.event_time_watermark_for_late_events, self.event_time_watermark_for_eviction)
         return (
-            f"SessionWindowStateStoreSave [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si}, "
-            f"{mode}, {wm}, {SESSION_STATE_FORMAT_VERSION}"
+            f"SessionWindowStateStoreSave [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si} "
+            f"stateStoreCkptIds = None, {mode}, {wm}, {SESSION_STATE_FORMAT_VERSION}"
         )
 
 
@@ -565,9 +581,9 @@ class SessionWindowStateStep:
                 output = store.table()
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise

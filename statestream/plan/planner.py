@@ -150,13 +150,30 @@ def session_window_info(node: L.Aggregate):
     value = StructType(grouping).jsonValue()
     value["fields"] += value_buffers["fields"]
     conf = node.template.sparkSession.conf.get(MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, "false")
+    child_names = set(node.child.schema.names) if node.child is not None else set()
+    plain = all(_is_plain_column(g, child_names) for i, g in enumerate(node.grouping) if i != session_index)
     return SessionWindowInfo(
         agg=agg,
         session_index=session_index,
         merge_local=str(conf).strip().lower() == "true",
+        keys_are_columns=plain,
         key_schema_json=key.jsonValue(),
         value_schema_json=value,
     )
+
+
+def _is_plain_column(col, child_names: set[str]) -> bool:
+    """Whether a grouping column is just a column of the input (maybe renamed): Spark's
+    analyser pulls every other grouping expression out into a projection, which shows in
+    ``explain()`` (``List(k)`` versus ``Vector(_groupingexpression)``)."""
+    from statestream.plan.aggregates import column_node
+
+    node = column_node(col)
+    while node.getClass().getSimpleName() == "Alias":
+        node = node.child()
+    if node.getClass().getSimpleName() not in ("UnresolvedAttribute", "SqlExpression"):
+        return False
+    return str(node.sql()).strip("`") in child_names
 
 
 def plan_streaming_aggregation_for_session(
@@ -176,10 +193,11 @@ def plan_streaming_aggregation_for_session(
     info = session_window_info(node)
     plan: "PhysicalOperator" = SessionWindowPartialAggregateExec(child=child, info=info, num_partitions=num_partitions)
     if info.merge_local:
-        plan = MergingSessionsExec(child=plan, info=info, step="local")
+        plan = SessionWindowSortExec(child=plan, info=info)
+        plan = MergingSessionsExec(child=plan, info=info, step="local", num_partitions=num_partitions)
     plan = ShuffleExchangeExec(child=plan, keys=info.key_names, num_partitions=num_partitions)
     plan = SessionWindowSortExec(child=plan, info=info)
     plan = SessionWindowStateStoreRestoreExec(child=plan, info=info)
-    plan = MergingSessionsExec(child=plan, info=info, step="state")
+    plan = MergingSessionsExec(child=plan, info=info, step="state", num_partitions=num_partitions)
     plan = SessionWindowStateStoreSaveExec(child=plan, info=info, store_conf=store_conf)
     return HashAggregateExec(child=plan, info=info.agg, mode="Final")

@@ -345,12 +345,12 @@ def test_explain_shows_session_operators(spark, ours, tmp_path, capsys):
     order = [
         "HashAggregate(keys=[session_window, k], functions=[sum(value)])",
         "SessionWindowStateStoreSave [k], session_window: struct<start: timestamp, end: timestamp>",
-        "MergingSessions List(k), true",
+        "MergingSessions List(k), true, 2, [session_window, k]",
         "SessionWindowStateStoreRestore [k], session_window: struct<start: timestamp, end: timestamp>",
         "Sort [k ASC NULLS FIRST, session_window ASC NULLS FIRST], false, 0",
         "Exchange hashpartitioning(k, 2), REQUIRED_BY_STATEFUL_OPERATOR",
         "HashAggregate(keys=[session_window, k], functions=[partial_sum(value)])",
-        "EventTimeWatermark eventTime, 10 seconds",
+        "eventTime: timestamp, 10 seconds",
     ]
     positions = [text.find(line) for line in order]
     assert all(p >= 0 for p in positions), text
