@@ -11,21 +11,20 @@ on the keys without the session; ``Sort(Ks, session)``; ``SessionWindowStateStor
 
 How statestream runs it:
 
-* Spark does the batch part as one job (``SessionWindowPartialAggregateExec``): the keys and the
-  initial session of every row are projected (Spark's own ``session_window`` analyser rule
-  computes ``[t, t + gap)`` and drops rows with a null time or a gap that is not positive), the
-  rows are hash-partitioned on the keys into the N state partitions, and grouped by
-  (keys, input partition, initial session) with the partial buffers. That grouping *is* Spark's
-  Partial aggregate (it runs per input partition there, hence the input partition id in the
-  grouping), so every row reaching the state step is one row of Spark's restore input, which makes
-  ``numRowsDroppedByWatermark`` count exactly what Spark counts. With the local-merge conf, the
-  grouping uses Spark's batch ``session_window`` aggregation per (keys, input partition)
-  instead, which merges sessions inside each input partition as Spark's local
-  ``MergingSessionsExec`` does.
+* Spark does the batch part as one job (``SessionWindowPartialAggregateExec``): per input row, its
+  keys, its input partition id, its initial session (Spark's own ``session_window`` analyser rule
+  computes ``[t, t + gap)`` and drops rows with a null time or a gap that is not positive) and
+  its own aggregation buffers (count 1/0, the value for sum/min/max...), hash-partitioned on the
+  keys into the N state partitions. No aggregation runs in Spark: the state step has to sort
+  and merge the rows of each key anyway, and equal rows simply merge there.
 * ``mapInArrow`` then runs ``SessionWindowStateStep`` per state partition inside a Spark task:
   the fused restore / merge / save of the three stateful nodes, on Arrow with numpy (one sort per
   partition, a segmented running maximum for the merge, ``reduceat`` for the buffers), never
-  row by row.
+  row by row. Spark's restore drops late rows of its input, which is the Partial aggregate's
+  output (one row per keys, input partition and initial session); the step counts the distinct
+  such groups among late rows, so ``numRowsDroppedByWatermark`` is Spark's figure. With the
+  local-merge conf it first merges sessions per (keys, input partition), as Spark's local
+  ``MergingSessionsExec`` does, and judges lateness on those.
 
 State layout, as Spark's ``StreamingSessionWindowStateManagerImplV1``: one state row per session,
 keyed by the grouping keys without the session plus ``sessionStartTime``; several sessions of a
@@ -97,6 +96,8 @@ class SessionWindowInfo:
     agg: AggregationInfo
     session_index: int
     merge_local: bool = False
+    #: Spark types of the aggregation buffers (``agg.buffer_columns`` order)
+    buffer_types: tuple[Any, ...] = ()
     #: every key is an input column (explain shows Spark's ``List(...)``, else ``Vector(...)``)
     keys_are_columns: bool = True
     key_schema_json: dict = field(default_factory=dict, repr=False)
@@ -141,11 +142,12 @@ class SessionWindowInfo:
 @dataclass(frozen=True)
 class SessionWindowPartialAggregateExec(PhysicalOperator):
     """Spark's Partial aggregate of a session aggregation (grouped by the keys and each row's
-    initial session), and, in statestream, the whole Spark-side job before the state step:
-    the projection, the hash partitioning on the keys and the grouping (see the module
-    docstring). The output has one row per (keys, input partition, initial session), or per
-    locally merged session with the local-merge conf, in state partition order, plus the
-    partition id column the state step checks."""
+    initial session), and, in statestream, the whole Spark-side job before the state step: per
+    input row its keys, its input partition, its initial session and its own buffers, hash
+    partitioned on the keys into the N state partitions, plus the partition id column the
+    state step checks. The grouping Spark's Partial aggregate does (rows with equal keys and
+    initial session, per input partition) happens in the state step, which needs the rows one
+    by one anyway (see the module docstring)."""
 
     child: PhysicalOperator | None = None
     info: SessionWindowInfo | None = None
@@ -170,25 +172,21 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
                 col = F.when(g == F.lit(0), F.lit(0).cast(agg.output_schema[name].dataType)).otherwise(g)
             projected.append(col.alias(k))
         pin = F.spark_partition_id().alias(INPUT_PARTITION_COLUMN)
-        partials = [p for c in agg.calls for p in c.partial_columns()]
-        group_cols = [*keys, INPUT_PARTITION_COLUMN]
-        if not info.merge_local:
-            rows = df.select("*", *projected, pin, info.session_grouping.alias("__sw"))
-            rows = rows.withColumns({SESSION_START_COLUMN: F.col("__sw.start"), SESSION_END_COLUMN: F.col("__sw.end")})
-            rows = rows.repartition(n, *keys)
-            out = rows.groupBy(*group_cols, SESSION_START_COLUMN, SESSION_END_COLUMN).agg(*partials)
-        else:
-            rows = df.select("*", *projected, pin).repartition(n, *keys)
-            out = rows.groupBy(*group_cols, info.session_grouping.alias("__sw")).agg(*partials)
-            out = out.select(
-                *group_cols,
-                F.col("__sw.start").alias(SESSION_START_COLUMN),
-                F.col("__sw.end").alias(SESSION_END_COLUMN),
-                *out.columns[len(group_cols) + 1 :],
-            )
-        out = out.toDF(*group_cols, SESSION_START_COLUMN, SESSION_END_COLUMN, *agg.buffer_columns)
+        # Spark's session_window rule turns the grouping column into each row's initial
+        # session [t, t + gap) and filters out null times and gaps that are not positive.
+        rows = df.select("*", *projected, pin, info.session_grouping.alias("__sw"))
+        row_buffers = [col for c in agg.calls for col in c.row_columns()]
+        buffers = [col.cast(t).alias(b) for col, t, b in zip(row_buffers, info.buffer_types, agg.buffer_columns)]
+        rows = rows.select(
+            *keys,
+            INPUT_PARTITION_COLUMN,
+            F.col("__sw.start").alias(SESSION_START_COLUMN),
+            F.col("__sw.end").alias(SESSION_END_COLUMN),
+            *buffers,
+        )
+        rows = rows.repartition(n, *keys)
         quoted = ", ".join(f"`{k}`" for k in keys)
-        return out.withColumn(PARTITION_ID_COLUMN, F.expr(f"pmod(hash({quoted}), {n})").cast("int"))
+        return rows.withColumn(PARTITION_ID_COLUMN, F.expr(f"pmod(hash({quoted}), {n})").cast("int"))
 
     def supports_codegen(self) -> bool:
         return True
@@ -359,6 +357,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
             w_evict_ms=self.event_time_watermark_for_eviction,
             event_time_key=None if et_key is None else (SESSION_END_COLUMN if et_key == info.session_column else et_key),
             event_time_is_struct=bool(et_struct) and et_key != info.session_column,
+            merge_local=info.merge_local,
             store_conf=self.store_conf,
             accumulator=ctx.metrics_accumulator,
         )
@@ -397,25 +396,40 @@ class SessionMerge:
     session_end: np.ndarray
 
 
+def _bits(span: int) -> int:
+    return max(int(span).bit_length(), 1)
+
+
 def merge_sessions(keys: np.ndarray, start: np.ndarray, end: np.ndarray, origin: np.ndarray | None = None) -> SessionMerge:
     """Spark's session merge (``MergingSessionsIterator``) over rows of many keys at once.
 
     Rows of one key, sorted by start, form one session as long as the next row starts at or
     before the running maximum end of the session so far (``next.start <= current.end``:
     sessions that merely touch merge too); the session's end is that maximum. ``keys`` holds a
-    group number per row (:func:`statestream.state.keys.group_ids`), ``start``/``end`` integer
-    times; ``origin`` orders rows with equal start (0 = stored session before 1 = input row).
+    group number per row (:func:`statestream.state.keys.group_ids`, dense from 0), ``start``
+    and ``end`` integer times; ``origin`` orders rows with equal start (0 = stored session
+    before 1 = input row).
 
-    Vectorised: one lexsort, then a running maximum per key computed with a single
-    ``maximum.accumulate`` over values offset so that each key's values lie above every
-    earlier key's (ranks instead of raw times keep the offsets within 64 bits).
+    Vectorised: one sort, then a running maximum per key computed by a single
+    ``maximum.accumulate`` over values offset so that each key's values lie above every earlier
+    key's. When key number and time offsets fit in 63 bits together (times spanning less than
+    about a day per million keys), the sort key and the running values are packed integers;
+    otherwise a lexsort and ranks of the end times are used.
     """
     n = len(start)
     if n == 0:
         e = np.empty(0, dtype=np.int64)
         return SessionMerge(e, np.empty(0, dtype=bool), e, e, e)
     origin = np.zeros(n, dtype=np.int64) if origin is None else origin
-    order = np.lexsort((end, origin, start, keys))
+    s_min, e_min = int(start.min()), int(end.min())
+    key_bits = _bits(int(keys.max()))
+    start_bits = _bits(int(start.max()) - s_min) + 1  # + the origin bit
+    end_bits = _bits(int(end.max()) - e_min)
+    packed = key_bits + max(start_bits, end_bits) <= 62
+    if packed:
+        order = np.argsort((keys << start_bits) | ((start - s_min) << 1) | origin, kind="stable")
+    else:
+        order = np.lexsort((end, origin, start, keys))
     k = keys[order]
     s = start[order]
     e = end[order]
@@ -423,10 +437,14 @@ def merge_sessions(keys: np.ndarray, start: np.ndarray, end: np.ndarray, origin:
     boundary[0] = True
     np.not_equal(k[1:], k[:-1], out=boundary[1:])
     dense = np.cumsum(boundary) - 1
-    values, rank = np.unique(e, return_inverse=True)
-    width = np.int64(len(values))
-    running = np.maximum.accumulate(dense * width + rank)
-    run_end = values[running - dense * width]
+    if packed:
+        running = np.maximum.accumulate((dense << end_bits) | (e - e_min))
+        run_end = (running & ((1 << end_bits) - 1)) + e_min
+    else:
+        values, rank = np.unique(e, return_inverse=True)
+        width = np.int64(len(values))
+        running = np.maximum.accumulate(dense * width + rank)
+        run_end = values[running - dense * width]
     first = boundary.copy()
     first[1:] |= s[1:] > run_end[:-1]
     starts = np.flatnonzero(first)
@@ -476,6 +494,7 @@ class SessionWindowStateStep:
     w_evict_ms: int | None
     event_time_key: str | None
     event_time_is_struct: bool
+    merge_local: bool = False
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
 
@@ -562,12 +581,7 @@ class SessionWindowStateStep:
         }
         try:
             t0 = time.perf_counter()
-            if self.event_time_key is not None and self.w_late_ms is not None and table.num_rows:
-                late = older_than_watermark(table, self.event_time_key, self.event_time_is_struct, self.w_late_ms)
-                n_late = int(pc.sum(late).as_py() or 0)
-                if n_late:
-                    table = table.filter(pc.invert(late))
-                m["numRowsDroppedByWatermark"] = n_late
+            table = self._drop_late(table, m)
             if table.num_rows:
                 self._merge_and_put(store, table, key_schema, m)
             removal_ms = 0.0
@@ -606,6 +620,42 @@ class SessionWindowStateStep:
         wm, name, is_struct = self.w_evict_ms, self.event_time_key, self.event_time_is_struct
         return store.evict(lambda t: older_than_watermark(t, name, is_struct, wm))
 
+    def _drop_late(self, table: pa.Table, m: dict) -> pa.Table:
+        """Spark's restore-side late filter. Its input rows are the Partial aggregate's: one
+        per (keys, input partition, initial session), or, with the local-merge conf, one per
+        session merged inside an input partition. A row is late when its event time (the
+        session end, or an event-time key) is at or before the late-events watermark, and
+        Spark counts those rows, so the count here is of distinct such groups."""
+        n = table.num_rows
+        if self.event_time_key is None or self.w_late_ms is None or n == 0:
+            return table
+        wm = self.w_late_ms
+        row_late = np.asarray(
+            older_than_watermark(table, self.event_time_key, self.event_time_is_struct, wm).to_numpy(zero_copy_only=False),
+            dtype=bool,
+        )
+        group_cols = [table.column(k) for k in self.key_columns] + [table.column(INPUT_PARTITION_COLUMN)]
+        if self.merge_local:
+            local = merge_sessions(
+                group_ids(group_cols, n), _micros(table.column(SESSION_START_COLUMN)), _micros(table.column(SESSION_END_COLUMN))
+            )
+            if self.event_time_key == SESSION_END_COLUMN:
+                session_late = local.session_end <= wm * 1000
+            else:  # an event-time key: equal for every row of a session
+                session_late = row_late[local.order[local.starts]]
+            n_late = int(session_late.sum())
+            late = np.empty(n, dtype=bool)
+            late[local.order] = session_late[np.cumsum(local.first) - 1]
+        else:
+            late = row_late
+            n_late = 0
+            if late.any():
+                sub = table.filter(pa.array(late))
+                cols = [sub.column(c) for c in [*self.key_columns, INPUT_PARTITION_COLUMN, SESSION_START_COLUMN, SESSION_END_COLUMN]]
+                n_late = int(group_ids(cols, sub.num_rows).max()) + 1
+        m["numRowsDroppedByWatermark"] = n_late
+        return table.filter(pa.array(~late)) if n_late else table
+
     def _merge_and_put(self, store, table: pa.Table, key_schema: pa.Schema, m: dict) -> None:
         nk = len(self.key_columns)
         stored = store.table()
@@ -627,22 +677,29 @@ class SessionWindowStateStep:
         origin[n_restored:] = 1
         gids = group_ids([both.column(k) for k in self.key_columns], both.num_rows)
         merged = merge_sessions(gids, _micros(both.column(nk)), _micros(both.column(nk + 1)), origin)
-        sorted_rows = both.take(pa.array(merged.order))
-        heads = sorted_rows.take(pa.array(merged.starts))
+        # only what is needed is gathered: keys at the first row of each session, the buffers in
+        # sorted order, and the keys of the stored sessions that were absorbed
+        heads = pa.array(merged.order[merged.starts])
+        sorted_order = pa.array(merged.order)
         start_type = both.schema.field(nk).type
         end_type = both.schema.field(nk + 1).type
-        cols = [heads.column(k) for k in self.key_columns]
-        cols.append(pa.array(merged.session_start, pa.int64()).cast(pa.timestamp("us", tz=getattr(start_type, "tz", None))).cast(start_type))
-        cols.append(pa.array(merged.session_end, pa.int64()).cast(pa.timestamp("us", tz=getattr(end_type, "tz", None))).cast(end_type))
-        for j, (c, rule) in enumerate(self.buffers):
-            cols.append(merge_buffer_segments(rule, sorted_rows.column(nk + 2 + j), merged.starts))
+        cols = [both.column(k).take(heads) for k in self.key_columns]
+        cols.append(_timestamps(merged.session_start, start_type))
+        cols.append(_timestamps(merged.session_end, end_type))
+        for c, rule in self.buffers:
+            cols.append(merge_buffer_segments(rule, both.column(c).take(sorted_order), merged.starts))
         sessions = pa.Table.from_arrays(cols, schema=pa.schema(list(key_schema) + list(both.schema)[nk + 1 :]))
-        # stored sessions absorbed into a session opened by another row lose their key
-        origin_sorted = origin[merged.order]
-        gone = (origin_sorted == 0) & ~merged.first
-        if gone.any():
-            removed = sorted_rows.filter(pa.array(gone)).select(list(range(nk + 1)))
+        # a stored session absorbed into a session opened by another row loses its key
+        gone = merged.order[(merged.order < n_restored) & ~merged.first]
+        if len(gone):
+            removed = both.select(list(range(nk + 1))).take(pa.array(gone))
             store.remove(removed)
             m["numRemovedStateRows"] += removed.num_rows
         store.put(sessions)
         m["numUpdatedStateRows"] += sessions.num_rows
+
+
+def _timestamps(micros: np.ndarray, typ: pa.DataType) -> pa.Array:
+    """int64 microseconds as an Arrow array of ``typ`` (a timestamp type)."""
+    arr = pa.array(micros, pa.int64())
+    return arr.cast(pa.timestamp("us", tz=getattr(typ, "tz", None))).cast(typ)

@@ -96,6 +96,26 @@ class AggregateCall:
             raise UnsupportedAggregateError(f)
         return [c.alias(b.column) for c, b in zip(cols, self.buffers)]
 
+    def row_columns(self) -> list["Column"]:
+        """This call's buffers for one input row on its own: Spark's Partial update applied to
+        the initial buffer and a single row (count: 1 or 0, sum/min/max: the value, avg: the
+        value as a double and 1 or 0). Merging these per-row buffers gives what
+        ``partial_columns`` computes for a group; the caller casts them to the buffer types."""
+        from pyspark.sql import functions as F
+
+        arg = self.args[0] if self.args else F.lit(1)
+        counted = F.when(arg.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long")
+        f = self.function
+        if f == "count":
+            cols = [counted]
+        elif f in ("sum", "min", "max"):
+            cols = [arg]
+        elif f == "avg":
+            cols = [arg.cast("double"), counted]
+        else:  # pragma: no cover - guarded by decompose_aggregate
+            raise UnsupportedAggregateError(f)
+        return cols
+
     def final_column(self) -> "Column":
         """The Final-mode expression over the merged buffers (Spark's evaluateExpression)."""
         from pyspark.sql import functions as F

@@ -142,6 +142,9 @@ def session_window_info(node: L.Aggregate):
         raise analysis_error(None, GLOBAL_SESSION_AGGREGATION_ERROR)
     agg = aggregation_info(node)
     _, value_buffers = _state_schema_json(node, agg.calls)
+    partials = [p for c in agg.calls for p in c.partial_columns()]
+    buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema
+    buffer_types = tuple(buffer_schema[b].dataType for b in agg.buffer_columns)
     grouping = [node.schema[n] for n in names]
     key = StructType(
         [StructField(f.name, f.dataType, f.nullable) for i, f in enumerate(grouping) if i != session_index]
@@ -156,6 +159,7 @@ def session_window_info(node: L.Aggregate):
         agg=agg,
         session_index=session_index,
         merge_local=str(conf).strip().lower() == "true",
+        buffer_types=buffer_types,
         keys_are_columns=plain,
         key_schema_json=key.jsonValue(),
         value_schema_json=value,

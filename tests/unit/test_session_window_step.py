@@ -163,9 +163,10 @@ def _rows(*events: tuple[str | None, int], gap: int = 5) -> pa.RecordBatch:
 class Query:
     """Runs the step batch after batch on partition 0 of one checkpoint."""
 
-    def __init__(self, root: str, mode: str) -> None:
+    def __init__(self, root: str, mode: str, merge_local: bool = False) -> None:
         self.root = root
         self.mode = mode
+        self.merge_local = merge_local
         self.version = 0
         self.run_id = str(uuid.uuid4())
 
@@ -176,7 +177,7 @@ class Query:
             session_field_names=("start", "end"), buffers=(("__b0_count", "sum0"), ("__b1_sum", "sum")),
             input_schema=INPUT_SCHEMA, output_schema=OUTPUT_SCHEMA, output_mode=self.mode,
             w_late_ms=w_late * 1000, w_evict_ms=w_evict * 1000, event_time_key=SESSION_END_COLUMN,
-            event_time_is_struct=False,
+            event_time_is_struct=False, merge_local=self.merge_local,
         )
 
     def run(self, *events, w_late: int = 0, w_evict: int = 0) -> tuple[list[tuple], dict]:
@@ -237,3 +238,21 @@ def test_update_mode_is_refused_at_run_time(tmp_path):
     q = Query(str(tmp_path), "update")
     with pytest.raises(ValueError, match="Invalid output mode"):
         q.run(("a", 1))
+
+
+def test_late_rows_count_once_per_key_and_initial_session(tmp_path):
+    """Spark drops the Partial aggregate's rows: equal (key, initial session) rows of one input
+    partition are one row there, so they count once."""
+    q = Query(str(tmp_path), "append")
+    _, m = q.run(("a", 2), ("a", 2), ("a", 3), ("b", 2), ("a", 30), w_late=20, w_evict=0)
+    assert m["numRowsDroppedByWatermark"] == 3 and m["numTotalStateRows"] == 1
+
+
+@pytest.mark.parametrize(("merge_local", "dropped", "stored"), [(False, 2, [(18, 23)]), (True, 0, [(10, 23)])])
+def test_local_merge_judges_lateness_on_merged_sessions(tmp_path, merge_local, dropped, stored):
+    """With the local-merge conf a late row merged with an on-time row of its input partition
+    survives (a@10 and a@14 reach 19 <= 20 alone, but touch a@18, whose session ends at 23)."""
+    q = Query(str(tmp_path), "complete", merge_local=merge_local)
+    rows, m = q.run(("a", 10), ("a", 14), ("a", 18), w_late=20, w_evict=0)
+    assert m["numRowsDroppedByWatermark"] == dropped
+    assert [(r[1], r[2]) for r in rows] == stored
