@@ -23,7 +23,13 @@ from statestream.plan.limits import plan_limit, push_projections_below_limits, s
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
 
-__all__ = ["plan_streaming_query", "plan_streaming_aggregation", "aggregation_info"]
+__all__ = [
+    "plan_streaming_query",
+    "plan_streaming_aggregation",
+    "plan_streaming_aggregation_for_session",
+    "aggregation_info",
+    "session_window_info",
+]
 
 
 def plan_streaming_query(
@@ -52,6 +58,8 @@ def plan_streaming_query(
                 node_id=node.node_id,
                 column_type=node.schema[node.column].dataType.simpleString() if node.column in node.schema.names else "",
             )
+        if isinstance(node, L.Aggregate) and node.is_session_window():
+            return plan_streaming_aggregation_for_session(node, go(node.child), num_partitions, store_conf)
         if isinstance(node, L.Aggregate):
             return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
         if isinstance(node, L.Deduplicate):
@@ -196,3 +204,85 @@ def plan_streaming_aggregation(
     merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
     save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)
     return HashAggregateExec(child=save, info=info, mode="Final")
+
+
+GLOBAL_SESSION_AGGREGATION_ERROR = "Global aggregation with session window in streaming query is not supported."
+
+
+def session_window_info(node: L.Aggregate):
+    """Describe a session-window aggregation; Spark's planner refuses one without any other
+    grouping key (raised when the query is planned: at its first batch, or by ``explain()``)."""
+    from pyspark.sql.types import StructField, StructType, TimestampType
+
+    from statestream.errors import analysis_error
+    from statestream.operators.session_window import MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, SessionWindowInfo
+
+    names = node.grouping_names
+    session_index = next(i for i, n in enumerate(names) if L.SESSION_WINDOW_KEY in (node.schema[n].metadata or {}))
+    if len(names) < 2:
+        raise analysis_error(None, GLOBAL_SESSION_AGGREGATION_ERROR)
+    agg = aggregation_info(node)
+    _, value_buffers = _state_schema_json(node, agg.calls)
+    partials = [p for c in agg.calls for p in c.partial_columns()]
+    buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema
+    buffer_types = tuple(buffer_schema[b].dataType for b in agg.buffer_columns)
+    grouping = [node.schema[n] for n in names]
+    key = StructType(
+        [StructField(f.name, f.dataType, f.nullable) for i, f in enumerate(grouping) if i != session_index]
+        + [StructField("sessionStartTime", TimestampType(), False)]
+    )
+    value = StructType(grouping).jsonValue()
+    value["fields"] += value_buffers["fields"]
+    conf = node.template.sparkSession.conf.get(MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, "false")
+    child_names = set(node.child.schema.names) if node.child is not None else set()
+    plain = all(_is_plain_column(g, child_names) for i, g in enumerate(node.grouping) if i != session_index)
+    return SessionWindowInfo(
+        agg=agg,
+        session_index=session_index,
+        merge_local=str(conf).strip().lower() == "true",
+        buffer_types=buffer_types,
+        keys_are_columns=plain,
+        key_schema_json=key.jsonValue(),
+        value_schema_json=value,
+    )
+
+
+def _is_plain_column(col, child_names: set[str]) -> bool:
+    """Whether a grouping column is just a column of the input (maybe renamed): Spark's
+    analyser pulls every other grouping expression out into a projection, which shows in
+    ``explain()`` (``List(k)`` versus ``Vector(_groupingexpression)``)."""
+    from statestream.plan.aggregates import column_node
+
+    node = column_node(col)
+    while node.getClass().getSimpleName() == "Alias":
+        node = node.child()
+    if node.getClass().getSimpleName() not in ("UnresolvedAttribute", "SqlExpression"):
+        return False
+    return str(node.sql()).strip("`") in child_names
+
+
+def plan_streaming_aggregation_for_session(
+    node: L.Aggregate, child: "PhysicalOperator", num_partitions: int, store_conf=None
+) -> "PhysicalOperator":
+    """Spark's ``planStreamingAggregationForSession``: Partial, optional local merge, Exchange
+    on the keys without the session, Sort, SessionWindowStateStoreRestore, MergingSessions,
+    SessionWindowStateStoreSave, Final."""
+    from statestream.operators.session_window import (
+        MergingSessionsExec,
+        SessionWindowPartialAggregateExec,
+        SessionWindowSortExec,
+        SessionWindowStateStoreRestoreExec,
+        SessionWindowStateStoreSaveExec,
+    )
+
+    info = session_window_info(node)
+    plan: "PhysicalOperator" = SessionWindowPartialAggregateExec(child=child, info=info, num_partitions=num_partitions)
+    if info.merge_local:
+        plan = SessionWindowSortExec(child=plan, info=info)
+        plan = MergingSessionsExec(child=plan, info=info, step="local", num_partitions=num_partitions)
+    plan = ShuffleExchangeExec(child=plan, keys=info.key_names, num_partitions=num_partitions)
+    plan = SessionWindowSortExec(child=plan, info=info)
+    plan = SessionWindowStateStoreRestoreExec(child=plan, info=info)
+    plan = MergingSessionsExec(child=plan, info=info, step="state", num_partitions=num_partitions)
+    plan = SessionWindowStateStoreSaveExec(child=plan, info=info, store_conf=store_conf)
+    return HashAggregateExec(child=plan, info=info.agg, mode="Final")
