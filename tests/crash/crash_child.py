@@ -8,6 +8,9 @@ micro-batch, with ``trigger(availableNow=True)``:
 
     withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
 
+or, with ``"query": "session"`` in the job, the same over ``session_window("ts", "10 seconds")``
+and the parity of ``value``.
+
 Sinks, both idempotent per batch id:
 
 * ``append``: the file sink (``format("parquet")``) with its ``_spark_metadata`` log.
@@ -48,6 +51,21 @@ def seed_query(df):
     )
 
 
+def session_query(df):
+    """Session windows over the same input: 10 s gap, keyed by the parity of ``value``."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .groupBy(F.session_window("ts", "10 seconds"), (F.col("value") % 2).alias("k"))
+        .agg(F.count("value").alias("value_count"))
+    )
+
+
+#: ``job["query"]`` -> the query builder (default ``seed``)
+QUERIES = {"seed": seed_query, "session": session_query}
+
+
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
     """The update-mode sink function (see the module docstring)."""
 
@@ -65,7 +83,7 @@ def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
 def start_query(engine, job: dict):
     """Start the job's query on ``engine`` (a SparkSession or a StreamingSession)."""
     reader = engine.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
-    df = seed_query(reader.load(job["input"]))
+    df = QUERIES[job.get("query", "seed")](reader.load(job["input"]))
     writer = (
         df.writeStream.outputMode(job["mode"])
         .option("checkpointLocation", job["checkpoint"])
