@@ -340,6 +340,12 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
         fields += [df.schema[b] for b in agg.buffer_columns]
         out_schema = StructType(fields)
         mode = self.output_mode or ctx.output_mode
+        if mode not in ("append", "complete"):
+            # reached only with spark.sql.streaming.unsupportedOperationCheck=false: Spark's
+            # planner then refuses the session window itself, at the first batch
+            from statestream.plan.analysis import OP_SESSION_WINDOW, output_mode_error
+
+            raise output_mode_error(mode, OP_SESSION_WINDOW)
         et_key, et_struct = agg.event_time_key, agg.event_time_is_struct
         step = SessionWindowStateStep(
             state_root=si.checkpoint_location,

@@ -74,6 +74,7 @@ __all__ = [
     "to_sql_id",
     "to_sql_stmt",
     "UNSUPPORTED_OPERATION_CHECK_CONF",
+    "output_mode_error",
     "CHECK_CORRECTNESS_CONF",
 ]
 
@@ -519,6 +520,12 @@ def _fact_error(fact: ExpressionFact, streaming: bool) -> StatestreamAnalysisExc
 
 def _legacy(message: str) -> StatestreamAnalysisException:
     return analysis_error(LEGACY_CONDITION, message, None, msg=message)
+
+
+def output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:
+    """Spark's ``STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION`` error; also raised by operators
+    at run time when the analysis checks are disabled (e.g. a session window in update mode)."""
+    return _output_mode_error(output_mode, operation)
 
 
 def _output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:

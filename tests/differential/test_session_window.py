@@ -302,9 +302,13 @@ def test_append_without_watermark_refused(spark, ours, tmp_path):
     assert start_error(ours(), build, KV_SCHEMA, "append", tmp_path) == expected
 
 
-def _failure(engine: Any, tmp_path, name: str) -> tuple[str, str]:
-    """Start a session window without any other key on one input file; return the query's
-    failure as (exception type, message with the query's ids blanked)."""
+def _global_session_count(df: DataFrame) -> DataFrame:
+    return ev(df).groupBy(F.session_window("eventTime", "5 seconds")).count()
+
+
+def _failure(engine: Any, tmp_path, name: str, build=_global_session_count, mode: str = "complete") -> tuple[str, str]:
+    """Start ``build`` (by default a session window without any other key) on one input file;
+    return the query's failure as (exception type, message with the query's ids blanked)."""
     from pathlib import Path
 
     from tests.differential.harness import write_input_file
@@ -315,8 +319,10 @@ def _failure(engine: Any, tmp_path, name: str) -> tuple[str, str]:
     write_input_file(root / "input", 0, [("a", 1)], StructType.fromDDL(KV_SCHEMA), "parquet", 1_700_000_000)
     df = engine.readStream.format("parquet").schema(KV_SCHEMA).load(str(root / "input"))
     q = (
-        ev(df).groupBy(F.session_window("eventTime", "5 seconds")).count()
-        .writeStream.outputMode("complete").foreachBatch(lambda _d, _i: None)
+        # a sink that runs the plan (a foreachBatch function that ignores its DataFrame makes
+        # Spark 4.1 fail its state-commit validation instead)
+        build(df)
+        .writeStream.outputMode(mode).format("memory").queryName(f"session_failure_{name}_{mode}")
         .option("checkpointLocation", str(root / "checkpoint")).start()
     )
     try:
@@ -336,6 +342,21 @@ def test_global_session_window_fails_at_first_batch(spark, ours, tmp_path):
     expected = _failure(spark, tmp_path, "spark")
     assert "Global aggregation with session window in streaming query is not supported." in expected[1]
     assert _failure(ours(), tmp_path, "ours") == expected
+
+
+def test_update_mode_with_checks_disabled_fails_at_first_batch(spark, ours, tmp_path):
+    """With ``spark.sql.streaming.unsupportedOperationCheck=false`` start() accepts update mode,
+    and Spark's planner refuses the session window at the first batch instead."""
+    key = "spark.sql.streaming.unsupportedOperationCheck"
+    build = lambda df: ev(df).groupBy("k", F.session_window("eventTime", "5 seconds")).count()  # noqa: E731
+    spark.conf.set(key, "false")
+    try:
+        expected = _failure(spark, tmp_path, "spark", build, "update")
+        actual = _failure(ours(), tmp_path, "ours", build, "update")
+    finally:
+        spark.conf.unset(key)
+    assert "session window streaming aggregations" in expected[1]
+    assert actual == expected
 
 
 def test_explain_shows_session_operators(spark, ours, tmp_path, capsys):
