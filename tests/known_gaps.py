@@ -14,13 +14,6 @@ KNOWN_GAPS: dict[str, str] = {
     "tests/differential/test_aggregation.py::test_complete_mode_windowed_order_by": (
         "same as test_complete_mode_order_by: Spark counts the state metrics of the sampled stage twice"
     ),
-    "tests/differential/test_stateless.py::test_watermark_without_state[append]": (
-        "Spark's optimizer pushes filters that do not reference the event time below EventTimeWatermark, "
-        "so the rows they remove never reach the event-time statistics (reference §3.1, S38); not yet mirrored"
-    ),
-    "tests/differential/test_stateless.py::test_watermark_without_state[update]": (
-        "filter pushdown below EventTimeWatermark not yet mirrored (reference S38)"
-    ),
     "tests/differential/test_stateless.py::test_json_input_stateless": (
         "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
     ),

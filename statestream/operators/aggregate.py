@@ -40,6 +40,9 @@ class AggregationInfo:
     event_time_is_struct: bool = False  # a window struct: compare its `end` field
     key_schema_json: dict = field(default_factory=dict, repr=False)
     value_schema_json: dict = field(default_factory=dict, repr=False)
+    #: predicates over the grouping outputs, applied to the grouped rows before the state step
+    #: (filters Spark's optimizer would push below the aggregation; see plan/optimizer.py)
+    key_filters: tuple[Any, ...] = field(default=(), repr=False)
 
     @property
     def buffer_columns(self) -> tuple[str, ...]:
@@ -82,6 +85,8 @@ class HashAggregateExec(PhysicalOperator):
         if self.mode == "PartialMerge":
             partials = [p for c in info.calls for p in c.partial_columns()]
             agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
+            for cond in info.key_filters:
+                agg = agg.filter(cond)
             agg = agg.toDF(*info.key_columns, *info.buffer_columns)
             if info.key_columns:
                 keys = ", ".join(f"`{k}`" for k in info.key_columns)

@@ -28,6 +28,9 @@ def plan_streaming_query(
 ) -> "PhysicalOperator":
     """Plan ``plan``; ``source_indexes`` maps ``id(StreamingRelation)`` to the source's index in
     the offset log."""
+    from statestream.plan.optimizer import push_down_filters
+
+    plan = push_down_filters(plan)
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
         if isinstance(node, L.StreamingRelation):
@@ -82,6 +85,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         output_schema=node.schema,
         event_time_key=et_key,
         event_time_is_struct=et_struct,
+        key_filters=tuple(node.key_filters),
     )
 
 
