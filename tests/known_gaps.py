@@ -17,9 +17,6 @@ KNOWN_GAPS: dict[str, str] = {
     "tests/differential/test_stateless.py::test_json_input_stateless": (
         "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
     ),
-    "tests/differential/test_rejections.py::test_start_verdict_matches_spark[cube_complete]": (
-        "DataFrame.cube / rollup are not in statestream's API yet"
-    ),
 }
 
 

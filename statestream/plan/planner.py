@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from statestream.operators.aggregate import AggregationInfo, HashAggregateExec, ShuffleExchangeExec
+from statestream.operators.aggregate import GROUPING_ID_NAME, AggregationInfo, HashAggregateExec, ShuffleExchangeExec
 from statestream.operators.basic import SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
@@ -66,7 +66,8 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     from pyspark.sql.types import StructType
 
     names = node.grouping_names
-    keys = tuple(f"__k{i}" for i in range(len(names)))
+    # cube/rollup: Spark's grouping id is one more key (state key field ``spark_grouping_id``)
+    keys = tuple(f"__k{i}" for i in range(len(names) + (1 if node.grouping_sets else 0)))
     calls = tuple(decompose_aggregate(c, i, n) for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names)))
     et_name = node.event_time_key()
     et_key = None
@@ -86,6 +87,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         event_time_key=et_key,
         event_time_is_struct=et_struct,
         key_filters=tuple(node.key_filters),
+        grouping_sets=node.grouping_sets,
     )
 
 
@@ -94,9 +96,15 @@ def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
     value holds only the buffers), from a batch analysis of the partial aggregation."""
     from pyspark.sql.types import StructField, StructType
 
+    from pyspark.sql.types import LongType
+
     partials = [p for c in calls for p in c.partial_columns()]
-    buffers = node.child.template.groupBy(*node.grouping).agg(*partials).schema if partials else None
+    t = node.child.template
+    group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[node.grouping_sets]
+    buffers = group(*node.grouping).agg(*partials).schema if partials else None
     key = StructType([StructField(f.name, f.dataType, f.nullable) for f in node.schema.fields[: len(node.grouping)]])
+    if node.grouping_sets:
+        key.add(StructField(GROUPING_ID_NAME, LongType(), False))
     value_fields = []
     for c in calls:
         for b in c.buffers:
