@@ -195,6 +195,11 @@ def current_time_columns(df: DataFrame) -> DataFrame:
     )
 
 
+def _ms(t: dt.datetime) -> int:
+    t = t if t.tzinfo else t.replace(tzinfo=UTC)
+    return round(t.timestamp() * 1000)
+
+
 def check_rows_use_batch_timestamp(run: StreamRun) -> None:
     """Every row of batch N carries offsets/N's batchTimestampMs (session time zone: UTC)."""
     checked = 0
@@ -245,11 +250,13 @@ def test_current_timestamp_is_the_batch_timestamp_also_after_recovery(spark, our
 
 
 def test_current_timestamp_in_a_stateful_aggregation(spark, ours, tmp_path):
-    """Complete mode: min(current_timestamp()) per key is the timestamp of the key's first batch."""
+    """Complete mode: min(processing time) per key is the batch timestamp of the key's first batch."""
 
     def build(df: DataFrame) -> DataFrame:
-        return df.groupBy("k").agg(
-            F.min(F.unix_millis(F.current_timestamp())).alias("first_ms"), F.count("*").alias("n")
+        return (
+            df.withColumn("pt", F.current_timestamp())
+            .groupBy("k")
+            .agg(F.min("pt").alias("first"), F.count("*").alias("n"))
         )
 
     files = [[(at(0), "a", 1)], [(at(1), "b", 2), (at(2), "a", 3)]]
@@ -257,9 +264,25 @@ def test_current_timestamp_in_a_stateful_aggregation(spark, ours, tmp_path):
     for run in runs:
         t0, t1 = batch_timestamp_ms(run.checkpoint, 0), batch_timestamp_ms(run.checkpoint, 1)
         assert t0 < t1
-        got = {r["k"]: (r["first_ms"], r["n"]) for r in run.batches[-1].rows}
+        got = {r["k"]: (_ms(r["first"]), r["n"]) for r in run.batches[-1].rows}
         assert got == {"a": (t0, 2), "b": (t1, 1)}, run.describe()
     assert runs[0].batches[-1].columns == runs[1].batches[-1].columns
+
+
+def test_current_timestamp_inside_an_aggregate_function_fails_like_spark(spark, ours, tmp_path):
+    """The batch timestamp is a non-deterministic expression to Spark's analyser, so an aggregate
+    function over it fails the first batch: [AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION]."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(F.max(F.current_timestamp()).alias("last"))
+
+    messages = []
+    for engine in (spark, ours()):
+        with pytest.raises(Exception) as info:  # noqa: PT011 - the engines raise different classes; the text is compared
+            run_stream(engine, build, [[(at(0), "a", 1)]], SCHEMA, "complete", tmp_path)
+        messages.append(str(info.value))
+    for m in messages:
+        assert "[STREAM_FAILED]" in m and "[AGGREGATE_FUNCTION_WITH_NONDETERMINISTIC_EXPRESSION]" in m, m
 
 
 # ------------------------------------------------------------------------------------------
