@@ -295,6 +295,12 @@ GROUPING_SETS = {
     "rollup_avg_min_max_update": ("update", lambda df: df.rollup("k").agg(F.avg("x"), F.min("ts"), F.max("x"))),
     "cube_window_append": ("append", lambda df: wm(df).cube(F.window("ts", "5 seconds"), "k").count()),
     "cube_window_update": ("update", lambda df: wm(df).cube(F.window("ts", "5 seconds"), "k").count()),
+    "cube_grouping_functions_complete": (
+        "complete",
+        lambda df: df.cube("k", "x").agg(
+            F.grouping_id().alias("g"), F.grouping("k").alias("gk"), F.grouping("x").alias("gx"), F.count("*")
+        ),
+    ),
     "cube_key_filter_update": ("update", lambda df: df.cube("k", (F.col("x") > 2).alias("big")).count().filter("k != 'a'")),
 }
 
