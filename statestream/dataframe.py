@@ -253,8 +253,9 @@ class DataFrame:
         return DataFrame(L.Limit(template=self._plan.template.limit(num), child=self._plan, n=int(num)), self._session)
 
     def dropDuplicates(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
+        # PySpark's own checks and resolution first (an empty list means "no key", as in Spark)
+        template = self._plan.template.dropDuplicates(subset)
         keys = tuple(subset) if subset else tuple(self.columns)
-        template = self._plan.template.dropDuplicates(list(subset) if subset else None)
         return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=keys), self._session)
 
     drop_duplicates = dropDuplicates
@@ -263,8 +264,9 @@ class DataFrame:
         return self.dropDuplicates()
 
     def dropDuplicatesWithinWatermark(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
+        # the template is a batch DataFrame, on which Spark refuses dropDuplicatesWithinWatermark
+        template = self._plan.template.dropDuplicates(subset)
         keys = tuple(subset) if subset else tuple(self.columns)
-        template = self._plan.template.dropDuplicates(list(subset) if subset else None)
         node = L.Deduplicate(template=template, child=self._plan, keys=keys, within_watermark=True)
         return DataFrame(node, self._session)
 

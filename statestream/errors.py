@@ -63,32 +63,6 @@ class _SparkShapedMixin:
         return self._ss_message
 
 
-class StatestreamAnalysisException(_SparkShapedMixin, _PySparkAnalysisException, StatestreamError):
-    """An ``AnalysisException`` as Spark raises it: same class, same message text.
-
-    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        error_class: str | None = None,
-        params: dict[str, Any] | None = None,
-        sql_state: str | None = None,
-    ) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, error_class, params, sql_state)
-
-
-class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
-    """The query terminated with an exception (Spark's ``[STREAM_FAILED]``)."""
-
-    def __init__(self, message: str, cause: BaseException | None = None, params: dict[str, Any] | None = None) -> None:
-        Exception.__init__(self, message)
-        self._init_spark_fields(message, "STREAM_FAILED", params, "XXKST")
-        self.cause = cause
-
-
 class _JvmShapedException(_SparkShapedMixin):
     """Common constructor of the exceptions PySpark raises for a JVM exception: Spark's text,
     and its error class, parameters and SQLSTATE when Spark's error has them."""
@@ -102,6 +76,57 @@ class _JvmShapedException(_SparkShapedMixin):
     ) -> None:
         Exception.__init__(self, message)
         self._init_spark_fields(message, error_class, params, sql_state)
+
+
+class StatestreamAnalysisException(_JvmShapedException, _PySparkAnalysisException, StatestreamError):
+    """An ``AnalysisException`` as Spark raises it: same class, same message text.
+
+    ``message`` is the full text Spark prints (for error-class errors: ``[CLASS] text SQLSTATE: x``).
+    """
+
+
+class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQueryException, StatestreamError):
+    """The query terminated with an exception (Spark's ``[STREAM_FAILED]``).
+
+    PySpark shows one failure in two shapes, and so do we: ``awaitTermination()`` raises it
+    with error class ``STREAM_FAILED`` (:func:`stream_failed_error`), while ``query.exception()``
+    gives the cause's message followed by a query report, without error class
+    (:func:`query_exception_view`).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        cause: BaseException | None = None,
+        params: dict[str, Any] | None = None,
+        error_class: str | None = "STREAM_FAILED",
+    ) -> None:
+        Exception.__init__(self, message)
+        self._init_spark_fields(message, error_class, params, "XXKST" if error_class else None)
+        self.cause = cause
+
+
+def stream_failed_error(query_id: str, run_id: str, cause: BaseException) -> StatestreamStreamingQueryException:
+    """Spark's ``STREAM_FAILED`` as ``awaitTermination()`` raises it. The error class's SQLSTATE
+    is appended after the cause's message, so a cause that has an error class of its own ends
+    with two ``SQLSTATE`` suffixes, exactly as Spark prints it."""
+    msg = f"[STREAM_FAILED] Query [id = {query_id}, runId = {run_id}] terminated with exception: {cause} SQLSTATE: XXKST"
+    params = {"id": query_id, "runId": run_id, "message": str(cause)}
+    return StatestreamStreamingQueryException(msg, cause=cause, params=params)
+
+
+def query_exception_view(
+    exc: StatestreamStreamingQueryException, query_id: str, run_id: str, name: str | None = None
+) -> StatestreamStreamingQueryException:
+    """The same failure as ``query.exception()`` shows it in PySpark: the cause's message, then
+    the ``=== Streaming Query ===`` report (Spark's also lists offsets and its logical plan), and no
+    error class."""
+    cause = exc.cause if exc.cause is not None else exc
+    ident = f"[id = {query_id}, runId = {run_id}]"
+    msg = f"{cause}\n=== Streaming Query ===\nIdentifier: {f'{name} ' if name else ''}{ident}\n"
+    return StatestreamStreamingQueryException(msg, cause=cause, params=None, error_class=None)
+
+
 
 
 class StatestreamIllegalArgumentException(

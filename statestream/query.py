@@ -56,7 +56,14 @@ class StreamingQuery:
         self._ex.stop()
 
     def exception(self) -> BaseException | None:
-        return self._ex.exception
+        """The failure that ended the query, shaped as PySpark's ``query.exception()`` shapes it
+        (``awaitTermination()`` raises the ``STREAM_FAILED`` form instead)."""
+        from statestream.errors import StatestreamStreamingQueryException, query_exception_view
+
+        exc = self._ex.exception
+        if isinstance(exc, StatestreamStreamingQueryException) and exc.getCondition() == "STREAM_FAILED":
+            return query_exception_view(exc, self._ex.query_id, self._ex.run_id, self._ex.query_name)
+        return exc
 
     def explain(self, extended: bool = False) -> None:
         from statestream.plan.explain import explain_string

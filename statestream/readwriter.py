@@ -247,6 +247,7 @@ class DataStreamWriter:
             partition_by=self._partition_by,
         )
         checkpoint = self._options.get("checkpointLocation")
+        temporary_checkpoint = False
         if checkpoint is None:
             root = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
             if root:
@@ -261,6 +262,7 @@ class DataStreamWriter:
                     "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)",
                 )
             checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
+            temporary_checkpoint = True
             logger.info("using temporary checkpoint location %s", checkpoint)
         ex = MicroBatchExecution(
             session=self._df._session,  # noqa: SLF001
@@ -270,6 +272,7 @@ class DataStreamWriter:
             trigger=self._trigger or Trigger(),
             checkpoint_location=checkpoint,
             query_name=self._query_name,
+            delete_checkpoint_on_stop=temporary_checkpoint,
         )
         query = StreamingQuery(ex)
         ex.start()

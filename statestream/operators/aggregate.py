@@ -68,13 +68,18 @@ class AggregationInfo:
 class HashAggregateExec(PhysicalOperator):
     """One aggregate step. ``mode`` is ``Partial``, ``PartialMerge`` or ``Final``; ``step``
     tells the two PartialMerge nodes apart (``exchange``: right after the shuffle, ``state``:
-    after StateStoreRestore)."""
+    after StateStoreRestore).
+
+    ``ensure_partitioning``: the input is one partition (a limit below), which satisfies the
+    batch ``groupBy``'s distribution, so Spark would not shuffle; the merged buffers are then
+    hash-partitioned by the keys explicitly, as Spark's stateful distribution requires."""
 
     child: PhysicalOperator | None = None
     info: AggregationInfo | None = None
     mode: str = "Partial"
     step: str = ""
     num_partitions: int | None = None
+    ensure_partitioning: bool = False
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import functions as F
@@ -103,6 +108,8 @@ class HashAggregateExec(PhysicalOperator):
                 agg = agg.select(*info.key_columns, *info.buffer_columns)
             else:
                 agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+            if self.ensure_partitioning and info.key_columns:
+                agg = agg.repartition(int(self.num_partitions or 1), *info.key_columns)
             if info.key_columns:
                 keys = ", ".join(f"`{k}`" for k in info.key_columns)
                 pid = F.expr(f"pmod(hash({keys}), {int(self.num_partitions or 1)})")
@@ -124,6 +131,9 @@ class HashAggregateExec(PhysicalOperator):
                     out = out.withMetadata(f.name, dict(f.metadata))
             return out
         raise ValueError(f"unknown aggregate mode {self.mode}")
+
+    def supports_codegen(self) -> bool:
+        return True
 
     def simple_string(self) -> str:
         assert self.info is not None

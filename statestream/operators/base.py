@@ -9,7 +9,9 @@ dataclasses; the planner builds them with per-batch fields left empty and
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import os
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,9 +42,17 @@ class StatefulOperatorStateInfo:
 
     def __str__(self) -> str:
         return (
-            f"state info [ checkpoint = {self.checkpoint_location}, runId = {self.query_run_id}, "
+            f"state info [ checkpoint = {qualified_path(self.checkpoint_location)}, runId = {self.query_run_id}, "
             f"opId = {self.operator_id}, ver = {self.store_version}, numPartitions = {self.num_partitions}]"
         )
+
+
+def qualified_path(path: str) -> str:
+    """A path as Spark shows it in plans: local paths get the ``file:`` scheme Hadoop qualifies
+    them with; URIs (``hdfs://``, ``s3a://``, ``file:``) and ``<unknown>`` are kept."""
+    if path.startswith("<") or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
+        return path
+    return "file:" + os.path.abspath(path)
 
 
 #: The metrics every state-writing operator reports, with Spark's names: name -> (kind, meaning).
@@ -102,8 +112,10 @@ class PhysicalOperator:
         """One line of ``explain()`` for this node."""
         return type(self).__name__.removesuffix("Exec")
 
-    #: Whether Spark would run this node inside whole-stage codegen (``*(n)`` prefix in explain).
-    codegen: bool = field(default=False, init=False, repr=False, compare=False)
+    def supports_codegen(self) -> bool:
+        """Whether Spark runs this node inside whole-stage code generation, which ``explain()``
+        shows as a ``*(n)`` prefix (n = the codegen stage)."""
+        return False
 
 
 class StatefulOperator:

@@ -45,6 +45,9 @@ class StatelessExec(PhysicalOperator):
         assert self.child is not None and self.transform is not None
         return self.transform(self.child.execute(ctx))
 
+    def supports_codegen(self) -> bool:
+        return self.op in ("Project", "Filter")
+
     def simple_string(self) -> str:
         return f"{self.op} {self.description}".rstrip()
 
@@ -60,6 +63,9 @@ class SortExec(PhysicalOperator):
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None and self.transform is not None
         return self.transform(self.child.execute(ctx))
+
+    def supports_codegen(self) -> bool:
+        return True
 
     def simple_string(self) -> str:
         return f"Sort {self.description}, true"

@@ -26,6 +26,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.plan.aggregates import merge_buffers
+from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -56,7 +57,7 @@ class StateStoreRestoreExec(PhysicalOperator, StateStoreWriter):
     def simple_string(self) -> str:
         assert self.info is not None
         si = self.state_info
-        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {STATE_FORMAT_VERSION}"
+        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {STATE_FORMAT_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         late = self.event_time_watermark_for_late_events
         evict = self.event_time_watermark_for_eviction
         wm = f", {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
-        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'}, {mode}{wm}, {STATE_FORMAT_VERSION}"
+        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {mode}{wm}, {STATE_FORMAT_VERSION}"
 
 
 def _arrow_schema(struct) -> pa.Schema:
@@ -247,9 +248,10 @@ class AggregationStateStep:
                 raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            crash_point("after_state_commit", self.version, partition)
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise

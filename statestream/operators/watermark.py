@@ -43,6 +43,7 @@ class EventTimeWatermarkExec(PhysicalOperator):
     delay_ms: int = 0
     delay_text: str = ""
     node_id: str = ""
+    column_type: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import Observation
@@ -63,7 +64,8 @@ class EventTimeWatermarkExec(PhysicalOperator):
         return df
 
     def simple_string(self) -> str:
-        return f"EventTimeWatermark {self.column}, {self.delay_text}"
+        typed = f"{self.column}: {self.column_type}" if self.column_type else self.column
+        return f"EventTimeWatermark {self.node_id}, {typed}, {self.delay_text}"
 
 
 def observed_values(obs, timeout_s: float = 5.0) -> dict | None:

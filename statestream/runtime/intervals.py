@@ -440,6 +440,12 @@ def parse_window_duration_us(duration: str) -> int:
             error_class="_LEGACY_ERROR_TEMP_3231",
             params={"interval": duration},
         )
+    return _day_time_micros(interval)
+
+
+def _day_time_micros(interval) -> int:
+    """Days and microseconds of a month-free interval in µs; a 64-bit overflow raises, as
+    Spark's exact long arithmetic does."""
     total = interval.days * MICROS_PER_DAY + interval.microseconds
     if not _LONG_MIN <= total <= _LONG_MAX:
         raise IntervalArithmeticError()
@@ -575,9 +581,7 @@ def parse_trigger_interval_ms(interval: str) -> int:
             error_class="_LEGACY_ERROR_TEMP_3262",
             params={"interval": text},
         )
-    micros = parsed.days * MICROS_PER_DAY + parsed.microseconds
-    if not _LONG_MIN <= micros <= _LONG_MAX:
-        raise IntervalArithmeticError()
+    micros = _day_time_micros(parsed)
     if micros < 0:  # checked in µs: Spark refuses even "-0.0005 seconds"
         raise IllegalArgumentError("requirement failed: the interval of trigger should not be negative")
     return micros // MICROS_PER_MILLI

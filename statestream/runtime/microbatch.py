@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import StatestreamStreamingQueryException
+from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
+from statestream.faults import crash_point
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
@@ -77,6 +78,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_LONG_MIN = -(2**63)
+
+
 def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
     streaming DataFrame shows state info with an unknown checkpoint)."""
@@ -84,8 +88,9 @@ def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
     relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
     indexes = {id(r): i for i, r in enumerate(relations)}
-    plan = plan_streaming_query(df._plan, n, indexes)  # noqa: SLF001
-    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, 0, 0)
+    plan = plan_streaming_query(df._plan, n, indexes, output_mode=output_mode)  # noqa: SLF001
+    # Before a query starts Spark shows both watermarks as Long.MinValue.
+    inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
 
 
@@ -112,6 +117,9 @@ class MicroBatchExecution:
     query_id: str = ""
     run_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     sink_factory: Any = None
+    #: the checkpoint is a temporary directory made by start(): removed when the query stops
+    #: without an error (Spark: deleteCheckpointOnStop), kept for inspection after a failure
+    delete_checkpoint_on_stop: bool = False
 
     def __post_init__(self) -> None:
         from statestream.runtime.progress_tracker import ProgressTracker
@@ -198,15 +206,26 @@ class MicroBatchExecution:
                     s.stop()
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
+            self._delete_temporary_checkpoint()
             with self._lock:
                 self._lock.notify_all()
             self.session.streams._notify_terminated(self)  # noqa: SLF001
 
+    def _delete_temporary_checkpoint(self) -> None:
+        if not self.delete_checkpoint_on_stop:
+            return
+        force = str(self.df.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
+        if self._exception is not None and force.lower() != "true":
+            logger.info("query failed: keeping its temporary checkpoint %s", self.checkpoint_location)
+            return
+        import shutil
+
+        shutil.rmtree(self.checkpoint_location, ignore_errors=True)
+
     def _wrap(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StatestreamStreamingQueryException):
             return exc
-        msg = f"[STREAM_FAILED] Query [id = {self.query_id}, runId = {self.run_id}] terminated with exception: {exc}"
-        return StatestreamStreamingQueryException(msg, cause=exc, params={"id": self.query_id, "runId": self.run_id, "message": str(exc)})
+        return stream_failed_error(self.query_id, self.run_id, exc)
 
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
         """A clone of the user's session for this query's batches: AQE off (it could change the
@@ -272,9 +291,10 @@ class MicroBatchExecution:
         if recorded is not None and len(recorded.offsets) != len(self.sources):
             from statestream.errors import IncompatibleRestartError
 
+            # Spark's OffsetSeq.toStreamProgress assertion, word for word
             msg = (
-                f"The checkpoint {self.checkpoint_location} was written by a query with {len(recorded.offsets)} "
-                f"source(s), but this query has {len(self.sources)}: a checkpoint can only be restarted by the same query"
+                f"assertion failed: There are [{len(recorded.offsets)}] sources in the checkpoint offsets and now "
+                f"there are [{len(self.sources)}] sources requested by the query. Cannot continue."
             )
             raise IncompatibleRestartError(msg)
         start: list[Any] = list(recovery.start_offsets.offsets) if recovery.start_offsets else [None] * len(self.sources)
@@ -299,7 +319,9 @@ class MicroBatchExecution:
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
         )
-        self._physical = plan_streaming_query(self.df._plan, self.num_partitions, indexes, self.store_conf)  # noqa: SLF001
+        self._physical = plan_streaming_query(  # noqa: SLF001
+            self.df._plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode  # noqa: SLF001
+        )
         self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
         no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
@@ -326,6 +348,7 @@ class MicroBatchExecution:
                 )
                 if has_data or wants_nd:
                     record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
+                    crash_point("before_offsets", batch_id)
                     t = time.perf_counter()
                     meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
                     self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))
@@ -341,12 +364,14 @@ class MicroBatchExecution:
                 self._sleep_until_next(trigger_start)
                 continue
             self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
+            crash_point("after_offsets", record.batch_id)
             self._run_batch(record, prev_wm, first_batch_of_run)
             first_batch_of_run = False
             # finish: watermark, commit
             t = time.perf_counter()
             self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark))
             self.progress.record_duration("commitOffsets", t)
+            crash_point("after_commit", record.batch_id)
             for s, e in zip(self.sources, record.end):
                 if e is not None:
                     s.commit(e)
@@ -388,12 +413,17 @@ class MicroBatchExecution:
         return df.observe(obs, F.count(F.lit(1)).alias("count"))
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
+        from statestream.operators.basic import StreamingRelationExec
+        from statestream.operators.limit import LocalLimitExec, input_rows_by_source
         from statestream.runtime.state_checks import check_state_on_first_batch
 
+        assert self._physical is not None
+        # a source the plan does not read (below a limit(0)) reports no input rows, as in Spark
+        read = {n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec)}
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         batches = {
-            i: self._source_batch(i, s, st, e, input_obs)
+            i: self._source_batch(i, s, st, e, input_obs if i in read else {})
             for i, (s, st, e) in enumerate(zip(self.sources, record.start, record.end))
         }
         self.progress.record_duration("getBatch", t)
@@ -425,7 +455,15 @@ class MicroBatchExecution:
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
+        if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
+            # a local limit may stop a scan early: count what the scans read, as Spark does
+            scanned = input_rows_by_source(plan, result)
+            if scanned is not None:
+                num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
+            else:
+                logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)
         # watermark from this batch's event-time statistics
         stats = {}

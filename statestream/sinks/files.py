@@ -35,6 +35,7 @@ import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
 from statestream.errors import CheckpointError, analysis_error
+from statestream.faults import crash_point
 from statestream.sinks.base import Sink
 
 if TYPE_CHECKING:
@@ -377,6 +378,7 @@ class FileStreamSink(Sink):
         writer.save(self._spark_path(staging_rel))
         try:
             entries = self._publish(staging_rel)
+            crash_point("sink_files_published", batch_id)
             if not self.log.add(batch_id, entries):
                 raise CheckpointError(
                     f"Concurrent update to the log. Multiple streaming jobs detected for {batch_id} "

@@ -340,6 +340,19 @@ class StateStoreProvider:
         return new_version
 
     # -- maintenance --------------------------------------------------------------------------
+    def maybe_do_maintenance(self, committed_version: int) -> bool:
+        """Run :meth:`do_maintenance` after every ``(min_deltas_for_snapshot + 1)``-th version
+        rather than after each commit: maintenance lists the store's directory, which is cheap
+        locally but a slow, billed request per task and batch on an object store. Spark runs it
+        from a background thread every ``maintenanceInterval``; keying it on the version number
+        keeps ours deterministic and independent of which Python worker a partition's task lands
+        in, and the period is the smallest at which each run has a snapshot to write. Returns
+        whether it ran."""
+        if committed_version % (self.conf.min_deltas_for_snapshot + 1) != 0:
+            return False
+        self.do_maintenance()
+        return True
+
     def do_maintenance(self) -> None:
         """Snapshot and clean up, as Spark's maintenance task does for one provider.
 

@@ -547,3 +547,20 @@ def test_large_upsert_is_exact(tmp_path):
     v = t.column("v").to_numpy()
     assert (v[: n // 2] == 0).all() and (v[n // 2 :] == np.arange(n // 2, n + n // 2)).all()
     assert not math.isnan(float(v.sum()))
+
+
+def test_maintenance_runs_every_min_deltas_plus_one_versions(tmp_path):
+    """The state step calls maybe_do_maintenance after each commit; only every third version
+    (min_deltas_for_snapshot=2) lists the directory, and each such run writes a snapshot."""
+    conf = StateStoreConf(min_deltas_for_snapshot=2, min_batches_to_retain=100)
+    p = get_provider(sid(tmp_path), KS1, VS1, conf, run_id="r")
+    ran = []
+    for v in range(9):
+        s = p.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        committed = s.commit()
+        if p.maybe_do_maintenance(committed):
+            ran.append(committed)
+    assert ran == [3, 6, 9]
+    snapshots = sorted(n for n in os.listdir(tmp_path / "state" / "0" / "0") if n.endswith(".snapshot"))
+    assert snapshots == ["3.snapshot", "6.snapshot", "9.snapshot"]

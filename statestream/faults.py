@@ -1,0 +1,106 @@
+"""Crash points for the crash-recovery tests (test-only; inert unless an env var is set).
+
+The recovery rules (spark-semantics §7.5) only matter if a query can die at any moment, so
+``tests/crash`` kills a real query process with SIGKILL at named points of a micro-batch and
+restarts it on the same checkpoint. The engine marks those points with :func:`crash_point`; this
+module decides whether the current call is the one to die at.
+
+Set ``STATESTREAM_TEST_CRASH_AT="<point>:<batch>"`` (optionally ``"<point>:<batch>:<partition>"``
+for points inside a state task) in the environment of the process that starts Spark; Spark's
+JVM and its Python workers inherit it. Points:
+
+``before_offsets``
+    The sources have admitted batch N's data (the file source logged its new files), but
+    ``offsets/<N>`` is not written (driver).
+``after_offsets``
+    ``offsets/<N>`` is written, the batch has not started (driver).
+``after_state_commit``
+    A state task of batch N committed its store version N+1 (inside a Python worker); the
+    batch's commit log entry is not written.
+``sink_files_published``
+    The file sink moved batch N's data files into the output directory but has not listed them
+    in ``_spark_metadata`` (driver).
+``after_sink``
+    The sink finished batch N (for the file sink: ``_spark_metadata/<N>`` is written);
+    ``commits/<N>`` is not (driver).
+``after_commit``
+    ``commits/<N>`` is written; the next batch is not planned (driver).
+
+Dying means ``SIGKILL`` to the process group named by ``STATESTREAM_TEST_CRASH_PGID`` (the
+test's child process starts its own session and sets it to its pid, so the driver and its JVM go
+down together), or to the current process alone when that variable is unset. Spark's Python
+workers live in a process group of their own (``pyspark.daemon`` calls ``setpgid``), so a kill
+from a worker still takes down the driver and the JVM; the workers exit when the JVM's pipe closes.
+
+Zero cost when unset: the variable is read once at import and :func:`crash_point` returns at its
+first comparison. A leaf module (like ``errors``), so operators and sinks may import it; no pyspark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+__all__ = ["CRASH_POINTS", "crash_point", "parse_crash_spec"]
+
+logger = logging.getLogger(__name__)
+
+ENV_CRASH_AT = "STATESTREAM_TEST_CRASH_AT"
+ENV_CRASH_PGID = "STATESTREAM_TEST_CRASH_PGID"
+
+CRASH_POINTS = (
+    "before_offsets",
+    "after_offsets",
+    "after_state_commit",
+    "sink_files_published",
+    "after_sink",
+    "after_commit",
+)
+
+
+def parse_crash_spec(text: str | None) -> tuple[str, int, int | None] | None:
+    """``"<point>:<batch>[:<partition>]"`` -> ``(point, batch, partition or None)``; ``None`` for
+    an empty value. An unknown point or a malformed value raises ``ValueError`` (a typo must not
+    silently turn a crash test into a plain run)."""
+    if not text:
+        return None
+    parts = text.strip().split(":")
+    if len(parts) not in (2, 3) or parts[0] not in CRASH_POINTS:
+        msg = f"{ENV_CRASH_AT} must be '<point>:<batch>[:<partition>]' with point in {CRASH_POINTS}, got {text!r}"
+        raise ValueError(msg)
+    try:
+        batch = int(parts[1])
+        partition = int(parts[2]) if len(parts) == 3 else None
+    except ValueError as exc:
+        msg = f"{ENV_CRASH_AT}: batch and partition must be integers, got {text!r}"
+        raise ValueError(msg) from exc
+    return parts[0], batch, partition
+
+
+_SPEC = parse_crash_spec(os.environ.get(ENV_CRASH_AT))
+
+
+def crash_point(point: str, batch_id: int, partition: int | None = None) -> None:
+    """Die here (SIGKILL) if the test asked for this point of this batch; otherwise do nothing."""
+    if _SPEC is None:
+        return
+    want_point, want_batch, want_partition = _SPEC
+    if point != want_point or batch_id != want_batch:
+        return
+    if want_partition is not None and partition != want_partition:
+        return
+    _die(f"{point}:{batch_id}" + ("" if partition is None else f":{partition}"))
+
+
+def _die(where: str) -> None:
+    pgid = os.environ.get(ENV_CRASH_PGID)
+    logger.warning("statestream test crash point %s reached: SIGKILL (pgid %s, pid %d)", where, pgid, os.getpid())
+    for handler in logging.getLogger().handlers:
+        try:
+            handler.flush()
+        except Exception:  # noqa: BLE001 - we are about to die anyway
+            pass
+    if pgid:
+        os.killpg(int(pgid), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,147 @@
+"""The query process of the crash tests: one streaming query, run to the end or killed on the way.
+
+Run as ``python crash_child.py <job.json>`` by ``test_crash_recovery.py``, in a new session (so
+that its pid is also the id of the process group holding it and its JVM). The job says which
+engine runs the query (``statestream`` or ``spark``, the oracle), the output mode, and where
+input, checkpoint and output live. The query is the seed query over parquet files, one file per
+micro-batch, with ``trigger(availableNow=True)``:
+
+    withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
+
+Sinks, both idempotent per batch id:
+
+* ``append``: the file sink (``format("parquet")``) with its ``_spark_metadata`` log.
+* ``update``: ``foreachBatch`` writing each batch to ``<output>/batch_id=<N>`` with mode
+  ``overwrite`` (the usual way to make ``foreachBatch`` exactly-once), after appending
+  ``<N> <rows>`` to ``<calls>``, so the test sees every call, re-deliveries included.
+  ``fb_crash_batch`` makes the function itself SIGKILL the process group after writing batch N:
+  a crash between the sink's write and ``commits/N`` that works on both engines.
+
+statestream's own crash points come from ``STATESTREAM_TEST_CRASH_AT`` (``statestream.faults``);
+this script sets ``STATESTREAM_TEST_CRASH_PGID`` to its own process group first, so the point
+kills the driver and its JVM together. ``master`` (default ``local[2]``) lets a test run the
+state tasks one after the other (``local[1]``), so a kill after partition 0's commit surely
+comes before partition 1's; ``confs`` are set on the session before the query starts. On a
+normal end it writes ``<result>``: the query id, the
+run id and the ids of the batches this run executed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+SCHEMA = "ts TIMESTAMP, value LONG"
+
+
+def seed_query(df):
+    """The seed query (README) over the test's input schema."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .groupBy(F.window("ts", "5 seconds"))
+        .agg(F.count("value").alias("value_count"))
+    )
+
+
+def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
+    """The update-mode sink function (see the module docstring)."""
+
+    def write(df, batch_id: int) -> None:
+        rows = df.count()
+        with open(calls, "a", encoding="utf-8") as fh:
+            fh.write(f"{batch_id} {rows}\n")
+        df.write.mode("overwrite").parquet(os.path.join(output, f"batch_id={batch_id}"))
+        if crash_batch is not None and batch_id == crash_batch:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    return write
+
+
+def start_query(engine, job: dict):
+    """Start the job's query on ``engine`` (a SparkSession or a StreamingSession)."""
+    reader = engine.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
+    df = seed_query(reader.load(job["input"]))
+    writer = (
+        df.writeStream.outputMode(job["mode"])
+        .option("checkpointLocation", job["checkpoint"])
+        .trigger(availableNow=True)
+    )
+    if job["mode"] == "append":
+        writer = writer.format("parquet").option("path", job["output"])
+    else:
+        writer = writer.foreachBatch(make_foreach_batch(job["output"], job["calls"], job.get("fb_crash_batch")))
+    return writer.start()
+
+
+def executed_batch_ids(query) -> list[int]:
+    """Batch ids this run executed (idle-trigger events left out), from the progress events."""
+    out = []
+    for p in query.recentProgress or []:
+        p = p if isinstance(p, dict) else json.loads(p.json)
+        if "addBatch" in (p.get("durationMs") or {}):
+            out.append(int(p["batchId"]))
+    return out
+
+
+def main(job_path: str) -> int:
+    with open(job_path, encoding="utf-8") as fh:
+        job = json.load(fh)
+    if os.getpgrp() == os.getpid():
+        # Only as a group leader: the crash point must never kill the group of whoever started us.
+        os.environ["STATESTREAM_TEST_CRASH_PGID"] = str(os.getpgrp())
+    from statestream._java import ensure_java
+
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(job.get("master", "local[2]"))
+        .appName("statestream-crash-child")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    for key, value in (job.get("confs") or {}).items():
+        spark.conf.set(key, value)
+    if job["engine"] == "statestream":
+        from statestream import StreamingSession
+
+        engine = StreamingSession(spark)
+    else:
+        engine = spark
+    t0 = time.time()
+    query = start_query(engine, job)
+    finished = query.awaitTermination(float(job.get("timeout", 300)))
+    exc = query.exception()
+    if not finished:
+        query.stop()
+        raise SystemExit(f"query still running after {job.get('timeout', 300)} s")
+    if exc is not None:
+        raise SystemExit(f"query failed: {exc}")
+    result = {
+        "id": str(query.id),
+        "runId": str(query.runId),
+        "batches": executed_batch_ids(query),
+        "seconds": time.time() - t0,
+    }
+    with open(job["result"], "w", encoding="utf-8") as fh:
+        json.dump(result, fh)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
