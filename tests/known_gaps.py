@@ -22,10 +22,6 @@ KNOWN_GAPS: dict[str, str] = {
         "exchange hash-partitions by the other keys only, while the state step's partition id is computed "
         "from all keys ('rows of state partitions [0] reached task partition 1')"
     ),
-    "tests/differential/test_restart_changes.py::test_restart_with_changed_query_matches_spark[s35_dedup_added]": (
-        "streaming dropDuplicates is not planned yet ('statestream cannot plan Deduplicate yet'), so the "
-        "operator-metadata check never runs for S35"
-    ),
 }
 
 

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.faults import crash_point
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.base import (
     PhysicalOperator,
@@ -534,9 +535,10 @@ class DeduplicationStateStep:
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numRemovedStateRows"] = evicted
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            crash_point("after_state_commit", self.version, partition)
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise
