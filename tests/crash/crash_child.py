@@ -8,7 +8,8 @@ micro-batch, with ``trigger(availableNow=True)``:
 
     withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
 
-(or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``).
+(or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``;
+with ``"query": "limit"``, ``limit(7)``).
 
 Sinks, both idempotent per batch id:
 
@@ -55,7 +56,12 @@ def dedup_query(df):
     return df.withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])
 
 
-QUERIES = {"seed": seed_query, "dedup": dedup_query}
+def limit_query(df):
+    """A streaming limit (``test_crash_limit.py``)."""
+    return df.limit(7)
+
+
+QUERIES = {"seed": seed_query, "dedup": dedup_query, "limit": limit_query}
 
 
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
