@@ -2,13 +2,13 @@
 
 One command::
 
-    python bench/run.py [--workload W1|W2|all] [--rows N] [--files N] [--engine spark|ours|both]
+    python bench/run.py [--workload W1|W2|W4|all] [--rows N] [--files N] [--engine spark|ours|both]
 
 The input is generated once (numpy + pyarrow, no Spark, no per-row Python) into ``bench/data``
 and reused by later runs. Each (workload, engine) pair then runs in its own child process with a
 fresh ``local[2]`` Spark (``spark.sql.shuffle.partitions=4``, i.e. 4 state partitions): a fresh
 JVM per engine is the only way to give each side a fair peak-memory figure, since a JVM never hands
-heap back. The query runs in update mode, one file per batch (``maxFilesPerTrigger=1``) under an
+heap back. The query runs in update mode (append for W4), one file per batch (``maxFilesPerTrigger=1``) under an
 ``availableNow`` trigger, into a ``foreachBatch`` sink that only does ``df.count()`` on both sides,
 so the sink's work is identical.
 
@@ -25,6 +25,14 @@ Workloads:
 * W2: ``groupBy("user", window("timestamp", "1 hour"))`` with count, sum, avg and max of
   ``amount`` over (timestamp, user, amount); users drawn from 1,000,000, all files inside one
   hour, so the state grows to about a million keys.
+* W3: deduplication as the programming guide writes it,
+  ``withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])`` over
+  (guid, timestamp, value) events; event time advances 10 s per file and 10 % of each file's rows
+  repeat an event of this file or of the previous one exactly.
+* W4: sessions, ``groupBy("user", session_window("timestamp", "5 minutes"))`` with count and
+  sum of ``amount``, append mode with a 1 minute watermark, over (timestamp, user, amount);
+  100,000 users, each active for two 3-minute files out of four, so sessions grow across
+  batches, close by the watermark while their user is idle, and 1 % of rows come late.
 """
 
 from __future__ import annotations
@@ -46,11 +54,17 @@ DATA = ROOT / "bench" / "data"
 RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
-WORKLOADS = ("W1", "W2")
+NUM_SESSION_USERS = 100_000
+WORKLOADS = ("W1", "W2", "W3", "W4")
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
+    "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
+    "W4": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
 }
+W3_DUPLICATE_RATE = 0.10
+#: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
+OUTPUT_MODES = {"W4": "append"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,6 +121,26 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
                     "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
                 }
             )
+        elif workload == "W3":
+            table = _w3_file(rng, i, rows)
+        elif workload == "W4":
+            # File i spans event time [3 i, 3 i + 3) minutes. User u is active in file i when
+            # (u + i) % 4 < 2: two files on, two files (6 minutes, more than the 5 minute gap)
+            # off, so its session grows over two batches and is closed by the watermark later.
+            span_us = 180 * 1_000_000
+            active = np.flatnonzero((np.arange(NUM_SESSION_USERS) + i) % 4 < 2)
+            ids = pa.array(active[rng.integers(0, len(active), rows)], pa.int64())
+            t_us = (BASE_EPOCH_S + 180 * i) * 1_000_000 + rng.integers(0, span_us, rows)
+            late = rng.random(rows) < 0.01
+            t_us[late] -= rng.integers(0, 600 * 1_000_000, int(late.sum()))
+            users = pc.binary_join_element_wise("u", pc.utf8_lpad(pc.cast(ids, pa.string()), 6, "0"), "")
+            table = pa.table(
+                {
+                    "timestamp": pa.array(t_us, pa.timestamp("us", tz="UTC")),
+                    "user": users,
+                    "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
+                }
+            )
         else:
             raise ValueError(f"unknown workload {workload!r}")
         path = out / f"part-{i:05d}.parquet"
@@ -114,6 +148,43 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
         os.utime(path, (mtime0 + i, mtime0 + i))
     (out / "_DONE").write_text(json.dumps({"rows": rows, "files": files, "seed": seed}))
     return out
+
+
+def _w3_file(rng: Any, i: int, rows: int) -> Any:
+    """File ``i`` of W3: ``rows`` events, of which 10 % exactly repeat an event (same guid, time
+    and value), half of them from this file and half from file ``i - 1`` (the events of a file are
+    regenerated from their ids, so no state is kept between files). Event time of file i is in
+    [10 i, 10 i + 10) s, so with a 10 s watermark the previous file's events are still in state."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n_dup = int(rows * W3_DUPLICATE_RATE)
+    n_new = rows - n_dup
+
+    def events(file_index: int, local_ids: Any) -> tuple[Any, Any, Any]:
+        ids = np.asarray(local_ids, dtype=np.int64) + file_index * 10**9
+        # a deterministic time and value per event id (a multiplicative hash), so a repeat is exact
+        h = (ids * 2654435761) % (2**32)
+        t_us = (BASE_EPOCH_S + 10 * file_index) * 1_000_000 + (h % 10_000_000)
+        return ids, t_us, (h >> 8) % 1_000_000
+
+    new_ids, new_t, new_v = events(i, np.arange(n_new))
+    n_prev = n_dup // 2 if i > 0 else 0
+    same = events(i, rng.integers(0, n_new, n_dup - n_prev))
+    prev = events(i - 1, rng.integers(0, n_new, n_prev)) if n_prev else (np.empty(0, np.int64),) * 3
+    ids = np.concatenate([new_ids, same[0], prev[0]])
+    t_us = np.concatenate([new_t, same[1], prev[1]])
+    values = np.concatenate([new_v, same[2], prev[2]])
+    order = rng.permutation(len(ids))
+    guids = pc.binary_join_element_wise("g", pc.utf8_lpad(pc.cast(pa.array(ids[order]), pa.string()), 12, "0"), "")
+    return pa.table(
+        {
+            "guid": guids,
+            "timestamp": pa.array(t_us[order], pa.timestamp("us", tz="UTC")),
+            "value": pa.array(values[order], pa.int64()),
+        }
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +205,23 @@ def build_query(workload: str) -> Callable[[Any], Any]:
             )
 
         return w1
+
+    if workload == "W3":
+
+        def w3(df: Any) -> Any:
+            return df.withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])
+
+        return w3
+    if workload == "W4":
+
+        def w4(df: Any) -> Any:
+            return (
+                df.withWatermark("timestamp", "1 minute")
+                .groupBy("user", F.session_window("timestamp", "5 minutes"))
+                .agg(F.count("*").alias("events"), F.sum("amount").alias("total"))
+            )
+
+        return w4
 
     def w2(df: Any) -> Any:
         return df.groupBy("user", F.window("timestamp", "1 hour")).agg(
@@ -215,7 +303,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         last[0] = t0
         query = (
             build_query(workload)(df)
-            .writeStream.outputMode("update")
+            .writeStream.outputMode(OUTPUT_MODES.get(workload, "update"))
             .foreachBatch(sink)
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)

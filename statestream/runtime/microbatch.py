@@ -35,6 +35,7 @@ from statestream.faults import crash_point
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
+from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
 
@@ -87,7 +88,7 @@ def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
     relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
     indexes = {id(r): i for i, r in enumerate(relations)}
-    plan = plan_streaming_query(df._plan, n, indexes)  # noqa: SLF001
+    plan = plan_streaming_query(df._plan, n, indexes, output_mode=output_mode)  # noqa: SLF001
     # Before a query starts Spark shows both watermarks as Long.MinValue.
     inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
@@ -318,7 +319,9 @@ class MicroBatchExecution:
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
         )
-        self._physical = plan_streaming_query(self.df._plan, self.num_partitions, indexes, self.store_conf)  # noqa: SLF001
+        self._physical = plan_streaming_query(  # noqa: SLF001
+            self.df._plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode  # noqa: SLF001
+        )
         self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
         no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
@@ -410,12 +413,17 @@ class MicroBatchExecution:
         return df.observe(obs, F.count(F.lit(1)).alias("count"))
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
+        from statestream.operators.basic import StreamingRelationExec
+        from statestream.operators.limit import LocalLimitExec, input_rows_by_source
         from statestream.runtime.state_checks import check_state_on_first_batch
 
+        assert self._physical is not None
+        # a source the plan does not read (below a limit(0)) reports no input rows, as in Spark
+        read = {n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec)}
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         batches = {
-            i: self._source_batch(i, s, st, e, input_obs)
+            i: self._source_batch(i, s, st, e, input_obs if i in read else {})
             for i, (s, st, e) in enumerate(zip(self.sources, record.start, record.end))
         }
         self.progress.record_duration("getBatch", t)
@@ -441,12 +449,19 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
         )
-        result = plan.execute(ctx)
+        result = with_batch_timestamp(plan.execute(ctx), record.timestamp_ms)
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
+        if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
+            # a local limit may stop a scan early: count what the scans read, as Spark does
+            scanned = input_rows_by_source(plan, result)
+            if scanned is not None:
+                num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
+            else:
+                logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
         crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)

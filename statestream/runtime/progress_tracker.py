@@ -51,7 +51,8 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
             custom[k] = custom.get(k, 0) + int(v)
     from statestream.operators.stateful import RESTORE_HIT_METRIC
 
-    custom[RESTORE_HIT_METRIC] = sum(int(t.get(RESTORE_HIT_METRIC, 0)) for t in by_part.values())
+    if any(RESTORE_HIT_METRIC in t for t in by_part.values()):  # only the aggregation reports it
+        custom[RESTORE_HIT_METRIC] = sum(int(t.get(RESTORE_HIT_METRIC, 0)) for t in by_part.values())
     entry = {
         "operatorName": name,
         "numRowsTotal": s["numTotalStateRows"],
@@ -63,7 +64,9 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
         "memoryUsedBytes": s["stateMemory"],
         "numRowsDroppedByWatermark": s["numRowsDroppedByWatermark"],
         "numShufflePartitions": num_partitions,
-        "numStateStoreInstances": len(by_part),
+        # one instance per task, unless the operator says otherwise (Spark's session save in
+        # complete mode never reports its instances)
+        "numStateStoreInstances": sum(int(t.get("numStateStoreInstances", 1)) for t in by_part.values()),
     }
     if custom:
         entry["customMetrics"] = dict(sorted(custom.items()))

@@ -365,6 +365,23 @@ class StateStore(ReadStateStore):
             np.concatenate([dirty, np.ones(rows_t.num_rows, dtype=bool)]),
         )
 
+    def insert(self, rows: TableLike) -> None:
+        """Append key + value rows whose keys the caller knows are absent from the store and
+        unique within ``rows``: a ``put`` without the key match.
+
+        For an operator that has just looked the keys up (deduplication inserts exactly the keys
+        ``lookup`` did not find), the match ``put`` would make is a second join for nothing.
+        Breaking the precondition leaves duplicate keys in the store; it is not checked.
+        """
+        self._check_updating("update")
+        rows_t = self._conform(rows, self._provider.schema, "insert rows")
+        if rows_t.num_rows == 0:
+            return
+        self._replace(
+            pa.concat_tables([self._table, rows_t]),
+            np.concatenate([self._dirty, np.ones(rows_t.num_rows, dtype=bool)]),
+        )
+
     def remove(self, keys: TableLike) -> int:
         """Remove the given keys (absent keys are ignored); returns how many keys were removed."""
         self._check_updating("update")

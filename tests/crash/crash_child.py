@@ -8,6 +8,8 @@ micro-batch, with ``trigger(availableNow=True)``:
 
     withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
 
+(or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``).
+
 Sinks, both idempotent per batch id:
 
 * ``append``: the file sink (``format("parquet")``) with its ``_spark_metadata`` log.
@@ -48,6 +50,14 @@ def seed_query(df):
     )
 
 
+def dedup_query(df):
+    """Deduplication as the programming guide writes it (``test_crash_dedup.py``)."""
+    return df.withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])
+
+
+QUERIES = {"seed": seed_query, "dedup": dedup_query}
+
+
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
     """The update-mode sink function (see the module docstring)."""
 
@@ -65,7 +75,7 @@ def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
 def start_query(engine, job: dict):
     """Start the job's query on ``engine`` (a SparkSession or a StreamingSession)."""
     reader = engine.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
-    df = seed_query(reader.load(job["input"]))
+    df = QUERIES[job.get("query", "seed")](reader.load(job["input"]))
     writer = (
         df.writeStream.outputMode(job["mode"])
         .option("checkpointLocation", job["checkpoint"])

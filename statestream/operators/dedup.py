@@ -1,0 +1,578 @@
+"""Streaming deduplication: StreamingDeduplicateExec and StreamingDeduplicateWithinWatermarkExec.
+
+Spark: ``BaseStreamingDeduplicateExec`` and its two subclasses (``statefulOperators.scala``),
+planned by ``StreamingDeduplicationStrategy`` under an ``Exchange hashpartitioning(keys, N)``.
+
+How a batch runs here: the exchange is Spark's own ``repartition(N, *keys)`` (the same
+``pmod(murmur3(keys), N)`` partitioning as Spark's stateful exchange), and ``mapInArrow`` then hands
+each task the rows of one state partition. The task (``DeduplicationStateStep``) works on the
+whole partition at once, on Arrow:
+
+1. rows whose event time is ``<=`` the late-event watermark are dropped, whenever the *input* has
+   an event-time column, even if it is not a key (``numRowsDroppedByWatermark``);
+2. the first row of each distinct key, in the partition's row order, is a candidate (Spark keeps
+   the first row its iterator meets); one ``lookup`` of all candidates' keys in the store tells
+   which are new; new rows are emitted and their keys put, everything else counts in
+   ``numDroppedDuplicateRows``;
+3. eviction: ``dropDuplicates`` removes keys whose event-time key column is ``<=`` the eviction
+   watermark (only when a key carries the event-time marker; otherwise state is kept forever);
+   ``dropDuplicatesWithinWatermark`` removes keys whose ``expiresAtMicros`` (event time of the
+   accepted row plus the watermark delay) is ``<=`` the eviction watermark;
+4. commit of version N+1; the metrics go to the driver through the accumulator.
+
+Key equality is Spark's for this operator: the state key is a binary ``UnsafeRow``, and unlike an
+aggregation's grouping keys the dedup keys are not float-normalised, so ``-0.0`` and ``0.0`` are
+two keys (checked on Spark 4.1). Floating-point key columns are therefore matched on their bit
+patterns (NaN made canonical, as ``UnsafeRow`` writes it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.faults import crash_point
+from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
+from statestream.operators.base import (
+    PhysicalOperator,
+    StatefulOperatorStateInfo,
+    StateStoreWriter,
+    WatermarkSupport,
+)
+from statestream.operators.stateful import event_time_micros, older_than_watermark
+from statestream.plan.logical import WATERMARK_DELAY_KEY
+from statestream.state.keys import match_keys
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+    from statestream.plan import logical as L
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DeduplicationInfo",
+    "StatefulShuffleExchangeExec",
+    "StreamingDeduplicateExec",
+    "StreamingDeduplicateWithinWatermarkExec",
+    "DeduplicationStateStep",
+    "DROPPED_DUPLICATES_METRIC",
+    "deduplication_info",
+    "plan_streaming_deduplication",
+    "first_occurrence_indices",
+    "binary_comparable",
+]
+
+#: The operator's custom metric (Spark's name), reported under ``customMetrics``.
+DROPPED_DUPLICATES_METRIC = "numDroppedDuplicateRows"
+
+#: Value column of ``dropDuplicates`` state: one always-null field (Spark: ``struct<__dummy__: void>``).
+DUMMY_VALUE_FIELD = "__dummy__"
+#: Value column of ``dropDuplicatesWithinWatermark`` state (Spark's name).
+EXPIRES_AT_FIELD = "expiresAtMicros"
+
+_NO_KEYS_MESSAGE = (
+    "requirement failed: The expressions for hash of a StatefulOpClusteredDistribution should not be Nil. "
+    "An AllTuples should be used to represent a distribution that only has a single partition."
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure rules (no Spark)
+# ----------------------------------------------------------------------------------------------
+
+
+def _has_float(t: pa.DataType) -> bool:
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_float(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def _binary_view(arr: pa.Array) -> pa.Array:
+    """``arr`` with every floating-point leaf replaced by its bit pattern (NaN made canonical)."""
+    t = arr.type
+    if pa.types.is_floating(t):
+        canonical = pc.if_else(pc.is_nan(arr), pa.scalar(float("nan"), t), arr)
+        width = {32: pa.int32(), 64: pa.int64()}[t.bit_width]
+        return canonical.view(width)
+    if pa.types.is_struct(t) and _has_float(t):
+        children = [_binary_view(arr.field(i)) for i in range(t.num_fields)]
+        fields = [pa.field(t.field(i).name, c.type, t.field(i).nullable) for i, c in enumerate(children)]
+        mask = pc.is_null(arr) if arr.null_count else None
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    return arr
+
+
+def binary_comparable(keys: pa.Table) -> pa.Table:
+    """The key columns as the state store should match them for deduplication.
+
+    Spark compares dedup keys as binary rows: ``-0.0`` and ``0.0`` are different keys, while the
+    store's matching follows grouping equality (which unifies them). Floating-point columns (and
+    struct fields) are turned into integers of the same width holding their bits, which makes the
+    store's exact match Spark's binary one. Other columns are returned untouched (no copy).
+    """
+    if not any(_has_float(f.type) for f in keys.schema):
+        return keys
+    cols = []
+    fields = []
+    for f, col in zip(keys.schema, keys.columns):
+        if _has_float(f.type):
+            arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+            arr = _binary_view(arr)
+            cols.append(arr)
+            fields.append(pa.field(f.name, arr.type, f.nullable))
+        else:
+            cols.append(col)
+            fields.append(f)
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def first_occurrence_indices(keys: pa.Table) -> np.ndarray:
+    """Ascending row indices of the first row of every distinct key in ``keys``.
+
+    Spark keeps, within a batch, the first row of a key its partition iterator meets; the rows
+    of a partition reach the step in that order, so the first index per key is that row.
+    Equality is the state store's (null == null; use :func:`binary_comparable` first for
+    Spark's binary float equality).
+    """
+    n = keys.num_rows
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if keys.num_columns == 0:
+        return np.zeros(1, dtype=np.int64)
+    li, ri = match_keys(keys, keys)
+    if len(li) == n:  # every row matched only itself: all keys distinct
+        return np.arange(n, dtype=np.int64)
+    first = np.full(n, n, dtype=np.int64)
+    np.minimum.at(first, li, ri)
+    return np.flatnonzero(first == np.arange(n, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeduplicationInfo:
+    """What the exchange and the dedup operator of one ``dropDuplicates`` share."""
+
+    key_indices: tuple[int, ...]  # positions of the key columns in the input, in Spark's key order
+    key_names: tuple[str, ...]
+    within_watermark: bool
+    output_schema: Any = field(repr=False)  # the input's StructType (with metadata); output = input
+    event_time_index: int | None = None  # the input's event-time column (late-row filter)
+    event_time_is_struct: bool = False
+    event_time_key: int | None = None  # position *among the keys* of the event-time key, if any
+    event_time_key_is_struct: bool = False
+    delay_ms: int = 0  # the event-time column's watermark delay (within-watermark expiry)
+    key_schema_json: dict = field(default_factory=dict, repr=False)
+    value_schema_json: dict = field(default_factory=dict, repr=False)
+
+    def key_sql(self) -> str:
+        return ", ".join(self.key_names)
+
+
+def _jvm_key_positions(node: "L.Deduplicate") -> list[int] | None:
+    """Key positions in the child's output, in the order Spark's analysed ``Deduplicate`` holds
+    them (Spark de-duplicates the names through a Scala ``Set`` and resolves each one against
+    the output, so the order and the matched columns are best read from Spark itself)."""
+    jdf = getattr(node.template, "_jdf", None)
+    if jdf is None:
+        return None
+    try:
+        analyzed = jdf.queryExecution().analyzed()
+        if analyzed.nodeName() != "Deduplicate":
+            return None
+        keys = analyzed.keys()
+        out = analyzed.child().output()
+        out_ids = [out.apply(i).exprId().id() for i in range(out.size())]
+        return [out_ids.index(keys.apply(i).exprId().id()) for i in range(keys.size())]
+    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame: resolve in Python
+        logger.debug("could not read the dedup keys from the analysed template", exc_info=True)
+        return None
+
+
+def _python_key_positions(node: "L.Deduplicate", case_sensitive: bool) -> list[int]:
+    names = list(node.child.schema.names) if node.child is not None else []
+    wanted = list(dict.fromkeys(node.keys)) if node.keys else names
+    out: list[int] = []
+    for k in wanted:
+        for i, n in enumerate(names):
+            if (n == k) if case_sensitive else (n.lower() == k.lower()):
+                out.append(i)
+    return out
+
+
+def _jvm_ids(seq: Any) -> list[int]:
+    return [seq.apply(i).exprId().id() for i in range(seq.size())]
+
+
+def _jvm_required_above(root: "L.LogicalPlan", node: "L.Deduplicate") -> set[int] | None:
+    """Expression ids of the dedup's output that the rest of the query needs: the query's output
+    plus everything the operators above the dedup reference. ``None`` when Spark's analysed plans
+    cannot be read."""
+    try:
+        target = node.template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        key_ids = _jvm_ids(target.keys())
+        analyzed = root.template._jdf.queryExecution().analyzed()  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame
+        logger.debug("could not read the analysed plans for column pruning", exc_info=True)
+        return None
+
+    def visit(plan: Any, above: set[int]) -> set[int] | None:
+        if plan.nodeName() == "Deduplicate" and _jvm_ids(plan.keys()) == key_ids:
+            return above
+        here = above | set(_jvm_ids(plan.references().toSeq()))
+        children = plan.children()
+        for i in range(children.size()):
+            found = visit(children.apply(i), here)
+            if found is not None:
+                return found
+        return None
+
+    return visit(analyzed, set(_jvm_ids(analyzed.output())))
+
+
+def _event_time_pruned(root: "L.LogicalPlan | None", node: "L.Deduplicate", et_index: int, positions: list[int]) -> bool:
+    """Whether Spark's optimizer removes the event-time column from the dedup's input.
+
+    Spark's column pruning inserts a projection below ``Deduplicate`` that keeps only the keys and
+    the columns needed above it, so a non-key event-time column the rest of the query does not use
+    is gone before the dedup runs, and with it the late-row filter (checked on Spark 4.1:
+    ``withWatermark(...).dropDuplicates(["k"]).select("k", "value")`` drops no late row).
+    ``DeduplicateWithinWatermark`` always keeps its event-time column.
+    """
+    if node.within_watermark or root is None or root is node or et_index in positions:
+        return False
+    required = _jvm_required_above(root, node)
+    if required is None:
+        return False
+    try:
+        child_ids = _jvm_ids(node.template._jdf.queryExecution().analyzed().child().output())  # noqa: SLF001
+    except Exception:  # noqa: BLE001
+        return False
+    return child_ids[et_index] not in required
+
+
+def deduplication_info(node: "L.Deduplicate", root: "L.LogicalPlan | None" = None) -> DeduplicationInfo:
+    """Resolve keys, event-time columns and state schemas of a ``Deduplicate`` node (``root``:
+    the whole query, needed to know which columns Spark's optimizer prunes below the dedup)."""
+    from pyspark.sql.types import LongType, NullType, StructField, StructType
+
+    assert node.child is not None
+    schema = node.child.schema
+    positions = _jvm_key_positions(node)
+    if positions is None:
+        positions = _python_key_positions(node, case_sensitive=False)
+    if not positions:
+        from statestream.errors import StatestreamIllegalArgumentException
+
+        raise StatestreamIllegalArgumentException(_NO_KEYS_MESSAGE)
+    fields = schema.fields
+    et_index = next((i for i, f in enumerate(fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
+    et_key = next((j for j, i in enumerate(positions) if WATERMARK_DELAY_KEY in (fields[i].metadata or {})), None)
+    delay = int((fields[et_index].metadata or {}).get(WATERMARK_DELAY_KEY, 0)) if et_index is not None else 0
+    if et_index is not None and _event_time_pruned(root, node, et_index, positions):
+        et_index = None
+    key_schema = StructType([fields[i] for i in positions])
+    if node.within_watermark:
+        value_schema = StructType([StructField(EXPIRES_AT_FIELD, LongType(), False)])
+    else:
+        value_schema = StructType([StructField(DUMMY_VALUE_FIELD, NullType(), True)])
+    return DeduplicationInfo(
+        key_indices=tuple(positions),
+        key_names=tuple(fields[i].name for i in positions),
+        within_watermark=node.within_watermark,
+        output_schema=schema,
+        event_time_index=et_index,
+        event_time_is_struct=et_index is not None and isinstance(fields[et_index].dataType, StructType),
+        event_time_key=et_key,
+        event_time_key_is_struct=et_key is not None and isinstance(fields[positions[et_key]].dataType, StructType),
+        delay_ms=delay,
+        key_schema_json=key_schema.jsonValue(),
+        value_schema_json=value_schema.jsonValue(),
+    )
+
+
+def plan_streaming_deduplication(
+    node: "L.Deduplicate",
+    child: PhysicalOperator,
+    num_partitions: int,
+    store_conf: Any = None,
+    root: "L.LogicalPlan | None" = None,
+) -> PhysicalOperator:
+    """Spark's ``StreamingDeduplicationStrategy``: the dedup operator over its stateful exchange."""
+    info = deduplication_info(node, root)
+    exchange = StatefulShuffleExchangeExec(child=child, keys=info.key_names, num_partitions=num_partitions, info=info)
+    cls = StreamingDeduplicateWithinWatermarkExec if node.within_watermark else StreamingDeduplicateExec
+    return cls(child=exchange, info=info, store_conf=store_conf)
+
+
+# ----------------------------------------------------------------------------------------------
+# Physical operators
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StatefulShuffleExchangeExec(ShuffleExchangeExec):
+    """``Exchange hashpartitioning(keys, N), REQUIRED_BY_STATEFUL_OPERATOR`` performed by Spark's
+    ``repartition(N, *keys)``, which uses exactly that partitioning. Each row also carries its
+    partition id, ``pmod(hash(keys), N)``, so that the state step can check it met the rows of
+    its own state partition only."""
+
+    info: DeduplicationInfo | None = None
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        assert self.child is not None and self.info is not None
+        df = self.child.execute(ctx)
+        n = int(self.num_partitions or 1)
+        cols = [F.col("`" + df.columns[i].replace("`", "``") + "`") for i in self.info.key_indices]
+        pid = F.pmod(F.hash(*cols), F.lit(n)).cast("int")
+        return df.withColumn(PARTITION_ID_COLUMN, pid).repartition(n, *cols)
+
+
+@dataclass(frozen=True)
+class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
+    """``dropDuplicates(keys)`` on a stream (Spark: ``StreamingDeduplicateExec``)."""
+
+    child: PhysicalOperator | None = None
+    info: DeduplicationInfo | None = None
+    state_info: StatefulOperatorStateInfo | None = None
+    event_time_watermark_for_late_events: int | None = None
+    event_time_watermark_for_eviction: int | None = None
+    store_conf: Any = None
+
+    operator_name = "dedupe"
+    #: Spark does not validate the value schema of this operator's state (the dummy value).
+    check_value_schema = False
+
+    def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
+        """Spark: in any output mode, another batch is due once the watermark passed the one
+        this batch evicted with (even when no key carries the event time)."""
+        prev = self.event_time_watermark_for_eviction
+        return prev is not None and new_input_watermark_ms > prev
+
+    def state_schemas(self) -> tuple[dict, dict]:
+        assert self.info is not None
+        return self.info.key_schema_json, self.info.value_schema_json
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert self.child is not None and self.info is not None
+        df = self.child.execute(ctx)
+        si = self.get_state_info()
+        out_schema = self.info.output_schema
+        step = DeduplicationStateStep(
+            state_root=si.checkpoint_location,
+            run_id=si.query_run_id,
+            operator_id=si.operator_id,
+            version=si.store_version,
+            key_indices=self.info.key_indices,
+            key_names=self.info.key_names,
+            within_watermark=self.info.within_watermark,
+            input_schema=to_arrow_schema(df.schema, timestamp_utc=True),
+            w_late_ms=self.event_time_watermark_for_late_events,
+            w_evict_ms=self.event_time_watermark_for_eviction,
+            event_time_index=self.info.event_time_index,
+            event_time_is_struct=self.info.event_time_is_struct,
+            event_time_key=self.info.event_time_key,
+            event_time_key_is_struct=self.info.event_time_key_is_struct,
+            delay_ms=self.info.delay_ms,
+            store_conf=self.store_conf,
+            accumulator=ctx.metrics_accumulator,
+        )
+        out = df.mapInArrow(step, out_schema)
+        for f in out_schema.fields:
+            if f.metadata:
+                out = out.withMetadata(f.name, dict(f.metadata))
+        return out
+
+    def _spark_name(self) -> str:
+        return "StreamingDeduplicate"
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        si = self.state_info
+        late = self.event_time_watermark_for_late_events
+        evict = self.event_time_watermark_for_eviction
+        return (
+            f"{self._spark_name()} [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} "
+            f"stateStoreCkptIds = None, {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
+        )
+
+
+@dataclass(frozen=True)
+class StreamingDeduplicateWithinWatermarkExec(StreamingDeduplicateExec):
+    """``dropDuplicatesWithinWatermark(keys)`` (Spark: ``StreamingDeduplicateWithinWatermarkExec``):
+    a key is remembered until the watermark passes the event time of its accepted row plus the
+    watermark delay."""
+
+    operator_name = "dedupeWithinWatermark"
+    check_value_schema = True
+
+    def _spark_name(self) -> str:
+        return "StreamingDeduplicateWithinWatermark"
+
+
+# ----------------------------------------------------------------------------------------------
+# The per-partition state step
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeduplicationStateStep:
+    """The state step of one partition, picklable for Spark's Python workers; ``__call__`` is
+    the ``mapInArrow`` function and ``process`` the Spark-free part (unit-testable)."""
+
+    state_root: str
+    run_id: str
+    operator_id: int
+    version: int
+    key_indices: tuple[int, ...]
+    key_names: tuple[str, ...]
+    within_watermark: bool
+    input_schema: pa.Schema
+    w_late_ms: int | None
+    w_evict_ms: int | None
+    event_time_index: int | None = None
+    event_time_is_struct: bool = False
+    event_time_key: int | None = None
+    event_time_key_is_struct: bool = False
+    delay_ms: int = 0
+    store_conf: Any = None
+    accumulator: Any = field(default=None, compare=False)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        out, metrics = self.process(partition, batches)
+        if self.accumulator is not None:
+            self.accumulator.add([metrics])
+        yield from out.to_batches(max_chunksize=1 << 16)
+
+    def _value_schema(self) -> pa.Schema:
+        if self.within_watermark:
+            return pa.schema([pa.field(EXPIRES_AT_FIELD, pa.int64(), nullable=False)])
+        return pa.schema([pa.field(DUMMY_VALUE_FIELD, pa.null())])
+
+    def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
+        """Deduplicate one partition's rows against its state; returns (rows to emit, metrics)."""
+        from statestream.state.provider import get_provider
+        from statestream.state.store import StateStoreConf, StateStoreId
+
+        batches = list(batches)
+        table = pa.Table.from_batches(batches) if batches else self.input_schema.empty_table()
+        table = table.cast(self.input_schema) if table.schema != self.input_schema else table
+        pid_index = table.schema.get_field_index(PARTITION_ID_COLUMN)
+        if table.num_rows:
+            pids = pc.unique(table.column(pid_index)).to_pylist()
+            if pids != [partition]:
+                msg = (
+                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
+                    f"operator {self.operator_id}; the exchange did not partition by the deduplication keys"
+                )
+                raise RuntimeError(msg)
+        table = table.remove_column(pid_index)
+
+        keys_all = binary_comparable(
+            pa.Table.from_arrays([table.column(i) for i in self.key_indices], names=list(self.key_names))
+        )
+        key_schema = keys_all.schema
+        value_schema = self._value_schema()
+        store_id = StateStoreId(self.state_root, self.operator_id, partition)
+        provider = get_provider(store_id, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
+        store = provider.get_store(self.version)
+        m: dict[str, Any] = {
+            "operatorId": self.operator_id,
+            "partition": partition,
+            "numOutputRows": 0,
+            "numRowsDroppedByWatermark": 0,
+            "numUpdatedStateRows": 0,
+            "numRemovedStateRows": 0,
+        }
+        try:
+            t0 = time.perf_counter()
+            keys = keys_all
+            if self.event_time_index is not None and self.w_late_ms is not None and table.num_rows:
+                late = older_than_watermark(table, self.event_time_index, self.event_time_is_struct, self.w_late_ms)
+                n_late = int(pc.sum(late).as_py() or 0)
+                if n_late:
+                    keep = pc.invert(late)
+                    table = table.filter(keep)
+                    keys = keys.filter(keep)
+                m["numRowsDroppedByWatermark"] = n_late
+            candidates = first_occurrence_indices(keys)
+            if len(candidates):
+                cand_keys = keys.take(pa.array(candidates))
+                found = store.lookup(cand_keys).column("__found").to_numpy(zero_copy_only=False)
+                new_rows = candidates[~found]
+                new_keys = cand_keys.filter(pa.array(~found))
+            else:
+                new_rows = candidates
+                new_keys = keys.slice(0, 0)
+            output = table.take(pa.array(new_rows, type=pa.int64()))
+            if new_keys.num_rows:
+                store.insert(pa.Table.from_arrays(list(new_keys.columns) + [self._values(output)], schema=pa.schema(list(key_schema) + list(value_schema))))
+            m["numUpdatedStateRows"] = new_keys.num_rows
+            m[DROPPED_DUPLICATES_METRIC] = table.num_rows - new_keys.num_rows
+            updates_ms = (time.perf_counter() - t0) * 1000
+            r0 = time.perf_counter()
+            evicted = self._evict(store)
+            removal_ms = (time.perf_counter() - r0) * 1000
+            m["numRemovedStateRows"] = evicted
+            c0 = time.perf_counter()
+            committed = store.commit()
+            commit_ms = (time.perf_counter() - c0) * 1000
+            crash_point("after_state_commit", self.version, partition)
+            provider.maybe_do_maintenance(committed)
+        except BaseException:
+            store.abort()
+            raise
+        sm = store.metrics()
+        m["numOutputRows"] = output.num_rows
+        m["numTotalStateRows"] = sm.num_keys
+        m["allUpdatesTimeMs"] = int(updates_ms)
+        m["allRemovalsTimeMs"] = int(removal_ms)
+        m["commitTimeMs"] = int(commit_ms)
+        m["stateMemory"] = sm.memory_used_bytes
+        m["customMetrics"] = {**sm.custom_metrics, DROPPED_DUPLICATES_METRIC: m[DROPPED_DUPLICATES_METRIC]}
+        return output, m
+
+    def _values(self, rows: pa.Table) -> pa.Array:
+        """The state value of each newly accepted row."""
+        n = rows.num_rows
+        if not self.within_watermark:
+            return pa.nulls(n)
+        assert self.event_time_index is not None, "dropDuplicatesWithinWatermark needs an event-time column"
+        # Spark reads the event time as a long; a null event time reads as 0.
+        micros = pc.fill_null(event_time_micros(rows, self.event_time_index, self.event_time_is_struct), 0)
+        expires = pc.add(micros, pa.scalar(self.delay_ms * 1000, pa.int64()))
+        return expires.combine_chunks() if isinstance(expires, pa.ChunkedArray) else expires
+
+    def _evict(self, store) -> int:
+        """Remove expired keys; returns how many."""
+        if self.w_evict_ms is None:
+            return 0
+        wm_us = self.w_evict_ms * 1000
+        nk = len(self.key_indices)
+        if self.within_watermark:
+            evicted = store.evict(lambda t: pc.less_equal(t.column(nk), wm_us))
+            return evicted.num_rows
+        if self.event_time_key is None:
+            return 0
+        col, is_struct, wm = self.event_time_key, self.event_time_key_is_struct, self.w_evict_ms
+        return store.evict(lambda t: older_than_watermark(t, col, is_struct, wm)).num_rows
