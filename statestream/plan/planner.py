@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statestream.operators.aggregate import GROUPING_ID_NAME, AggregationInfo, HashAggregateExec, ShuffleExchangeExec
-from statestream.operators.basic import SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.basic import BatchRelationExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.operators.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
@@ -73,6 +73,8 @@ def plan_streaming_query(
             return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
         if isinstance(node, L.Union):
             return UnionExec(inputs=tuple(go(i) for i in node.inputs))
+        if isinstance(node, L.BatchRelation):
+            return BatchRelationExec(df=node.template)
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 

@@ -345,3 +345,23 @@ SHORTCUTS = {
 def test_grouped_data_shortcut_names(spark, ours, tmp_path, name):
     exp, _ = assert_equivalent(spark, ours, SHORTCUTS[name], NUMERIC_INPUT, NUMERIC_SCHEMA, "complete", tmp_path)
     assert exp.batches[0].columns  # the compared schema is not empty
+
+
+# ------------------------------------------------------------------------------------------
+# A batch DataFrame in a streaming query
+# ------------------------------------------------------------------------------------------
+
+
+def test_union_with_batch_runs_when_the_check_is_off(spark, ours, tmp_path):
+    """Refused at start() by default (test_rejections); with the unsupported-operation check off,
+    Spark unions the whole batch DataFrame into every micro-batch, and so does statestream."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.union(df.sparkSession.range(2).withColumnRenamed("id", "value"))
+
+    spark.conf.set("spark.sql.streaming.unsupportedOperationCheck", "false")
+    try:
+        exp, _ = assert_equivalent(spark, ours, build, [vals(10), vals(11)], "value LONG", "append", tmp_path)
+    finally:
+        spark.conf.unset("spark.sql.streaming.unsupportedOperationCheck")
+    assert sorted(r["value"] for r in exp.batches[1].rows) == [0, 1, 11]
