@@ -65,6 +65,7 @@ __all__ = [
     "DeduplicationStateStep",
     "DROPPED_DUPLICATES_METRIC",
     "deduplication_info",
+    "analysed_key_names",
     "plan_streaming_deduplication",
     "first_occurrence_indices",
     "binary_comparable",
@@ -255,11 +256,21 @@ class DeduplicationInfo:
         return ", ".join(self.key_names)
 
 
-def _jvm_key_positions(node: "L.Deduplicate") -> list[int] | None:
+def analysed_key_names(template: Any) -> tuple[str, ...] | None:
+    """The dedup keys of a ``dropDuplicates`` template as Spark resolved them (real column names,
+    case as in the schema, Spark's order), or ``None`` when the analysed plan cannot be read."""
+    positions = _jvm_key_positions(template)
+    if positions is None:
+        return None
+    names = template.schema.names
+    return tuple(names[i] for i in positions)
+
+
+def _jvm_key_positions(template: Any) -> list[int] | None:
     """Key positions in the child's output, in the order Spark's analysed ``Deduplicate`` holds
     them (Spark de-duplicates the names through a Scala ``Set`` and resolves each one against
     the output, so the order and the matched columns are best read from Spark itself)."""
-    jdf = getattr(node.template, "_jdf", None)
+    jdf = getattr(template, "_jdf", None)
     if jdf is None:
         return None
     try:
@@ -344,7 +355,7 @@ def deduplication_info(node: "L.Deduplicate", root: "L.LogicalPlan | None" = Non
 
     assert node.child is not None
     schema = node.child.schema
-    positions = _jvm_key_positions(node)
+    positions = _jvm_key_positions(node.template)
     if positions is None:
         positions = _python_key_positions(node, case_sensitive=False)
     if not positions:

@@ -321,6 +321,11 @@ VERDICTS: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
         lambda df: w(df).groupBy("eventTime").count().dropDuplicatesWithinWatermark(["count"]),
         True,
     ),
+    "event_time_dedup_named_in_other_case_after_update_agg": (
+        "update",
+        lambda df: w(df).groupBy("eventTime").count().dropDuplicates(["EVENTTIME"]),
+        True,
+    ),
     "event_time_dedup_after_append_agg": (
         "append",
         lambda df: w(df).groupBy(F.window("eventTime", "5 seconds").alias("win")).count().dropDuplicates(["win"]),
