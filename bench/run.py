@@ -2,13 +2,13 @@
 
 One command::
 
-    python bench/run.py [--workload W1|W2|all] [--rows N] [--files N] [--engine spark|ours|both]
+    python bench/run.py [--workload W1|W2|W4|all] [--rows N] [--files N] [--engine spark|ours|both]
 
 The input is generated once (numpy + pyarrow, no Spark, no per-row Python) into ``bench/data``
 and reused by later runs. Each (workload, engine) pair then runs in its own child process with a
 fresh ``local[2]`` Spark (``spark.sql.shuffle.partitions=4``, i.e. 4 state partitions): a fresh
 JVM per engine is the only way to give each side a fair peak-memory figure, since a JVM never hands
-heap back. The query runs in update mode, one file per batch (``maxFilesPerTrigger=1``) under an
+heap back. The query runs in update mode (append for W4), one file per batch (``maxFilesPerTrigger=1``) under an
 ``availableNow`` trigger, into a ``foreachBatch`` sink that only does ``df.count()`` on both sides,
 so the sink's work is identical.
 
@@ -29,6 +29,10 @@ Workloads:
   ``withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])`` over
   (guid, timestamp, value) events; event time advances 10 s per file and 10 % of each file's rows
   repeat an event of this file or of the previous one exactly.
+* W4: sessions, ``groupBy("user", session_window("timestamp", "5 minutes"))`` with count and
+  sum of ``amount``, append mode with a 1 minute watermark, over (timestamp, user, amount);
+  100,000 users, each active for two 3-minute files out of four, so sessions grow across
+  batches, close by the watermark while their user is idle, and 1 % of rows come late.
 """
 
 from __future__ import annotations
@@ -50,13 +54,17 @@ DATA = ROOT / "bench" / "data"
 RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
-WORKLOADS = ("W1", "W2", "W3")
+NUM_SESSION_USERS = 100_000
+WORKLOADS = ("W1", "W2", "W3", "W4")
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
+    "W4": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
 }
 W3_DUPLICATE_RATE = 0.10
+#: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
+OUTPUT_MODES = {"W4": "append"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,6 +123,24 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
             )
         elif workload == "W3":
             table = _w3_file(rng, i, rows)
+        elif workload == "W4":
+            # File i spans event time [3 i, 3 i + 3) minutes. User u is active in file i when
+            # (u + i) % 4 < 2: two files on, two files (6 minutes, more than the 5 minute gap)
+            # off, so its session grows over two batches and is closed by the watermark later.
+            span_us = 180 * 1_000_000
+            active = np.flatnonzero((np.arange(NUM_SESSION_USERS) + i) % 4 < 2)
+            ids = pa.array(active[rng.integers(0, len(active), rows)], pa.int64())
+            t_us = (BASE_EPOCH_S + 180 * i) * 1_000_000 + rng.integers(0, span_us, rows)
+            late = rng.random(rows) < 0.01
+            t_us[late] -= rng.integers(0, 600 * 1_000_000, int(late.sum()))
+            users = pc.binary_join_element_wise("u", pc.utf8_lpad(pc.cast(ids, pa.string()), 6, "0"), "")
+            table = pa.table(
+                {
+                    "timestamp": pa.array(t_us, pa.timestamp("us", tz="UTC")),
+                    "user": users,
+                    "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
+                }
+            )
         else:
             raise ValueError(f"unknown workload {workload!r}")
         path = out / f"part-{i:05d}.parquet"
@@ -186,6 +212,16 @@ def build_query(workload: str) -> Callable[[Any], Any]:
             return df.withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])
 
         return w3
+    if workload == "W4":
+
+        def w4(df: Any) -> Any:
+            return (
+                df.withWatermark("timestamp", "1 minute")
+                .groupBy("user", F.session_window("timestamp", "5 minutes"))
+                .agg(F.count("*").alias("events"), F.sum("amount").alias("total"))
+            )
+
+        return w4
 
     def w2(df: Any) -> Any:
         return df.groupBy("user", F.window("timestamp", "1 hour")).agg(
@@ -267,7 +303,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         last[0] = t0
         query = (
             build_query(workload)(df)
-            .writeStream.outputMode("update")
+            .writeStream.outputMode(OUTPUT_MODES.get(workload, "update"))
             .foreachBatch(sink)
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)

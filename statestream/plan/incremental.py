@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.limit import LocalLimitExec, StreamingGlobalLimitExec, StreamingLocalLimitExec, has_no_stateful_op
+from statestream.operators.session_window import SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 
 __all__ = ["IncrementalExecution", "state_writers"]
@@ -57,7 +58,14 @@ class IncrementalExecution:
         def rule(node: PhysicalOperator) -> PhysicalOperator:
             if isinstance(node, StateStoreRestoreExec):
                 return dataclasses.replace(node, state_info=info_for(ids[_state_identity(node)]))
-            if isinstance(node, StateStoreSaveExec):
+            if isinstance(node, SessionWindowStateStoreRestoreExec):
+                return dataclasses.replace(
+                    node,
+                    state_info=info_for(ids[_state_identity(node)]),
+                    event_time_watermark_for_late_events=self.late_watermark_ms,
+                    event_time_watermark_for_eviction=self.eviction_watermark_ms,
+                )
+            if isinstance(node, (StateStoreSaveExec, SessionWindowStateStoreSaveExec)):
                 return dataclasses.replace(
                     node,
                     state_info=info_for(ids[_state_identity(node)]),

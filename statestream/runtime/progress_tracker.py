@@ -64,7 +64,9 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
         "memoryUsedBytes": s["stateMemory"],
         "numRowsDroppedByWatermark": s["numRowsDroppedByWatermark"],
         "numShufflePartitions": num_partitions,
-        "numStateStoreInstances": len(by_part),
+        # one instance per task, unless the operator says otherwise (Spark's session save in
+        # complete mode never reports its instances)
+        "numStateStoreInstances": sum(int(t.get("numStateStoreInstances", 1)) for t in by_part.values()),
     }
     if custom:
         entry["customMetrics"] = dict(sorted(custom.items()))

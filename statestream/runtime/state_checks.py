@@ -37,5 +37,7 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
         )
         S.write_operator_metadata(
             state_root,
-            S.OperatorStateMetadata(i, w.operator_name, (S.StateStoreMetadata("default", 0, ex.num_partitions),)),
+            S.OperatorStateMetadata(
+                i, w.operator_name, (S.StateStoreMetadata("default", getattr(w, "num_cols_prefix_key", 0), ex.num_partitions),)
+            ),
         )

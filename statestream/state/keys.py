@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from statestream.errors import StateStoreError
 
-__all__ = ["match_keys", "check_key_types_supported", "KEY_TYPE_UNSUPPORTED"]
+__all__ = ["match_keys", "group_ids", "check_key_types_supported", "KEY_TYPE_UNSUPPORTED"]
 
 log = logging.getLogger(__name__)
 
@@ -209,3 +209,32 @@ def match_keys(left: pa.Table, right: pa.Table) -> tuple[np.ndarray, np.ndarray]
     li = joined.column(_LEFT_INDEX).to_numpy()
     ri = joined.column(_RIGHT_INDEX).to_numpy()
     return li, ri
+
+
+def group_ids(columns: Sequence[ArrayLike], num_rows: int) -> np.ndarray:
+    """A dense group number (0, 1, ...) per row such that two rows get the same number exactly
+    when their key columns are equal under Spark's grouping equality (see :func:`match_keys`).
+
+    Used where rows must be *grouped* by key without a join, e.g. to sort a session-window
+    partition by (key, session start): numbers are assigned by hashing each encoded key
+    component (``dictionary_encode``) and combining the components pairwise, re-densifying
+    after each step so the combined number never overflows. The numbering itself carries no
+    order. ``num_rows`` is needed for the no-key case, where every row is in group 0.
+    """
+    if num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    enc, _ = _encode_pair(columns, columns)
+    ids: np.ndarray | None = None
+    for arr in enc.values():
+        arr = _combined(_chunked(arr)) if isinstance(arr, pa.ChunkedArray) else arr
+        d = pc.dictionary_encode(arr)
+        idx = d.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        if ids is None:
+            ids = idx
+            continue
+        width = len(d.dictionary)
+        _, ids = np.unique(ids * width + idx, return_inverse=True)
+        ids = ids.astype(np.int64, copy=False)
+    if ids is None:
+        return np.zeros(num_rows, dtype=np.int64)
+    return ids

@@ -88,6 +88,12 @@ CASES: dict[str, Callable[[Any], Any]] = {
     ),
     "two_limits_apart": lambda F: lambda r: _rate(r).limit(5).where("value > 1").limit(3),
     "limit_zero": lambda F: lambda r: _rate(r).limit(0),
+    "session_window": lambda F: lambda r: (
+        _rate(r)
+        .withWatermark("timestamp", "10 seconds")
+        .groupBy(F.session_window("timestamp", "5 seconds"), "value")
+        .agg(F.count("value"), F.sum("value"))
+    ),
 }
 
 
@@ -108,3 +114,20 @@ def test_explain_shows_state_info_and_event_time_column(spark):
     assert re.search(r"StateStoreSave \[group\], state info \[ checkpoint = <unknown>, runId = " + UUID, text)
     assert "opId = 0, ver = 0, numPartitions = 2]" in text
     assert re.search(r"EventTimeWatermark " + UUID + r", timestamp: timestamp, 20 seconds", text)
+
+
+def test_explain_session_window_local_merge_matches_spark(spark):
+    """With ``...sessionWindow.merge.sessions.in.local.partition`` Spark adds a Sort and a
+    MergingSessions (without a required distribution) before the exchange."""
+    from pyspark.sql import functions as F
+
+    key = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
+    build = CASES["session_window"](F)
+    spark.conf.set(key, "true")
+    try:
+        theirs = _normalise(_explain_text(build(spark.readStream)))
+        ours = _normalise(_explain_text(build(StreamingSession(spark).readStream)))
+    finally:
+        spark.conf.unset(key)
+    assert any(line.startswith("MergingSessions true, 2,") for line in theirs), theirs
+    assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
