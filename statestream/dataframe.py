@@ -255,8 +255,7 @@ class DataFrame:
     def dropDuplicates(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # PySpark's own checks and resolution first (an empty list means "no key", as in Spark)
         template = self._plan.template.dropDuplicates(subset)
-        keys = tuple(subset) if subset else tuple(self.columns)
-        return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=keys), self._session)
+        return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset)), self._session)
 
     drop_duplicates = dropDuplicates
 
@@ -266,9 +265,18 @@ class DataFrame:
     def dropDuplicatesWithinWatermark(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # the template is a batch DataFrame, on which Spark refuses dropDuplicatesWithinWatermark
         template = self._plan.template.dropDuplicates(subset)
-        keys = tuple(subset) if subset else tuple(self.columns)
-        node = L.Deduplicate(template=template, child=self._plan, keys=keys, within_watermark=True)
+        node = L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset), within_watermark=True)
         return DataFrame(node, self._session)
+
+    def _dedup_keys(self, template: "SparkDataFrame", subset: list[str] | None) -> tuple[str, ...]:
+        """The key columns as Spark resolved them (case-insensitively, in Spark's order); an
+        empty tuple stands for all columns."""
+        from statestream.operators.dedup import analysed_key_names
+
+        resolved = analysed_key_names(template)
+        if resolved:
+            return resolved
+        return tuple(subset) if subset else tuple(self.columns)
 
     # ------------------------------------------------------------------ output
     @property
