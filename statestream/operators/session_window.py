@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.faults import crash_point
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
 from statestream.operators.base import (
     PhysicalOperator,
@@ -597,6 +598,7 @@ class SessionWindowStateStep:
             c0 = time.perf_counter()
             committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
+            crash_point("after_state_commit", self.version, partition)
             provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()

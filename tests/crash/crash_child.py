@@ -9,7 +9,8 @@ micro-batch, with ``trigger(availableNow=True)``:
     withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
 
 (or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``;
-with ``"query": "limit"``, ``limit(7)``).
+with ``"query": "limit"``, ``limit(7)``; with ``"query": "session"``, the same aggregation over
+``session_window("ts", "10 seconds")`` and the parity of ``value``).
 
 Sinks, both idempotent per batch id:
 
@@ -61,7 +62,19 @@ def limit_query(df):
     return df.limit(7)
 
 
-QUERIES = {"seed": seed_query, "dedup": dedup_query, "limit": limit_query}
+def session_query(df):
+    """Session windows over the same input: 10 s gap, keyed by the parity of ``value``."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .groupBy(F.session_window("ts", "10 seconds"), (F.col("value") % 2).alias("k"))
+        .agg(F.count("value").alias("value_count"))
+    )
+
+
+#: ``job["query"]`` -> the query builder (default ``seed``)
+QUERIES = {"seed": seed_query, "dedup": dedup_query, "limit": limit_query, "session": session_query}
 
 
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
