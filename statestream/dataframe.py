@@ -54,6 +54,16 @@ def _describe(cols: list[Any]) -> str:
     return "[" + ", ".join(out) + "]"
 
 
+def _batch_relation(other: Any) -> L.BatchRelation:
+    """A PySpark batch DataFrame as a leaf of a streaming plan (anything else is PySpark's type error)."""
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    if not isinstance(other, SparkDataFrame):
+        msg = f"'{type(other).__name__}' object has no attribute '_jdf'"  # what PySpark's union raises
+        raise AttributeError(msg)
+    return L.BatchRelation(template=other)
+
+
 class DataFrame:
     """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
 
@@ -170,13 +180,14 @@ class DataFrame:
         return self._union(other, by_name=True, allow_missing=allowMissingColumns)
 
     def _union(self, other: Any, by_name: bool, allow_missing: bool = False) -> "DataFrame":
-        if not isinstance(other, DataFrame):
-            raise analysis_error(None, "Union between streaming and batch DataFrames/Datasets is not supported")
+        """A batch DataFrame on the other side becomes a ``BatchRelation``: like Spark, the union
+        is built (schema checks happen now) and refused by the analysis at ``start()``."""
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
         if by_name:
-            template = self._plan.template.unionByName(other._plan.template, allowMissingColumns=allow_missing)
+            template = self._plan.template.unionByName(other_plan.template, allowMissingColumns=allow_missing)
         else:
-            template = self._plan.template.union(other._plan.template)
-        return DataFrame(L.Union(template=template, inputs=(self._plan, other._plan)), self._session)
+            template = self._plan.template.union(other_plan.template)
+        return DataFrame(L.Union(template=template, inputs=(self._plan, other_plan)), self._session)
 
     # ------------------------------------------------------------------ watermark
     def withWatermark(self, eventTime: str, delayThreshold: str) -> "DataFrame":  # noqa: N802,N803
@@ -212,6 +223,15 @@ class DataFrame:
 
     groupby = groupBy
 
+    def cube(self, *cols: Any) -> "GroupedData":
+        """Spark's ``cube``: one aggregation over every subset of the columns (an ``Expand``
+        below the aggregation); the state key gains Spark's ``spark_grouping_id``."""
+        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="cube")
+
+    def rollup(self, *cols: Any) -> "GroupedData":
+        """Spark's ``rollup``: one aggregation over every prefix of the columns."""
+        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="rollup")
+
     def agg(self, *exprs: Any) -> "DataFrame":
         return self.groupBy().agg(*exprs)
 
@@ -235,8 +255,7 @@ class DataFrame:
     def dropDuplicates(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # PySpark's own checks and resolution first (an empty list means "no key", as in Spark)
         template = self._plan.template.dropDuplicates(subset)
-        keys = tuple(subset) if subset else tuple(self.columns)
-        return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=keys), self._session)
+        return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset)), self._session)
 
     drop_duplicates = dropDuplicates
 
@@ -246,9 +265,18 @@ class DataFrame:
     def dropDuplicatesWithinWatermark(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # the template is a batch DataFrame, on which Spark refuses dropDuplicatesWithinWatermark
         template = self._plan.template.dropDuplicates(subset)
-        keys = tuple(subset) if subset else tuple(self.columns)
-        node = L.Deduplicate(template=template, child=self._plan, keys=keys, within_watermark=True)
+        node = L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset), within_watermark=True)
         return DataFrame(node, self._session)
+
+    def _dedup_keys(self, template: "SparkDataFrame", subset: list[str] | None) -> tuple[str, ...]:
+        """The key columns as Spark resolved them (case-insensitively, in Spark's order); an
+        empty tuple stands for all columns."""
+        from statestream.operators.dedup import analysed_key_names
+
+        resolved = analysed_key_names(template)
+        if resolved:
+            return resolved
+        return tuple(subset) if subset else tuple(self.columns)
 
     # ------------------------------------------------------------------ output
     @property
@@ -270,11 +298,9 @@ class DataFrame:
 
     # ------------------------------------------------------------------ batch actions are errors
     def _batch_action_error(self) -> Exception:
-        return analysis_error(
-            None,
-            "Queries with streaming sources must be executed with writeStream.start(), or from a streaming "
-            "table or flow definition within a Spark Declarative Pipeline.",
-        )
+        from statestream.plan.analysis import check_batch_action_on_stream
+
+        return check_batch_action_on_stream()
 
     def collect(self) -> Any:
         raise self._batch_action_error()
@@ -299,35 +325,77 @@ class DataFrame:
 
 
 class GroupedData:
-    """``groupBy(...)`` on a streaming DataFrame."""
+    """``groupBy(...)``, ``cube(...)`` or ``rollup(...)`` on a streaming DataFrame.
 
-    def __init__(self, df: DataFrame, cols: list[Column]) -> None:
+    Every method also runs on the template's own PySpark ``GroupedData``, so result column names
+    (``count``, ``sum(x)``, ``count(1)``, ``avg(x)`` for ``mean``...) and errors (a non-numeric
+    column) are Spark's, not re-derived here."""
+
+    def __init__(self, df: DataFrame, cols: list[Column], grouping_sets: str | None = None) -> None:
         self._df = df
         self._cols = cols
+        self._grouping_sets = grouping_sets  # None (groupBy), "cube" or "rollup"
+
+    def _template(self) -> Any:
+        """The same grouping on the template (a PySpark ``GroupedData``)."""
+        t = self._df._plan.template  # noqa: SLF001
+        group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[self._grouping_sets]
+        return group(*self._cols)
+
+    def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
+        plan = self._df._plan  # noqa: SLF001
+        node = L.Aggregate(
+            template=template,
+            child=plan,
+            grouping=tuple(self._cols),
+            aggregates=tuple(aggs),
+            grouping_sets=self._grouping_sets,
+        )
+        return DataFrame(node, self._df._session)  # noqa: SLF001
 
     def agg(self, *exprs: Any) -> DataFrame:
         if len(exprs) == 1 and isinstance(exprs[0], dict):
-            aggs = [getattr(F, fn if fn != "mean" else "avg")(F.col(c) if c != "*" else F.lit(1)).alias(f"{fn}({c})") for c, fn in exprs[0].items()]
-        else:
-            aggs = list(_cols(exprs))
+            return self._agg_dict(dict(exprs[0]))
+        aggs = list(_cols(exprs))
         if not aggs:
             raise ValueError("[CANNOT_BE_EMPTY] At least one agg expression must be specified.")
-        plan = self._df._plan  # noqa: SLF001
-        template = plan.template.groupBy(*self._cols).agg(*aggs)
-        node = L.Aggregate(template=template, child=plan, grouping=tuple(self._cols), aggregates=tuple(aggs))
-        return DataFrame(node, self._df._session)  # noqa: SLF001
+        return self._aggregate(self._template().agg(*aggs), aggs)
+
+    def _agg_dict(self, spec: dict[str, str]) -> DataFrame:
+        """``agg({"col": "fn"})``: Spark's template fixes the result names and their order (the
+        order of a JVM hash map); each of our columns is matched to its name."""
+        template = self._template().agg(spec)
+        out_names = template.columns[len(self._cols) :]
+        by_name: dict[str, Column] = {}
+        in_order = []
+        for c, fn in spec.items():
+            col = _dict_aggregate(c, fn)
+            name = self._template().agg(col).columns[-1]
+            by_name.setdefault(name, col)
+            in_order.append(col)
+        if all(n in by_name for n in out_names):
+            aggs = [by_name[n].alias(n) for n in out_names]
+        else:  # pragma: no cover - a name Spark spells differently per call; keep the dict's order
+            aggs = [c.alias(n) for c, n in zip(in_order, out_names)]
+        return self._aggregate(template, aggs)
 
     def count(self) -> DataFrame:
-        return self.agg(F.count(F.lit(1)).alias("count"))
+        return self._aggregate(self._template().count(), [F.count(F.lit(1)).alias("count")])
 
     def _numeric(self, fn: str, cols: tuple[str, ...]) -> DataFrame:
-        names = list(cols)
-        if not names:
+        """``sum``/``avg``/``min``/``max`` over the named columns, or without names over every
+        numeric column of the DataFrame in schema order (grouping columns included, as in Spark)."""
+        template = getattr(self._template(), fn)(*cols)
+        names = template.columns[len(self._cols) :]
+        if cols:
+            targets = [F.col(c) for c in cols]
+        else:
             from pyspark.sql.types import NumericType
 
-            keys = set(self._df._plan.template.groupBy(*self._cols).count().columns[:-1])  # noqa: SLF001
-            names = [f.name for f in self._df.schema.fields if isinstance(f.dataType, NumericType) and f.name not in keys]
-        return self.agg(*[getattr(F, fn)(F.col(c)).alias(f"{fn}({c})") for c in names])
+            targets = [F.col(f"`{f.name}`") for f in self._df.schema.fields if isinstance(f.dataType, NumericType)]
+        function = {"mean": "avg"}.get(fn, fn)
+        aggs = [getattr(F, function)(c).alias(n) for c, n in zip(targets, names)]
+        return self._aggregate(template, aggs)
 
     def sum(self, *cols: str) -> DataFrame:
         return self._numeric("sum", cols)
@@ -335,10 +403,24 @@ class GroupedData:
     def avg(self, *cols: str) -> DataFrame:
         return self._numeric("avg", cols)
 
-    mean = avg
+    def mean(self, *cols: str) -> DataFrame:
+        return self._numeric("mean", cols)
 
     def min(self, *cols: str) -> DataFrame:
         return self._numeric("min", cols)
 
     def max(self, *cols: str) -> DataFrame:
         return self._numeric("max", cols)
+
+
+def _dict_aggregate(column: str, function: str) -> Column:
+    """One ``agg({column: function})`` entry as a column, as Spark's ``strToExpr`` reads it."""
+    fn = function.lower()
+    if fn in ("count", "size"):
+        return F.count(F.lit(1)) if column == "*" else F.count(F.col(column))
+    arg = F.col(column)
+    if fn in ("avg", "average", "mean"):
+        return F.avg(arg)
+    if fn in ("stddev", "std"):
+        return F.stddev(arg)
+    return F.call_function(fn, arg)

@@ -14,27 +14,13 @@ KNOWN_GAPS: dict[str, str] = {
     "tests/differential/test_aggregation.py::test_complete_mode_windowed_order_by": (
         "same as test_complete_mode_order_by: Spark counts the state metrics of the sampled stage twice"
     ),
-    "tests/differential/test_stateless.py::test_watermark_without_state[append]": (
-        "Spark's optimizer pushes filters that do not reference the event time below EventTimeWatermark, "
-        "so the rows they remove never reach the event-time statistics (reference §3.1, S38); not yet mirrored"
-    ),
-    "tests/differential/test_stateless.py::test_watermark_without_state[update]": (
-        "filter pushdown below EventTimeWatermark not yet mirrored (reference S38)"
-    ),
     "tests/differential/test_stateless.py::test_json_input_stateless": (
         "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
-    ),
-    "tests/differential/test_rejections.py::test_start_verdict_matches_spark[cube_complete]": (
-        "DataFrame.cube / rollup are not in statestream's API yet"
     ),
     "tests/differential/test_restart_changes.py::test_state_schema_file_matches_spark[literal_key]": (
         "grouping by a literal fails the first batch: Spark's optimizer drops the literal key, so the "
         "exchange hash-partitions by the other keys only, while the state step's partition id is computed "
         "from all keys ('rows of state partitions [0] reached task partition 1')"
-    ),
-    "tests/differential/test_restart_changes.py::test_restart_with_changed_query_matches_spark[s35_dedup_added]": (
-        "streaming dropDuplicates is not planned yet ('statestream cannot plan Deduplicate yet'), so the "
-        "operator-metadata check never runs for S35"
     ),
 }
 

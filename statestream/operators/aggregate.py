@@ -22,9 +22,11 @@ if TYPE_CHECKING:
     from statestream.operators.context import BatchContext
     from statestream.plan.aggregates import AggregateCall
 
-__all__ = ["AggregationInfo", "HashAggregateExec", "ShuffleExchangeExec", "PARTITION_ID_COLUMN"]
+__all__ = ["AggregationInfo", "HashAggregateExec", "ShuffleExchangeExec", "PARTITION_ID_COLUMN", "GROUPING_ID_NAME"]
 
 PARTITION_ID_COLUMN = "__statestream_pid"
+#: Spark's name of the grouping id of cube/rollup (a key of the state)
+GROUPING_ID_NAME = "spark_grouping_id"
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,11 @@ class AggregationInfo:
     event_time_is_struct: bool = False  # a window struct: compare its `end` field
     key_schema_json: dict = field(default_factory=dict, repr=False)
     value_schema_json: dict = field(default_factory=dict, repr=False)
+    #: predicates over the grouping outputs, applied to the grouped rows before the state step
+    #: (filters Spark's optimizer would push below the aggregation; see plan/optimizer.py)
+    key_filters: tuple[Any, ...] = field(default=(), repr=False)
+    #: "cube" or "rollup": keys are the grouping columns plus the grouping id (the last key)
+    grouping_sets: str | None = None
 
     @property
     def buffer_columns(self) -> tuple[str, ...]:
@@ -86,8 +93,21 @@ class HashAggregateExec(PhysicalOperator):
             return df
         if self.mode == "PartialMerge":
             partials = [p for c in info.calls for p in c.partial_columns()]
-            agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
-            agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+            if info.grouping_sets:
+                # cube/rollup: Spark's Expand runs inside this batch aggregation; its grouping id
+                # becomes the last key, as in Spark's state
+                group = {"cube": df.cube, "rollup": df.rollup}[info.grouping_sets]
+                agg = group(*info.grouping).agg(*partials, F.grouping_id().alias(GROUPING_ID_NAME))
+            else:
+                agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
+            for cond in info.key_filters:
+                agg = agg.filter(cond)
+            if info.grouping_sets:
+                n = len(info.grouping_names)
+                agg = agg.toDF(*info.key_columns[:n], *info.buffer_columns, info.key_columns[n])
+                agg = agg.select(*info.key_columns, *info.buffer_columns)
+            else:
+                agg = agg.toDF(*info.key_columns, *info.buffer_columns)
             if self.ensure_partitioning and info.key_columns:
                 agg = agg.repartition(int(self.num_partitions or 1), *info.key_columns)
             if info.key_columns:

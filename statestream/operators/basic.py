@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["StreamingRelationExec", "StatelessExec", "SortExec", "UnionExec"]
+__all__ = ["StreamingRelationExec", "BatchRelationExec", "StatelessExec", "SortExec", "UnionExec"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,21 @@ class StreamingRelationExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         return f"StreamingRelation {self.source_name}, [{', '.join(self.output)}]"
+
+
+@dataclass(frozen=True)
+class BatchRelationExec(PhysicalOperator):
+    """A batch DataFrame inside a streaming query, read whole in every micro-batch. Only reachable
+    with ``spark.sql.streaming.unsupportedOperationCheck=false`` (otherwise the analysis refuses
+    the query), where Spark's engine does the same."""
+
+    df: Any = field(default=None, repr=False, compare=False)
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        return self.df
+
+    def simple_string(self) -> str:
+        return f"Scan [{', '.join(self.df.columns)}]" if self.df is not None else "Scan"
 
 
 @dataclass(frozen=True)

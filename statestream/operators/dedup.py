@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.faults import crash_point
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.base import (
     PhysicalOperator,
@@ -64,6 +65,7 @@ __all__ = [
     "DeduplicationStateStep",
     "DROPPED_DUPLICATES_METRIC",
     "deduplication_info",
+    "analysed_key_names",
     "plan_streaming_deduplication",
     "first_occurrence_indices",
     "binary_comparable",
@@ -88,22 +90,94 @@ _NO_KEYS_MESSAGE = (
 # ----------------------------------------------------------------------------------------------
 
 
-def _has_float(t: pa.DataType) -> bool:
-    if pa.types.is_floating(t):
+def _needs_rewrite(t: pa.DataType) -> bool:
+    """Whether a key type must be re-encoded to be matched as Spark matches dedup keys."""
+    if pa.types.is_floating(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
         return True
     if pa.types.is_struct(t):
-        return any(_has_float(t.field(i).type) for i in range(t.num_fields))
+        return any(_needs_rewrite(t.field(i).type) for i in range(t.num_fields))
     return False
 
 
+def _fixed_width_codes(values: pa.Array) -> np.ndarray | None:
+    """Non-null int64 codes of a fixed-width element array (nulls as 0), or ``None`` for element
+    types this encoding does not cover."""
+    t = values.type
+    if pa.types.is_floating(t):
+        values = _binary_view(values)
+    elif pa.types.is_boolean(t):
+        values = values.cast(pa.int8())
+    elif pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t) or pa.types.is_time64(t):
+        values = values.cast(pa.int64())
+    elif pa.types.is_date32(t) or pa.types.is_time32(t):
+        values = values.cast(pa.int32())
+    elif not pa.types.is_integer(values.type):
+        return None
+    filled = pc.fill_null(values, pa.scalar(0, values.type)) if values.null_count else values
+    return filled.to_numpy(zero_copy_only=False).astype("<i8", copy=False)
+
+
+def _encode_list(arr: pa.Array) -> pa.Array:
+    """A list column as one ``large_binary`` value per row that is equal exactly when Spark's
+    binary rows are: per element a validity byte, then 8 bytes of value (fixed-width elements) or
+    4 bytes of length and the bytes (strings, binary). A null list stays null; an empty list is
+    the empty string. Vectorised with numpy: no per-row Python."""
+    from statestream.errors import StateStoreError
+
+    n = len(arr)
+    # a null list may still span values in Arrow: make it empty first, so offsets and values agree
+    dense = arr.fill_null(pa.scalar([], arr.type)) if arr.null_count else arr
+    offsets = dense.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    values = dense.flatten()
+    m = len(values)
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8) if m else np.zeros(0, np.uint8)
+    t = values.type
+    codes = _fixed_width_codes(values) if m else np.zeros(0, np.int64)
+    if codes is not None:
+        elem = np.empty(m, dtype=[("n", "u1"), ("v", "<i8")])
+        elem["n"] = valid
+        elem["v"] = codes
+        data = elem.tobytes()
+        row_offsets = offsets * 9
+    elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        lens = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False).astype(np.int64) if m else np.zeros(0, np.int64)
+        size = 5 + lens
+        starts = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
+        out = np.zeros(int(starts[-1]), dtype=np.uint8)
+        out[starts[:-1]] = valid
+        for b in range(4):
+            out[starts[:-1] + 1 + b] = (lens >> (8 * b)) & 0xFF
+        if m and lens.sum():
+            src = values.cast(pa.large_binary()) if not pa.types.is_large_binary(t) else values
+            src_offsets = np.frombuffer(src.buffers()[1], dtype=np.int64)[src.offset : src.offset + m + 1]
+            raw = np.frombuffer(src.buffers()[2], dtype=np.uint8)[src_offsets[0] : src_offsets[-1]]
+            src_starts = src_offsets[:-1] - src_offsets[0]
+            dst = np.repeat(starts[:-1] + 5 - src_starts, lens) + np.arange(int(lens.sum()), dtype=np.int64)
+            out[dst] = raw
+        data = out.tobytes()
+        row_offsets = starts[offsets]
+    else:
+        raise StateStoreError(f"statestream cannot use a list of {t} as (part of) a deduplication key")
+    validity = None
+    if arr.null_count:
+        validity = pa.array(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [validity, pa.py_buffer(row_offsets.astype(np.int64).tobytes()), pa.py_buffer(data)]
+    )
+
+
 def _binary_view(arr: pa.Array) -> pa.Array:
-    """``arr`` with every floating-point leaf replaced by its bit pattern (NaN made canonical)."""
+    """``arr`` as Spark compares it in a binary key row: floating-point values by their bits (NaN
+    made canonical, as ``UnsafeRow`` writes it), lists by an exact byte encoding."""
     t = arr.type
     if pa.types.is_floating(t):
         canonical = pc.if_else(pc.is_nan(arr), pa.scalar(float("nan"), t), arr)
         width = {32: pa.int32(), 64: pa.int64()}[t.bit_width]
         return canonical.view(width)
-    if pa.types.is_struct(t) and _has_float(t):
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _encode_list(arr)
+    if pa.types.is_struct(t) and _needs_rewrite(t):
         children = [_binary_view(arr.field(i)) for i in range(t.num_fields)]
         fields = [pa.field(t.field(i).name, c.type, t.field(i).nullable) for i, c in enumerate(children)]
         mask = pc.is_null(arr) if arr.null_count else None
@@ -115,16 +189,17 @@ def binary_comparable(keys: pa.Table) -> pa.Table:
     """The key columns as the state store should match them for deduplication.
 
     Spark compares dedup keys as binary rows: ``-0.0`` and ``0.0`` are different keys, while the
-    store's matching follows grouping equality (which unifies them). Floating-point columns (and
-    struct fields) are turned into integers of the same width holding their bits, which makes the
-    store's exact match Spark's binary one. Other columns are returned untouched (no copy).
+    store's matching follows grouping equality (which unifies them), and array columns are legal
+    keys, which the store cannot join on. Floating-point columns (and struct fields) become
+    integers of the same width holding their bits, and lists an exact byte encoding, which makes
+    the store's exact match Spark's binary one. Other columns are returned untouched (no copy).
     """
-    if not any(_has_float(f.type) for f in keys.schema):
+    if not any(_needs_rewrite(f.type) for f in keys.schema):
         return keys
     cols = []
     fields = []
     for f, col in zip(keys.schema, keys.columns):
-        if _has_float(f.type):
+        if _needs_rewrite(f.type):
             arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
             arr = _binary_view(arr)
             cols.append(arr)
@@ -181,11 +256,21 @@ class DeduplicationInfo:
         return ", ".join(self.key_names)
 
 
-def _jvm_key_positions(node: "L.Deduplicate") -> list[int] | None:
+def analysed_key_names(template: Any) -> tuple[str, ...] | None:
+    """The dedup keys of a ``dropDuplicates`` template as Spark resolved them (real column names,
+    case as in the schema, Spark's order), or ``None`` when the analysed plan cannot be read."""
+    positions = _jvm_key_positions(template)
+    if positions is None:
+        return None
+    names = template.schema.names
+    return tuple(names[i] for i in positions)
+
+
+def _jvm_key_positions(template: Any) -> list[int] | None:
     """Key positions in the child's output, in the order Spark's analysed ``Deduplicate`` holds
     them (Spark de-duplicates the names through a Scala ``Set`` and resolves each one against
     the output, so the order and the matched columns are best read from Spark itself)."""
-    jdf = getattr(node.template, "_jdf", None)
+    jdf = getattr(template, "_jdf", None)
     if jdf is None:
         return None
     try:
@@ -270,7 +355,7 @@ def deduplication_info(node: "L.Deduplicate", root: "L.LogicalPlan | None" = Non
 
     assert node.child is not None
     schema = node.child.schema
-    positions = _jvm_key_positions(node)
+    positions = _jvm_key_positions(node.template)
     if positions is None:
         positions = _python_key_positions(node, case_sensitive=False)
     if not positions:
@@ -534,9 +619,10 @@ class DeduplicationStateStep:
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numRemovedStateRows"] = evicted
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            crash_point("after_state_commit", self.version, partition)
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise

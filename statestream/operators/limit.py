@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 
+from statestream.faults import crash_point
 from statestream.operators.base import (
     PhysicalOperator,
     StatefulOperator,
@@ -282,9 +283,10 @@ class GlobalLimitStateStep:
                 m["numOutputRows"] = count - before
             updates_ms = (time.perf_counter() - t0) * 1000
             c0 = time.perf_counter()
-            store.commit()
+            committed = store.commit()
             commit_ms = (time.perf_counter() - c0) * 1000
-            provider.do_maintenance()
+            crash_point("after_state_commit", self.version, partition)
+            provider.maybe_do_maintenance(committed)
         except BaseException:
             store.abort()
             raise

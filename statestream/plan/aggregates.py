@@ -239,6 +239,15 @@ def _min_max(rule: str, a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedA
         less = pc.less(b, a) if rule == MERGE_MIN else pc.greater(b, a)
         pick_b = pc.or_(pc.is_null(a), pc.fill_null(less, False))
         return pc.if_else(pick_b, b, a)
+    # Arrow has no element-wise min/max kernel for zoned timestamps or booleans: compare them
+    # as their plain storage type and cast back.
+    plain = None
+    if pa.types.is_timestamp(typ) and typ.tz is not None:
+        plain = pa.timestamp(typ.unit)
+    elif pa.types.is_boolean(typ):
+        plain = pa.int8()
+    if plain is not None:
+        return _min_max(rule, a.cast(plain), b.cast(plain)).cast(typ)
     if rule == MERGE_MIN:
         return pc.min_element_wise(a, b, skip_nulls=True)
     return pc.max_element_wise(a, b, skip_nulls=True)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LogicalPlan",
     "StreamingRelation",
+    "BatchRelation",
     "Stateless",
     "EventTimeWatermark",
     "Aggregate",
@@ -86,6 +87,17 @@ class StreamingRelation(LogicalPlan):
 
 
 @dataclass(frozen=True, eq=False)
+class BatchRelation(LogicalPlan):
+    """A batch (static) PySpark DataFrame inside a streaming query, e.g. the other side of
+    ``union``. ``template`` is the DataFrame itself. It lets the analysis see what Spark sees
+    (``Union between streaming and batch DataFrames/Datasets is not supported`` at ``start()``)."""
+
+    @property
+    def node_name(self) -> str:
+        return "BatchRelation"
+
+
+@dataclass(frozen=True, eq=False)
 class UnaryNode(LogicalPlan):
     child: LogicalPlan | None = None
 
@@ -123,10 +135,17 @@ class EventTimeWatermark(UnaryNode):
 @dataclass(frozen=True, eq=False)
 class Aggregate(UnaryNode):
     """``groupBy(grouping).agg(aggregates)``. Grouping and aggregate columns are kept as the
-    user wrote them (unresolved PySpark columns)."""
+    user wrote them (unresolved PySpark columns).
+
+    ``grouping_sets`` is ``"cube"`` or ``"rollup"`` for ``cube(...)``/``rollup(...)`` (Spark:
+    ``Aggregate`` over ``Expand``, with the grouping id ``spark_grouping_id`` as an extra key).
+    ``key_filters`` are predicates over the grouping outputs that Spark's optimizer would have
+    applied below the aggregation (see ``plan/optimizer.py``); they drop keys before the state."""
 
     grouping: tuple["Column", ...] = field(default=(), repr=False)
     aggregates: tuple["Column", ...] = field(default=(), repr=False)
+    grouping_sets: str | None = None
+    key_filters: tuple["Column", ...] = field(default=(), repr=False)
 
     @property
     def grouping_names(self) -> list[str]:

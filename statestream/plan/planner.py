@@ -9,15 +9,16 @@ are filled in by ``plan/incremental.py``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from statestream.operators.aggregate import AggregationInfo, HashAggregateExec, ShuffleExchangeExec
-from statestream.operators.basic import SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.aggregate import GROUPING_ID_NAME, AggregationInfo, HashAggregateExec, ShuffleExchangeExec
+from statestream.operators.basic import BatchRelationExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.operators.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
-from statestream.plan.aggregates import decompose_aggregate
+from statestream.plan.aggregates import AggregateCall, decompose_aggregate
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
@@ -72,10 +73,14 @@ def plan_streaming_query(
             return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
         if isinstance(node, L.Union):
             return UnionExec(inputs=tuple(go(i) for i in node.inputs))
+        if isinstance(node, L.BatchRelation):
+            return BatchRelationExec(df=node.template)
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    top = push_projections_below_limits(plan)
+    from statestream.plan.optimizer import push_down_filters
+
+    top = push_projections_below_limits(push_down_filters(plan))
     return go(top)
 
 
@@ -84,8 +89,12 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     from pyspark.sql.types import StructType
 
     names = node.grouping_names
-    keys = tuple(f"__k{i}" for i in range(len(names)))
-    calls = tuple(decompose_aggregate(c, i, n) for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names)))
+    # cube/rollup: Spark's grouping id is one more key (state key field ``spark_grouping_id``)
+    keys = tuple(f"__k{i}" for i in range(len(names) + (1 if node.grouping_sets else 0)))
+    calls = tuple(
+        _grouping_call(c, n, node, keys) or decompose_aggregate(c, i, n)
+        for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
+    )
     et_name = node.event_time_key()
     et_key = None
     et_struct = False
@@ -103,19 +112,86 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         output_schema=node.schema,
         event_time_key=et_key,
         event_time_is_struct=et_struct,
+        key_filters=tuple(node.key_filters),
+        grouping_sets=node.grouping_sets,
     )
+
+
+@dataclass(frozen=True)
+class GroupingCall(AggregateCall):
+    """``grouping_id()`` or ``grouping(col)`` under ``cube``/``rollup``: no buffer of its own, its
+    value is read from the grouping-id key (Spark: ``spark_grouping_id``; ``grouping(c)`` is the
+    bit of ``c``, highest bit for the first grouping column)."""
+
+    gid_column: str = ""
+    shift: int | None = None  # None: the whole grouping id
+
+    def partial_columns(self) -> list:
+        return []
+
+    def final_column(self):
+        from pyspark.sql import functions as F
+
+        gid = F.col(self.gid_column)
+        if self.shift is None:
+            return gid
+        return F.shiftright(gid, self.shift).bitwiseAND(F.lit(1)).cast("byte")
+
+
+def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ...]) -> GroupingCall | None:
+    """A ``GroupingCall`` if ``col`` is ``grouping_id()``/``grouping(c)`` of a cube/rollup, else
+    ``None`` (then it is an aggregate function)."""
+    from statestream.plan.aggregates import UnsupportedAggregateError, column_node
+
+    if not node.grouping_sets:
+        return None
+    try:
+        fn = column_node(col)
+        while fn.getClass().getSimpleName() == "Alias":
+            fn = fn.child()
+    except Exception:  # noqa: BLE001 - not a classic column: let the decomposition say what is wrong
+        return None
+    if fn.getClass().getSimpleName() != "UnresolvedFunction":
+        return None
+    name = str(fn.functionName()).lower()
+    if name not in ("grouping", "grouping_id"):
+        return None
+    n = len(node.grouping)
+    args = [str(fn.arguments().apply(i).sql()).replace("`", "") for i in range(fn.arguments().size())]
+    grouping_sql = []
+    for g, out in zip(node.grouping, node.grouping_names):
+        try:
+            text = str(column_node(g).sql()).replace("`", "")
+        except Exception:  # noqa: BLE001
+            text = out
+        grouping_sql.append({text, out})
+    common = dict(function=name, args=(), is_distinct=False, output_name=output_name, buffers=(), sql=str(fn.sql()), gid_column=keys[n])
+    if name == "grouping_id":
+        if args and (len(args) != n or any(a not in g for a, g in zip(args, grouping_sql))):
+            msg = "statestream supports grouping_id() only over all grouping columns, in their order"
+            raise UnsupportedAggregateError(msg)
+        return GroupingCall(**common)
+    matches = [i for i, g in enumerate(grouping_sql) if len(args) == 1 and args[0] in g]
+    if len(matches) != 1:
+        msg = f"grouping({', '.join(args)}) does not name one of the grouping columns {list(node.grouping_names)}"
+        raise UnsupportedAggregateError(msg)
+    return GroupingCall(**common, shift=n - 1 - matches[0])
 
 
 def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
     """Key and value schemas of the aggregation's state as Spark writes them (format v2: the
     value holds only the buffers), from a batch analysis of the partial aggregation."""
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import LongType, StructField, StructType
 
     partials = [p for c in calls for p in c.partial_columns()]
-    buffers = node.child.template.groupBy(*node.grouping).agg(*partials).schema if partials else None
-    key_json = spark_grouping_key_schema(node.template)
+    t = node.child.template
+    group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[node.grouping_sets]
+    buffers = group(*node.grouping).agg(*partials).schema if partials else None
+    key_json = spark_grouping_key_schema(node.template)  # cube/rollup: ends with spark_grouping_id
     if key_json is None:
         key = StructType([StructField(f.name, f.dataType, f.nullable) for f in node.schema.fields[: len(node.grouping)]])
+        if node.grouping_sets:
+            key.add(StructField(GROUPING_ID_NAME, LongType(), False))
         key_json = key.jsonValue()
     value_fields = []
     for c in calls:

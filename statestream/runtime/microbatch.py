@@ -35,6 +35,7 @@ from statestream.faults import crash_point
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
+from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
 
@@ -448,7 +449,7 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
         )
-        result = plan.execute(ctx)
+        result = with_batch_timestamp(plan.execute(ctx), record.timestamp_ms)
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")

@@ -8,8 +8,9 @@ micro-batch, with ``trigger(availableNow=True)``:
 
     withWatermark("ts", "20 seconds").groupBy(window("ts", "5 seconds")).agg(count("value"))
 
-or, with ``"query": "session"`` in the job, the same over ``session_window("ts", "10 seconds")``
-and the parity of ``value``.
+(or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``;
+with ``"query": "limit"``, ``limit(7)``; with ``"query": "session"``, the same aggregation over
+``session_window("ts", "10 seconds")`` and the parity of ``value``).
 
 Sinks, both idempotent per batch id:
 
@@ -51,6 +52,16 @@ def seed_query(df):
     )
 
 
+def dedup_query(df):
+    """Deduplication as the programming guide writes it (``test_crash_dedup.py``)."""
+    return df.withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])
+
+
+def limit_query(df):
+    """A streaming limit (``test_crash_limit.py``)."""
+    return df.limit(7)
+
+
 def session_query(df):
     """Session windows over the same input: 10 s gap, keyed by the parity of ``value``."""
     from pyspark.sql import functions as F
@@ -63,7 +74,7 @@ def session_query(df):
 
 
 #: ``job["query"]`` -> the query builder (default ``seed``)
-QUERIES = {"seed": seed_query, "session": session_query}
+QUERIES = {"seed": seed_query, "dedup": dedup_query, "limit": limit_query, "session": session_query}
 
 
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):

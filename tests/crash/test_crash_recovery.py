@@ -7,7 +7,6 @@ hard way: the seed query runs in a child process (``crash_child.py``: its own Sp
 and Python workers) that is killed with SIGKILL at a named point of a micro-batch
 (``statestream.faults``), then restarted in a fresh child, again and again, on one checkpoint:
 
-* ``before_offsets``: the file source logged batch N's file, ``offsets/N`` is not written;
 * ``after_offsets``: ``offsets/N`` written, nothing else of batch N done;
 * ``after_state_commit``: inside a state task, after one partition committed version N+1;
 * ``sink_files_published``: the file sink moved batch N's files into place but did not list them;
@@ -22,11 +21,16 @@ honours ``_spark_metadata``), must equal an uninterrupted statestream run and Sp
 over the same input; the query id must be the one of the first start, and ``commits/`` must hold
 every batch exactly once, the same batch ids as Spark's checkpoint.
 
+A kill ``before_offsets`` (the file source logged batch N's file, ``offsets/N`` is not written)
+changes the batches in Spark too: on restart the logged file is no longer new, the source admits
+the next file as well and batch N holds two files, ``maxFilesPerTrigger`` notwithstanding. That
+case is compared with Spark's engine restarted on its own checkpoint in the same state.
+
 Append mode writes to the file sink. Update mode uses ``foreachBatch`` writing one directory per
 batch id (the exactly-once idiom); its log of calls must show the re-delivered batch exactly as
 Spark's engine shows it when the same batch fails after its write and the query is restarted.
 
-Every start costs a JVM, so the two gauntlets (five kills each) are ``slow``; the default run
+Every start costs a JVM, so the two gauntlets (five and four kills) are ``slow``; the default run
 keeps one kill, the partial state commit, as a representative.
 """
 
@@ -70,14 +74,17 @@ NUM_BATCHES = 6
 # ------------------------------------------------------------------------------------------
 
 
-def write_inputs(directory: Path) -> None:
-    """The input files, with increasing modification times (the file source's order)."""
+def write_inputs(directory: Path, indexes: range | None = None) -> None:
+    """The input files (or those of ``indexes``), with increasing modification times (the file
+    source's order); the times depend only on the day, so two calls agree."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
-    base = time.time() - 3600
+    base = (time.time() // 86400) * 86400 - 86400
     for i, secs in enumerate(FILES):
+        if indexes is not None and i not in indexes:
+            continue
         table = pa.table(
             {
                 "ts": pa.array([s * 1_000_000 for s in secs], pa.timestamp("us", tz="UTC")),
@@ -437,7 +444,6 @@ def test_append_file_sink_survives_sigkill_at_every_point(spark, tmp_path):
 def test_update_foreach_batch_redelivery_matches_spark(spark, tmp_path):
     kills = [
         ("after_offsets", 0, None),  # the very first batch: no offsets/-1 to start from
-        ("before_offsets", 1, None),  # file 1 is in the source's log, not in offsets/1
         ("after_state_commit", 2, 1),
         ("after_sink", 2, None),  # while re-executing batch 2: foreachBatch saw it once
         ("after_commit", 3, None),
@@ -450,6 +456,33 @@ def test_update_foreach_batch_redelivery_matches_spark(spark, tmp_path):
     theirs = calls(Path(oracle["calls"]))
     assert [b for b, _ in theirs] == [0, 1, 2, 2, 3, 4, 5], theirs
     assert ours == theirs
+
+
+@pytest.mark.slow
+def test_kill_before_offsets_regroups_batches_like_spark(spark, tmp_path):
+    """Killed after the file source logged batch 1's file but before ``offsets/1``: the restart
+    puts files 1 and 2 into batch 1, as Spark does from the same checkpoint state (built here
+    on Spark's own checkpoint: batch 0 run, then batch 1's source log entry written alone)."""
+    job, final = _run_gauntlet(tmp_path, "append", [("before_offsets", 1, None)])
+    ckpt = Path(job["checkpoint"])
+    files_of_batch_1 = json.loads((ckpt / "offsets" / "1").read_text().splitlines()[2])["logOffset"]
+    assert files_of_batch_1 == 2, "batch 1 should end at source log entry 2 (files 1 and 2)"
+
+    spark_input = tmp_path / "spark-input"
+    write_inputs(spark_input, range(1))
+    oracle = job_for(tmp_path / "spark", "spark", "append", spark_input)
+    run_in_process(spark, oracle)
+    assert batch_files(Path(oracle["checkpoint"]) / "commits") == [0]
+    write_inputs(spark_input, range(1, len(FILES)))
+    entry = (ckpt / "sources" / "0" / "1").read_text().replace(str(Path(job["input"])), str(spark_input))
+    (Path(oracle["checkpoint"]) / "sources" / "0" / "1").write_text(entry)
+    run_in_process(spark, oracle)
+
+    assert json.loads((Path(oracle["checkpoint"]) / "offsets" / "1").read_text().splitlines()[2])["logOffset"] == 2
+    assert batch_files(ckpt / "commits") == batch_files(Path(oracle["checkpoint"]) / "commits")
+    assert sink_log_batches(Path(job["output"])) == sink_log_batches(Path(oracle["output"]))
+    got = sink_rows(spark, Path(job["output"]), "append")
+    assert got and got == sink_rows(spark, Path(oracle["output"]), "append")
 
 
 def test_session_window_sigkill_mid_state_commit_and_after_sink(spark, tmp_path):

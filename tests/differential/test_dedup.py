@@ -321,6 +321,11 @@ VERDICTS: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
         lambda df: w(df).groupBy("eventTime").count().dropDuplicatesWithinWatermark(["count"]),
         True,
     ),
+    "event_time_dedup_named_in_other_case_after_update_agg": (
+        "update",
+        lambda df: w(df).groupBy("eventTime").count().dropDuplicates(["EVENTTIME"]),
+        True,
+    ),
     "event_time_dedup_after_append_agg": (
         "append",
         lambda df: w(df).groupBy(F.window("eventTime", "5 seconds").alias("win")).count().dropDuplicates(["win"]),
@@ -471,3 +476,25 @@ def test_restart_with_changed_dedup_is_refused_like_spark(spark, ours, tmp_path,
         texts.append(_failure_text(info.value))
     assert condition in texts[0], texts[0]
     assert texts[1] == texts[0], f"\n  spark: {texts[0]}\n  ours:  {texts[1]}"
+
+
+def test_s25_limit_after_dedup(spark, ours, tmp_path):
+    """S25: the dedup below a streaming limit records every key it sees, also those the limit
+    then drops (state 2, 4, 5), and its operator id is 1 (the limit is 0)."""
+    exp, act = check(
+        spark, ours, lambda df: df.dropDuplicates(["value"]).limit(3), [vals(1, 1, 2), vals(2, 3, 4), vals(5)],
+        SCHEMA, "append", tmp_path,
+    )
+    assert [len(b.rows) for b in exp.batches] == [2, 1, 0]
+    assert [[s["operatorName"] for s in b.state] for b in exp.batches] == [["globalLimit", "dedupe"]] * 3
+    assert [b.state[1]["numRowsTotal"] for b in exp.batches] == [2, 4, 5]
+
+
+def test_array_column_in_the_keys(spark, ours, tmp_path):
+    """``dropDuplicates()`` over a row with an array column: Spark compares the binary rows."""
+    check(
+        spark, ours,
+        lambda df: df.select(F.array("value", "value").alias("arr"), F.split("k", ",").alias("parts")).dropDuplicates(),
+        [kv(("a", 1), ("a", 1), ("a,b", 2), (None, 2), (None, None)), kv(("a", 2), ("a,b", 2), ("b,", None), (None, None))],
+        KV, "append", tmp_path,
+    )

@@ -237,6 +237,18 @@ def test_limit_after_aggregation_complete_without_order(spark, ours, tmp_path):
     assert [len(b.rows) for b in exp.batches] == [2, 2] and _operators(exp) == [["stateStoreSave"]] * 2
 
 
+def test_limit_after_deduplication(spark, ours, tmp_path):
+    """SPARK-30657: the local limit over a deduplication stays a StreamingLocalLimit, so the
+    deduplication still records every new key (3 and 4) once the limit is reached."""
+    build = lambda df: df.dropDuplicates().limit(1)  # noqa: E731
+    files = [vals(1, 2), vals(3, 4), vals(1, 5)]
+    exp, act = (run_stream(e, build, files, SCHEMA, "append", tmp_path) for e in (spark, ours()))
+    assert_same_counts(exp, act, allowed=v(1, 2))
+    assert [len(b.rows) for b in exp.batches] == [1, 0, 0]
+    assert _operators(exp)[0] == ["globalLimit", "dedupe"]
+    assert [b.state[1]["numRowsTotal"] for b in exp.batches] == [2, 4, 5]
+
+
 # ------------------------------------------------------------------------------------------
 # Restart
 # ------------------------------------------------------------------------------------------

@@ -56,6 +56,18 @@ CASES: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
         lambda df: df.dropDuplicatesWithinWatermark(["value"]),
         True,
     ),
+    "union_with_batch": ("append", lambda df: df.union(df.sparkSession.range(3).withColumnRenamed("id", "value")), True),
+    "union_by_name_with_batch": (
+        "append",
+        lambda df: df.unionByName(df.sparkSession.range(3).withColumnRenamed("id", "value")),
+        True,
+    ),
+    "union_with_batch_then_agg": (
+        "complete",
+        lambda df: df.union(df.sparkSession.range(3).withColumnRenamed("id", "value")).groupBy("value").count(),
+        True,
+    ),
+    "cube_append_without_watermark": ("append", lambda df: df.cube("value").count(), True),
     # Allowed shapes.
     "update_without_agg": ("update", lambda df: df.filter("value > 0"), False),
     "sort_after_agg_complete": ("complete", lambda df: df.groupBy("value").count().orderBy("value"), False),
@@ -69,6 +81,9 @@ CASES: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
         False,
     ),
     "cube_complete": ("complete", lambda df: df.cube("value").count(), False),
+    "cube_update": ("update", lambda df: df.cube("value").count(), False),
+    "rollup_update": ("update", lambda df: df.rollup("value", (F.col("value") % 2).alias("p")).count(), False),
+    "cube_window_append": ("append", lambda df: w10(df).cube(F.window("eventTime", "5 seconds"), "value").count(), False),
     "windowed_agg_append": ("append", lambda df: win5(w10(df)), False),
 }
 

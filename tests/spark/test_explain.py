@@ -88,6 +88,7 @@ CASES: dict[str, Callable[[Any], Any]] = {
     ),
     "two_limits_apart": lambda F: lambda r: _rate(r).limit(5).where("value > 1").limit(3),
     "limit_zero": lambda F: lambda r: _rate(r).limit(0),
+    "limit_after_dedup": lambda F: lambda r: _rate(r).dropDuplicates(["value"]).limit(1),
     "session_window": lambda F: lambda r: (
         _rate(r)
         .withWatermark("timestamp", "10 seconds")

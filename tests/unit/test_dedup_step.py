@@ -189,3 +189,15 @@ def test_store_insert_appends_new_keys_and_survives_reload(tmp_path):
     found = reloaded.lookup(pa.table({"k": ["b", None, "c"]}))
     assert found.column("x").to_pylist() == [2, 3, None]
     assert reloaded.num_keys() == 3
+
+
+def test_list_keys_are_matched_exactly():
+    ints = pa.array([[1, 2], [1, 2], None, [], [None], [1, None], [1, None], None, [], [2, 1]], pa.list_(pa.int64()))
+    assert first_occurrence_indices(binary_comparable(pa.table({"a": ints}))).tolist() == [0, 2, 3, 4, 5, 9]
+    strs = pa.array([["x", "yy"], ["x", "yy"], ["xy", "y"], None, [], [None], [""], [None], ["x", "yy"]], pa.list_(pa.string()))
+    assert first_occurrence_indices(binary_comparable(pa.table({"a": strs}))).tolist() == [0, 2, 3, 4, 5, 6]
+    assert first_occurrence_indices(binary_comparable(pa.table({"a": strs.slice(2)}))).tolist() == [0, 1, 2, 3, 4, 6]
+    floats = pa.array([[0.0], [-0.0], [float("nan")], [0.0]], pa.list_(pa.float64()))
+    assert first_occurrence_indices(binary_comparable(pa.table({"a": floats}))).tolist() == [0, 1, 2]
+    nested = pa.array([{"l": [1]}, {"l": [1]}, {"l": [2]}, None])
+    assert first_occurrence_indices(binary_comparable(pa.table({"a": nested}))).tolist() == [0, 2, 3]

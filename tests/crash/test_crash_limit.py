@@ -1,0 +1,110 @@
+"""SIGKILL crash recovery of a streaming limit (``limit(7)``, file sink, append mode).
+
+The same machinery as ``test_crash_recovery.py``: a child process per start, killed at a named
+point of a micro-batch, restarted on the same checkpoint. Five files of 3, 3, 3, 3 and 1 rows:
+the limit lets 3, 3 and 1 rows through in batches 0-2 and nothing after. A batch re-executed
+after a kill opens the limit's count at the version it started from, so it emits the same rows
+again, neither more (the sink would hold more than 7 rows) nor fewer (a re-run that read the
+count its killed attempt had already committed would emit nothing). After the kills and a final
+restart, the sink must equal Spark's own engine's and an uninterrupted statestream run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.crash.test_crash_recovery import (
+    ChildRun,
+    _assert_after_crash,
+    batch_files,
+    job_for,
+    query_id,
+    run_in_process,
+    sink_log_batches,
+)
+
+FILES: list[list[int]] = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13]]
+
+
+def write_limit_inputs(directory: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    base = time.time() - 3600
+    for i, values in enumerate(FILES):
+        table = pa.table(
+            {
+                "ts": pa.array([v * 1_000_000 for v in values], pa.timestamp("us", tz="UTC")),
+                "value": pa.array(values, pa.int64()),
+            }
+        )
+        path = directory / f"part-{i:05d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (base + i, base + i))
+
+
+def limit_job(root: Path, engine: str, input_dir: Path) -> dict[str, Any]:
+    return dict(job_for(root, engine, "append", input_dir), query="limit")
+
+
+def sink_values(spark: Any, output: Path) -> list[int]:
+    return sorted(r.value for r in spark.read.parquet(str(output)).select("value").collect())
+
+
+def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None]]) -> None:
+    from statestream import StreamingSession
+
+    input_dir = tmp_path / "input"
+    write_limit_inputs(input_dir)
+    job = limit_job(tmp_path / "statestream", "statestream", input_dir)
+    first_id = None
+    for i, (point, batch, partition) in enumerate(kills):
+        spec = f"{point}:{batch}" + ("" if partition is None else f":{partition}")
+        run = ChildRun(tmp_path, f"crash{i}-{point}-{batch}", job, spec).run()
+        assert run.returncode == -signal.SIGKILL, f"{run.name}: expected SIGKILL at {spec}, exit {run.returncode}\n{run.tail()}"
+        assert not [m for m in run.alive_after_2s if "java" in m[2]], f"{run.name}: JVM outlived its driver"
+        first_id = first_id or query_id(Path(job["checkpoint"]))
+        _assert_after_crash(run.name, point, batch, partition, job)
+    final = ChildRun(tmp_path, "restart-final", job, None).run()
+    assert final.returncode == 0, f"final restart failed (exit {final.returncode})\n{final.tail()}"
+    assert final.result()["id"] == first_id
+
+    oracle = limit_job(tmp_path / "spark", "spark", input_dir)
+    run_in_process(spark, oracle)
+    clean = limit_job(tmp_path / "uninterrupted", "statestream", input_dir)
+    run_in_process(StreamingSession(spark), clean)
+    got = sink_values(spark, Path(job["output"]))
+    assert got == [1, 2, 3, 4, 5, 6, 7]
+    assert got == sink_values(spark, Path(oracle["output"])), "recovered output differs from Spark's engine"
+    assert got == sink_values(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
+    expected_ids = batch_files(Path(oracle["checkpoint"]) / "commits")
+    assert batch_files(Path(job["checkpoint"]) / "commits") == expected_ids
+    assert sink_log_batches(Path(job["output"])) == sink_log_batches(Path(oracle["output"])) == expected_ids
+
+
+def test_limit_sigkill_after_its_state_commit_then_restart(spark, tmp_path):
+    """Batch 2 dies right after the limit committed count 7 (version 3): the re-run opens
+    version 2 (count 6) and emits the 7th row again."""
+    _gauntlet(spark, tmp_path, [("after_state_commit", 2, 0)])
+
+
+@pytest.mark.slow
+def test_limit_survives_sigkill_at_every_point(spark, tmp_path):
+    _gauntlet(
+        spark,
+        tmp_path,
+        [
+            ("after_offsets", 1, None),
+            ("after_state_commit", 1, 0),  # while re-executing batch 1
+            ("sink_files_published", 2, None),
+            ("after_sink", 2, None),  # while re-executing batch 2
+            ("after_commit", 3, None),
+        ],
+    )
