@@ -31,13 +31,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.faults import crash_point
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.base import (
     PhysicalOperator,
@@ -517,7 +517,7 @@ class StreamingDeduplicateWithinWatermarkExec(StreamingDeduplicateExec):
 
 
 @dataclass(frozen=True)
-class DeduplicationStateStep:
+class DeduplicationStateStep(StateStep):
     """The state step of one partition, picklable for Spark's Python workers; ``__call__`` is
     the ``mapInArrow`` function and ``process`` the Spark-free part (unit-testable)."""
 
@@ -538,15 +538,6 @@ class DeduplicationStateStep:
     delay_ms: int = 0
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        partition = TaskContext.get().partitionId()
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        yield from out.to_batches(max_chunksize=1 << 16)
 
     def _value_schema(self) -> pa.Schema:
         if self.within_watermark:
@@ -618,22 +609,14 @@ class DeduplicationStateStep:
             evicted = self._evict(store)
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numRemovedStateRows"] = evicted
-            c0 = time.perf_counter()
-            committed = store.commit()
-            commit_ms = (time.perf_counter() - c0) * 1000
-            crash_point("after_state_commit", self.version, partition)
-            provider.maybe_do_maintenance(committed)
+            commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
-        sm = store.metrics()
-        m["numOutputRows"] = output.num_rows
-        m["numTotalStateRows"] = sm.num_keys
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["allRemovalsTimeMs"] = int(removal_ms)
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = sm.memory_used_bytes
-        m["customMetrics"] = {**sm.custom_metrics, DROPPED_DUPLICATES_METRIC: m[DROPPED_DUPLICATES_METRIC]}
+        finish_writer_metrics(
+            m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows,
+            custom={DROPPED_DUPLICATES_METRIC: m[DROPPED_DUPLICATES_METRIC]},
+        )
         return output, m
 
     def _values(self, rows: pa.Table) -> pa.Array:

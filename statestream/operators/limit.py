@@ -27,11 +27,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
-from statestream.faults import crash_point
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.base import (
     PhysicalOperator,
     StatefulOperator,
@@ -213,7 +213,7 @@ class StreamingGlobalLimitExec(PhysicalOperator, StateStoreWriter):
 
 
 @dataclass(frozen=True)
-class GlobalLimitStateStep:
+class GlobalLimitStateStep(StateStep):
     """The global limit's work in its single task, picklable so Spark ships it to the Python
     worker. ``__call__`` is the ``mapInArrow`` function; :meth:`process` is the pure part."""
 
@@ -224,15 +224,6 @@ class GlobalLimitStateStep:
     limit: int
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        partition = TaskContext.get().partitionId()
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        yield from out
 
     def process(self, partition: int, batches) -> tuple[list[pa.RecordBatch], dict]:
         """Emit what is left of the limit from ``batches`` and commit the new count.
@@ -282,20 +273,11 @@ class GlobalLimitStateStep:
                 m["numUpdatedStateRows"] = 1
                 m["numOutputRows"] = count - before
             updates_ms = (time.perf_counter() - t0) * 1000
-            c0 = time.perf_counter()
-            committed = store.commit()
-            commit_ms = (time.perf_counter() - c0) * 1000
-            crash_point("after_state_commit", self.version, partition)
-            provider.maybe_do_maintenance(committed)
+            commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
-        sm = store.metrics()
-        m["numTotalStateRows"] = sm.num_keys
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = sm.memory_used_bytes
-        m["customMetrics"] = dict(sm.custom_metrics)
+        finish_writer_metrics(m, store, updates_ms, commit_ms)
         return out, m
 
 

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.faults import crash_point
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
 from statestream.operators.base import (
     PhysicalOperator,
@@ -480,7 +480,7 @@ def _column(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 @dataclass(frozen=True)
-class SessionWindowStateStep:
+class SessionWindowStateStep(StateStep):
     """Restore, merge and save of one state partition of a session-window aggregation,
     picklable so Spark ships it to the Python workers; ``__call__`` is the ``mapInArrow``
     function. See :meth:`process`."""
@@ -504,15 +504,6 @@ class SessionWindowStateStep:
     merge_local: bool = False
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        partition = TaskContext.get().partitionId()
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        yield from out.to_batches(max_chunksize=1 << 16)
 
     # -- layouts ----------------------------------------------------------------------------
     def store_schemas(self) -> tuple[pa.Schema, pa.Schema]:
@@ -601,22 +592,11 @@ class SessionWindowStateStep:
             else:
                 output = store.table()
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
-            c0 = time.perf_counter()
-            committed = store.commit()
-            commit_ms = (time.perf_counter() - c0) * 1000
-            crash_point("after_state_commit", self.version, partition)
-            provider.maybe_do_maintenance(committed)
+            commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
-        sm = store.metrics()
-        m["numOutputRows"] = output.num_rows
-        m["numTotalStateRows"] = sm.num_keys
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["allRemovalsTimeMs"] = int(removal_ms)
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = sm.memory_used_bytes
-        m["customMetrics"] = dict(sm.custom_metrics)
+        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
         return self._to_output(output), m
 
     def _evict(self, store) -> pa.Table:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
 from statestream.operators.base import (
     PhysicalOperator,
@@ -26,7 +27,6 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.plan.aggregates import merge_buffers
-from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -146,7 +146,7 @@ def older_than_watermark(table: pa.Table, column: str, is_struct: bool, watermar
 
 
 @dataclass(frozen=True)
-class AggregationStateStep:
+class AggregationStateStep(StateStep):
     """The per-partition state step (restore, merge, save, commit), picklable so that Spark ships
     it to the Python workers. ``__call__`` is the ``mapInArrow`` function."""
 
@@ -164,15 +164,6 @@ class AggregationStateStep:
     event_time_is_struct: bool
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        partition = TaskContext.get().partitionId()
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        yield from out.to_batches(max_chunksize=1 << 16)
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         """Run the step for one partition; returns (rows to emit, metrics). Pure apart from the
@@ -247,21 +238,10 @@ class AggregationStateStep:
             else:
                 raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
-            c0 = time.perf_counter()
-            committed = store.commit()
-            commit_ms = (time.perf_counter() - c0) * 1000
-            crash_point("after_state_commit", self.version, partition)
-            provider.maybe_do_maintenance(committed)
+            commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
-        sm = store.metrics()
-        m["numOutputRows"] = output.num_rows
-        m["numTotalStateRows"] = sm.num_keys
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["allRemovalsTimeMs"] = int(removal_ms)
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = sm.memory_used_bytes
-        m["customMetrics"] = dict(sm.custom_metrics)
+        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
         output = output.select(list(self.key_columns) + [c for c, _ in self.buffers])
         return output, m
