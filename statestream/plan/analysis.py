@@ -537,6 +537,11 @@ def _legacy(message: str) -> StatestreamAnalysisException:
     return analysis_error(LEGACY_CONDITION, message, None, msg=message)
 
 
+def union_stream_batch_error() -> StatestreamAnalysisException:
+    """Spark's refusal of a union of a streaming and a batch DataFrame."""
+    return _legacy(MSG_UNION_STREAM_BATCH)
+
+
 def output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:
     """Spark's ``STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION`` error; also raised by operators
     at run time when the analysis checks are disabled (e.g. a session window in update mode)."""
