@@ -406,7 +406,9 @@ class MicroBatchExecution:
         from pyspark.sql import functions as F
 
         if end is None or end == start:
-            return self.spark.createDataFrame([], source.schema)
+            from statestream.sources.base import empty_batch
+
+            return empty_batch(self.spark, source.schema)
         df = source.get_batch(self.spark, start, end)
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
         observations[i] = obs
