@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -426,7 +427,9 @@ class MicroBatchExecution:
         from pyspark.sql import functions as F
 
         if end is None or end == start:
-            return self.spark.createDataFrame([], source.schema)
+            from statestream.sources.base import empty_batch
+
+            return empty_batch(self.spark, source.schema)
         df = source.get_batch(self.spark, start, end)
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
         observations[i] = obs
@@ -438,8 +441,10 @@ class MicroBatchExecution:
         from statestream.runtime.state_checks import check_state_on_first_batch
 
         assert self._physical is not None
-        # a source the plan does not read (below a limit(0)) reports no input rows, as in Spark
-        read = {n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec)}
+        # Spark sums the rows of every scan of a source (a self-union reads it twice); a source
+        # the plan does not read (below a limit(0)) reports no input rows
+        scans = Counter(n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec))
+        read = set(scans)
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         batches = {
@@ -476,7 +481,7 @@ class MicroBatchExecution:
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         materialized = result.localCheckpoint(eager=True)
-        num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
+        num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
             # a local limit may stop a scan early: count what the scans read, as Spark does
             scanned = input_rows_by_source(plan, result)
