@@ -313,6 +313,8 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         query.awaitTermination()
         total = time.perf_counter() - t0
         progress = [_progress_dict(p) for p in (query.recentProgress or [])]
+        # executed batches only: an idle trigger's progress (no addBatch) is in recentProgress too
+        progress = [p for p in progress if "addBatch" in (p.get("durationMs") or {})]
         data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
         durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
         last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}

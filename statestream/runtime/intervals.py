@@ -43,6 +43,7 @@ __all__ = [
     "parse_watermark_delay_ms",
     "parse_window_duration_us",
     "parse_trigger_interval_ms",
+    "parse_time_conf_ms",
     "DAYS_PER_MONTH",
     "MICROS_PER_DAY",
 ]
@@ -585,3 +586,27 @@ def parse_trigger_interval_ms(interval: str) -> int:
     if micros < 0:  # checked in µs: Spark refuses even "-0.0005 seconds"
         raise IllegalArgumentError("requirement failed: the interval of trigger should not be negative")
     return micros // MICROS_PER_MILLI
+
+
+_TIME_CONF_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_time_conf_ms(value: str, default_unit: str = "ms") -> int:
+    """A Spark time configuration value (``"10000"``, ``"10s"``, ``"250ms"``, ``"1min"``) in ms.
+
+    Spark reads such confs with Java's time-string rule: an integer with an optional unit suffix
+    (us, ms, s, m or min, h, d), the conf's own unit when there is none.
+
+    Raises
+    ------
+    ValueError
+        for anything else, naming the value.
+    """
+    import re
+
+    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", value.lower())
+    unit = (m.group(2) or default_unit) if m else None
+    if m is None or unit not in _TIME_CONF_UNITS_MS:
+        msg = f"invalid time value {value!r}: expected an integer with an optional unit (us, ms, s, m, min, h, d)"
+        raise ValueError(msg)
+    return int(int(m.group(1)) * _TIME_CONF_UNITS_MS[unit])

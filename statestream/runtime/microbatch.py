@@ -133,7 +133,14 @@ class MicroBatchExecution:
         self._no_new_data = False
         self._processed_marker = 0
         self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
-        self.progress = ProgressTracker(self)
+        from statestream.runtime.intervals import parse_time_conf_ms
+
+        conf = self.df.sparkSession.conf
+        self.progress = ProgressTracker(
+            self,
+            keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
+            no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
+        )
         self._last_plan: "PhysicalOperator" | None = None
         self._physical: "PhysicalOperator" | None = None
         self.fm = CheckpointFileManager(self.checkpoint_location)
@@ -368,7 +375,7 @@ class MicroBatchExecution:
                     self.progress.record_duration("walCommit", t)
             if record is None:
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
-                self.progress.idle(batch_id)
+                self.progress.idle(batch_id, list(start))
                 with self._lock:
                     self._no_new_data = True
                     self._lock.notify_all()

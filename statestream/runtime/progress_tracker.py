@@ -75,18 +75,29 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
 
 
 class ProgressTracker:
-    def __init__(self, ex: "MicroBatchExecution", keep: int = 100) -> None:
+    """Spark's ``ProgressReporter``: the progress of every executed batch and, while the query
+    waits for data, an idle-trigger progress at most every ``noDataProgressEventInterval``.
+
+    Both kinds go into ``recentProgress``, which keeps ``numRecentProgressUpdates - 1`` entries
+    (Spark drops the oldest once the buffer reaches the conf's value).
+    """
+
+    def __init__(self, ex: "MicroBatchExecution", keep: int = 100, no_data_interval_ms: int = 10_000) -> None:
         self.ex = ex
-        self._recent: collections.deque[dict] = collections.deque(maxlen=keep)
+        self._recent: collections.deque[dict] = collections.deque(maxlen=max(keep - 1, 0))
+        self.no_data_interval_ms = no_data_interval_ms
+        #: when the last progress (of a batch or an idle trigger) was recorded; None = never
+        self._last_no_execution_report: float | None = None
         self._lock = threading.Lock()
         self._durations: dict[str, int] = {}
         self._trigger_start_wall = 0
         self._trigger_start = 0.0
         self._prev_trigger_start_wall: int | None = None
         self._pending: dict[str, Any] = {}
-        self._last_idle_report = 0.0
         self._last_ops: list[dict] = []
         self._last_watermark: int | None = None
+        self._executed = False  # a batch of this run recorded its progress
+        self._last_sink_rows_reported = False
 
     # -- timing
     def start_trigger(self) -> None:
@@ -166,6 +177,9 @@ class ProgressTracker:
         self._last_watermark = record.watermark_ms
         with self._lock:
             self._recent.append(prog)
+        self._last_no_execution_report = time.monotonic()
+        self._last_sink_rows_reported = prog["sink"]["numOutputRows"] != -1
+        self._executed = True
         logger.info("progress: batch %s of query %s: %s input rows, %s ms", record.batch_id, self.ex.query_id, num_input, duration)
 
     def _first_stats(self, stats: dict):
@@ -177,14 +191,16 @@ class ProgressTracker:
                 return stats[n.node_id]
         return None
 
-    def idle(self, next_batch_id: int) -> None:
-        """An idle trigger: Spark reports one every ``noDataProgressEventInterval`` (10 s)."""
+    def idle(self, next_batch_id: int, committed: list) -> None:
+        """An idle trigger (no batch ran). Like Spark, its progress is recorded when
+        ``noDataProgressEventInterval`` passed since the last recorded progress, or at once if
+        the query has recorded none yet. It repeats the last batch's snapshot figures (state
+        rows, watermark) with the batch-bound ones at 0, and the committed offsets."""
         now = time.monotonic()
-        if self._last_idle_report and now - self._last_idle_report < 10.0:
+        last = self._last_no_execution_report
+        if last is not None and (now - last) * 1000 < self.no_data_interval_ms:
             return
-        self._last_idle_report = now
-        if not self._recent:
-            return
+        self._last_no_execution_report = now
         self._durations["triggerExecution"] = int((time.perf_counter() - self._trigger_start) * 1000)
         prog: dict[str, Any] = {
             "id": self.ex.query_id,
@@ -198,12 +214,29 @@ class ProgressTracker:
             "processedRowsPerSecond": 0.0,
             "durationMs": dict(sorted(self._durations.items())),
         }
-        if self.ex.has_watermark and self._last_watermark is not None:
-            prog["eventTime"] = {"watermark": format_timestamp_ms(self._last_watermark)}
+        executed = self._executed
+        et: dict[str, str] = {}
+        if executed and self.ex.has_watermark and self._last_watermark is not None:
+            et["watermark"] = format_timestamp_ms(self._last_watermark)
+        prog["eventTime"] = et
         prog["stateOperators"] = [dict(o, numRowsUpdated=0, numRowsDroppedByWatermark=0) for o in self._last_ops]
-        prog["sources"] = []
-        prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": -1}
-        self._idle_progress = prog  # not added to recentProgress: data batches only there
+        prog["sources"] = [
+            {
+                "description": s.description(),
+                "startOffset": committed[i],
+                "endOffset": committed[i],
+                "latestOffset": None,
+                "numInputRows": 0,
+                "inputRowsPerSecond": 0.0,
+                "processedRowsPerSecond": 0.0,
+            }
+            for i, s in enumerate(self.ex.sources)
+        ]
+        # Spark: 0 if the last batch's sink reported its rows, else -1 as for that batch
+        reported = executed and self._last_sink_rows_reported
+        prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": 0 if reported else -1}
+        with self._lock:
+            self._recent.append(prog)
 
     def last(self) -> dict | None:
         with self._lock:

@@ -311,3 +311,22 @@ def test_trigger_interval_refused(text, message):
     with pytest.raises(IllegalArgumentError) as err:
         parse_trigger_interval_ms(text)
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(
+    ("value", "ms"),
+    [("10000", 10_000), ("10000ms", 10_000), ("10s", 10_000), (" 250ms ", 250), ("1min", 60_000), ("2m", 120_000),
+     ("1h", 3_600_000), ("1d", 86_400_000), ("1500us", 1), ("0", 0)],
+)
+def test_time_conf_values(value, ms):
+    from statestream.runtime.intervals import parse_time_conf_ms
+
+    assert parse_time_conf_ms(value) == ms
+
+
+@pytest.mark.parametrize("value", ["", "ten", "10 seconds", "1.5s", "10x"])
+def test_time_conf_value_refused_with_the_value_named(value):
+    from statestream.runtime.intervals import parse_time_conf_ms
+
+    with pytest.raises(ValueError, match="invalid time value"):
+        parse_time_conf_ms(value)
