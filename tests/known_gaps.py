@@ -22,6 +22,11 @@ KNOWN_GAPS: dict[str, str] = {
         "exchange hash-partitions by the other keys only, while the state step's partition id is computed "
         "from all keys ('rows of state partitions [0] reached task partition 1')"
     ),
+    "tests/differential/test_semantics_gaps.py::test_event_time_avg_is_spark_running_mean": (
+        "eventTime.avg: Spark folds a running mean row by row in each task's row order "
+        "(EventTimeStats.add) and truncates; statestream's observe() divides the exact sum, so it reports "
+        "one ms more when the running mean falls just below a whole ms (110.125 s vs Spark's 110.124 s)"
+    ),
 }
 
 
