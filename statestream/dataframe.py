@@ -106,12 +106,36 @@ class DataFrame:
         raise TypeError(f"unexpected item type: {type(item)}")
 
     def __getattr__(self, name: str) -> Column:
+        if name == "_jdf":
+            self._refuse_jdf()
         if name.startswith("_"):
             raise AttributeError(name)
         if name not in self.columns:
             msg = f"'DataFrame' object has no attribute '{name}'"
             raise AttributeError(msg)
         return F.col(name)
+
+    @staticmethod
+    def _refuse_jdf() -> None:
+        """``_jdf`` is what PySpark's own methods read from their DataFrame argument, as in
+        ``batch_df.union(stream_df)``; a statestream DataFrame has no JVM streaming plan to give.
+
+        Why: for ``batch.union(stream)`` Spark builds the union and refuses it at ``start()``
+        with ``_LEGACY_ERROR_TEMP_3102``; PySpark's ``union`` here would only fail on a missing
+        attribute, so the same error (class and text) is raised now, when the union is built.
+        Any other PySpark method gets an ``AttributeError`` that says what to do instead."""
+        import sys
+
+        caller = sys._getframe(2).f_code.co_name  # noqa: SLF001 - the PySpark method reading other._jdf
+        if caller in ("union", "unionAll", "unionByName"):
+            from statestream.plan.analysis import union_stream_batch_error
+
+            raise union_stream_batch_error()
+        msg = (
+            f"a statestream DataFrame cannot be passed to PySpark's DataFrame.{caller}(): it has no JVM "
+            "plan; call the method on the statestream DataFrame instead (stream_df.<method>(batch_df))"
+        )
+        raise AttributeError(msg)
 
     # ------------------------------------------------------------------ helpers
     def _stateless(

@@ -175,3 +175,18 @@ class IncompatibleRestartError(StatestreamError):
 def analysis_error(error_class: str | None, message: str, sql_state: str | None = None, **params: Any) -> StatestreamAnalysisException:
     """Build an analysis error; ``message`` is the full Spark text (with ``[CLASS]`` and SQLSTATE)."""
     return StatestreamAnalysisException(message, error_class, params, sql_state)
+
+
+#: Spark's conf that selects the watermark propagation (named in the error below)
+ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+def redefined_watermark_error() -> StatestreamAnalysisException:
+    """Spark's ``_LEGACY_ERROR_TEMP_3076``: a ``withWatermark`` above another one of the same
+    stream, met when the watermark propagation is simulated (a batch whose watermark is not 0)."""
+    message = (
+        "Redefining watermark is disallowed. You can set the config "
+        f"'{ALLOW_MULTIPLE_CONF}' to 'false' to restore the previous behavior. "
+        "Note that multiple stateful operators will be disallowed."
+    )
+    return analysis_error("_LEGACY_ERROR_TEMP_3076", message, None, config=ALLOW_MULTIPLE_CONF)

@@ -17,11 +17,6 @@ KNOWN_GAPS: dict[str, str] = {
     "tests/differential/test_stateless.py::test_json_input_stateless": (
         "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
     ),
-    "tests/differential/test_restart_changes.py::test_state_schema_file_matches_spark[literal_key]": (
-        "grouping by a literal fails the first batch: Spark's optimizer drops the literal key, so the "
-        "exchange hash-partitions by the other keys only, while the state step's partition id is computed "
-        "from all keys ('rows of state partitions [0] reached task partition 1')"
-    ),
     "tests/differential/test_semantics_gaps.py::test_event_time_avg_is_spark_running_mean": (
         "eventTime.avg: Spark folds a running mean row by row in each task's row order "
         "(EventTimeStats.add) and truncates; statestream's observe() divides the exact sum, so it reports "

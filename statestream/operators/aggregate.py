@@ -47,6 +47,24 @@ class AggregationInfo:
     key_filters: tuple[Any, ...] = field(default=(), repr=False)
     #: "cube" or "rollup": keys are the grouping columns plus the grouping id (the last key)
     grouping_sets: str | None = None
+    #: positions of the keys the exchange hashes into the state partition id: Spark's grouping
+    #: after its optimizer dropped literal and repeated keys (``()``: all keys are literals, and
+    #: Spark hashes the int literal ``0``); ``None``: all keys
+    partition_key_indexes: tuple[int, ...] | None = None
+
+    @property
+    def partition_key_sql(self) -> tuple[str, ...]:
+        """SQL expressions over the key columns that Spark's exchange hashes."""
+        if self.partition_key_indexes is None:
+            return tuple(f"`{k}`" for k in self.key_columns)
+        return tuple(f"`{self.key_columns[i]}`" for i in self.partition_key_indexes) or ("0",)
+
+    @property
+    def partition_key_names(self) -> tuple[str, ...]:
+        """The same keys by their output names (for ``explain()``)."""
+        if self.partition_key_indexes is None:
+            return self.grouping_names
+        return tuple(self.grouping_names[i] for i in self.partition_key_indexes) or ("0",)
 
     @property
     def buffer_columns(self) -> tuple[str, ...]:
@@ -108,11 +126,11 @@ class HashAggregateExec(PhysicalOperator):
                 agg = agg.select(*info.key_columns, *info.buffer_columns)
             else:
                 agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+            hashed = info.partition_key_sql
             if self.ensure_partitioning and info.key_columns:
-                agg = agg.repartition(int(self.num_partitions or 1), *info.key_columns)
+                agg = agg.repartition(int(self.num_partitions or 1), *(F.expr(k) for k in hashed))
             if info.key_columns:
-                keys = ", ".join(f"`{k}`" for k in info.key_columns)
-                pid = F.expr(f"pmod(hash({keys}), {int(self.num_partitions or 1)})")
+                pid = F.expr(f"pmod(hash({', '.join(hashed)}), {int(self.num_partitions or 1)})")
             else:
                 pid = F.lit(0)
             return agg.withColumn(PARTITION_ID_COLUMN, pid.cast("int"))

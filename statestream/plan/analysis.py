@@ -41,6 +41,7 @@ from statestream.plan.logical import (
     WATERMARK_DELAY_KEY,
     Aggregate,
     Deduplicate,
+    EventTimeWatermark,
     Limit,
     LogicalPlan,
     Sort,
@@ -466,6 +467,20 @@ def has_correctness_issue(plan: LogicalPlan, output_mode: str) -> bool:
     return False
 
 
+def redefines_watermark(plan: LogicalPlan) -> bool:
+    """Whether a ``withWatermark`` sits above another one in the same input chain (a second
+    event-time column of one stream, e.g. two ``withWatermark`` before a ``dropDuplicates``).
+
+    Why: Spark's watermark propagation (``allowMultiple=true``, the default) refuses a watermark
+    node that receives a watermark from below, whatever lies between them; two streams that each
+    have their own watermark and meet in a union are fine. Spark only checks this when it
+    simulates the propagation, i.e. for a batch whose watermark is not 0."""
+    return any(
+        isinstance(n, EventTimeWatermark) and any(isinstance(c, EventTimeWatermark) for c in n.child.walk())
+        for n in plan.walk()
+    )
+
+
 def is_union_of_stream_and_batch(node: LogicalPlan) -> bool:
     return isinstance(node, Union) and len({is_streaming(c) for c in node.children}) == 2
 
@@ -520,6 +535,11 @@ def _fact_error(fact: ExpressionFact, streaming: bool) -> StatestreamAnalysisExc
 
 def _legacy(message: str) -> StatestreamAnalysisException:
     return analysis_error(LEGACY_CONDITION, message, None, msg=message)
+
+
+def union_stream_batch_error() -> StatestreamAnalysisException:
+    """Spark's refusal of a union of a streaming and a batch DataFrame."""
+    return _legacy(MSG_UNION_STREAM_BATCH)
 
 
 def output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:

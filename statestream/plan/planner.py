@@ -103,6 +103,8 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
     key_json, value_json = _state_schema_json(node, calls)
     return AggregationInfo(
+        # cube/rollup: Spark groups by Expand's outputs and the grouping id; all keys are hashed
+        partition_key_indexes=None if node.grouping_sets or not keys else spark_partition_key_indexes(node.template, len(keys)),
         key_schema_json=key_json,
         value_schema_json=value_json,
         grouping=tuple(node.grouping),
@@ -209,6 +211,62 @@ _GROUPING_RULES = (
 )
 
 
+def _jvm_aggregate(agg_df, rules: tuple[str, ...]):
+    """The first ``Aggregate`` node of ``agg_df``'s analysed plan after Spark's optimizer rules
+    ``rules`` (names in ``org.apache.spark.sql.catalyst.optimizer``), or ``None``."""
+    plan = agg_df._jdf.queryExecution().analyzed()  # noqa: SLF001
+    package = agg_df.sparkSession._jvm.org.apache.spark.sql.catalyst.optimizer  # noqa: SLF001
+    for name in rules:
+        plan = getattr(getattr(package, name + "$"), "MODULE$").apply(plan)
+    pending = [plan]
+    while pending:
+        current = pending.pop(0)
+        if current.nodeName() == "Aggregate":
+            return current
+        children = current.children()
+        pending.extend(children.apply(i) for i in range(children.length()))
+    return None
+
+
+def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None:
+    """Which grouping keys (by position) the aggregation's exchange hashes, as Spark's optimizer
+    leaves them: literals dropped, a repeated deterministic key kept once (its first occurrence).
+    ``()``: every key is a literal, and Spark groups (and hashes) by the int literal ``0`` instead.
+
+    Why: the exchange below the state step is Spark's (the batch ``groupBy``), and it hashes these
+    keys only; a state partition id computed from all the keys would send the rows of state
+    partition p to another task. Spark's own streaming aggregation places its state by the same
+    reduced keys, so this also keeps each key in the state partition where Spark keeps it.
+    ``None`` when the JVM plan cannot be inspected or does not line up with the ``num_keys``
+    grouping columns (the caller then hashes all keys).
+    """
+    try:
+        current = _jvm_aggregate(agg_df, ())
+        if current is None:
+            return None
+        grouping = current.groupingExpressions()
+        if grouping.length() != num_keys:
+            return None
+        kept: list[int] = []
+        seen = []
+        for i in range(num_keys):
+            e = grouping.apply(i)
+            if e.foldable():
+                continue
+            if e.deterministic():
+                canonical = e.canonicalized()
+                if any(canonical.equals(c) for c in seen):
+                    continue
+                seen.append(canonical)
+            kept.append(i)
+        return tuple(kept)
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: hash all keys
+        import logging
+
+        logging.getLogger(__name__).debug("cannot derive the keys Spark's exchange hashes", exc_info=True)
+        return None
+
+
 def spark_grouping_key_schema(agg_df) -> dict | None:
     """The state key schema Spark records for the aggregation ``agg_df`` (StructType JSON).
 
@@ -225,18 +283,8 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
     import json
 
     try:
-        plan = agg_df._jdf.queryExecution().analyzed()  # noqa: SLF001
-        rules = agg_df.sparkSession._jvm.org.apache.spark.sql.catalyst.optimizer  # noqa: SLF001
-        for name in _GROUPING_RULES:
-            plan = getattr(getattr(rules, name + "$"), "MODULE$").apply(plan)
-        pending = [plan]
-        while pending:
-            current = pending.pop(0)
-            if current.nodeName() == "Aggregate":
-                break
-            children = current.children()
-            pending.extend(children.apply(i) for i in range(children.length()))
-        else:
+        current = _jvm_aggregate(agg_df, _GROUPING_RULES)
+        if current is None:
             return None
         grouping = current.groupingExpressions()
         fields = []
@@ -267,7 +315,7 @@ def plan_streaming_aggregation(
     PartialMerge, StateStoreSave, Final."""
     info = aggregation_info(node)
     partial = HashAggregateExec(child=child, info=info, mode="Partial")
-    exchange = ShuffleExchangeExec(child=partial, keys=info.grouping_names, num_partitions=num_partitions)
+    exchange = ShuffleExchangeExec(child=partial, keys=info.partition_key_names, num_partitions=num_partitions)
     merge1 = HashAggregateExec(
         child=exchange,
         info=info,

@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -323,6 +324,14 @@ class MicroBatchExecution:
             self.df._plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode  # noqa: SLF001
         )
         self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
+        from statestream.errors import ALLOW_MULTIPLE_CONF
+        from statestream.plan.analysis import redefines_watermark
+
+        # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
+        # another one, once it has a watermark other than 0 to propagate
+        self._redefined_watermark = (
+            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.df._plan)  # noqa: SLF001
+        )
         no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
         self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
@@ -340,6 +349,10 @@ class MicroBatchExecution:
                     ends.append(s.latest_offset(st, s.default_read_limit()))
                 self.progress.record_duration("latestOffset", t)
                 has_data = any(e is not None and e != st for e, st in zip(ends, start))
+                if no_data_enabled and self._last_plan is not None:
+                    # Spark asks the last batch's plan whether the new watermark needs another
+                    # batch (and simulates its propagation) before it looks at new data
+                    self._check_watermark_propagation(self.tracker.current_watermark)
                 wants_nd = (
                     no_data_enabled
                     and self.trigger.kind != "once"
@@ -385,6 +398,14 @@ class MicroBatchExecution:
             self._sleep_until_next(trigger_start)
         self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
 
+    def _check_watermark_propagation(self, *watermarks_ms: int) -> None:
+        """Spark simulates the watermark propagation only for a watermark other than 0; a
+        redefined watermark fails the query there."""
+        if self._redefined_watermark and any(w != 0 for w in watermarks_ms):
+            from statestream.errors import redefined_watermark_error
+
+            raise redefined_watermark_error()
+
     def _sleep_until_next(self, trigger_start: float) -> None:
         interval = self.trigger.interval_ms / 1000.0
         wait = interval - (time.monotonic() - trigger_start) if interval > 0 else 0.01
@@ -406,7 +427,9 @@ class MicroBatchExecution:
         from pyspark.sql import functions as F
 
         if end is None or end == start:
-            return self.spark.createDataFrame([], source.schema)
+            from statestream.sources.base import empty_batch
+
+            return empty_batch(self.spark, source.schema)
         df = source.get_batch(self.spark, start, end)
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
         observations[i] = obs
@@ -418,8 +441,10 @@ class MicroBatchExecution:
         from statestream.runtime.state_checks import check_state_on_first_batch
 
         assert self._physical is not None
-        # a source the plan does not read (below a limit(0)) reports no input rows, as in Spark
-        read = {n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec)}
+        # Spark sums the rows of every scan of a source (a self-union reads it twice); a source
+        # the plan does not read (below a limit(0)) reports no input rows
+        scans = Counter(n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec))
+        read = set(scans)
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         batches = {
@@ -428,6 +453,8 @@ class MicroBatchExecution:
         }
         self.progress.record_duration("getBatch", t)
         t = time.perf_counter()
+        # planning simulates the propagation of the previous batch's and this batch's watermark
+        self._check_watermark_propagation(prev_wm if record.batch_id > 0 else 0, record.watermark_ms)
         inc = IncrementalExecution(
             state_root=self.fm.path("state") if "://" not in self.checkpoint_location else self.checkpoint_location.rstrip("/") + "/state",
             run_id=self.run_id,
@@ -454,7 +481,7 @@ class MicroBatchExecution:
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         materialized = result.localCheckpoint(eager=True)
-        num_input = [_observed_count(input_obs.get(i)) for i in range(len(self.sources))]
+        num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
             # a local limit may stop a scan early: count what the scans read, as Spark does
             scanned = input_rows_by_source(plan, result)

@@ -17,9 +17,22 @@ if TYPE_CHECKING:
 
     from statestream.checkpoint.files import CheckpointFileManager
 
-__all__ = ["Source", "ReadLimit"]
+__all__ = ["Source", "ReadLimit", "empty_batch"]
 
 Offset = Any  # JSON-serialisable
+
+
+def empty_batch(spark: "SparkSession", schema: "StructType") -> "DataFrame":
+    """An empty batch DataFrame with exactly ``schema``, for a source with nothing new.
+
+    Built on an RDD with no partitions: scanning it schedules no task, while
+    ``spark.createDataFrame([], schema)`` parallelises an empty list into one task per core (about
+    half a second per no-data batch). Not a ``LocalRelation`` either: Spark's optimizer knows that
+    one is empty and folds the aggregation and exchange above it away
+    (``PropagateEmptyRelation``), so the state tasks of a no-data batch, which evict and emit,
+    would never run. After the exchange there are still one task per state partition.
+    """
+    return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
 
 
 class ReadLimit:

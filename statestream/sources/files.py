@@ -50,7 +50,7 @@ from statestream.sinks.files import (
     qualified_path,
     uri_to_path,
 )
-from statestream.sources.base import ReadLimit, Source
+from statestream.sources.base import ReadLimit, Source, empty_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -406,7 +406,7 @@ class FileStreamSource(Source):
         files = self.files_between(start, end)
         logger.info("Processing %d files from %s:%s", len(files), self._log_offset_of(start) + 1, self._log_offset_of(end))
         if not files:
-            return spark.createDataFrame([], self._schema)
+            return empty_batch(spark, self._schema)
         reader = spark.read.schema(self._schema).format(self.fmt).options(**self.reader_options)
         return reader.load([uri_to_path(f) for f in files])
 

@@ -10,6 +10,7 @@ These tests fail until ``statestream.StreamingSession`` exists; that is expected
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -365,3 +366,68 @@ def test_json_input_windowed_count(spark, ours, tmp_path):
         spark, ours, w10_cnt_t5, [vals(10, 11, 15), vals(25), vals(10, 26)], SCHEMA, "update", tmp_path,
         file_format="json",
     )
+
+
+# ------------------------------------------------------------------------------------------
+# Keys Spark's optimizer drops (RemoveLiteralFromGroupExpressions, RemoveRepetitionFromGroupExpressions)
+# ------------------------------------------------------------------------------------------
+
+
+def _spark_keys_per_partition(spark, checkpoint: str) -> dict[int, int]:
+    """State keys per partition of operator 0 in Spark's checkpoint (its state data source)."""
+    rows = spark.read.format("statestore").load(checkpoint).groupBy("partition_id").count().collect()
+    return {int(r["partition_id"]): int(r["count"]) for r in rows if r["count"]}
+
+
+def _our_keys_per_partition(checkpoint: str) -> dict[int, int]:
+    """State keys per partition of operator 0 in statestream's checkpoint (latest version)."""
+    import pyarrow as pa
+
+    from statestream.state.provider import get_provider
+    from statestream.state.store import StateStoreConf, StateStoreId
+
+    counts = {}
+    root = Path(checkpoint) / "state"
+    for pdir in sorted((root / "0").iterdir()):
+        if not pdir.name.isdigit():
+            continue
+        files = sorted(pdir.glob("*.delta"), key=lambda f: int(f.name.split(".")[0]))
+        schema = pa.ipc.open_stream(files[-1].read_bytes()).schema
+        nk = int(schema.metadata[b"statestream.state.numKeyColumns"])
+        fields = [f for f in schema if f.name != "__op"]
+        provider = get_provider(
+            StateStoreId(str(root), 0, int(pdir.name)), pa.schema(fields[:nk]), pa.schema(fields[nk:]), StateStoreConf(),
+            "keys-per-partition",
+        )
+        n = provider.get_read_store(int(files[-1].name.split(".")[0])).num_keys()
+        if n:
+            counts[int(pdir.name)] = n
+    return counts
+
+
+#: name: (output mode, query): grouping keys that Spark's exchange does not hash
+DROPPED_KEY_CASES = {
+    "literal_and_column": ("update", lambda df: df.groupBy(F.lit(1).alias("one"), "value").count()),
+    "literal_only": ("update", lambda df: df.groupBy(F.lit("x").alias("x")).agg(F.sum("value").alias("s"))),
+    "literal_and_window": (
+        "append",
+        lambda df: w(df).groupBy(F.lit(7).alias("seven"), F.window("eventTime", "5 seconds")).count()
+        .select("seven", secs("window.start").alias("start"), "count"),
+    ),
+    "repeated_key": (
+        "update",
+        lambda df: df.groupBy((F.col("value") % 5).alias("a"), (F.col("value") % 5).alias("b")).count(),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(DROPPED_KEY_CASES))
+def test_keys_dropped_by_spark_optimizer(spark, ours, tmp_path, name):
+    """Spark's optimizer drops literal and repeated grouping keys before planning, so its exchange
+    (and the state placement) hashes the remaining keys only, or the int literal 0 when every key
+    is a literal. Same batches, and each state partition holds as many keys as Spark's."""
+    mode, build = DROPPED_KEY_CASES[name]
+    expected, actual = assert_equivalent(
+        spark, ours, build, [vals(1, 2, 3, 4, 11), vals(5, 6, 7, 22), vals(8, 9, 40)], SCHEMA, mode, tmp_path
+    )
+    assert _our_keys_per_partition(actual.checkpoint) == _spark_keys_per_partition(spark, expected.checkpoint)

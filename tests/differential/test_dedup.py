@@ -355,6 +355,43 @@ def test_empty_subset_fails_the_first_batch_like_spark(spark, ours, tmp_path):
     assert messages[1] == messages[0]
 
 
+def two_event_times(df: DataFrame) -> DataFrame:
+    """Two event-time columns of one stream, each with its own ``withWatermark``."""
+    return (
+        df.withColumn("t1", F.timestamp_seconds("value"))
+        .withColumn("t2", F.timestamp_seconds(F.col("value") + 100))
+        .withWatermark("t1", "10 seconds")
+        .withWatermark("t2", "20 seconds")
+    )
+
+
+TWO_WATERMARKS: dict[str, Callable[[DataFrame], DataFrame]] = {
+    "dedup_on_both_event_times": lambda df: two_event_times(df).dropDuplicates(["t1", "t2"]),
+    "within_watermark": lambda df: two_event_times(df).dropDuplicatesWithinWatermark(["value"]),
+    "stateless": lambda df: two_event_times(df).select("value", "t2"),
+}
+
+
+@pytest.mark.parametrize("name", list(TWO_WATERMARKS))
+def test_second_watermark_fails_once_the_watermark_moves_like_spark(spark, ours, tmp_path, name):
+    """Spark accepts two ``withWatermark`` on one stream at start (the second one takes the
+    event-time marker off the first column), runs the batches while the global watermark is 0, and
+    fails the query with ``Redefining watermark is disallowed`` when it first has another
+    watermark to propagate: before the next batch is planned, with no new offsets written."""
+    outcomes = []
+    for engine in (spark, ours()):
+        workdir = tmp_path / f"{name}-{uuid.uuid4().hex[:8]}"
+        # the min-policy watermark stays 0 after the first batch (t1 - 10 s < 0), is 20 s after the second
+        with pytest.raises(Exception) as info:  # noqa: PT011 - StreamingQueryException on both engines
+            run_stream(engine, TWO_WATERMARKS[name], [vals(1, 1, 2), vals(30), vals(1)], SCHEMA, "append", tmp_path, workdir=workdir)
+        assert "[STREAM_FAILED]" in str(info.value)
+        logs = {d: sorted(p.name for p in (workdir / "checkpoint" / d).iterdir() if p.name.isdigit()) for d in ("offsets", "commits")}
+        outcomes.append((_failure_text(info.value), logs))
+    assert outcomes[0][0].startswith("Redefining watermark is disallowed.")
+    assert outcomes[0][1] == {"offsets": ["0", "1"], "commits": ["0", "1"]}
+    assert outcomes[1] == outcomes[0]
+
+
 @pytest.mark.parametrize("within", [False, True])
 def test_state_schema_and_operator_metadata_match_spark(spark, ours, tmp_path, within):
     def build(df: DataFrame) -> DataFrame:

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from tests.differential.harness import start_error
+from tests.differential.harness import error_text, start_error
 
 SCHEMA = "value LONG"
 
@@ -67,6 +67,19 @@ CASES: dict[str, tuple[str, Callable[[DataFrame], DataFrame], bool]] = {
         lambda df: df.union(df.sparkSession.range(3).withColumnRenamed("id", "value")).groupBy("value").count(),
         True,
     ),
+    # the batch DataFrame on the left: PySpark's own union gets the stream (statestream raises
+    # Spark's error when the union is built, Spark at start())
+    "batch_union_stream": ("append", lambda df: df.sparkSession.range(3).withColumnRenamed("id", "value").union(df), True),
+    "batch_union_all_stream": (
+        "append",
+        lambda df: df.sparkSession.range(3).withColumnRenamed("id", "value").unionAll(df),
+        True,
+    ),
+    "batch_union_by_name_stream": (
+        "append",
+        lambda df: df.sparkSession.range(3).withColumnRenamed("id", "value").unionByName(df),
+        True,
+    ),
     "cube_append_without_watermark": ("append", lambda df: df.cube("value").count(), True),
     # Allowed shapes.
     "update_without_agg": ("update", lambda df: df.filter("value > 0"), False),
@@ -95,3 +108,22 @@ def test_start_verdict_matches_spark(spark, ours, tmp_path, name):
     assert (expected is not None) == rejected, f"Spark's verdict changed for {name}: {expected}"
     actual = start_error(ours(), build, SCHEMA, mode, tmp_path)
     assert actual == expected, f"{name} ({mode}):\n  spark: {expected}\n  ours:  {actual}"
+
+
+def test_batch_on_the_left_of_a_union_with_a_stream(spark, ours, tmp_path):
+    """``batch.union(stream)``: Spark refuses it at ``start()``; statestream, whose stream PySpark's
+    own ``union`` cannot take, raises the same error (class, condition, text) when the union is
+    built. Other PySpark methods given a statestream DataFrame say what to call instead."""
+    from pyspark.errors import AnalysisException
+
+    static = spark.range(3).withColumnRenamed("id", "value")
+    spark_stream = spark.readStream.format("rate").load().select("value")
+    with pytest.raises(AnalysisException) as expected:
+        static.union(spark_stream).writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+    stream = ours().readStream.format("rate").load().select("value")
+    with pytest.raises(AnalysisException) as actual:
+        static.union(stream)
+    assert actual.value.getCondition() == expected.value.getCondition() == "_LEGACY_ERROR_TEMP_3102"
+    assert error_text(actual.value) == error_text(expected.value)
+    with pytest.raises(AttributeError, match=r"DataFrame\.join\(\).*stream_df\.<method>\(batch_df\)"):
+        static.join(stream, "value")

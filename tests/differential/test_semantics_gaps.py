@@ -127,18 +127,15 @@ def test_stateless_filter_pushdown(spark, ours, tmp_path, name):
 def test_filter_pushed_into_both_inputs_of_a_union(spark, ours, tmp_path):
     """Each input of the union gets the conjunct over its own columns (x + 3 > 0 on the right).
 
-    Both inputs read the same source, and Spark's numInputRows counts the rows of every scan of
-    it (twice the file's rows) where statestream counts the source's rows once: a progress gap of
-    self-unions outside filter pushdown, so that one figure is compared as Spark's = 2 x ours."""
+    Both inputs read the same source, and numInputRows counts the rows of every scan of it, so
+    twice the file's rows, as Spark counts them."""
 
     def build(df: DataFrame) -> DataFrame:
         return wm(df).union(wm(df.withColumn("x", F.col("x") + 3))).filter("x > 0")
 
     exp = run_stream(spark, build, INPUT, SCHEMA, "append", tmp_path)
     act = run_stream(ours(), build, INPUT, SCHEMA, "append", tmp_path)
-    assert [b.num_input_rows for b in exp.batches] == [2 * (b.num_input_rows or 0) for b in act.batches]
-    for b in act.batches:
-        b.num_input_rows = 2 * (b.num_input_rows or 0)
+    assert any(b.num_input_rows for b in exp.batches)
     assert_same_batches(exp, act)
 
 

@@ -388,3 +388,14 @@ def test_batch_action_and_write_stream_errors():
     assert w.getCondition() == "WRITE_STREAM_NOT_ALLOWED"
     assert w.getSqlState() == "42601"
     assert str(w) == "[WRITE_STREAM_NOT_ALLOWED] `writeStream` can be called only on streaming Dataset/DataFrame. SQLSTATE: 42601"
+
+
+def test_redefines_watermark_only_for_a_watermark_above_another_in_one_chain():
+    """Spark's propagation refuses a watermark node that receives a watermark from below
+    (through any operator), but not two watermarked streams meeting in a union."""
+    first = watermarked()
+    second = EventTimeWatermark(template=first.template, child=agg(first, ("ts", TimestampType(), WM)), column="ts", delay_ms=5000)
+    assert A.redefines_watermark(second)
+    assert A.redefines_watermark(agg(second, ("ts", TimestampType(), WM)))
+    assert not A.redefines_watermark(first)
+    assert not A.redefines_watermark(Union(template=first.template, inputs=(watermarked(), watermarked())))
