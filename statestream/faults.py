@@ -34,6 +34,12 @@ from a worker still takes down the driver and the JVM; the workers exit when the
 
 Zero cost when unset: the variable is read once at import and :func:`crash_point` returns at its
 first comparison. A leaf module (like ``errors``), so operators and sinks may import it; no pyspark.
+
+The module also holds the one other test-only hook, :func:`record_state_task`: with
+``STATESTREAM_TEST_TASK_LOG=<file>`` set, every state task appends one JSON line to ``<file>``
+after its commit, saying which process (and which executor) served which store version and how
+its provider cache answered. ``tests/cluster`` uses it to show that state tasks ran in executor
+processes and that a partition moving between executors reloads from files.
 """
 
 from __future__ import annotations
@@ -42,12 +48,13 @@ import logging
 import os
 import signal
 
-__all__ = ["CRASH_POINTS", "crash_point", "parse_crash_spec"]
+__all__ = ["CRASH_POINTS", "crash_point", "parse_crash_spec", "record_state_task"]
 
 logger = logging.getLogger(__name__)
 
 ENV_CRASH_AT = "STATESTREAM_TEST_CRASH_AT"
 ENV_CRASH_PGID = "STATESTREAM_TEST_CRASH_PGID"
+ENV_TASK_LOG = "STATESTREAM_TEST_TASK_LOG"
 
 CRASH_POINTS = (
     "before_offsets",
@@ -104,3 +111,53 @@ def _die(where: str) -> None:
     if pgid:
         os.killpg(int(pgid), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+_TASK_LOG = os.environ.get(ENV_TASK_LOG) or None
+
+
+def _executor_id() -> str | None:
+    """The executor this Python worker serves, as far as its environment tells (Spark's
+    standalone workers, local-cluster included, pass the executor's log URLs, which name it);
+    ``None`` elsewhere (local mode runs tasks in the driver's JVM)."""
+    url = os.environ.get("SPARK_LOG_URL_STDERR", "")
+    _, found, rest = url.partition("executorId=")
+    return rest.split("&", 1)[0] if found else None
+
+
+def record_state_task(
+    checkpoint_root: str,
+    operator_id: int,
+    partition: int,
+    version: int,
+    run_id: str,
+    cache_hits: int,
+    cache_misses: int,
+) -> None:
+    """Append one JSON line about a committed state task to ``STATESTREAM_TEST_TASK_LOG``;
+    nothing when the variable is unset. ``version`` is the version the task opened (it
+    committed ``version + 1``); the cache counts are its provider's, after the load."""
+    if _TASK_LOG is None:
+        return
+    import json
+    import sys
+
+    mod = sys.modules.get("statestream")
+    record = {
+        "root": checkpoint_root,
+        "op": operator_id,
+        "partition": partition,
+        "version": version,
+        "runId": run_id,
+        "pid": os.getpid(),
+        "executor": _executor_id(),
+        "hits": cache_hits,
+        "misses": cache_misses,
+        "module": getattr(mod, "__file__", None),
+    }
+    # One short line per O_APPEND write: lines from concurrent processes do not interleave.
+    fd = os.open(_TASK_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)

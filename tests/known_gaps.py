@@ -17,6 +17,11 @@ KNOWN_GAPS: dict[str, str] = {
     "tests/differential/test_stateless.py::test_json_input_stateless": (
         "numInputRows of the JSON file source differs from Spark's by the rows Spark drops while parsing"
     ),
+    "tests/differential/test_semantics_gaps.py::test_event_time_avg_is_spark_running_mean": (
+        "eventTime.avg: Spark folds a running mean row by row in each task's row order "
+        "(EventTimeStats.add) and truncates; statestream's observe() divides the exact sum, so it reports "
+        "one ms more when the running mean falls just below a whole ms (110.125 s vs Spark's 110.124 s)"
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from statestream.faults import crash_point
+from statestream.faults import crash_point, record_state_task
 
 __all__ = ["StateStep", "commit_state", "finish_writer_metrics"]
 
@@ -48,6 +48,8 @@ def commit_state(store, provider, version: int, partition: int) -> float:
     committed = store.commit()
     commit_ms = (time.perf_counter() - c0) * 1000
     crash_point("after_state_commit", version, partition)
+    sid = provider.store_id
+    record_state_task(sid.checkpoint_root, sid.operator_id, partition, version, provider.run_id, *provider.cache_counts())
     provider.maybe_do_maintenance(committed)
     return commit_ms
 

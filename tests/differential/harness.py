@@ -315,6 +315,7 @@ def run_stream(
     query_name: str | None = None,
     workdir: Path | str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
+    checkpoint_as_uri: bool = False,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -350,6 +351,9 @@ def run_stream(
         Seconds allowed for each wait (``processAllAvailable`` per file, or the whole
         ``awaitTermination``); on expiry the query is stopped and the test fails, instead of a
         hung engine hanging the suite.
+    checkpoint_as_uri
+        Give ``checkpointLocation`` as a ``file://`` URI instead of a plain path (the form a
+        cluster's shared storage takes: ``hdfs://``, ``s3://``, ...).
     """
     from pyspark.sql.types import StructType
 
@@ -384,7 +388,7 @@ def run_stream(
     writer = (
         df.writeStream.outputMode(output_mode)
         .foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", checkpoint.resolve().as_uri() if checkpoint_as_uri else str(checkpoint))
         .queryName(query_name or f"diff_{name}_{uuid.uuid4().hex[:8]}")
     )
     if style == "all_at_once":

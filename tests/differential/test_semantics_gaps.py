@@ -362,3 +362,14 @@ def test_union_with_batch_runs_when_the_check_is_off(spark, ours, tmp_path):
     finally:
         spark.conf.unset("spark.sql.streaming.unsupportedOperationCheck")
     assert sorted(r["value"] for r in exp.batches[1].rows) == [0, 1, 11]
+
+
+def test_event_time_avg_is_spark_running_mean(spark, ours, tmp_path):
+    """``eventTime.avg`` is Spark's running mean (``avg += (t - avg) / count`` row by row, then
+    truncated to ms), not the exact mean: for these eight times the exact mean is 110.125 s, the
+    running mean 110124.99999999999 ms, reported as 00:01:50.124."""
+    times = [95, 104, 118, 116, 98, 107, 127, 116]
+    exp = run_stream(spark, lambda df: cnt_t5(w10(df)), [vals(*times)], "value LONG", "append", tmp_path)
+    assert exp.batches[0].event_time["avg"] == "1970-01-01T00:01:50.124Z"
+    act = run_stream(ours(), lambda df: cnt_t5(w10(df)), [vals(*times)], "value LONG", "append", tmp_path)
+    assert_same_batches(exp, act)

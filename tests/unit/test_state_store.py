@@ -330,6 +330,30 @@ def test_cached_version_rewritten_by_another_worker_is_not_served(tmp_path):
     assert sorted(a.get_store(2).table().column("k").to_pylist()) == ["a", "c", "d"]
 
 
+def test_partition_moving_between_workers_reloads_the_versions_it_did_not_write(tmp_path):
+    """The cluster case (tests/cluster): worker A serves versions 0 and 1 of a partition, worker B
+    (another executor's Python process, here a second provider of the same run) serves 2 and 3,
+    then A is asked for version 4. A must rebuild 4 from its cached 2 plus 3.delta and 4.delta,
+    and the versions it cached itself stay valid."""
+    from statestream.state.provider import StateStoreProvider
+
+    a = StateStoreProvider(sid(tmp_path), KS1, VS1, run_id="r")
+    b = StateStoreProvider(sid(tmp_path), KS1, VS1, run_id="r")
+    plan = [(a, ["a"]), (a, ["b"]), (b, ["c"]), (b, ["a"]), (a, ["d"])]
+    for v, (worker, keys) in enumerate(plan):
+        s = worker.get_store(v)
+        s.put(rows1(keys, [v + 1] * len(keys)))
+        s.remove(keys1(["b"]) if v == 3 else keys1([]))
+        s.commit()
+    # A: version 1 from its cache (hit), version 4 rebuilt from its cached 2 + 3.delta + 4.delta (miss)
+    assert a.cache_counts() == (1, 1)
+    assert b.cache_counts() == (1, 1)  # B: version 2 rebuilt from the files (miss), 3 its own (hit)
+    got = {r["k"]: r["count"] for r in a.get_read_store(5).table().to_pylist()}
+    assert got == {"a": 4, "c": 3, "d": 5}
+    fresh = StateStoreProvider(sid(tmp_path), KS1, VS1, run_id="r2")
+    assert fresh.get_read_store(5).table().sort_by("k").equals(a.get_read_store(5).table().sort_by("k"))
+
+
 def test_cache_keeps_two_versions_and_counts_hits(tmp_path):
     p = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
     for v in range(4):
