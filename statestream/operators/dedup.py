@@ -546,39 +546,15 @@ class DeduplicationStateStep(StateStep):
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         """Deduplicate one partition's rows against its state; returns (rows to emit, metrics)."""
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
-        batches = list(batches)
-        table = pa.Table.from_batches(batches) if batches else self.input_schema.empty_table()
-        table = table.cast(self.input_schema) if table.schema != self.input_schema else table
-        pid_index = table.schema.get_field_index(PARTITION_ID_COLUMN)
-        if table.num_rows:
-            pids = pc.unique(table.column(pid_index)).to_pylist()
-            if pids != [partition]:
-                msg = (
-                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
-                    f"operator {self.operator_id}; the exchange did not partition by the deduplication keys"
-                )
-                raise RuntimeError(msg)
-        table = table.remove_column(pid_index)
+        table = self.partition_input(batches, partition, "the exchange did not partition by the deduplication keys")
 
         keys_all = binary_comparable(
             pa.Table.from_arrays([table.column(i) for i in self.key_indices], names=list(self.key_names))
         )
         key_schema = keys_all.schema
         value_schema = self._value_schema()
-        store_id = StateStoreId(self.state_root, self.operator_id, partition)
-        provider = get_provider(store_id, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
-        store = provider.get_store(self.version)
-        m: dict[str, Any] = {
-            "operatorId": self.operator_id,
-            "partition": partition,
-            "numOutputRows": 0,
-            "numRowsDroppedByWatermark": 0,
-            "numUpdatedStateRows": 0,
-            "numRemovedStateRows": 0,
-        }
+        provider, store = self.open_store(partition, key_schema, value_schema)
+        m = self.new_metrics(partition)
         try:
             t0 = time.perf_counter()
             keys = keys_all

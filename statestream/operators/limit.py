@@ -232,27 +232,14 @@ class GlobalLimitStateStep(StateStep):
         holds at most what is emitted) and the new count is committed before any row is handed
         back: a task that dies while its output is being written has either committed the
         version it would rewrite on retry, or nothing."""
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
         if partition != 0:
             msg = (
                 f"statestream: the global limit (operator {self.operator_id}) ran in partition {partition}; "
                 "its input must be a single partition"
             )
             raise RuntimeError(msg)
-        store_id = StateStoreId(self.state_root, self.operator_id, partition)
-        provider = get_provider(store_id, _KEY_SCHEMA, _VALUE_SCHEMA, self.store_conf or StateStoreConf(), self.run_id)
-        store = provider.get_store(self.version)
-        m: dict[str, Any] = {
-            "operatorId": self.operator_id,
-            "partition": partition,
-            "numOutputRows": 0,
-            "numRowsDroppedByWatermark": 0,
-            "numUpdatedStateRows": 0,
-            "numRemovedStateRows": 0,
-            "allRemovalsTimeMs": 0,
-        }
+        provider, store = self.open_store(partition, _KEY_SCHEMA, _VALUE_SCHEMA)
+        m = self.new_metrics(partition, allRemovalsTimeMs=0)
         key = pa.table({"key": pa.nulls(1)}, schema=_KEY_SCHEMA)
         out: list[pa.RecordBatch] = []
         try:

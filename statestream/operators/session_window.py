@@ -544,39 +544,24 @@ class SessionWindowStateStep(StateStep):
         5. (save) Append: evict and emit sessions ending at or before the eviction watermark;
            Complete: emit every stored session; then commit version N+1.
         """
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
-        batches = list(batches)
-        table = pa.Table.from_batches(batches) if batches else self.input_schema.empty_table()
-        table = table.cast(self.input_schema) if table.schema != self.input_schema else table
-        if table.num_rows:
-            pids = pc.unique(table.column(PARTITION_ID_COLUMN)).to_pylist()
-            if pids != [partition]:
-                msg = (
-                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
-                    f"operator {self.operator_id}; the session aggregation's exchange did not partition by the keys"
-                )
-                raise RuntimeError(msg)
+        table = self.partition_input(
+            batches,
+            partition,
+            "the session aggregation's exchange did not partition by the keys",
+            drop_partition_column=False,
+        )
         mode = self.output_mode
         if mode not in ("append", "complete"):
             msg = f"Invalid output mode: {mode.capitalize() if mode else mode} for session window aggregation"
             raise ValueError(msg)
         key_schema, value_schema = self.store_schemas()
-        store_id = StateStoreId(self.state_root, self.operator_id, partition)
-        provider = get_provider(store_id, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
-        store = provider.get_store(self.version)
-        m: dict[str, Any] = {
-            "operatorId": self.operator_id,
-            "partition": partition,
-            "numOutputRows": 0,
-            "numRowsDroppedByWatermark": 0,
-            "numUpdatedStateRows": 0,
-            "numRemovedStateRows": 0,
-            RESTORE_HIT_METRIC: 0,
+        provider, store = self.open_store(partition, key_schema, value_schema)
+        m = self.new_metrics(
+            partition,
+            **{RESTORE_HIT_METRIC: 0},
             # Spark's Complete branch never sets the operator metrics, so it reports 0 instances
-            "numStateStoreInstances": 1 if mode == "append" else 0,
-        }
+            numStateStoreInstances=1 if mode == "append" else 0,
+        )
         try:
             t0 = time.perf_counter()
             table = self._drop_late(table, m)

@@ -13,8 +13,10 @@ import time
 from typing import Any, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statestream.faults import crash_point, record_state_task
+from statestream.operators.aggregate import PARTITION_ID_COLUMN
 
 __all__ = ["StateStep", "commit_state", "finish_writer_metrics"]
 
@@ -27,6 +29,50 @@ class StateStep:
 
     def process(self, partition: int, batches) -> tuple[Any, dict]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def partition_input(self, batches, partition: int, exchange: str, drop_partition_column: bool = True) -> pa.Table:
+        """The task's rows as one table in the step's ``input_schema``.
+
+        Every row carries the state partition computed before the exchange; a row of another
+        partition means the exchange and the state placement disagree, and committing it would put
+        a key into the wrong store, so the task fails instead. ``exchange`` names what the
+        exchange should have partitioned by, for that message."""
+        batches = list(batches)
+        schema = self.input_schema  # type: ignore[attr-defined]
+        table = pa.Table.from_batches(batches) if batches else schema.empty_table()
+        table = table.cast(schema) if table.schema != schema else table
+        if table.num_rows:
+            pids = pc.unique(table.column(PARTITION_ID_COLUMN)).to_pylist()
+            if pids != [partition]:
+                msg = (
+                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
+                    f"operator {self.operator_id}; {exchange}"  # type: ignore[attr-defined]
+                )
+                raise RuntimeError(msg)
+        return table.drop_columns([PARTITION_ID_COLUMN]) if drop_partition_column else table
+
+    def open_store(self, partition: int, key_schema: pa.Schema, value_schema: pa.Schema):
+        """(provider, store) for this operator's ``partition`` at the batch's version."""
+        from statestream.state.provider import get_provider
+        from statestream.state.store import StateStoreConf, StateStoreId
+
+        store_id = StateStoreId(self.state_root, self.operator_id, partition)  # type: ignore[attr-defined]
+        conf = self.store_conf or StateStoreConf()  # type: ignore[attr-defined]
+        provider = get_provider(store_id, key_schema, value_schema, conf, self.run_id)  # type: ignore[attr-defined]
+        return provider, provider.get_store(self.version)  # type: ignore[attr-defined]
+
+    def new_metrics(self, partition: int, **extra: Any) -> dict:
+        """The task's metric record with Spark's writer counters at 0, plus ``extra``."""
+        m: dict[str, Any] = {
+            "operatorId": self.operator_id,  # type: ignore[attr-defined]
+            "partition": partition,
+            "numOutputRows": 0,
+            "numRowsDroppedByWatermark": 0,
+            "numUpdatedStateRows": 0,
+            "numRemovedStateRows": 0,
+        }
+        m.update(extra)
+        return m
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -168,35 +168,13 @@ class AggregationStateStep(StateStep):
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         """Run the step for one partition; returns (rows to emit, metrics). Pure apart from the
         state store files, so it is unit-testable without Spark."""
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
-        batches = list(batches)
-        table = pa.Table.from_batches(batches) if batches else self.input_schema.empty_table()
-        table = table.cast(self.input_schema) if table.schema != self.input_schema else table
-        if table.num_rows:
-            pids = pc.unique(table.column(PARTITION_ID_COLUMN)).to_pylist()
-            if pids != [partition]:
-                msg = (
-                    f"statestream: rows of state partitions {pids} reached task partition {partition} of "
-                    f"operator {self.operator_id}; the aggregation's exchange did not partition by the grouping keys"
-                )
-                raise RuntimeError(msg)
-        table = table.drop_columns([PARTITION_ID_COLUMN])
+        table = self.partition_input(
+            batches, partition, "the aggregation's exchange did not partition by the grouping keys"
+        )
         key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
         value_schema = pa.schema([table.schema.field(c) for c, _ in self.buffers])
-        store_id = StateStoreId(self.state_root, self.operator_id, partition)
-        provider = get_provider(store_id, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
-        store = provider.get_store(self.version)
-        m = {
-            "operatorId": self.operator_id,
-            "partition": partition,
-            "numOutputRows": 0,
-            "numRowsDroppedByWatermark": 0,
-            "numUpdatedStateRows": 0,
-            "numRemovedStateRows": 0,
-            RESTORE_HIT_METRIC: 0,
-        }
+        provider, store = self.open_store(partition, key_schema, value_schema)
+        m = self.new_metrics(partition, **{RESTORE_HIT_METRIC: 0})
         try:
             t0 = time.perf_counter()
             keys = table.select(list(self.key_columns))
