@@ -12,7 +12,6 @@ own rows as duplicates of a partial commit.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,10 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import (
-    ChildRun,
-    _assert_after_crash,
-    batch_files,
+    assert_same_batches_as_oracle,
     job_for,
-    query_id,
+    kill_then_restart,
     run_in_process,
-    sink_log_batches,
 )
 
 #: (event time in seconds, value) per file; see the module docstring.
@@ -72,18 +68,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     input_dir = tmp_path / "input"
     write_dedup_inputs(input_dir)
     job = dedup_job(tmp_path / "statestream", "statestream", input_dir)
-    first_id = None
-    for i, (point, batch, partition) in enumerate(kills):
-        spec = f"{point}:{batch}" + ("" if partition is None else f":{partition}")
-        step_job = dict(job, master="local[1]") if point == "after_state_commit" else job
-        run = ChildRun(tmp_path, f"crash{i}-{point}-{batch}", step_job, spec).run()
-        assert run.returncode == -signal.SIGKILL, f"{run.name}: expected SIGKILL at {spec}, exit {run.returncode}\n{run.tail()}"
-        assert not [m for m in run.alive_after_2s if "java" in m[2]], f"{run.name}: JVM outlived its driver"
-        first_id = first_id or query_id(Path(job["checkpoint"]))
-        _assert_after_crash(run.name, point, batch, partition, job)
-    final = ChildRun(tmp_path, "restart-final", job, None).run()
-    assert final.returncode == 0, f"final restart failed (exit {final.returncode})\n{final.tail()}"
-    assert final.result()["id"] == first_id
+    kill_then_restart(tmp_path, job, kills)
 
     oracle = dedup_job(tmp_path / "spark", "spark", input_dir)
     run_in_process(spark, oracle)
@@ -94,9 +79,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     assert got == sink_rows(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
     # every input key exactly once, minus the late rows Spark drops
     assert len(got) == len(set(got))
-    expected_ids = batch_files(Path(oracle["checkpoint"]) / "commits")
-    assert batch_files(Path(job["checkpoint"]) / "commits") == expected_ids
-    assert sink_log_batches(Path(job["output"])) == sink_log_batches(Path(oracle["output"])) == expected_ids
+    assert_same_batches_as_oracle(job, oracle)
 
 
 def test_dedup_sigkill_after_partial_state_commit_then_restart(spark, tmp_path):

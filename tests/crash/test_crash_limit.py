@@ -12,7 +12,6 @@ restart, the sink must equal Spark's own engine's and an uninterrupted statestre
 from __future__ import annotations
 
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,10 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import (
-    ChildRun,
-    _assert_after_crash,
-    batch_files,
+    assert_same_batches_as_oracle,
     job_for,
-    query_id,
+    kill_then_restart,
     run_in_process,
-    sink_log_batches,
 )
 
 FILES: list[list[int]] = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13]]
@@ -64,17 +60,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     input_dir = tmp_path / "input"
     write_limit_inputs(input_dir)
     job = limit_job(tmp_path / "statestream", "statestream", input_dir)
-    first_id = None
-    for i, (point, batch, partition) in enumerate(kills):
-        spec = f"{point}:{batch}" + ("" if partition is None else f":{partition}")
-        run = ChildRun(tmp_path, f"crash{i}-{point}-{batch}", job, spec).run()
-        assert run.returncode == -signal.SIGKILL, f"{run.name}: expected SIGKILL at {spec}, exit {run.returncode}\n{run.tail()}"
-        assert not [m for m in run.alive_after_2s if "java" in m[2]], f"{run.name}: JVM outlived its driver"
-        first_id = first_id or query_id(Path(job["checkpoint"]))
-        _assert_after_crash(run.name, point, batch, partition, job)
-    final = ChildRun(tmp_path, "restart-final", job, None).run()
-    assert final.returncode == 0, f"final restart failed (exit {final.returncode})\n{final.tail()}"
-    assert final.result()["id"] == first_id
+    kill_then_restart(tmp_path, job, kills)
 
     oracle = limit_job(tmp_path / "spark", "spark", input_dir)
     run_in_process(spark, oracle)
@@ -84,9 +70,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     assert got == [1, 2, 3, 4, 5, 6, 7]
     assert got == sink_values(spark, Path(oracle["output"])), "recovered output differs from Spark's engine"
     assert got == sink_values(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
-    expected_ids = batch_files(Path(oracle["checkpoint"]) / "commits")
-    assert batch_files(Path(job["checkpoint"]) / "commits") == expected_ids
-    assert sink_log_batches(Path(job["output"])) == sink_log_batches(Path(oracle["output"])) == expected_ids
+    assert_same_batches_as_oracle(job, oracle)
 
 
 def test_limit_sigkill_after_its_state_commit_then_restart(spark, tmp_path):
