@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statestream.operators.base import PhysicalOperator
+from statestream.operators.base import ExecutedByParent, PhysicalOperator
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -160,17 +160,13 @@ class HashAggregateExec(PhysicalOperator):
 
 
 @dataclass(frozen=True)
-class ShuffleExchangeExec(PhysicalOperator):
+class ShuffleExchangeExec(ExecutedByParent, PhysicalOperator):
     """``Exchange hashpartitioning(K, N), REQUIRED_BY_STATEFUL_OPERATOR`` (or ``SinglePartition``
     with no keys). Spark's own shuffle inside the aggregation's ``groupBy`` performs it."""
 
     child: PhysicalOperator | None = None
     keys: tuple[str, ...] = ()
     num_partitions: int | None = None
-
-    def execute(self, ctx: "BatchContext") -> "DataFrame":
-        assert self.child is not None
-        return self.child.execute(ctx)
 
     def simple_string(self) -> str:
         if not self.keys:

@@ -118,6 +118,18 @@ class PhysicalOperator:
         return False
 
 
+class ExecutedByParent:
+    """Mixin for a node that ``explain()`` shows but whose work runs inside another one (the
+    fused state step above it, or Spark's own grouping and shuffle): ``execute`` hands on its
+    child's DataFrame unchanged. List it before ``PhysicalOperator`` among the bases."""
+
+    child: "PhysicalOperator | None"
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None
+        return self.child.execute(ctx)
+
+
 class StatefulOperator:
     """Mixin: the operator has state (Spark: ``StatefulOperator``)."""
 
@@ -140,6 +152,26 @@ class StateStoreWriter(StatefulOperator):
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         return False
 
+    def state_schemas(self) -> tuple[dict, dict]:
+        """Spark StructType JSON of the state key and value, for the schema file and the restart
+        check; the operator's ``info`` holds them unless the operator says otherwise."""
+        info = self.info  # type: ignore[attr-defined]
+        assert info is not None
+        return info.key_schema_json, info.value_schema_json
+
+    def state_step_args(self, ctx: "BatchContext") -> dict[str, Any]:
+        """The arguments every state step takes: where its store lives (checkpoint, run,
+        operator, the batch's version), the store conf and the query's metrics accumulator."""
+        si = self.get_state_info()
+        return {
+            "state_root": si.checkpoint_location,
+            "run_id": si.query_run_id,
+            "operator_id": si.operator_id,
+            "version": si.store_version,
+            "store_conf": getattr(self, "store_conf", None),
+            "accumulator": ctx.metrics_accumulator,
+        }
+
 
 class WatermarkSupport:
     """Mixin: the operator filters late rows with one watermark and evicts state with another
@@ -148,3 +180,9 @@ class WatermarkSupport:
 
     event_time_watermark_for_late_events: int | None
     event_time_watermark_for_eviction: int | None
+
+    def watermark_passed_eviction(self, new_input_watermark_ms: int) -> bool:
+        """Spark's condition for another (no-data) batch: the new watermark is past the one
+        this batch evicted with."""
+        prev = self.event_time_watermark_for_eviction
+        return prev is not None and new_input_watermark_ms > prev

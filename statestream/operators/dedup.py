@@ -445,25 +445,16 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: in any output mode, another batch is due once the watermark passed the one
         this batch evicted with (even when no key carries the event time)."""
-        prev = self.event_time_watermark_for_eviction
-        return prev is not None and new_input_watermark_ms > prev
-
-    def state_schemas(self) -> tuple[dict, dict]:
-        assert self.info is not None
-        return self.info.key_schema_json, self.info.value_schema_json
+        return self.watermark_passed_eviction(new_input_watermark_ms)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.pandas.types import to_arrow_schema
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
-        si = self.get_state_info()
         out_schema = self.info.output_schema
         step = DeduplicationStateStep(
-            state_root=si.checkpoint_location,
-            run_id=si.query_run_id,
-            operator_id=si.operator_id,
-            version=si.store_version,
+            **self.state_step_args(ctx),
             key_indices=self.info.key_indices,
             key_names=self.info.key_names,
             within_watermark=self.info.within_watermark,
@@ -475,8 +466,6 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
             event_time_key=self.info.event_time_key,
             event_time_key_is_struct=self.info.event_time_key_is_struct,
             delay_ms=self.info.delay_ms,
-            store_conf=self.store_conf,
-            accumulator=ctx.metrics_accumulator,
         )
         out = df.mapInArrow(step, out_schema)
         for f in out_schema.fields:

@@ -194,16 +194,7 @@ class StreamingGlobalLimitExec(PhysicalOperator, StateStoreWriter):
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
         df = self.child.execute(ctx)
-        si = self.get_state_info()
-        step = GlobalLimitStateStep(
-            state_root=si.checkpoint_location,
-            run_id=si.query_run_id,
-            operator_id=si.operator_id,
-            version=si.store_version,
-            limit=self.n,
-            store_conf=self.store_conf,
-            accumulator=ctx.metrics_accumulator,
-        )
+        step = GlobalLimitStateStep(**self.state_step_args(ctx), limit=self.n)
         return _with_metadata(df.mapInArrow(step, df.schema), df.schema)
 
     def simple_string(self) -> str:

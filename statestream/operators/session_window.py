@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
 from statestream.operators.base import (
+    ExecutedByParent,
     PhysicalOperator,
     StatefulOperator,
     StatefulOperatorStateInfo,
@@ -198,7 +199,7 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
 
 
 @dataclass(frozen=True)
-class MergingSessionsExec(PhysicalOperator):
+class MergingSessionsExec(ExecutedByParent, PhysicalOperator):
     """Spark's ``MergingSessionsExec`` in PartialMerge mode. ``step="local"``: the optional
     merge inside each input partition (done by the grouping of the partial job);
     ``step="state"``: the merge after the restore (done inside the fused state step)."""
@@ -207,10 +208,6 @@ class MergingSessionsExec(PhysicalOperator):
     info: SessionWindowInfo | None = None
     step: str = "state"
     num_partitions: int | None = None
-
-    def execute(self, ctx: "BatchContext") -> "DataFrame":
-        assert self.child is not None
-        return self.child.execute(ctx)
 
     def simple_string(self) -> str:
         assert self.info is not None
@@ -229,17 +226,13 @@ class MergingSessionsExec(PhysicalOperator):
 
 
 @dataclass(frozen=True)
-class SessionWindowSortExec(PhysicalOperator):
+class SessionWindowSortExec(ExecutedByParent, PhysicalOperator):
     """The ``Sort(Ks, session)`` Spark puts under the restore (its required child ordering)
     and, with the local-merge conf, under the local ``MergingSessionsExec``; the state step and
     the partial job's grouping do the sorting themselves."""
 
     child: PhysicalOperator | None = None
     info: SessionWindowInfo | None = None
-
-    def execute(self, ctx: "BatchContext") -> "DataFrame":
-        assert self.child is not None
-        return self.child.execute(ctx)
 
     def supports_codegen(self) -> bool:
         return True
@@ -260,7 +253,7 @@ def _watermarks(late: int | None, evict: int | None) -> str:
 
 
 @dataclass(frozen=True)
-class SessionWindowStateStoreRestoreExec(PhysicalOperator, StatefulOperator, WatermarkSupport):
+class SessionWindowStateStoreRestoreExec(ExecutedByParent, PhysicalOperator, StatefulOperator, WatermarkSupport):
     """Drops late rows and merge-sorts each input key's stored sessions into the input (executed
     inside the fused state step of the ``SessionWindowStateStoreSaveExec`` above it). Spark
     counts the rows it drops here and reports them in the save operator's progress."""
@@ -270,10 +263,6 @@ class SessionWindowStateStoreRestoreExec(PhysicalOperator, StatefulOperator, Wat
     state_info: StatefulOperatorStateInfo | None = None
     event_time_watermark_for_late_events: int | None = None
     event_time_watermark_for_eviction: int | None = None
-
-    def execute(self, ctx: "BatchContext") -> "DataFrame":
-        assert self.child is not None
-        return self.child.execute(ctx)
 
     def simple_string(self) -> str:
         assert self.info is not None
@@ -309,21 +298,13 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
         return len(self.info.key_columns)
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
-        if self.output_mode not in ("append", "update"):
-            return False
-        prev = self.event_time_watermark_for_eviction
-        return prev is not None and new_input_watermark_ms > prev
-
-    def state_schemas(self) -> tuple[dict, dict]:
-        assert self.info is not None
-        return self.info.key_schema_json, self.info.value_schema_json
+        return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.types import StructField, StructType
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
-        si = self.get_state_info()
         info = self.info
         agg = info.agg
         input_schema = _arrow_schema(df.schema)
@@ -348,10 +329,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
             raise output_mode_error(mode, OP_SESSION_WINDOW)
         et_key, et_struct = agg.event_time_key, agg.event_time_is_struct
         step = SessionWindowStateStep(
-            state_root=si.checkpoint_location,
-            run_id=si.query_run_id,
-            operator_id=si.operator_id,
-            version=si.store_version,
+            **self.state_step_args(ctx),
             key_columns=info.key_columns,
             output_columns=agg.key_columns,
             session_index=info.session_index,
@@ -365,8 +343,6 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
             event_time_key=None if et_key is None else (SESSION_END_COLUMN if et_key == info.session_column else et_key),
             event_time_is_struct=bool(et_struct) and et_key != info.session_column,
             merge_local=info.merge_local,
-            store_conf=self.store_conf,
-            accumulator=ctx.metrics_accumulator,
         )
         return df.mapInArrow(step, out_schema)
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
 from statestream.operators.base import (
+    ExecutedByParent,
     PhysicalOperator,
     StatefulOperatorStateInfo,
     StateStoreWriter,
@@ -42,17 +43,13 @@ STATE_FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
-class StateStoreRestoreExec(PhysicalOperator, StateStoreWriter):
+class StateStoreRestoreExec(ExecutedByParent, PhysicalOperator, StateStoreWriter):
     """Adds each key's stored buffer to the batch's buffer (executed inside the fused state step
     of the ``StateStoreSaveExec`` above it)."""
 
     child: PhysicalOperator | None = None
     info: AggregationInfo | None = None
     state_info: StatefulOperatorStateInfo | None = None
-
-    def execute(self, ctx: "BatchContext") -> "DataFrame":
-        assert self.child is not None
-        return self.child.execute(ctx)
 
     def simple_string(self) -> str:
         assert self.info is not None
@@ -75,29 +72,16 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: another (no-data) batch is worth running in append/update mode when the
         watermark moved past the one this batch evicted with."""
-        if self.output_mode not in ("append", "update"):
-            return False
-        prev = self.event_time_watermark_for_eviction
-        return prev is not None and new_input_watermark_ms > prev
-
-    def state_schemas(self) -> tuple[dict, dict]:
-        """Spark StructType JSON of the state key (the grouping columns) and value (the buffers,
-        named as Spark names them), for the schema file and the restart check."""
-        assert self.info is not None
-        return self.info.key_schema_json, self.info.value_schema_json
+        return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.types import StructType
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
-        si = self.get_state_info()
         out_schema = StructType([f for f in df.schema.fields if f.name != PARTITION_ID_COLUMN])
         step = AggregationStateStep(
-            state_root=si.checkpoint_location,
-            run_id=si.query_run_id,
-            operator_id=si.operator_id,
-            version=si.store_version,
+            **self.state_step_args(ctx),
             key_columns=self.info.key_columns,
             buffers=tuple((b.column, b.merge) for c in self.info.calls for b in c.buffers),
             input_schema=_arrow_schema(df.schema),
@@ -106,8 +90,6 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
             w_evict_ms=self.event_time_watermark_for_eviction,
             event_time_key=self.info.event_time_key,
             event_time_is_struct=self.info.event_time_is_struct,
-            store_conf=self.store_conf,
-            accumulator=ctx.metrics_accumulator,
         )
         return df.mapInArrow(step, out_schema)
 
