@@ -53,7 +53,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.operators.stateful import RESTORE_HIT_METRIC, _arrow_schema, older_than_watermark
-from statestream.plan.aggregates import merge_buffer_segments
+from statestream.operators.aggregate_merge import merge_group_segments
 from statestream.state.keys import group_ids, match_keys
 
 if TYPE_CHECKING:
@@ -334,7 +334,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
             output_columns=agg.key_columns,
             session_index=info.session_index,
             session_field_names=(session_type.fields[0].name, session_type.fields[1].name),
-            buffers=tuple((b.column, b.merge) for c in agg.calls for b in c.buffers),
+            buffers=tuple(g for c in agg.calls for g in c.merge_groups),
             input_schema=input_schema,
             output_schema=_arrow_schema(out_schema),
             output_mode=mode,
@@ -469,7 +469,7 @@ class SessionWindowStateStep(StateStep):
     output_columns: tuple[str, ...]
     session_index: int
     session_field_names: tuple[str, str]
-    buffers: tuple[tuple[str, str], ...]
+    buffers: tuple[tuple[str, tuple[str, ...]], ...]  # (merge rule, buffer columns) per group
     input_schema: pa.Schema
     output_schema: pa.Schema
     output_mode: str
@@ -482,11 +482,14 @@ class SessionWindowStateStep(StateStep):
     accumulator: Any = field(default=None, compare=False)
 
     # -- layouts ----------------------------------------------------------------------------
+    def _buffer_columns(self) -> list[str]:
+        return [c for _, cols in self.buffers for c in cols]
+
     def store_schemas(self) -> tuple[pa.Schema, pa.Schema]:
         """Arrow layout of the store: key = keys + session start, value = session end + buffers."""
         s = self.input_schema
         key = pa.schema([s.field(k) for k in self.key_columns] + [s.field(SESSION_START_COLUMN).with_nullable(False)])
-        value = pa.schema([s.field(SESSION_END_COLUMN)] + [s.field(c) for c, _ in self.buffers])
+        value = pa.schema([s.field(SESSION_END_COLUMN)] + [s.field(c) for c in self._buffer_columns()])
         return key, value
 
     def _to_output(self, rows: pa.Table) -> pa.Table:
@@ -504,7 +507,7 @@ class SessionWindowStateStep(StateStep):
             else:
                 arrays.append(rows.column(ki))
                 ki += 1
-        arrays += [rows.column(nk + 2 + j) for j in range(len(self.buffers))]
+        arrays += [rows.column(nk + 2 + j) for j in range(len(self._buffer_columns()))]
         return pa.Table.from_arrays(arrays, schema=self.output_schema)
 
     # -- the step ---------------------------------------------------------------------------
@@ -617,7 +620,7 @@ class SessionWindowStateStep(StateStep):
                 restored = stored.take(pa.array(np.unique(li)))
         m[RESTORE_HIT_METRIC] = restored.num_rows
         # one table of restored sessions (origin 0) then input rows (origin 1), store layout
-        names = [*self.key_columns, SESSION_START_COLUMN, SESSION_END_COLUMN, *(c for c, _ in self.buffers)]
+        names = [*self.key_columns, SESSION_START_COLUMN, SESSION_END_COLUMN, *self._buffer_columns()]
         incoming = table.select(names)
         restored = pa.Table.from_arrays(restored.columns, names=names).cast(incoming.schema)
         both = pa.concat_tables([restored, incoming])
@@ -635,8 +638,8 @@ class SessionWindowStateStep(StateStep):
         cols = [both.column(k).take(heads) for k in self.key_columns]
         cols.append(_timestamps(merged.session_start, start_type))
         cols.append(_timestamps(merged.session_end, end_type))
-        for c, rule in self.buffers:
-            cols.append(merge_buffer_segments(rule, both.column(c).take(sorted_order), merged.starts))
+        for rule, group in self.buffers:
+            cols += merge_group_segments(rule, [both.column(c).take(sorted_order) for c in group], merged.starts)
         sessions = pa.Table.from_arrays(cols, schema=pa.schema(list(key_schema) + list(both.schema)[nk + 1 :]))
         # a stored session absorbed into a session opened by another row loses its key
         gone = merged.order[(merged.order < n_restored) & ~merged.first]

@@ -27,7 +27,7 @@ from statestream.operators.base import (
     StateStoreWriter,
     WatermarkSupport,
 )
-from statestream.plan.aggregates import merge_buffers
+from statestream.operators.aggregate_merge import merge_group
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,7 +83,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         step = AggregationStateStep(
             **self.state_step_args(ctx),
             key_columns=self.info.key_columns,
-            buffers=tuple((b.column, b.merge) for c in self.info.calls for b in c.buffers),
+            buffers=tuple(g for c in self.info.calls for g in c.merge_groups),
             input_schema=_arrow_schema(df.schema),
             output_mode=self.output_mode or ctx.output_mode,
             w_late_ms=self.event_time_watermark_for_late_events,
@@ -137,7 +137,7 @@ class AggregationStateStep(StateStep):
     operator_id: int
     version: int
     key_columns: tuple[str, ...]
-    buffers: tuple[tuple[str, str], ...]
+    buffers: tuple[tuple[str, tuple[str, ...]], ...]  # (merge rule, buffer columns) per group
     input_schema: pa.Schema
     output_mode: str
     w_late_ms: int | None
@@ -154,7 +154,7 @@ class AggregationStateStep(StateStep):
             batches, partition, "the aggregation's exchange did not partition by the grouping keys"
         )
         key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
-        value_schema = pa.schema([table.schema.field(c) for c, _ in self.buffers])
+        value_schema = pa.schema([table.schema.field(c) for c in self._buffer_columns()])
         provider, store = self.open_store(partition, key_schema, value_schema)
         m = self.new_metrics(partition, **{RESTORE_HIT_METRIC: 0})
         try:
@@ -163,7 +163,12 @@ class AggregationStateStep(StateStep):
             if table.num_rows:
                 stored = store.lookup(keys)
                 m[RESTORE_HIT_METRIC] = int(pc.sum(stored.column("__found")).as_py() or 0)
-                merged_cols = [merge_buffers(rule, stored.column(c), table.column(c)) for c, rule in self.buffers]
+                found = stored.column("__found")
+                merged_cols = [
+                    col
+                    for rule, cols in self.buffers
+                    for col in merge_group(rule, [stored.column(c) for c in cols], [table.column(c) for c in cols], found)
+                ]
                 merged = pa.Table.from_arrays(
                     list(keys.columns) + list(merged_cols), schema=pa.schema(list(key_schema) + list(value_schema))
                 )
@@ -203,5 +208,8 @@ class AggregationStateStep(StateStep):
             store.abort()
             raise
         finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
-        output = output.select(list(self.key_columns) + [c for c, _ in self.buffers])
+        output = output.select(list(self.key_columns) + self._buffer_columns())
         return output, m
+
+    def _buffer_columns(self) -> list[str]:
+        return [c for _, cols in self.buffers for c in cols]

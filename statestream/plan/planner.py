@@ -92,7 +92,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     # cube/rollup: Spark's grouping id is one more key (state key field ``spark_grouping_id``)
     keys = tuple(f"__k{i}" for i in range(len(names) + (1 if node.grouping_sets else 0)))
     calls = tuple(
-        _grouping_call(c, n, node, keys) or decompose_aggregate(c, i, n)
+        _grouping_call(c, n, node, keys) or decompose_aggregate(c, i, n, node.child.template)
         for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
     )
     et_name = node.event_time_key()

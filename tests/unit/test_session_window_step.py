@@ -174,7 +174,7 @@ class Query:
         return SessionWindowStateStep(
             state_root=self.root, run_id=self.run_id, operator_id=0, version=self.version,
             key_columns=("__k1",), output_columns=("__k0", "__k1"), session_index=0,
-            session_field_names=("start", "end"), buffers=(("__b0_count", "sum0"), ("__b1_sum", "sum")),
+            session_field_names=("start", "end"), buffers=(("sum0", ("__b0_count",)), ("sum", ("__b1_sum",))),
             input_schema=INPUT_SCHEMA, output_schema=OUTPUT_SCHEMA, output_mode=self.mode,
             w_late_ms=w_late * 1000, w_evict_ms=w_evict * 1000, event_time_key=SESSION_END_COLUMN,
             event_time_is_struct=False, merge_local=self.merge_local,

@@ -1,0 +1,402 @@
+"""Aggregation-buffer merge rules on Arrow arrays: how a stored buffer and a batch's buffer, or a
+run of buffers, become one. Pure (no Spark): the state steps run them inside Spark tasks.
+
+Spark: each ``DeclarativeAggregate``'s ``mergeExpressions`` (``Count``, ``Sum``, ``Min``/``Max``,
+``First``/``Last``, ``MaxMinBy``, ``BitAggregate``, ``CentralMomentAgg``, ``Covariance``,
+``PearsonCorrelation``) and the ``merge`` of the collecting ``TypedImperativeAggregate`` s
+(``CollectList``/``CollectSet``). A *merge group* is one rule over one function's buffer
+columns, in the function's buffer order: most rules read one column, some read several
+(``moments`` reads ``n, avg, m2[, m3[, m4]]``).
+
+Two entry points:
+
+* ``merge_group(rule, state, batch, found)``: the stored buffers (left) with this batch's
+  (right), row by row, as Spark's PartialMerge after ``StateStoreRestoreExec`` (stored row first).
+* ``merge_group_segments(rule, columns, starts)``: runs of consecutive rows folded left to right,
+  as ``MergingSessionsExec`` folds the rows of one session.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "MERGE_SUM0",
+    "MERGE_SUM",
+    "MERGE_MIN",
+    "MERGE_MAX",
+    "GROUP_RULES",
+    "merge_buffers",
+    "merge_buffer_segments",
+    "merge_group",
+    "merge_group_segments",
+]
+
+MERGE_SUM0 = "sum0"  # counts: null counts as 0, result never null
+MERGE_SUM = "sum"  # sums: null + x = x, null + null = null, overflow is an error (ANSI)
+MERGE_MIN = "min"
+MERGE_MAX = "max"
+
+#: rules over one column whose two-way merge has a direct kernel
+_SIMPLE = (MERGE_SUM0, MERGE_SUM, MERGE_MIN, MERGE_MAX)
+
+Array = pa.Array | pa.ChunkedArray
+
+
+def _plain(a: Array) -> pa.Array:
+    if isinstance(a, pa.ChunkedArray):
+        return a.combine_chunks() if a.num_chunks != 1 else a.chunk(0)
+    return a
+
+
+def merge_buffers(rule: str, state: pa.Array | pa.ChunkedArray, batch: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Merge a stored buffer column with this batch's buffer column, row by row (vectorised).
+
+    ``state`` is null where a key has no stored buffer yet. Mirrors Spark's merge expressions:
+    counts add with null as zero; sums ignore a null side and fail on overflow (ANSI mode, the
+    Spark 4 default); min/max ignore nulls.
+    """
+    if rule == MERGE_SUM0:
+        return pc.add_checked(pc.fill_null(state, 0), pc.fill_null(batch, 0))
+    if rule == MERGE_SUM:
+        both = pc.add_checked(state, batch)
+        return pc.coalesce(both, state, batch)
+    if rule in (MERGE_MIN, MERGE_MAX):
+        return _min_max(rule, state, batch)
+    raise ValueError(f"unknown merge rule {rule!r}")
+
+
+def _min_max(rule: str, a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Array:
+    typ = a.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ):
+        less = pc.less(b, a) if rule == MERGE_MIN else pc.greater(b, a)
+        pick_b = pc.or_(pc.is_null(a), pc.fill_null(less, False))
+        return pc.if_else(pick_b, b, a)
+    # Arrow has no element-wise min/max kernel for zoned timestamps or booleans: compare them
+    # as their plain storage type and cast back.
+    plain = None
+    if pa.types.is_timestamp(typ) and typ.tz is not None:
+        plain = pa.timestamp(typ.unit)
+    elif pa.types.is_boolean(typ):
+        plain = pa.int8()
+    if plain is not None:
+        return _min_max(rule, a.cast(plain), b.cast(plain)).cast(typ)
+    if rule == MERGE_MIN:
+        return pc.min_element_wise(a, b, skip_nulls=True)
+    return pc.max_element_wise(a, b, skip_nulls=True)
+
+
+def merge_buffer_segments(rule: str, values: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.Array:
+    """Merge runs of consecutive buffer values into one buffer per run (vectorised).
+
+    ``starts`` holds the index of the first row of every run, ascending and beginning with 0;
+    run ``i`` covers ``values[starts[i]:starts[i+1]]``. This is ``merge_buffers`` folded over
+    each run, as Spark's ``MergingSessionsExec`` folds the buffers of the rows that make one
+    session: counts add (null as zero), sums add ignoring nulls (null only if every value is
+    null; overflow of a 64-bit integer sum is an error, as in ANSI mode), min and max ignore
+    nulls (a NaN is larger than any number, as in Spark).
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
+    typ = values.type
+    n_runs = len(starts)
+    if n_runs == 0:
+        return pa.array([], type=typ)
+    if len(values) == n_runs:
+        return values if rule != MERGE_SUM0 else pc.fill_null(values, pa.scalar(0, type=typ))
+    starts = np.asarray(starts, dtype=np.int64)
+    numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ)
+    temporal = pa.types.is_timestamp(typ) or pa.types.is_date(typ) or pa.types.is_duration(typ)
+    if not (numeric or (temporal and rule in (MERGE_MIN, MERGE_MAX))):
+        return _merge_segments_arrow(rule, values, starts)
+    storage = values.cast(pa.int64() if pa.types.is_timestamp(typ) or pa.types.is_duration(typ) or pa.types.is_date64(typ) else (pa.int32() if pa.types.is_date32(typ) else typ))
+    valid = np.asarray(pc.is_valid(storage).to_numpy(zero_copy_only=False), dtype=np.int64)
+    n_valid = np.add.reduceat(valid, starts)
+    floating = pa.types.is_floating(typ)
+    if rule in (MERGE_SUM0, MERGE_SUM):
+        filled = pc.fill_null(storage, pa.scalar(0, type=storage.type)).to_numpy(zero_copy_only=False)
+        out = np.add.reduceat(filled, starts)
+        if not floating:
+            approx = np.add.reduceat(filled.astype(np.float64), starts)
+            info = np.iinfo(filled.dtype)
+            if np.any(approx > float(info.max) * 0.99) or np.any(approx < float(info.min) * 0.99):
+                _check_integer_segment_sums(filled, starts, info)
+        mask = None if rule == MERGE_SUM0 else n_valid == 0
+    elif rule in (MERGE_MIN, MERGE_MAX):
+        if floating:
+            fill = np.inf if rule == MERGE_MIN else -np.inf
+            ufunc = np.fmin if rule == MERGE_MIN else np.maximum  # NaN: above every number
+        else:
+            info = np.iinfo(storage.type.to_pandas_dtype())
+            fill = info.max if rule == MERGE_MIN else info.min
+            ufunc = np.minimum if rule == MERGE_MIN else np.maximum
+        filled = pc.fill_null(storage, pa.scalar(fill, type=storage.type)).to_numpy(zero_copy_only=False)
+        out = ufunc.reduceat(filled, starts)
+        mask = n_valid == 0
+    else:
+        raise ValueError(f"unknown merge rule {rule!r}")
+    result = pa.array(out, type=storage.type, mask=mask if mask is not None and mask.any() else None)
+    return result.cast(typ) if not result.type.equals(typ) else result
+
+
+def _check_integer_segment_sums(filled: np.ndarray, starts: np.ndarray, info: Any) -> None:
+    """Exact check of integer run sums that came close to the type's range: Spark (ANSI mode)
+    fails on overflow where numpy would wrap around."""
+    bounds = list(starts) + [len(filled)]
+    for i in range(len(starts)):
+        total = sum(int(x) for x in filled[bounds[i] : bounds[i + 1]])
+        if total > info.max or total < info.min:
+            raise pa.ArrowInvalid("overflow")
+
+
+def _merge_segments_arrow(rule: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
+    """Run-wise merge for types numpy cannot reduce (strings, decimals, booleans): Arrow's hash
+    aggregation keyed by the run number."""
+    run = np.zeros(len(values), dtype=np.int64)
+    run[starts[1:]] = 1
+    run = np.cumsum(run)
+    fn = {MERGE_SUM0: "sum", MERGE_SUM: "sum", MERGE_MIN: "min", MERGE_MAX: "max"}[rule]
+    opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0 if rule == MERGE_SUM0 else 1)
+    t = pa.table({"__run": run, "__v": values})
+    out = t.group_by("__run", use_threads=False).aggregate([("__v", fn, opts)])
+    out = out.sort_by("__run")
+    col = out.column(f"__v_{fn}").combine_chunks()
+    if rule == MERGE_SUM0:
+        col = pc.fill_null(col, pa.scalar(0, type=col.type))
+    return col.cast(values.type) if not col.type.equals(values.type) else col
+
+
+# --------------------------------------------------------------------------------------------
+# merge groups: rules over several buffer columns, or over buffers numpy cannot fold directly
+# --------------------------------------------------------------------------------------------
+
+
+def merge_group(rule: str, state: Sequence[Array], batch: Sequence[Array], found: Array | None = None) -> list[pa.Array]:
+    """Merge one function's stored buffer columns (``state``, null where a key has no stored
+    buffer; ``found`` tells which keys have one) with this batch's (``batch``), row by row.
+
+    Order matters for ``first``, ``last``, ``max_by``/``min_by`` ties and ``concat``: the stored
+    buffer is the left side, as Spark's restore emits the stored row before the new one."""
+    if rule in _SIMPLE:
+        return [merge_buffers(rule, state[0], batch[0])]
+    batch = [_plain(b) for b in batch]
+    n = len(batch[0])
+    if n == 0:
+        return list(batch)
+    state = [_plain(s).cast(b.type) if not _plain(s).type.equals(b.type) else _plain(s) for s, b in zip(state, batch)]
+    order = np.empty(2 * n, dtype=np.int64)
+    order[0::2] = np.arange(n)
+    order[1::2] = np.arange(n) + n
+    take = pa.array(order)
+    both = [pa.concat_arrays([s, b]).take(take) for s, b in zip(state, batch)]
+    merged = merge_group_segments(rule, both, np.arange(0, 2 * n, 2, dtype=np.int64))
+    if found is None:
+        return merged
+    has = pc.fill_null(_plain(found), False)
+    return [pc.if_else(has, m, b) for m, b in zip(merged, batch)]
+
+
+def merge_group_segments(rule: str, columns: Sequence[Array], starts: np.ndarray) -> list[pa.Array]:
+    """Fold runs of consecutive buffer rows into one buffer per run, left to right. ``starts``
+    holds the first row of every run, ascending and beginning with 0."""
+    columns = [_plain(c) for c in columns]
+    starts = np.asarray(starts, dtype=np.int64)
+    if rule in _SIMPLE:
+        return [merge_buffer_segments(rule, columns[0], starts)]
+    try:
+        fn = GROUP_RULES[rule]
+    except KeyError:
+        raise ValueError(f"unknown merge rule {rule!r}") from None
+    if len(starts) == 0:
+        return [c.slice(0, 0) for c in columns]
+    return fn(columns, starts)
+
+
+def _ends(starts: np.ndarray, n: int) -> np.ndarray:
+    return np.append(starts[1:], n)
+
+
+def _f64(a: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(a.cast(pa.float64()), 0.0).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _bools(a: pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(a, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _moments(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``CentralMomentAgg``'s buffers ``n, avg, m2[, m3[, m4]]``: the moments of each run about
+    the run's common mean, from each buffer's moments about its own mean (``d`` is a buffer's
+    mean minus the common mean; ``M_k' = sum(M_k + sum_j C(k,j) d^j M_{k-j})``, ``M_1 = 0``)."""
+    n, avg, *ms = (_f64(c) for c in columns)
+    lengths = np.diff(np.append(starts, len(n)))
+    total = np.add.reduceat(n, starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(total > 0, np.add.reduceat(n * avg, starts) / np.where(total > 0, total, 1), 0.0)
+    d = avg - np.repeat(mean, lengths)
+    d = np.where(n > 0, d, 0.0)
+    out = [total, mean]
+    m2 = ms[0]
+    out.append(np.add.reduceat(m2, starts))
+    if len(ms) >= 2:
+        m3 = ms[1]
+        out.append(np.add.reduceat(m3 + 3.0 * d * m2 + n * d**3, starts))
+    if len(ms) >= 3:
+        m4 = ms[2]
+        out.append(np.add.reduceat(m4 + 4.0 * d * m3 + 6.0 * d * d * m2 + n * d**4, starts))
+    return [pa.array(o, pa.float64()) for o in out]
+
+
+def _covariance(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``Covariance``'s ``n, xAvg, yAvg, ck`` and ``PearsonCorrelation``'s extra ``xMk, yMk``:
+    co-moments of each run about the run's common means."""
+    n, xa, ya, ck, *mk = (_f64(c) for c in columns)
+    lengths = np.diff(np.append(starts, len(n)))
+    total = np.add.reduceat(n, starts)
+    safe = np.where(total > 0, total, 1.0)
+    mx = np.where(total > 0, np.add.reduceat(n * xa, starts) / safe, 0.0)
+    my = np.where(total > 0, np.add.reduceat(n * ya, starts) / safe, 0.0)
+    dx = np.where(n > 0, xa - np.repeat(mx, lengths), 0.0)
+    dy = np.where(n > 0, ya - np.repeat(my, lengths), 0.0)
+    out = [total, mx, my, np.add.reduceat(ck + n * dx * dy, starts)]
+    if mk:
+        out.append(np.add.reduceat(mk[0] + n * dx * dx, starts))
+        out.append(np.add.reduceat(mk[1] + n * dy * dy, starts))
+    return [pa.array(o, pa.float64()) for o in out]
+
+
+def _first_last(last: bool):
+    def fold(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+        """``First``/``Last``'s ``(value, valueSet)``: the first (last) buffer of the run whose
+        value is set; unset when none is."""
+        value, value_set = columns
+        n = len(value)
+        is_set = _bools(value_set)
+        pos = np.arange(n, dtype=np.int64)
+        if last:
+            pick = np.maximum.reduceat(np.where(is_set, pos, -1), starts)
+            ok = pick >= starts
+        else:
+            pick = np.minimum.reduceat(np.where(is_set, pos, n), starts)
+            ok = pick < _ends(starts, n)
+        taken = value.take(pa.array(np.where(ok, pick, starts)))
+        taken = pc.if_else(pa.array(ok), taken, pa.nulls(len(starts), value.type))
+        return [taken, pa.array(ok)]
+
+    return fold
+
+
+def _max_min_by(is_max: bool):
+    def fold(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+        """``MaxMinBy``'s ``(valueWithExtremumOrdering, extremumOrdering)``: the value of the
+        buffer with the largest (smallest) ordering; buffers with a null ordering are ignored,
+        and on a tie the later buffer wins (Spark keeps the left side only when it is strictly
+        better)."""
+        value, ordering = columns
+        n = len(value)
+        run = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.append(starts, n)))
+        valid = np.flatnonzero(_bools(pc.is_valid(ordering)))
+        out_value = pa.nulls(len(starts), value.type)
+        out_ord = pa.nulls(len(starts), ordering.type)
+        if len(valid) == 0:
+            return [out_value, out_ord]
+        t = pa.table({"run": run[valid], "ord": ordering.take(pa.array(valid)), "pos": valid})
+        idx = pc.sort_indices(
+            t, sort_keys=[("run", "ascending"), ("ord", "ascending" if is_max else "descending"), ("pos", "ascending")]
+        ).to_numpy()
+        runs = run[valid][idx]
+        last_of_run = np.flatnonzero(np.append(runs[1:] != runs[:-1], True))
+        chosen = valid[idx[last_of_run]]
+        target = runs[last_of_run]
+        scatter = np.full(len(starts), -1, dtype=np.int64)
+        scatter[target] = chosen
+        ok = scatter >= 0
+        safe = pa.array(np.where(ok, scatter, 0))
+        mask = pa.array(ok)
+        out_value = pc.if_else(mask, value.take(safe), out_value)
+        out_ord = pc.if_else(mask, ordering.take(safe), out_ord)
+        return [out_value, out_ord]
+
+    return fold
+
+
+def _bitwise(op: str):
+    ufunc = {"bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor}[op]
+
+    def fold(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+        """``BitAggregate``: the bitwise fold of the non-null buffers; null when all are null."""
+        (values,) = columns
+        typ = values.type
+        identity = -1 if op == "bit_and" else 0
+        filled = np.asarray(pc.fill_null(values, pa.scalar(identity, typ)).to_numpy(zero_copy_only=False))
+        out = ufunc.reduceat(filled, starts)
+        n_valid = np.add.reduceat(_bools(pc.is_valid(values)).astype(np.int64), starts)
+        return [pa.array(out, typ, mask=n_valid == 0)]
+
+    return fold
+
+
+def _list_concat(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``CollectList``: the lists of the run, concatenated in order (a null list is empty)."""
+    (lists,) = columns
+    flat = pc.list_flatten(lists)
+    lengths = np.asarray(pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(np.add.reduceat(lengths, starts))]).astype(np.int32)
+    return [pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat, type=lists.type)]
+
+
+def _list_union(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``CollectSet``: the distinct elements of the run's lists, in order of first appearance."""
+    (lists,) = columns
+    (concat,) = _list_concat(columns, starts)
+    flat = pc.list_flatten(concat)
+    parent = pc.list_parent_indices(concat)
+    if len(flat) == 0:
+        return [concat]
+    t = pa.table({"p": parent, "v": flat, "i": np.arange(len(flat), dtype=np.int64)})
+    firsts = t.group_by(["p", "v"], use_threads=False).aggregate([("i", "min")]).column("i_min")
+    keep = np.sort(np.asarray(firsts.to_numpy(), dtype=np.int64))
+    kept_parent = np.asarray(parent.to_numpy(), dtype=np.int64)[keep]
+    counts = np.bincount(kept_parent, minlength=len(starts))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return [pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat.take(pa.array(keep)), type=lists.type)]
+
+
+def _try_sum(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``Sum`` in TRY mode over an integral column, buffers ``(sum, isEmpty)``: a null sum in a
+    non-empty buffer is an overflow and stays null; a new overflow gives null, not an error."""
+    sums, empty = columns
+    is_empty = _bools(empty)
+    overflowed = (~is_empty) & ~_bools(pc.is_valid(sums))
+    any_overflow = np.add.reduceat(overflowed.astype(np.int64), starts) > 0
+    all_empty = np.logical_and.reduceat(is_empty, starts)
+    filled = np.asarray(pc.fill_null(sums, 0).cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    bounds = np.append(starts, len(filled))
+    approx = np.add.reduceat(filled.astype(np.float64), starts)
+    out: list[int | None] = [int(v) for v in np.add.reduceat(filled, starts)]
+    info = np.iinfo(np.int64)
+    for i in np.flatnonzero((np.abs(approx) > float(info.max) * 0.99) | any_overflow):
+        total = sum(int(x) for x in filled[bounds[i] : bounds[i + 1]])
+        out[i] = None if any_overflow[i] or total > info.max or total < info.min else total
+    return [pa.array(out, pa.int64()).cast(sums.type), pa.array(all_empty)]
+
+
+#: multi-column (or list) rules, by name
+GROUP_RULES: dict[str, Any] = {
+    "moments": _moments,
+    "covariance": _covariance,
+    "first": _first_last(last=True),
+    "last": _first_last(last=True),
+    "max_by": _max_min_by(is_max=True),
+    "min_by": _max_min_by(is_max=False),
+    "bit_and": _bitwise("bit_and"),
+    "bit_or": _bitwise("bit_or"),
+    "bit_xor": _bitwise("bit_xor"),
+    "concat": _list_concat,
+    "union": _list_union,
+    "try_sum": _try_sum,
+}

@@ -1,0 +1,534 @@
+"""Every aggregate function statestream can run in a streaming aggregation, as Spark defines it:
+its aggregation buffer (names, in Spark's order), how one batch's buffer is computed by Spark,
+how one row's buffer looks (for session windows), the merge rule, and the final expression.
+
+Spark: the ``aggBufferAttributes``, ``updateExpressions``, ``mergeExpressions`` and
+``evaluateExpression`` of each ``DeclarativeAggregate`` (and the buffer of the collecting
+``TypedImperativeAggregate`` s). A batch's buffer comes from Spark's own batch aggregation: the
+exact aggregates that make up the buffer (``count``, ``avg``, ``var_pop`` times ``n``...) are
+computed by Spark, so a batch's buffer is Spark's up to floating-point rounding; state buffers
+are merged by ``operators/aggregate_merge.py``; the final value is computed by Spark from the
+merged buffers with the same guards as Spark's ``evaluateExpression`` (a division by zero that
+Spark does not guard fails here as there: ``corr`` of a constant column under ANSI).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+__all__ = ["BufferField", "FunctionSpec", "FUNCTIONS", "ALIASES"]
+
+
+@dataclass(frozen=True)
+class BufferField:
+    """One aggregation-buffer column: its Spark-side name in the state schema (``count``,
+    ``sum``, ``m2``...), the internal column name, the merge rule of its group and the group's
+    position among the call's buffers (a rule such as ``moments`` spans several columns)."""
+
+    spark_name: str
+    column: str
+    merge: str
+    group: int = 0
+
+
+Cols = Sequence["Column"]
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """One aggregate function. ``layout(arg_types)`` lists ``(spark_name, rule, group)`` per
+    buffer column; ``partial(args, options)`` the Spark aggregates computing a batch's buffers;
+    ``row(args, options)`` one row's buffers; ``final(buffers, options)`` the result."""
+
+    name: str
+    arity: tuple[int, int]
+    layout: Callable[[Sequence[Any]], list[tuple[str, str, int]]]
+    partial: Callable[[Cols, tuple], list["Column"]]
+    row: Callable[[Cols, tuple], list["Column"]]
+    final: Callable[[Cols, tuple], "Column"]
+    #: literal arguments after the columns (e.g. ``ignorenulls`` of ``first``)
+    literal_args: int = 0
+
+
+def _F():  # noqa: N802 - the usual alias of pyspark.sql.functions
+    from pyspark.sql import functions as F
+
+    return F
+
+
+def _fixed(*fields: tuple[str, str, int]):
+    return lambda _types: list(fields)
+
+
+def _dbl(c: "Column") -> "Column":
+    return c.cast("double")
+
+
+def _ind(cond: "Column") -> "Column":
+    """1 where ``cond`` holds, else 0 (a row's count)."""
+    F = _F()
+    return F.when(cond, F.lit(1)).otherwise(F.lit(0)).cast("long")
+
+
+# -- count, sum, avg, min, max -----------------------------------------------------------------
+
+
+def _count_arg(args: Cols) -> "Column":
+    F = _F()
+    if not args:
+        return F.lit(1)
+    if len(args) == 1:
+        return args[0]
+    cond = args[0].isNotNull()
+    for a in args[1:]:
+        cond = cond & a.isNotNull()
+    return F.when(cond, F.lit(1))
+
+
+COUNT = FunctionSpec(
+    "count",
+    (0, 99),
+    _fixed(("count", "sum0", 0)),
+    lambda a, o: [_F().count(_count_arg(a))],
+    lambda a, o: [_ind(_count_arg(a).isNotNull())],
+    lambda b, o: b[0],
+)
+SUM = FunctionSpec("sum", (1, 1), _fixed(("sum", "sum", 0)), lambda a, o: [_F().sum(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
+
+
+def _avg_final(b: Cols, o: tuple) -> "Column":
+    F = _F()
+    s, c = b
+    return F.when(c == 0, F.lit(None)).otherwise(s / c)
+
+
+AVG = FunctionSpec(
+    "avg",
+    (1, 1),
+    _fixed(("sum", "sum", 0), ("count", "sum0", 1)),
+    lambda a, o: [_F().sum(_dbl(a[0])), _F().count(a[0])],
+    lambda a, o: [_dbl(a[0]), _ind(a[0].isNotNull())],
+    _avg_final,
+)
+MIN = FunctionSpec("min", (1, 1), _fixed(("min", "min", 0)), lambda a, o: [_F().min(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
+MAX = FunctionSpec("max", (1, 1), _fixed(("max", "max", 0)), lambda a, o: [_F().max(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
+#: count_if(p) is Spark's count(nullif(p, false))
+COUNT_IF = FunctionSpec(
+    "count_if",
+    (1, 1),
+    _fixed(("count", "sum0", 0)),
+    lambda a, o: [_F().count(_F().when(a[0], _F().lit(1)))],
+    lambda a, o: [_ind(_F().coalesce(a[0], _F().lit(False)))],
+    lambda b, o: b[0],
+)
+
+
+# -- first / last / any_value -------------------------------------------------------------------
+
+
+def _first_last(name: str) -> FunctionSpec:
+    def partial(a: Cols, o: tuple) -> list["Column"]:
+        F = _F()
+        ignore = bool(o[0]) if o else False
+        fn = F.first if name == "first" else F.last
+        value_set = (F.count(a[0]) > 0) if ignore else F.lit(True)
+        return [fn(a[0], ignore), value_set]
+
+    def row(a: Cols, o: tuple) -> list["Column"]:
+        F = _F()
+        ignore = bool(o[0]) if o else False
+        return [a[0], a[0].isNotNull() if ignore else F.lit(True)]
+
+    return FunctionSpec(name, (1, 1), _fixed((name, name, 0), ("valueSet", name, 0)), partial, row, lambda b, o: b[0], literal_args=1)
+
+
+FIRST = _first_last("first")
+LAST = _first_last("last")
+
+
+# -- max_by / min_by ----------------------------------------------------------------------------
+
+
+def _max_min_by(name: str) -> FunctionSpec:
+    def partial(a: Cols, o: tuple) -> list["Column"]:
+        F = _F()
+        if name == "max_by":
+            return [F.max_by(a[0], a[1]), F.max(a[1])]
+        return [F.min_by(a[0], a[1]), F.min(a[1])]
+
+    def row(a: Cols, o: tuple) -> list["Column"]:
+        F = _F()
+        return [F.when(a[1].isNotNull(), a[0]), a[1]]
+
+    layout = _fixed(("valueWithExtremumOrdering", name, 0), ("extremumOrdering", name, 0))
+    return FunctionSpec(name, (2, 2), layout, partial, row, lambda b, o: b[0])
+
+
+# -- bitwise ------------------------------------------------------------------------------------
+
+
+def _bit(name: str) -> FunctionSpec:
+    return FunctionSpec(
+        name,
+        (1, 1),
+        _fixed((name, name, 0)),
+        lambda a, o: [getattr(_F(), name)(a[0])],
+        lambda a, o: [a[0]],
+        lambda b, o: b[0],
+    )
+
+
+# -- central moments: stddev, variance, skewness, kurtosis --------------------------------------
+
+_MOMENT_NAMES = ("n", "avg", "m2", "m3", "m4")
+
+
+def _moment_partial(x: "Column", order: int) -> list["Column"]:
+    """A batch's ``n, avg, m2[, m3[, m4]]`` from Spark's own aggregates over the batch:
+    ``m2 = var_pop * n``, ``m3`` from ``skewness``, ``m4`` from ``kurtosis``; a group with no
+    value has Spark's initial buffer (all zero)."""
+    F = _F()
+    x = _dbl(x)
+    n = F.count(x).cast("double")
+    zero = F.lit(0.0)
+    m2 = F.var_pop(x) * n
+    cols = [n, F.coalesce(F.avg(x), zero), F.coalesce(m2, zero)]
+    if order >= 3:
+        cols.append(F.coalesce(F.when(n > 0, F.skewness(x) * F.pow(m2, 1.5) / F.sqrt(n)), zero))
+    if order >= 4:
+        cols.append(F.coalesce(F.when(n > 0, (F.kurtosis(x) + F.lit(3.0)) * (m2 * m2) / n), zero))
+    return cols
+
+
+def _moment_row(x: "Column", order: int) -> list["Column"]:
+    F = _F()
+    cols = [F.when(x.isNotNull(), F.lit(1.0)).otherwise(F.lit(0.0)), F.coalesce(_dbl(x), F.lit(0.0))]
+    return cols + [F.lit(0.0)] * (order - 1)
+
+
+def _moments(name: str, order: int, final: Callable[[Cols], "Column"]) -> FunctionSpec:
+    layout = _fixed(*((_MOMENT_NAMES[i], "moments", 0) for i in range(order + 1)))
+    return FunctionSpec(
+        name,
+        (1, 1),
+        layout,
+        lambda a, o: _moment_partial(a[0], order),
+        lambda a, o: _moment_row(a[0], order),
+        lambda b, o: final(b),
+    )
+
+
+def _null() -> "Column":
+    return _F().lit(None).cast("double")
+
+
+def _var_pop(b: Cols) -> "Column":
+    F = _F()
+    n, _, m2 = b[:3]
+    return F.when(n == 0, _null()).otherwise(m2 / n)
+
+
+def _var_samp(b: Cols) -> "Column":
+    F = _F()
+    n, _, m2 = b[:3]
+    return F.when(n == 0, _null()).when(n == 1, _null()).otherwise(m2 / (n - 1))
+
+
+def _skewness(b: Cols) -> "Column":
+    F = _F()
+    n, _, m2, m3 = b[:4]
+    return F.when(n == 0, _null()).when(m2 == 0, _null()).otherwise(F.sqrt(n) * m3 / F.sqrt(m2 * m2 * m2))
+
+
+def _kurtosis(b: Cols) -> "Column":
+    F = _F()
+    n, _, m2, _m3, m4 = b[:5]
+    return F.when(n == 0, _null()).when(m2 == 0, _null()).otherwise(n * m4 / (m2 * m2) - F.lit(3.0))
+
+
+def _sqrt(fn: Callable[[Cols], "Column"]) -> Callable[[Cols], "Column"]:
+    return lambda b: _F().sqrt(fn(b))
+
+
+# -- covariance, correlation, regression ---------------------------------------------------------
+
+_COV_NAMES = ("n", "xAvg", "yAvg", "ck", "xMk", "yMk")
+
+
+def _pairs(x: "Column", y: "Column") -> tuple["Column", "Column"]:
+    """Both values as doubles where both are non-null (the rows the co-moments count)."""
+    F = _F()
+    both = x.isNotNull() & y.isNotNull()
+    return F.when(both, _dbl(x)), F.when(both, _dbl(y))
+
+
+def _cov_partial(x: "Column", y: "Column", corr: bool) -> list["Column"]:
+    F = _F()
+    xf, yf = _pairs(x, y)
+    n = F.count(xf).cast("double")
+    zero = F.lit(0.0)
+    cols = [n, F.coalesce(F.avg(xf), zero), F.coalesce(F.avg(yf), zero), F.coalesce(F.covar_pop(xf, yf) * n, zero)]
+    if corr:
+        cols += [F.coalesce(F.var_pop(xf) * n, zero), F.coalesce(F.var_pop(yf) * n, zero)]
+    return cols
+
+
+def _cov_row(x: "Column", y: "Column", corr: bool) -> list["Column"]:
+    F = _F()
+    xf, yf = _pairs(x, y)
+    zero = F.lit(0.0)
+    cols = [F.when(xf.isNotNull(), F.lit(1.0)).otherwise(zero), F.coalesce(xf, zero), F.coalesce(yf, zero), zero]
+    return cols + ([zero, zero] if corr else [])
+
+
+def _cov(name: str, corr: bool, final: Callable[[Cols], "Column"], swap: bool = False) -> FunctionSpec:
+    """``swap``: the regr_* functions take ``(y, x)`` and Spark builds their covariance over
+    ``(y, x)`` or ``(x, y)`` as noted per function."""
+    k = 6 if corr else 4
+    layout = _fixed(*((_COV_NAMES[i], "covariance", 0) for i in range(k)))
+
+    def order(a: Cols) -> tuple["Column", "Column"]:
+        return (a[1], a[0]) if swap else (a[0], a[1])
+
+    return FunctionSpec(
+        name,
+        (2, 2),
+        layout,
+        lambda a, o: _cov_partial(*order(a), corr),
+        lambda a, o: _cov_row(*order(a), corr),
+        lambda b, o: final(b),
+    )
+
+
+def _covar_pop(b: Cols) -> "Column":
+    F = _F()
+    return F.when(b[0] == 0, _null()).otherwise(b[3] / b[0])
+
+
+def _covar_samp(b: Cols) -> "Column":
+    F = _F()
+    n = b[0]
+    return F.when(n == 0, _null()).when(n == 1, _null()).otherwise(b[3] / (n - 1))
+
+
+def _corr(b: Cols) -> "Column":
+    F = _F()
+    n, _, _, ck, xmk, ymk = b
+    # no guard for a zero variance: Spark divides, and fails under ANSI as this does
+    return F.when(n == 0, _null()).when(n == 1, _null()).otherwise(ck / F.sqrt(xmk * ymk))
+
+
+def _regr_r2(b: Cols) -> "Column":
+    """Over ``PearsonCorrelation(y, x)``: ``xMk`` is y's and ``yMk`` x's sum of squares; no
+    variance of x: null; no variance of y: 1."""
+    F = _F()
+    n, _, _, ck, ymk, xmk = b
+    r = ck / F.sqrt(ymk * xmk)
+    return F.when(n == 0, _null()).when(xmk == 0, _null()).when(ymk == 0, F.lit(1.0)).otherwise(r * r)
+
+
+def _regr_sxy(b: Cols) -> "Column":
+    F = _F()
+    return F.when(b[0] == 0, _null()).otherwise(b[3])
+
+
+def _regr_m2(b: Cols) -> "Column":
+    F = _F()
+    return F.when(b[0] == 0, _null()).otherwise(b[2])
+
+
+def _regr_moments(name: str, pick_x: bool) -> FunctionSpec:
+    """regr_sxx / regr_syy: the second central moment of x (y) over the complete pairs."""
+
+    def value(a: Cols) -> "Column":
+        y, x = a
+        xf, yf = _pairs(x, y)
+        return xf if pick_x else yf
+
+    layout = _fixed(*((_MOMENT_NAMES[i], "moments", 0) for i in range(3)))
+    return FunctionSpec(
+        name,
+        (2, 2),
+        layout,
+        lambda a, o: _moment_partial(value(a), 2),
+        lambda a, o: _moment_row(value(a), 2),
+        lambda b, o: _regr_m2(b),
+    )
+
+
+def _regr_line(name: str) -> FunctionSpec:
+    """regr_slope / regr_intercept: ``covar_pop(x, y)``'s buffers then ``var_pop(x)``'s, both
+    over the complete pairs (two merge groups)."""
+    layout = _fixed(
+        *((_COV_NAMES[i], "covariance", 0) for i in range(4)), *((_MOMENT_NAMES[i], "moments", 1) for i in range(3))
+    )
+
+    def partial(a: Cols, o: tuple) -> list["Column"]:
+        y, x = a
+        xf, _ = _pairs(x, y)
+        return _cov_partial(x, y, False) + _moment_partial(xf, 2)
+
+    def row(a: Cols, o: tuple) -> list["Column"]:
+        y, x = a
+        xf, _ = _pairs(x, y)
+        return _cov_row(x, y, False) + _moment_row(xf, 2)
+
+    def final(b: Cols, o: tuple) -> "Column":
+        F = _F()
+        _, xavg, yavg, ck, _, _, m2 = b
+        slope = ck / m2
+        value = slope if name == "regr_slope" else yavg - slope * xavg
+        return F.when(m2 == 0, _null()).otherwise(value)
+
+    return FunctionSpec(name, (2, 2), layout, partial, row, final)
+
+
+def _regr_avg(name: str, pick_x: bool) -> FunctionSpec:
+    def value(a: Cols) -> "Column":
+        y, x = a
+        xf, yf = _pairs(x, y)
+        return xf if pick_x else yf
+
+    return FunctionSpec(
+        name,
+        (2, 2),
+        AVG.layout,
+        lambda a, o: AVG.partial([value(a)], o),
+        lambda a, o: AVG.row([value(a)], o),
+        AVG.final,
+    )
+
+
+REGR_COUNT = FunctionSpec(
+    "regr_count", (2, 2), COUNT.layout, lambda a, o: COUNT.partial(a, o), lambda a, o: COUNT.row(a, o), COUNT.final
+)
+
+
+# -- collect_list / collect_set ------------------------------------------------------------------
+
+
+def _collect(name: str, rule: str) -> FunctionSpec:
+    def row(a: Cols, o: tuple) -> list["Column"]:
+        F = _F()
+        return [F.array_compact(F.array(a[0]))]
+
+    return FunctionSpec(
+        name,
+        (1, 1),
+        _fixed(("buf", rule, 0)),
+        lambda a, o: [getattr(_F(), name)(a[0])],
+        row,
+        lambda b, o: b[0],
+    )
+
+
+# -- try_sum / try_avg ---------------------------------------------------------------------------
+
+
+def _is_integral(t: Any) -> bool:
+    from pyspark.sql.types import ByteType, IntegerType, LongType, ShortType
+
+    return isinstance(t, (ByteType, ShortType, IntegerType, LongType))
+
+
+def _try_sum_layout(types: Sequence[Any]) -> list[tuple[str, str, int]]:
+    if types and _is_integral(types[0]):
+        return [("sum", "try_sum", 0), ("isEmpty", "try_sum", 0)]
+    return [("sum", "sum", 0)]
+
+
+def _try_sum_partial(a: Cols, o: tuple) -> list["Column"]:
+    F = _F()
+    if o and o[-1] == "integral":
+        empty = F.count(a[0]) == 0
+        return [F.when(empty, F.lit(0).cast("long")).otherwise(F.try_sum(a[0])), empty]
+    return [F.try_sum(a[0])]
+
+
+def _try_sum_row(a: Cols, o: tuple) -> list["Column"]:
+    F = _F()
+    if o and o[-1] == "integral":
+        return [F.coalesce(a[0].cast("long"), F.lit(0).cast("long")), a[0].isNull()]
+    return [a[0]]
+
+
+def _try_sum_final(b: Cols, o: tuple) -> "Column":
+    F = _F()
+    if o and o[-1] == "integral":
+        return F.when(b[1], F.lit(None)).otherwise(b[0])
+    return b[0]
+
+
+TRY_SUM = FunctionSpec("try_sum", (1, 1), _try_sum_layout, _try_sum_partial, _try_sum_row, _try_sum_final)
+TRY_AVG = FunctionSpec(
+    "try_avg",
+    (1, 1),
+    AVG.layout,
+    lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])],
+    AVG.row,
+    _avg_final,
+)
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {
+    s.name: s
+    for s in (
+        COUNT,
+        SUM,
+        AVG,
+        MIN,
+        MAX,
+        COUNT_IF,
+        FIRST,
+        LAST,
+        _max_min_by("max_by"),
+        _max_min_by("min_by"),
+        _bit("bit_and"),
+        _bit("bit_or"),
+        _bit("bit_xor"),
+        _moments("stddev_samp", 2, _sqrt(_var_samp)),
+        _moments("stddev_pop", 2, _sqrt(_var_pop)),
+        _moments("var_samp", 2, _var_samp),
+        _moments("var_pop", 2, _var_pop),
+        _moments("skewness", 3, _skewness),
+        _moments("kurtosis", 4, _kurtosis),
+        _cov("covar_pop", False, _covar_pop),
+        _cov("covar_samp", False, _covar_samp),
+        _cov("corr", True, _corr),
+        REGR_COUNT,
+        _regr_avg("regr_avgx", True),
+        _regr_avg("regr_avgy", False),
+        _regr_moments("regr_sxx", True),
+        _regr_moments("regr_syy", False),
+        # regr_sxy is Spark's Covariance(y, x) and regr_r2 its PearsonCorrelation(y, x)
+        _cov("regr_sxy", False, _regr_sxy),
+        _cov("regr_r2", True, _regr_r2),
+        _regr_line("regr_slope"),
+        _regr_line("regr_intercept"),
+        _collect("collect_list", "concat"),
+        _collect("collect_set", "union"),
+        TRY_SUM,
+        TRY_AVG,
+    )
+}
+
+#: other names of the same functions (Spark's function registry aliases and replacements)
+ALIASES: dict[str, str] = {
+    "mean": "avg",
+    "first_value": "first",
+    "any_value": "first",
+    "last_value": "last",
+    "bool_and": "min",
+    "every": "min",
+    "bool_or": "max",
+    "some": "max",
+    "any": "max",
+    "stddev": "stddev_samp",
+    "std": "stddev_samp",
+    "variance": "var_samp",
+    "array_agg": "collect_list",
+}
