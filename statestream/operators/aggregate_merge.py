@@ -241,7 +241,7 @@ def _moments(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
     d = np.where(n > 0, d, 0.0)
     out = [total, mean]
     m2 = ms[0]
-    out.append(np.add.reduceat(m2, starts))
+    out.append(np.add.reduceat(m2 + n * d * d, starts))
     if len(ms) >= 2:
         m3 = ms[1]
         out.append(np.add.reduceat(m3 + 3.0 * d * m2 + n * d**3, starts))
@@ -389,7 +389,7 @@ def _try_sum(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
 GROUP_RULES: dict[str, Any] = {
     "moments": _moments,
     "covariance": _covariance,
-    "first": _first_last(last=True),
+    "first": _first_last(last=False),
     "last": _first_last(last=True),
     "max_by": _max_min_by(is_max=True),
     "min_by": _max_min_by(is_max=False),
