@@ -24,6 +24,12 @@ KNOWN_GAPS: dict[str, str] = {
         "(EventTimeStats.add) and truncates; statestream's observe() divides the exact sum, so it reports "
         "one ms more when the running mean falls just below a whole ms (110.125 s vs Spark's 110.124 s)"
     ),
+    "tests/differential/test_aggregate_functions.py::test_histogram_numeric_of_merged_batches": (
+        "histogram_numeric: Spark merges each batch's partial histogram into the stored one, so equal "
+        "points of two batches stay two bins ([7.0, 1.0], [7.0, 1.0] for key b in batch 2); statestream "
+        "keeps the values and recomputes the histogram, which folds them into one bin ([7.0, 2.0]). "
+        "Both are within the function's documented approximation"
+    ),
 }
 
 

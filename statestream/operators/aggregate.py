@@ -136,9 +136,7 @@ class HashAggregateExec(PhysicalOperator):
             return agg.withColumn(PARTITION_ID_COLUMN, pid.cast("int"))
         if self.mode == "Final":
             out_fields = {f.name: f for f in info.output_schema.fields}
-            cols = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
-            cols += [c.final_column().alias(c.output_name) for c in info.calls]
-            out = df.select(*cols)
+            out = final_projection(df, info)
             casts = []
             for name in out.columns:
                 target = out_fields[name].dataType
@@ -157,6 +155,39 @@ class HashAggregateExec(PhysicalOperator):
         assert self.info is not None
         prefix = {"Partial": "partial_", "PartialMerge": "merge_", "Final": ""}[self.mode]
         return f"HashAggregate(keys=[{self.info.key_sql()}], functions=[{self.info.functions_sql(prefix)}])"
+
+
+def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
+    """Spark's Final aggregate over the merged buffer rows (one per key): the grouping columns
+    under their output names, then each call's result.
+
+    A call whose buffer keeps its input values (``percentile_approx``, ``approx_count_distinct``,
+    ...; ``FunctionSpec.recompute``) is finished by Spark's own function over those values: the
+    key's lists are zipped (``arrays_zip`` pads the shorter ones with nulls, which the functions
+    skip) and exploded, keeping one row for a key whose lists are all empty, and one aggregation
+    by the keys evaluates every such function, carrying the other results with ``first`` (all
+    rows of a key hold the same values). The plan above the state step never branches, so the
+    state step runs once per batch."""
+    from pyspark.sql import functions as F
+
+    keys = [F.col(k) for k in info.key_columns]
+    out_keys = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
+    again = [c for c in info.calls if getattr(c.spec, "recompute", False)]
+    if not again:
+        return df.select(*out_keys, *(c.final_column().alias(c.output_name) for c in info.calls))
+    names = {id(c): f"__final{i}" for i, c in enumerate(info.calls)}
+    carried = [c for c in info.calls if not getattr(c.spec, "recompute", False)]
+    lists = [c.buffers[0].column for c in again]
+    exploded = df.select(
+        *keys,
+        *(c.final_column().alias(names[id(c)]) for c in carried),
+        F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
+    )
+    done = exploded.groupBy(*keys).agg(
+        *(F.first(F.col(names[id(c)])).alias(names[id(c)]) for c in carried),
+        *(c.recomputed_column(F.col("__values").getField(n)).alias(names[id(c)]) for c, n in zip(again, lists)),
+    )
+    return done.select(*out_keys, *(F.col(names[id(c)]).alias(c.output_name) for c in info.calls))
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ class FunctionSpec:
     final: Callable[[Cols, tuple], "Column"]
     #: literal arguments after the columns (e.g. ``ignorenulls`` of ``first``)
     literal_args: int = 0
+    #: the buffer keeps the values themselves and the final value is Spark's own function over
+    #: them (see ``RECOMPUTED``)
+    recompute: bool = False
 
 
 def _F():  # noqa: N802 - the usual alias of pyspark.sql.functions
@@ -474,6 +477,52 @@ TRY_AVG = FunctionSpec(
 )
 
 
+# -- functions Spark finishes from an opaque sketch or map ----------------------------------------
+
+
+def _recomputed(name: str, literal_args: int) -> FunctionSpec:
+    """A function whose Spark buffer is an opaque binary (a ``TypedImperativeAggregate``: the
+    percentile maps, the quantile digest, sketches, listagg) or a sketch of registers
+    (``approx_count_distinct``). statestream keeps the key's non-null input values in a list
+    (merged by concatenation, stored first) and computes the result with Spark's own function
+    over all of them when the key is emitted. Every one of these results depends only on the
+    multiset of values (``approx_count_distinct``, ``count_min_sketch``, the exact percentiles,
+    ``mode`` without ties) or, for digests, equals Spark's while the input is below the digest's
+    compression size; ``listagg`` keeps the stored-then-new order. The price is state that grows
+    with the key's values instead of a bounded sketch."""
+    return FunctionSpec(
+        name,
+        (1, 1),
+        _fixed(("buf", "concat", 0)),
+        lambda a, o: [_F().collect_list(a[0])],
+        lambda a, o: [_F().array_compact(_F().array(a[0]))],
+        lambda b, o: b[0],
+        literal_args=literal_args,
+        recompute=True,
+    )
+
+
+#: name -> how many literal arguments may follow the value column
+RECOMPUTED: dict[str, int] = {
+    "percentile": 2,
+    "median": 0,
+    "percentile_approx": 2,
+    "approx_percentile": 2,
+    "mode": 1,
+    "approx_count_distinct": 1,
+    "count_min_sketch": 3,
+    "hll_sketch_agg": 1,
+    "histogram_numeric": 1,
+    "listagg": 1,
+    "string_agg": 1,
+    "kll_sketch_agg_bigint": 1,
+    "kll_sketch_agg_double": 1,
+    "kll_sketch_agg_float": 1,
+    "theta_sketch_agg": 1,
+    "approx_top_k": 2,
+}
+
+
 FUNCTIONS: dict[str, FunctionSpec] = {
     s.name: s
     for s in (
@@ -513,6 +562,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         _collect("collect_set", "union"),
         TRY_SUM,
         TRY_AVG,
+        *(_recomputed(name, n) for name, n in RECOMPUTED.items()),
     )
 }
 

@@ -69,7 +69,17 @@ class AggregateCall:
     buffers: tuple[BufferField, ...]
     sql: str
     spec: Any = None
+    #: the literal arguments after the columns: their Python values (``None`` where the argument
+    #: is not a plain literal, e.g. ``array(0.25, 0.5)``) and the argument columns themselves
     options: tuple[Any, ...] = ()
+    option_columns: tuple[Any, ...] = ()
+
+    def recomputed_column(self, values: "Column") -> "Column":
+        """Spark's own function over ``values`` (one input value per row) with this call's
+        literal arguments: the final value of a function whose buffer is kept as its values."""
+        from pyspark.sql import functions as F
+
+        return F.call_function(self.function, values, *self.option_columns)
 
     @property
     def merge_groups(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -113,9 +123,10 @@ def column_node(col: "Column") -> Any:
 
 
 def _literal(node: Any) -> Any:
-    """The Python value of a literal argument node (``first(x, true)``), or raise."""
+    """The Python value of a literal argument node (``first(x, true)``); ``None`` for any other
+    node (Spark's analysis of the template has already checked that it is foldable)."""
     if node.getClass().getSimpleName() != "Literal":
-        raise UnsupportedAggregateError(f"expected a literal argument, got {node.sql()}")
+        return None
     value = node.value()
     return bool(value) if isinstance(value, bool) else value
 
@@ -158,6 +169,7 @@ def decompose_aggregate(col: "Column", index: int, output_name: str, input_df: A
         raise UnsupportedAggregateError(f"{name}() takes {lo} to {hi} column arguments in statestream, got {len(nodes)}")
     args = tuple(_column_from_node(jvm, a) for a in nodes[:n_cols])
     options: tuple[Any, ...] = tuple(_literal(a) for a in nodes[n_cols:])
+    option_columns = tuple(_column_from_node(jvm, a) for a in nodes[n_cols:])
     types = []
     if input_df is not None and args:
         try:
@@ -178,4 +190,5 @@ def decompose_aggregate(col: "Column", index: int, output_name: str, input_df: A
         sql=str(node.sql()),
         spec=spec,
         options=options,
+        option_columns=option_columns,
     )
