@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from statestream.operators.base import ExecutedByParent, PhysicalOperator
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from statestream.operators.context import BatchContext
     from statestream.plan.aggregates import AggregateCall
@@ -76,6 +76,8 @@ class AggregationInfo:
     def functions_sql(self, prefix: str) -> str:
         parts = []
         for c in self.calls:
+            if hasattr(c, "final_over"):
+                continue  # an expression over the calls before it, evaluated by the Final step
             inner = c.sql
             name = inner.split("(", 1)
             parts.append(f"{prefix}{name[0]}({name[1]}" if len(name) == 2 and prefix else inner)
@@ -172,22 +174,33 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
 
     keys = [F.col(k) for k in info.key_columns]
     out_keys = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
-    again = [c for c in info.calls if getattr(c.spec, "recompute", False)]
-    if not again:
-        return df.select(*out_keys, *(c.final_column().alias(c.output_name) for c in info.calls))
     names = {id(c): f"__final{i}" for i, c in enumerate(info.calls)}
-    carried = [c for c in info.calls if not getattr(c.spec, "recompute", False)]
-    lists = [c.buffers[0].column for c in again]
-    exploded = df.select(
-        *keys,
-        *(c.final_column().alias(names[id(c)]) for c in carried),
-        F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
-    )
-    done = exploded.groupBy(*keys).agg(
-        *(F.first(F.col(names[id(c)])).alias(names[id(c)]) for c in carried),
-        *(c.recomputed_column(F.col("__values").getField(n)).alias(names[id(c)]) for c, n in zip(again, lists)),
-    )
-    return done.select(*out_keys, *(F.col(names[id(c)]).alias(c.output_name) for c in info.calls))
+    leaves = [c for c in info.calls if not hasattr(c, "final_over")]
+    again = [c for c in leaves if getattr(c.spec, "recompute", False)]
+    carried = [c for c in leaves if not getattr(c.spec, "recompute", False)]
+    if again:
+        lists = [c.buffers[0].column for c in again]
+        exploded = df.select(
+            *keys,
+            *(c.final_column().alias(names[id(c)]) for c in carried),
+            F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
+        )
+        done = exploded.groupBy(*keys).agg(
+            *(F.first(F.col(names[id(c)])).alias(names[id(c)]) for c in carried),
+            *(c.recomputed_column(F.col("__values").getField(n)).alias(names[id(c)]) for c, n in zip(again, lists)),
+        )
+        value = {id(c): F.col(names[id(c)]) for c in leaves}
+    else:
+        done = df
+        value = {id(c): c.final_column() for c in leaves}
+
+    def result(c: "AggregateCall") -> "Column":
+        if hasattr(c, "final_over"):
+            return c.final_over([value[id(i)] for i in c.inner])
+        return value[id(c)]
+
+    shown = [c for c in info.calls if not getattr(c, "hidden", False)]
+    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown))
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from statestream.operators.aggregate_merge import (  # noqa: F401 - re-exported 
     merge_buffer_segments,
     merge_buffers,
 )
+from statestream.errors import StatestreamError
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, BufferField
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ __all__ = [
 SUPPORTED_FUNCTIONS = tuple(sorted(FUNCTIONS))
 
 
-class UnsupportedAggregateError(ValueError):
-    """An aggregate expression statestream cannot decompose yet."""
+class UnsupportedAggregateError(StatestreamError, ValueError):
+    """An aggregate expression statestream cannot decompose yet (raised from ``start()``)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class AggregateCall:
     #: is not a plain literal, e.g. ``array(0.25, 0.5)``) and the argument columns themselves
     options: tuple[Any, ...] = ()
     option_columns: tuple[Any, ...] = ()
+    #: an inner call of an expression over aggregates: it has buffers but no output column
+    hidden: bool = False
 
     def recomputed_column(self, values: "Column") -> "Column":
         """Spark's own function over ``values`` (one input value per row) with this call's

@@ -18,7 +18,8 @@ from statestream.operators.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
-from statestream.plan.aggregates import AggregateCall, decompose_aggregate
+from statestream.plan.aggregate_expressions import decompose_output
+from statestream.plan.aggregates import AggregateCall
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
@@ -92,8 +93,9 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     # cube/rollup: Spark's grouping id is one more key (state key field ``spark_grouping_id``)
     keys = tuple(f"__k{i}" for i in range(len(names) + (1 if node.grouping_sets else 0)))
     calls = tuple(
-        _grouping_call(c, n, node, keys) or decompose_aggregate(c, i, n, node.child.template)
+        call
         for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
+        for call in ([_grouping_call(c, n, node, keys)] if _grouping_call(c, n, node, keys) else decompose_output(c, i, n, node.child.template))
     )
     et_name = node.event_time_key()
     et_key = None

@@ -153,8 +153,14 @@ class MicroBatchExecution:
         self._thread.start()
 
     def _prepare(self) -> None:
-        """Synchronous part of ``start()``: checkpoint metadata (stable query id)."""
+        """Synchronous part of ``start()``: the aggregates are checked (an aggregate statestream
+        cannot run fails here, not later in the query's thread), then checkpoint metadata
+        (stable query id)."""
         from statestream.checkpoint.metadata import StreamMetadata
+        from statestream.plan.planner import aggregation_info
+
+        for node in self.df._plan.find(L.Aggregate):  # noqa: SLF001
+            aggregation_info(node)
 
         meta = StreamMetadata.read(self.fm)
         if meta is None:

@@ -138,7 +138,32 @@ def _sketches(df: DataFrame) -> DataFrame:
     )
 
 
+def _expressions(df: DataFrame) -> DataFrame:
+    """Expressions around aggregates (PySpark columns and SQL strings), FILTER clauses."""
+    return df.groupBy("k").agg(
+        (F.sum("x") / F.count("*")).alias("mean_x"),
+        F.size(F.collect_set("s")).alias("n_s"),
+        F.array_sort(F.collect_list("i")).alias("sorted_i"),
+        (F.max("x") - F.min("x")).alias("spread"),
+        F.round(F.avg(F.col("x") * 2), 2).alias("r"),
+        F.when(F.count("x") > 1, F.stddev("x")).otherwise(F.lit(-1.0)).alias("cw"),
+        F.expr("sum(x) FILTER (WHERE t > 11)").alias("fs"),
+        F.expr("count(*) FILTER (WHERE b)").alias("fc"),
+        F.expr("sum(i) / count(*)").alias("e"),
+        F.expr("first(x) IGNORE NULLS").alias("fi"),
+        F.expr("percentile_approx(x, 0.5) + max(y)").alias("pa"),
+        F.expr("avg(i)"),
+        F.expr("cast(count(s) AS string)").alias("cs"),
+    )
+
+
+def _dict_form(df: DataFrame) -> DataFrame:
+    return df.groupBy("k").agg({"x": "stddev", "i": "max", "y": "variance", "s": "count"})
+
+
 QUERIES = {
+    "expressions": _expressions,
+    "dict_form": _dict_form,
     "sketches": _sketches,
     "moments": _moments,
     "covariance": _covariance,

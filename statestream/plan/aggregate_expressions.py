@@ -1,0 +1,322 @@
+"""Expressions around aggregate functions: ``sum(v) / count(*)``, ``size(collect_set(k))``,
+``sum(x) FILTER (WHERE k > 1)``, SQL strings through ``F.expr``/``selectExpr``.
+
+Spark: ``PhysicalAggregation`` splits an aggregation's result expressions into the aggregate
+functions (which get buffers and state) and the expressions over their results (evaluated by the
+Final aggregate). Here an output column is read from its unresolved PySpark node tree, or, for a
+SQL string, from Spark's own SQL parser: every aggregate function call in it becomes a hidden
+``AggregateCall`` with its buffers, and the column becomes an ``ExpressionCall`` that rebuilds the
+expression with each call replaced by that call's final value.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS
+from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+__all__ = ["ExpressionCall", "decompose_output"]
+
+#: Spark's Column API names its operators by symbol; these are the Python operators for them
+_OPERATORS: dict[str, Callable[..., Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "%": operator.mod,
+    "==": operator.eq,
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<>": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "and": operator.and_,
+    "&&": operator.and_,
+    "or": operator.or_,
+    "||": operator.or_,
+    "!": operator.invert,
+    "not": operator.invert,
+    "<=>": lambda a, b: a.eqNullSafe(b),
+}
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ExpressionCall(AggregateCall):
+    """An output column that is an expression over aggregate calls (``inner``, hidden calls with
+    their own buffers). ``rebuild(values)`` gives the expression with the i-th inner call
+    replaced by ``values[i]``."""
+
+    inner: tuple[AggregateCall, ...] = ()
+    rebuild: Any = None
+
+    def partial_columns(self) -> list["Column"]:
+        return []
+
+    def row_columns(self) -> list["Column"]:
+        return []
+
+    def final_over(self, values: list["Column"]) -> "Column":
+        return self.rebuild(values)
+
+
+def _is_aggregate_name(name: str) -> bool:
+    name = name.lower()
+    return name in FUNCTIONS or name in ALIASES
+
+
+def _jvm() -> Any:
+    from pyspark import SparkContext
+
+    jvm = SparkContext._jvm  # noqa: SLF001
+    assert jvm is not None, "no SparkContext is running"
+    return jvm
+
+
+def _column(node: Any) -> "Column":
+    from pyspark.sql import Column
+
+    return Column(_jvm().org.apache.spark.sql.Column(node))
+
+
+def _children(node: Any) -> list[Any]:
+    ch = node.children()
+    return [ch.apply(i) for i in range(ch.length())]
+
+
+def _data_type(jtype: Any) -> Any:
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    return _parse_datatype_json_string(jtype.json())
+
+
+def _apply(name: str, args: list["Column"]) -> "Column":
+    """A call of Spark function ``name`` (or operator symbol) on ``args``."""
+    from pyspark.sql import functions as F
+
+    fn = _OPERATORS.get(name.lower())
+    if fn is not None and (len(args) == 2 or name in ("!", "not")):
+        return fn(*args)
+    if name == "-" and len(args) == 1:
+        return -args[0]
+    if not _IDENTIFIER.match(name):
+        raise UnsupportedAggregateError(f"statestream cannot rebuild the operator {name!r} around an aggregate yet")
+    return F.call_function(name, *args)
+
+
+# -- PySpark column nodes ---------------------------------------------------------------------
+
+
+def _has_aggregate(node: Any) -> bool:
+    kind = node.getClass().getSimpleName()
+    if kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName())):
+        return True
+    if kind == "SqlExpression":
+        return _sql_has_aggregate(_parse(str(node.expression())))
+    try:
+        return any(_has_aggregate(c) for c in _children(node))
+    except Exception:  # noqa: BLE001 - a node kind without children
+        return False
+
+
+class _Collector:
+    """Turns the aggregate calls met while rebuilding an expression into hidden calls."""
+
+    def __init__(self, index: int, input_df: Any) -> None:
+        self.index = index
+        self.input_df = input_df
+        self.calls: list[AggregateCall] = []
+
+    def add(self, col: "Column") -> int:
+        n = len(self.calls)
+        call = decompose_aggregate(col, self.index * 100 + n, f"__agg{self.index}_{n}", self.input_df)
+        self.calls.append(call)
+        return n
+
+
+def _rebuild_node(node: Any, out: _Collector) -> Callable[[list["Column"]], "Column"]:
+    """A function from the inner calls' values to ``node``'s expression (PySpark node tree)."""
+    kind = node.getClass().getSimpleName()
+    if not _has_aggregate(node):
+        col = _column(node)
+        return lambda values: col
+    if kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName())):
+        i = out.add(_column(node))
+        return lambda values: values[i]
+    if kind == "SqlExpression":
+        return _rebuild_sql(_parse(str(node.expression())), out)
+    if kind == "Alias":
+        inner = _rebuild_node(node.child(), out)
+        name = str(node.name().head())
+        return lambda values: inner(values).alias(name)
+    if kind == "Cast":
+        inner = _rebuild_node(node.child(), out)
+        typ = _data_type(node.dataType())
+        return lambda values: inner(values).cast(typ)
+    if kind == "UnresolvedFunction":
+        name = str(node.functionName())
+        parts = [_rebuild_node(a, out) for a in _children(node)]
+        return lambda values: _apply(name, [p(values) for p in parts])
+    if kind == "CaseWhenOtherwise":
+        branches = node.branches()
+        pairs = []
+        for i in range(branches.length()):
+            b = branches.apply(i)
+            pairs.append((_rebuild_node(b._1(), out), _rebuild_node(b._2(), out)))
+        other = node.otherwise()
+        otherwise = _rebuild_node(other.get(), out) if other.isDefined() else None
+        return lambda values: _case_when(pairs, otherwise, values)
+    raise UnsupportedAggregateError(f"statestream cannot evaluate {node.sql()} around an aggregate yet ({kind})")
+
+
+def _case_when(pairs: list, otherwise: Any, values: list["Column"]) -> "Column":
+    from pyspark.sql import functions as F
+
+    col = None
+    for cond, value in pairs:
+        col = F.when(cond(values), value(values)) if col is None else col.when(cond(values), value(values))
+    return col.otherwise(otherwise(values)) if otherwise is not None else col  # type: ignore[union-attr]
+
+
+# -- SQL strings (Spark's parser) ---------------------------------------------------------------
+
+
+def _parse(text: str) -> Any:
+    """Spark's SQL parser on ``text`` (Catalyst's, so it works on any thread)."""
+    parser = getattr(getattr(_jvm().org.apache.spark.sql.catalyst.parser, "CatalystSqlParser$"), "MODULE$")
+    return parser.parseExpression(text)
+
+
+def _catalyst_children(e: Any) -> list[Any]:
+    ch = e.children()
+    return [ch.apply(i) for i in range(ch.length())]
+
+
+def _sql_is_aggregate(e: Any) -> bool:
+    if e.getClass().getSimpleName() != "UnresolvedFunction":
+        return False
+    parts = e.nameParts()
+    return _is_aggregate_name(str(parts.apply(parts.length() - 1)))
+
+
+def _sql_has_aggregate(e: Any) -> bool:
+    return _sql_is_aggregate(e) or any(_sql_has_aggregate(c) for c in _catalyst_children(e))
+
+
+def _sql_call(e: Any) -> "Column":
+    """A parsed aggregate call as a PySpark column, its ``FILTER (WHERE c)`` applied to its
+    value arguments (rows failing ``c`` become nulls, which the function skips) and ``IGNORE
+    NULLS`` passed as ``first``/``last``'s flag."""
+    from pyspark.sql import functions as F
+
+    parts = e.nameParts()
+    name = str(parts.apply(parts.length() - 1)).lower()
+    if e.orderingWithinGroup().length() > 0:
+        raise UnsupportedAggregateError(f"statestream does not support {name}(...) WITHIN GROUP (ORDER BY ...) yet")
+    arguments = e.arguments()
+    args = [F.expr(str(arguments.apply(i).sql())) for i in range(arguments.length())]
+    spec = FUNCTIONS[ALIASES.get(name, name)]
+    n_values = min(len(args), spec.arity[1])
+    if e.filter().isDefined():
+        cond = F.expr(str(e.filter().get().sql()))
+        if spec.name in ("first", "last") and not e.ignoreNulls():
+            raise UnsupportedAggregateError(f"statestream does not support FILTER on {name}() without IGNORE NULLS yet")
+        if n_values == 0:
+            args = [F.when(cond, F.lit(1))]
+        else:
+            args = [F.when(cond, a) for a in args[:n_values]] + args[n_values:]
+    if e.ignoreNulls():
+        args = args[:1] + [F.lit(True)]
+    call = F.call_function(name, *args)
+    return F.count_distinct(*args) if e.isDistinct() else call
+
+
+def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"]:
+    """A function from the inner calls' values to the parsed expression ``e``."""
+    from pyspark.sql import functions as F
+
+    kind = e.getClass().getSimpleName()
+    if not _sql_has_aggregate(e):
+        col = F.expr(str(e.sql()))
+        return lambda values: col
+    if _sql_is_aggregate(e):
+        i = out.add(_sql_call(e))
+        return lambda values: values[i]
+    if kind in ("Alias", "UnresolvedAlias"):
+        inner = _rebuild_sql(e.child(), out)
+        return (lambda values: inner(values).alias(str(e.name()))) if kind == "Alias" else inner
+    if kind == "Cast":
+        inner = _rebuild_sql(e.child(), out)
+        typ = _data_type(e.dataType())
+        return lambda values: inner(values).cast(typ)
+    if kind == "UnresolvedFunction":
+        parts = e.nameParts()
+        name = str(parts.apply(parts.length() - 1))
+        arguments = e.arguments()
+        args = [_rebuild_sql(arguments.apply(i), out) for i in range(arguments.length())]
+        return lambda values: F.call_function(name, *(a(values) for a in args))
+    if kind == "UnaryMinus":
+        inner = _rebuild_sql(e.child(), out)
+        return lambda values: -inner(values)
+    if kind == "Not":
+        inner = _rebuild_sql(e.child(), out)
+        return lambda values: ~inner(values)
+    try:
+        symbol = str(e.symbol())
+    except Exception:  # noqa: BLE001 - not a binary operator
+        symbol = None
+    if symbol is not None and symbol in _OPERATORS:
+        left, right = (_rebuild_sql(c, out) for c in _catalyst_children(e))
+        fn = _OPERATORS[symbol]
+        return lambda values: fn(left(values), right(values))
+    raise UnsupportedAggregateError(f"statestream cannot evaluate {e.sql()} around an aggregate yet ({kind})")
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def decompose_output(col: "Column", index: int, output_name: str, input_df: Any = None) -> list[AggregateCall]:
+    """The calls one aggregation output column needs: a single call when the column is one
+    aggregate function call (maybe aliased); else the hidden inner calls followed by an
+    ``ExpressionCall`` producing the column."""
+    node = column_node(col)
+    while node.getClass().getSimpleName() == "Alias":
+        node = node.child()
+    kind = node.getClass().getSimpleName()
+    plain = kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName()))
+    if plain and not any(_has_aggregate(a) for a in _children(node)):
+        return [decompose_aggregate(col, index, output_name, input_df)]
+    out = _Collector(index, input_df)
+    if kind == "SqlExpression":
+        parsed = _parse(str(node.expression()))
+        while parsed.getClass().getSimpleName() in ("Alias", "UnresolvedAlias"):
+            parsed = parsed.child()
+        rebuild = _rebuild_sql(parsed, out)
+    else:
+        rebuild = _rebuild_node(node, out)
+    if not out.calls:
+        raise UnsupportedAggregateError(f"{node.sql()} has no aggregate function")
+    hidden = [
+        AggregateCall(**{**{f: getattr(c, f) for f in c.__dataclass_fields__}, "hidden": True})  # type: ignore[arg-type]
+        for c in out.calls
+    ]
+    expression = ExpressionCall(
+        function="expression",
+        args=(),
+        is_distinct=False,
+        output_name=output_name,
+        buffers=(),
+        sql=str(node.sql()),
+        inner=tuple(hidden),
+        rebuild=rebuild,
+    )
+    return [*hidden, expression]
