@@ -1,7 +1,8 @@
 """The stateless parts of a streaming aggregation: partial aggregation, the exchange, the merge
 steps and the final projection.
 
-Spark: ``HashAggregateExec`` in Partial / PartialMerge / Final mode and the
+Spark: ``HashAggregateExec`` (or ``ObjectHashAggregateExec`` / ``SortAggregateExec``, whichever
+Spark's planner picks for the aggregate functions) in Partial / PartialMerge / Final mode and the
 ``Exchange hashpartitioning(K, N)`` between them. Spark's batch engine runs the first three for
 us in one ``groupBy(K).agg(<buffers>)``: partial aggregation, the exchange and the merge. Its
 output has exactly one buffer row per key, and partition p holds the keys whose
@@ -22,11 +23,28 @@ if TYPE_CHECKING:
     from statestream.operators.context import BatchContext
     from statestream.plan.aggregates import AggregateCall
 
-__all__ = ["AggregationInfo", "HashAggregateExec", "ShuffleExchangeExec", "PARTITION_ID_COLUMN", "GROUPING_ID_NAME"]
+__all__ = [
+    "AggregationInfo",
+    "StreamingAggregateExec",
+    "HashAggregateExec",
+    "AggregateSortExec",
+    "ShuffleExchangeExec",
+    "sorted_for_aggregate",
+    "PARTITION_ID_COLUMN",
+    "GROUPING_ID_NAME",
+    "HASH_AGGREGATE",
+    "OBJECT_HASH_AGGREGATE",
+    "SORT_AGGREGATE",
+]
 
 PARTITION_ID_COLUMN = "__statestream_pid"
 #: Spark's name of the grouping id of cube/rollup (a key of the state)
 GROUPING_ID_NAME = "spark_grouping_id"
+
+#: The physical aggregate nodes Spark's planner chooses between (``explain()`` names)
+HASH_AGGREGATE = "HashAggregate"
+OBJECT_HASH_AGGREGATE = "ObjectHashAggregate"
+SORT_AGGREGATE = "SortAggregate"
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,20 @@ class AggregationInfo:
     #: after its optimizer dropped literal and repeated keys (``()``: all keys are literals, and
     #: Spark hashes the int literal ``0``); ``None``: all keys
     partition_key_indexes: tuple[int, ...] | None = None
+    #: the node Spark's planner uses for all the aggregation's steps (``HASH_AGGREGATE``,
+    #: ``OBJECT_HASH_AGGREGATE`` or ``SORT_AGGREGATE``), from Spark's own rule applied to the
+    #: template's aggregate functions (``plan/planner.py::spark_aggregate_node``); explain only
+    aggregate_node: str = HASH_AGGREGATE
+    #: whether that node runs inside whole-stage codegen (explain's ``*(n)`` prefix)
+    aggregate_codegen: bool = True
+
+    @property
+    def spark_key_names(self) -> tuple[str, ...]:
+        """The grouping attributes as Spark's planner names them (``_groupingexpression`` for a
+        computed key, literals dropped, ...): the state key schema's field names, which come
+        from Spark's analysis; the output names when that analysis was not available."""
+        fields = self.key_schema_json.get("fields") if self.key_schema_json else None
+        return tuple(f["name"] for f in fields) if fields else self.grouping_names
 
     @property
     def partition_key_sql(self) -> tuple[str, ...]:
@@ -85,8 +117,10 @@ class AggregationInfo:
 
 
 @dataclass(frozen=True)
-class HashAggregateExec(PhysicalOperator):
-    """One aggregate step. ``mode`` is ``Partial``, ``PartialMerge`` or ``Final``; ``step``
+class StreamingAggregateExec(PhysicalOperator):
+    """One aggregate step, shown under the name of the node Spark's planner would use
+    (``info.aggregate_node``: the three nodes compute the same buffers, so statestream runs all
+    of them the same way). ``mode`` is ``Partial``, ``PartialMerge`` or ``Final``; ``step``
     tells the two PartialMerge nodes apart (``exchange``: right after the shuffle, ``state``:
     after StateStoreRestore).
 
@@ -151,12 +185,52 @@ class HashAggregateExec(PhysicalOperator):
         raise ValueError(f"unknown aggregate mode {self.mode}")
 
     def supports_codegen(self) -> bool:
-        return True
+        assert self.info is not None
+        return self.info.aggregate_codegen
 
     def simple_string(self) -> str:
         assert self.info is not None
         prefix = {"Partial": "partial_", "PartialMerge": "merge_", "Final": ""}[self.mode]
-        return f"HashAggregate(keys=[{self.info.key_sql()}], functions=[{self.info.functions_sql(prefix)}])"
+        return aggregate_string(self.info, prefix)
+
+
+#: the name this class had when every step was shown as a HashAggregate
+HashAggregateExec = StreamingAggregateExec
+
+
+def aggregate_string(info: AggregationInfo, prefix: str) -> str:
+    """The ``explain()`` line of one aggregate step. Spark prints a sort-based aggregate's keys
+    as ``key=[...]`` (hash-based ones: ``keys=[...]``), and those are its grouping attributes,
+    which the comparison with Spark's explain sees as they are."""
+    functions = info.functions_sql(prefix)
+    if info.aggregate_node == SORT_AGGREGATE:
+        return f"{SORT_AGGREGATE}(key=[{', '.join(info.spark_key_names)}], functions=[{functions}])"
+    return f"{info.aggregate_node}(keys=[{info.key_sql()}], functions=[{functions}])"
+
+
+@dataclass(frozen=True)
+class AggregateSortExec(ExecutedByParent, PhysicalOperator):
+    """``Sort [K ASC NULLS FIRST], false, 0``: the local sort Spark inserts below each
+    ``SortAggregate`` step (its required child ordering; Spark's own grouping and the state step
+    need no such sort in statestream, so it only shows in ``explain()``)."""
+
+    child: PhysicalOperator | None = None
+    keys: tuple[str, ...] = ()
+
+    def supports_codegen(self) -> bool:
+        return True
+
+    def simple_string(self) -> str:
+        return "Sort [" + ", ".join(f"{k} ASC NULLS FIRST" for k in self.keys) + "], false, 0"
+
+
+def sorted_for_aggregate(info: AggregationInfo, child: PhysicalOperator) -> PhysicalOperator:
+    """``child`` under the ``Sort`` Spark puts below a sort-based aggregate step (it requires its
+    input ordered by its grouping keys), or ``child`` itself when the aggregation is hash-based
+    or has no keys (no ordering required)."""
+    if info.aggregate_node == SORT_AGGREGATE and info.key_columns:
+        return AggregateSortExec(child=child, keys=info.spark_key_names)
+    return child
 
 
 def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
-from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
+from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo, aggregate_string
 from statestream.operators.base import (
     ExecutedByParent,
     PhysicalOperator,
@@ -191,11 +191,13 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
         return rows.withColumn(PARTITION_ID_COLUMN, F.expr(f"pmod(hash({quoted}), {n})").cast("int"))
 
     def supports_codegen(self) -> bool:
-        return True
+        assert self.info is not None
+        return self.info.agg.aggregate_codegen
 
     def simple_string(self) -> str:
+        """Shown as the Partial step of the aggregate node Spark picks (``AggregationInfo``)."""
         assert self.info is not None
-        return f"HashAggregate(keys=[{self.info.agg.key_sql()}], functions=[{self.info.agg.functions_sql('partial_')}])"
+        return aggregate_string(self.info.agg, "partial_")
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,18 @@ are filled in by ``plan/incremental.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from statestream.operators.aggregate import GROUPING_ID_NAME, AggregationInfo, HashAggregateExec, ShuffleExchangeExec
+from statestream.operators.aggregate import (
+    GROUPING_ID_NAME,
+    HASH_AGGREGATE,
+    OBJECT_HASH_AGGREGATE,
+    SORT_AGGREGATE,
+    AggregationInfo,
+    ShuffleExchangeExec,
+    StreamingAggregateExec,
+    sorted_for_aggregate,
+)
 from statestream.operators.basic import BatchRelationExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.operators.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
@@ -23,6 +32,8 @@ from statestream.plan.aggregates import AggregateCall
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from statestream.operators.base import PhysicalOperator
 
 __all__ = [
@@ -31,6 +42,7 @@ __all__ = [
     "plan_streaming_aggregation_for_session",
     "aggregation_info",
     "session_window_info",
+    "spark_aggregate_node",
 ]
 
 
@@ -104,7 +116,10 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         et_key = keys[names.index(et_name)]
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
     key_json, value_json = _state_schema_json(node, calls)
+    aggregate_node, aggregate_codegen = spark_aggregate_node(node.template)
     return AggregationInfo(
+        aggregate_node=aggregate_node,
+        aggregate_codegen=aggregate_codegen,
         # cube/rollup: Spark groups by Expand's outputs and the grouping id; all keys are hashed
         partition_key_indexes=None if node.grouping_sets or not keys else spark_partition_key_indexes(node.template, len(keys)),
         key_schema_json=key_json,
@@ -269,6 +284,75 @@ def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None
         return None
 
 
+#: Spark's conf that allows the object-based hash aggregate (default true)
+USE_OBJECT_HASH_AGGREGATE_CONF = "spark.sql.execution.useObjectHashAggregateExec"
+_AGGREGATE_PACKAGE = "org.apache.spark.sql.catalyst.expressions.aggregate."
+
+
+def spark_aggregate_node(agg_df: "DataFrame") -> tuple[str, bool]:
+    """Which physical aggregate Spark's planner uses for the aggregation ``agg_df`` (a batch
+    DataFrame whose analysed plan has the ``Aggregate``), and whether it runs in whole-stage
+    codegen: ``(HASH_AGGREGATE | OBJECT_HASH_AGGREGATE | SORT_AGGREGATE, codegen)``.
+
+    Why: ``explain()`` must name the nodes as Spark does, and Spark decides by rules over the
+    aggregate functions' buffer types and classes (and the grouping types), so the decision is
+    asked of Spark itself rather than copied into a type table that would drift from it:
+    ``Aggregate.supportsHashAggregate(buffer attributes, grouping)`` for the hash aggregate,
+    else ``Aggregate.supportsObjectHashAggregate(aggregate expressions, grouping)`` together with
+    ``spark.sql.execution.useObjectHashAggregateExec`` for the object hash aggregate, else the
+    sort aggregate. The same functions and key types reach all four steps of a streaming
+    aggregation, so one answer holds for each. Runtime-replaceable aggregates (``count_if``,
+    ``any_value``, ``median``, ...) are replaced first, as Spark's optimizer does before planning.
+    Codegen: only a hash aggregate, and only when no function is an imperative (non-declarative)
+    aggregate (``approx_count_distinct`` is one). Spark's test-only force flags are ignored.
+    Falls back to ``(HASH_AGGREGATE, True)`` when the JVM plan cannot be inspected.
+    """
+    try:
+        current = _jvm_aggregate(agg_df, ("ReplaceExpressions", *_GROUPING_RULES))
+        if current is None:
+            return HASH_AGGREGATE, True
+        jvm = agg_df.sparkSession._jvm  # noqa: SLF001
+        named = current.aggregateExpressions()
+        pending = [named.apply(i) for i in range(named.length())]
+        aggregates = []
+        while pending:
+            e = pending.pop()
+            if e.getClass().getSimpleName() == "AggregateExpression":
+                aggregates.append(e)
+                continue
+            children = e.children()
+            pending.extend(children.apply(i) for i in range(children.length()))
+        buffers = jvm.java.util.ArrayList()
+        for a in aggregates:
+            attrs = a.aggregateFunction().aggBufferAttributes()
+            for i in range(attrs.length()):
+                buffers.add(attrs.apply(i))
+        expressions = jvm.java.util.ArrayList()
+        for a in aggregates:
+            expressions.add(a)
+        to_seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
+        rules = jvm.org.apache.spark.sql.catalyst.plans.logical.Aggregate
+        grouping = current.groupingExpressions()
+        if rules.supportsHashAggregate(to_seq(buffers), grouping):
+            imperative = _jvm_class(jvm, current, _AGGREGATE_PACKAGE + "ImperativeAggregate")
+            codegen = not any(imperative.isInstance(a.aggregateFunction()) for a in aggregates)
+            return HASH_AGGREGATE, codegen
+        enabled = str(agg_df.sparkSession.conf.get(USE_OBJECT_HASH_AGGREGATE_CONF, "true")).strip().lower() == "true"
+        if enabled and rules.supportsObjectHashAggregate(to_seq(expressions), grouping):
+            return OBJECT_HASH_AGGREGATE, False
+        return SORT_AGGREGATE, False
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: show the hash aggregate
+        import logging
+
+        logging.getLogger(__name__).debug("cannot ask Spark which aggregate node it plans", exc_info=True)
+        return HASH_AGGREGATE, True
+
+
+def _jvm_class(jvm: Any, near: Any, name: str) -> Any:
+    """The JVM class ``name``, loaded by the class loader of the object ``near``."""
+    return jvm.java.lang.Class.forName(name, False, near.getClass().getClassLoader())
+
+
 def spark_grouping_key_schema(agg_df) -> dict | None:
     """The state key schema Spark records for the aggregation ``agg_df`` (StructType JSON).
 
@@ -314,12 +398,14 @@ def plan_streaming_aggregation(
     node: L.Aggregate, child: "PhysicalOperator", num_partitions: int, store_conf=None
 ) -> "PhysicalOperator":
     """Spark's seven-step chain: Partial, Exchange, PartialMerge, StateStoreRestore,
-    PartialMerge, StateStoreSave, Final."""
+    PartialMerge, StateStoreSave, Final (with a Sort below each step when Spark's planner picks
+    the sort-based aggregate)."""
     info = aggregation_info(node)
-    partial = HashAggregateExec(child=child, info=info, mode="Partial")
+    # sorted_for_aggregate: the Sort Spark puts below each step of a sort-based aggregation
+    partial = StreamingAggregateExec(child=sorted_for_aggregate(info, child), info=info, mode="Partial")
     exchange = ShuffleExchangeExec(child=partial, keys=info.partition_key_names, num_partitions=num_partitions)
-    merge1 = HashAggregateExec(
-        child=exchange,
+    merge1 = StreamingAggregateExec(
+        child=sorted_for_aggregate(info, exchange),
         info=info,
         mode="PartialMerge",
         step="exchange",
@@ -327,9 +413,9 @@ def plan_streaming_aggregation(
         ensure_partitioning=single_partition_output(child),
     )
     restore = StateStoreRestoreExec(child=merge1, info=info)
-    merge2 = HashAggregateExec(child=restore, info=info, mode="PartialMerge", step="state")
+    merge2 = StreamingAggregateExec(child=sorted_for_aggregate(info, restore), info=info, mode="PartialMerge", step="state")
     save = StateStoreSaveExec(child=merge2, info=info, store_conf=store_conf)
-    return HashAggregateExec(child=save, info=info, mode="Final")
+    return StreamingAggregateExec(child=sorted_for_aggregate(info, save), info=info, mode="Final")
 
 
 GLOBAL_SESSION_AGGREGATION_ERROR = "Global aggregation with session window in streaming query is not supported."
@@ -392,7 +478,8 @@ def plan_streaming_aggregation_for_session(
 ) -> "PhysicalOperator":
     """Spark's ``planStreamingAggregationForSession``: Partial, optional local merge, Exchange
     on the keys without the session, Sort, SessionWindowStateStoreRestore, MergingSessions,
-    SessionWindowStateStoreSave, Final."""
+    SessionWindowStateStoreSave, Final (a sort-based aggregation adds a Sort below Partial and
+    Final)."""
     from statestream.operators.session_window import (
         MergingSessionsExec,
         SessionWindowPartialAggregateExec,
@@ -402,7 +489,8 @@ def plan_streaming_aggregation_for_session(
     )
 
     info = session_window_info(node)
-    plan: "PhysicalOperator" = SessionWindowPartialAggregateExec(child=child, info=info, num_partitions=num_partitions)
+    partial_input = sorted_for_aggregate(info.agg, child)
+    plan: "PhysicalOperator" = SessionWindowPartialAggregateExec(child=partial_input, info=info, num_partitions=num_partitions)
     if info.merge_local:
         plan = SessionWindowSortExec(child=plan, info=info)
         plan = MergingSessionsExec(child=plan, info=info, step="local", num_partitions=num_partitions)
@@ -411,4 +499,4 @@ def plan_streaming_aggregation_for_session(
     plan = SessionWindowStateStoreRestoreExec(child=plan, info=info)
     plan = MergingSessionsExec(child=plan, info=info, step="state", num_partitions=num_partitions)
     plan = SessionWindowStateStoreSaveExec(child=plan, info=info, store_conf=store_conf)
-    return HashAggregateExec(child=plan, info=info.agg, mode="Final")
+    return StreamingAggregateExec(child=sorted_for_aggregate(info.agg, plan), info=info.agg, mode="Final")

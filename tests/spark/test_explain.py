@@ -95,6 +95,52 @@ CASES: dict[str, Callable[[Any], Any]] = {
         .groupBy(F.session_window("timestamp", "5 seconds"), "value")
         .agg(F.count("value"), F.sum("value"))
     ),
+    # Spark's planner picks the aggregate node from the functions' buffers (AggUtils): a
+    # typed-imperative function (collect_list/set) gives ObjectHashAggregate, a buffer that cannot
+    # be updated in place (max of a string) SortAggregate with a Sort below each step, fixed-width
+    # buffers HashAggregate.
+    "collect_list_object_hash_aggregate": lambda F: lambda r: (
+        _rate(r)
+        .withWatermark("timestamp", "20 seconds")
+        .groupBy(F.window("timestamp", "5 seconds"))
+        .agg(F.collect_list("value"))
+    ),
+    "max_string_sort_aggregate": lambda F: lambda r: (
+        _rate(r)
+        .withWatermark("timestamp", "20 seconds")
+        .groupBy(F.window("timestamp", "5 seconds"))
+        .agg(F.max(F.col("value").cast("string")))
+    ),
+    "max_string_column_key_sort_aggregate": lambda F: lambda r: (
+        _rate(r).selectExpr("value % 3 AS k", "CAST(value AS STRING) AS s").groupBy("k").agg(F.max("s"), F.count("s"))
+    ),
+    "stddev_hash_aggregate": lambda F: lambda r: (
+        _rate(r).selectExpr("value % 3 AS k", "value").groupBy("k").agg(F.stddev("value"), F.avg("value"), F.count("value"))
+    ),
+    "mixed_functions_object_hash_aggregate": lambda F: lambda r: (
+        _rate(r)
+        .selectExpr("value % 3 AS k", "value")
+        .groupBy("k")
+        .agg(F.count("value"), F.collect_set("value"), F.max(F.col("value").cast("string")), F.stddev("value"))
+    ),
+    "session_window_sort_aggregate": lambda F: lambda r: (
+        _rate(r)
+        .selectExpr("timestamp", "value", "CAST(value AS STRING) AS s")
+        .withWatermark("timestamp", "10 seconds")
+        .groupBy(F.session_window("timestamp", "5 seconds"), "value")
+        .agg(F.max("s"))
+    ),
+}
+
+#: the aggregate node each case above is there for: Spark's explain must show it, or the case
+#: no longer tests what its name says
+AGGREGATE_NODE = {
+    "collect_list_object_hash_aggregate": "ObjectHashAggregate(keys=",
+    "max_string_sort_aggregate": "SortAggregate(key=",
+    "max_string_column_key_sort_aggregate": "SortAggregate(key=",
+    "stddev_hash_aggregate": "HashAggregate(keys=",
+    "mixed_functions_object_hash_aggregate": "ObjectHashAggregate(keys=",
+    "session_window_sort_aggregate": "SortAggregate(key=",
 }
 
 
@@ -106,6 +152,14 @@ def test_explain_matches_spark(spark, case):
     theirs = _normalise(_explain_text(build(spark.readStream)))
     ours = _normalise(_explain_text(build(StreamingSession(spark).readStream)))
     assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+    if case in AGGREGATE_NODE:
+        # four steps (a session window: Partial and Final; MergingSessions does the merges)
+        steps = 2 if "session" in case else 4
+        nodes = [re.sub(r"^\*\(\d+\) ", "", line) for line in theirs]
+        assert sum(line.startswith(AGGREGATE_NODE[case]) for line in nodes) == steps, theirs
+        if AGGREGATE_NODE[case].startswith("SortAggregate"):
+            sorts = [line for line in theirs if re.match(r"\*\(\d\) Sort \[.* ASC NULLS FIRST\], false, 0$", line)]
+            assert len(sorts) == (3 if "session" in case else 4), theirs
 
 
 def test_explain_shows_state_info_and_event_time_column(spark):
@@ -132,3 +186,27 @@ def test_explain_session_window_local_merge_matches_spark(spark):
         spark.conf.unset(key)
     assert any(line.startswith("MergingSessions true, 2,") for line in theirs), theirs
     assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+
+
+def test_explain_without_object_hash_aggregate_matches_spark(spark):
+    """With ``spark.sql.execution.useObjectHashAggregateExec=false`` Spark plans collect_list
+    with the sort-based aggregate; statestream reads the same conf."""
+    from pyspark.sql import functions as F
+
+    key = "spark.sql.execution.useObjectHashAggregateExec"
+    build = CASES["collect_list_object_hash_aggregate"](F)
+    spark.conf.set(key, "false")
+    try:
+        theirs = _normalise(_explain_text(build(spark.readStream)))
+        ours = _normalise(_explain_text(build(StreamingSession(spark).readStream)))
+    finally:
+        spark.conf.unset(key)
+    assert sum(line.startswith("SortAggregate(key=[window]") for line in theirs) == 4, theirs
+    assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+
+
+def test_aggregate_node_falls_back_to_hash_aggregate():
+    """When Spark's plan cannot be inspected, explain shows the hash aggregate as before."""
+    from statestream.plan.planner import spark_aggregate_node
+
+    assert spark_aggregate_node(object()) == ("HashAggregate", True)

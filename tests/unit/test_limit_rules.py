@@ -186,7 +186,7 @@ def test_limit_below_aggregation_in_complete_mode_is_stateful():
     assert [w.state_info.operator_id for w in writers] == [0, 1]
     assert writers[1].output_mode == "complete"
     # one partition comes out of the limit: the aggregation must hash-partition its buffers itself
-    merges = [n for n in inc.walk() if type(n).__name__ == "HashAggregateExec" and n.mode == "PartialMerge" and n.step == "exchange"]
+    merges = [n for n in inc.walk() if type(n).__name__ == "StreamingAggregateExec" and n.mode == "PartialMerge" and n.step == "exchange"]
     assert [m.ensure_partitioning for m in merges] == [True]
     with mock.patch("statestream.plan.planner.aggregation_info", return_value=fake_info):
         plain = plan(agg(source()), "complete")
