@@ -29,6 +29,10 @@ Workloads:
   ``withWatermark("timestamp", "10 seconds").dropDuplicates(["guid", "timestamp"])`` over
   (guid, timestamp, value) events; event time advances 10 s per file and 10 % of each file's rows
   repeat an event of this file or of the previous one exactly.
+* W5: ``groupBy("user", window("timestamp", "1 hour"))`` with stddev, collect_set,
+  percentile_approx, approx_count_distinct and max_by of ``amount`` over W2's kind of input
+  (1,000,000 users, one hour-aligned window): the buffers Spark keeps as moments, a hash set, a
+  quantile digest and HyperLogLog registers.
 * W4: sessions, ``groupBy("user", session_window("timestamp", "5 minutes"))`` with count and
   sum of ``amount``, append mode with a 1 minute watermark, over (timestamp, user, amount);
   100,000 users, each active for two 3-minute files out of four, so sessions grow across
@@ -55,12 +59,13 @@ RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
 NUM_SESSION_USERS = 100_000
-WORKLOADS = ("W1", "W2", "W3", "W4")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
     "W4": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
+    "W5": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
 }
 W3_DUPLICATE_RATE = 0.10
 #: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
@@ -108,7 +113,7 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
                     "value": pa.array(rng.integers(0, 1_000_000, rows), pa.int64()),
                 }
             )
-        elif workload == "W2":
+        elif workload in ("W2", "W5"):
             # Ten files spread over 50 minutes of one hour-aligned window.
             span_us = 300 * 1_000_000
             t_us = BASE_EPOCH_S * 1_000_000 + i * span_us + rng.integers(0, span_us, rows)
@@ -222,6 +227,19 @@ def build_query(workload: str) -> Callable[[Any], Any]:
             )
 
         return w4
+
+    if workload == "W5":
+
+        def w5(df: Any) -> Any:
+            return df.groupBy("user", F.window("timestamp", "1 hour")).agg(
+                F.stddev("amount").alias("sd"),
+                F.collect_set(F.floor(F.col("amount") / 50)).alias("bands"),
+                F.percentile_approx("amount", 0.5).alias("p50"),
+                F.approx_count_distinct("amount").alias("distinct_amounts"),
+                F.max_by("amount", "timestamp").alias("latest"),
+            )
+
+        return w5
 
     def w2(df: Any) -> Any:
         return df.groupBy("user", F.window("timestamp", "1 hour")).agg(

@@ -175,13 +175,12 @@ class StreamingAggregateExec(PhysicalOperator):
             out = final_projection(df, info)
             casts = []
             for name in out.columns:
-                target = out_fields[name].dataType
-                casts.append(F.col(f"`{name}`").cast(target).alias(name))
-            out = out.select(*casts)
-            for f in info.output_schema.fields:
-                if f.metadata:
-                    out = out.withMetadata(f.name, dict(f.metadata))
-            return out
+                field = out_fields[name]
+                col = F.col(f"`{name}`").cast(field.dataType)
+                # the metadata goes on with the alias: withMetadata(name) would parse a name
+                # such as ``percentile_approx(x, 0.5, 10000)`` as a nested field
+                casts.append(col.alias(name, metadata=dict(field.metadata)) if field.metadata else col.alias(name))
+            return out.select(*casts)
         raise ValueError(f"unknown aggregate mode {self.mode}")
 
     def supports_codegen(self) -> bool:

@@ -154,6 +154,7 @@ def _expressions(df: DataFrame) -> DataFrame:
         F.expr("percentile_approx(x, 0.5) + max(y)").alias("pa"),
         F.expr("avg(i)"),
         F.expr("cast(count(s) AS string)").alias("cs"),
+        F.percentile_approx("y", 0.5),  # a result name with a dot in it
     )
 
 
