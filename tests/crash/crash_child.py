@@ -73,8 +73,30 @@ def session_query(df):
     )
 
 
+def object_hash_query(df):
+    """A windowed aggregation whose buffers Spark keeps as objects (ObjectHashAggregate):
+    collect_list and percentile_approx, next to stddev (``test_crash_aggregates.py``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .groupBy(F.window("ts", "5 seconds"))
+        .agg(
+            F.array_sort(F.collect_list("value")).alias("values"),
+            F.percentile_approx("value", 0.5).alias("p50"),
+            F.stddev("value").alias("sd"),
+        )
+    )
+
+
 #: ``job["query"]`` -> the query builder (default ``seed``)
-QUERIES = {"seed": seed_query, "dedup": dedup_query, "limit": limit_query, "session": session_query}
+QUERIES = {
+    "seed": seed_query,
+    "dedup": dedup_query,
+    "limit": limit_query,
+    "session": session_query,
+    "object_hash": object_hash_query,
+}
 
 
 def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
