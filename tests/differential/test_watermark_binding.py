@@ -100,7 +100,7 @@ QUERIES = {
 }
 
 
-@pytest.mark.parametrize("name", ["guide", "guide_item_access", "by_name", "raw_pre_watermark_key"])
+@pytest.mark.parametrize("name", ["guide", "guide_item_access", "by_name"])
 def test_update_mode_matches_spark(spark, ours, tmp_path, name):
     """Every batch's rows, watermark, event-time stats and state metrics (dropped, removed,
     total, updated) agree; the guide's spelling drops and evicts nothing on Spark."""
@@ -113,6 +113,24 @@ def test_update_mode_matches_spark(spark, ours, tmp_path, name):
         assert dropped > 0 and removed > 0, "the control query must drop late rows and evict"
     else:
         assert dropped == 0 and removed == 0, f"Spark's verdict changed for {name}"
+
+
+def _ts(minutes: int) -> int:
+    return int((T0 + dt.timedelta(minutes=minutes)).replace(tzinfo=dt.timezone.utc).timestamp())
+
+
+def test_update_mode_raw_pre_watermark_key_matches_spark(spark, ours, tmp_path):
+    """``groupBy(words.timestamp)`` (no window): the analysed key carries no marker (append is
+    refused), yet Spark 4.1 drops late keys and evicts in *data* batches and in no no-data batch.
+    Observed, not read from Spark's source: a data batch's plan renames the file source's columns
+    to the query's attribute ids, the optimizer removes that renaming, and references above it are
+    then re-pointed at the watermark's output attribute, metadata included; a no-data batch has
+    no renaming to remove. statestream does not model this (see tests/known_gaps.py)."""
+    t = lambda m: {"t": _ts(m), "count": 1}  # noqa: E731
+    assert_equivalent(
+        spark, ours, raw_pre_watermark_key, BATCHES, SCHEMA, "update", tmp_path,
+        reference=[[t(12), t(14), t(30)], [], [t(27)], [t(70)], [], []],
+    )
 
 
 @pytest.mark.parametrize("name", list(QUERIES))
