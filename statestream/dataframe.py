@@ -98,7 +98,7 @@ class DataFrame:
     def __getitem__(self, item: Any) -> Column:
         if isinstance(item, str):
             self._plan.template[item]  # raises Spark's error for an unknown column
-            return F.col(item)
+            return self._bound_name(item)
         if isinstance(item, Column):
             return self.filter(item)  # type: ignore[return-value]
         if isinstance(item, int):
@@ -113,7 +113,16 @@ class DataFrame:
         if name not in self.columns:
             msg = f"'DataFrame' object has no attribute '{name}'"
             raise AttributeError(msg)
-        return F.col(name)
+        return self._bound_name(name)
+
+    def _bound_name(self, name: str) -> Column:
+        """``df.name`` / ``df["name"]``: a name reference (each micro-batch resolves it on its own
+        DataFrame) that remembers it came from this DataFrame. Why: in Spark such a column is this
+        DataFrame's attribute, so used after ``withWatermark`` it is the column *without* the
+        event-time marker; the aggregation's template binds it back (``plan/bindings.py``)."""
+        from statestream.plan.bindings import remember_binding
+
+        return remember_binding(F.col(name), self._plan, name)
 
     @staticmethod
     def _refuse_jdf() -> None:
@@ -218,6 +227,7 @@ class DataFrame:
         """Spark's ``withWatermark``: ``eventTime`` must be a timestamp column; the delay is an
         interval string."""
         from statestream.operators.watermark import mark_event_time
+        from statestream.plan.bindings import mark_event_time_keeping_ids
         from statestream.runtime.intervals import parse_watermark_delay_ms
 
         template = self._plan.template
@@ -232,8 +242,11 @@ class DataFrame:
                 eventType=f'"{field.dataType.simpleString().upper()}"',
             )
         delay_ms = parse_watermark_delay_ms(delayThreshold)
+        # Spark's EventTimeWatermark keeps its input's attributes (ids) and changes only their
+        # metadata, so a column taken from the DataFrame below still resolves, unmarked, above it
+        marked = mark_event_time_keeping_ids(template, eventTime, delay_ms)
         node = L.EventTimeWatermark(
-            template=mark_event_time(template, field.name, delay_ms),
+            template=marked if marked is not None else mark_event_time(template, field.name, delay_ms),
             child=self._plan,
             column=field.name,
             delay_ms=delay_ms,
@@ -361,10 +374,16 @@ class GroupedData:
         self._grouping_sets = grouping_sets  # None (groupBy), "cube" or "rollup"
 
     def _template(self) -> Any:
-        """The same grouping on the template (a PySpark ``GroupedData``)."""
-        t = self._df._plan.template  # noqa: SLF001
+        """The same grouping on the template (a PySpark ``GroupedData``). A grouping column taken
+        from another statestream DataFrame (``words.timestamp`` after ``words.withWatermark``)
+        is bound to that DataFrame's attribute here, as Spark binds it, so the template's keys
+        carry the event-time marker exactly when Spark's would; the replay keeps the names."""
+        from statestream.plan.bindings import bind_for_template
+
+        plan = self._df._plan  # noqa: SLF001
+        t = plan.template
         group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[self._grouping_sets]
-        return group(*self._cols)
+        return group(*(bind_for_template(c, plan) for c in self._cols))
 
     def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
         plan = self._df._plan  # noqa: SLF001

@@ -1,0 +1,249 @@
+"""Column objects bound to the DataFrame they were taken from (``df.col`` / ``df["col"]``).
+
+Why this module exists: in Spark, ``words.timestamp`` is not a name but the *attribute* of
+``words``'s plan. Written after ``words.withWatermark("timestamp", ...)``, as Spark's programming
+guide does (``groupBy(window(words.timestamp, ...))``), it still refers to the attribute *below*
+the watermark, which carries no ``spark.watermarkDelayMs`` metadata (Spark's ``EventTimeWatermark``
+keeps the attribute's id and only changes the metadata in its own output). Spark's analyser keeps
+the already-resolved reference as it is, so the window key inherits no event-time marker: append
+mode is refused and update mode neither drops late rows nor evicts state (verified on Spark 4.1).
+
+statestream decides everything about the event-time key from its templates (``plan/logical.py``),
+so the templates must see the same binding:
+
+* ``withWatermark``'s template keeps the attribute ids of its input and changes only the
+  metadata (:func:`mark_event_time_keeping_ids`), as Spark's node does; a reference to the
+  attribute below the watermark then still resolves above it, without the metadata;
+* the column a statestream DataFrame hands out stays a *name* (``col("timestamp")``), because each
+  micro-batch replays the user's columns on a fresh DataFrame whose attributes have other ids; the
+  DataFrame it came from is remembered here, keyed by the identity of the JVM ``Origin`` object of
+  that name reference, which Spark's column-to-expression conversion hands on to the expression it
+  makes (a fresh object per call, holding the call's stack trace);
+* when an aggregation's template is built, :func:`bind_for_template` swaps each remembered name
+  taken from *another* DataFrame for that DataFrame's own attribute, and Spark's analyser decides
+  the rest (the metadata the key inherits, or its own error if the attribute is not there).
+
+The pure rules (:func:`event_time_metadata`, :class:`BindingRegistry`) need no JVM; the functions
+that touch Spark plans go through py4j and fall back to today's name-based template on any py4j
+failure, never on Spark's own analysis errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
+
+from statestream.plan.logical import WATERMARK_DELAY_KEY
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from statestream.plan.logical import LogicalPlan
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "event_time_metadata",
+    "Binding",
+    "BindingRegistry",
+    "remember_binding",
+    "bind_for_template",
+    "mark_event_time_keeping_ids",
+]
+
+P = TypeVar("P")
+
+
+def event_time_metadata(
+    metadata: Sequence[Mapping[str, Any]], event_time: int, delay_ms: int
+) -> dict[int, dict[str, Any]]:
+    """The metadata ``withWatermark`` gives its output columns, as ``{position: new metadata}``
+    for the positions whose metadata changes.
+
+    Why: Spark's ``EventTimeWatermark`` puts the delay on the event-time column and removes the
+    key from every other column (one event-time column per relation); the other metadata keys
+    (``spark.timeWindow``...) stay as they are.
+    """
+    changes: dict[int, dict[str, Any]] = {}
+    for i, md in enumerate(metadata):
+        if i == event_time:
+            new = dict(md)
+            new[WATERMARK_DELAY_KEY] = int(delay_ms)
+        elif WATERMARK_DELAY_KEY in md:
+            new = {k: v for k, v in md.items() if k != WATERMARK_DELAY_KEY}
+        else:
+            continue
+        if new != dict(md):
+            changes[i] = new
+    return changes
+
+
+@dataclass(frozen=True)
+class Binding(Generic[P]):
+    """A name reference handed out by ``plan``'s DataFrame for its column ``name``."""
+
+    plan: P
+    name: str
+
+
+class BindingRegistry(Generic[P]):
+    """Remembers which DataFrame each handed-out name reference came from.
+
+    Keys are identities of JVM objects (``System.identityHashCode`` of the reference's ``Origin``),
+    confirmed with ``same`` (the JVM ``equals``) because identity hashes may collide; the registry
+    keeps the object itself, so its identity cannot be reused while the entry lives. Only the
+    ``capacity`` most recent references are kept: an older one falls back to resolution by name,
+    which is what statestream did before bindings were kept.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[Hashable, list[tuple[Any, Binding[P]]]] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def remember(self, key: Hashable, token: Any, binding: Binding[P]) -> None:
+        self._entries.setdefault(key, []).append((token, binding))
+        self._entries.move_to_end(key)
+        self._size += 1
+        while self._size > self._capacity and self._entries:
+            _, dropped = self._entries.popitem(last=False)
+            self._size -= len(dropped)
+
+    def lookup(self, key: Hashable, token: Any, same: Callable[[Any, Any], bool]) -> Binding[P] | None:
+        for stored, binding in self._entries.get(key, ()):
+            if same(stored, token):
+                return binding
+        return None
+
+    def foreign(self, plan: P) -> bool:
+        """Whether some remembered reference came from a DataFrame other than ``plan`` (only those
+        can resolve differently from a name)."""
+        return any(b.plan is not plan for entries in self._entries.values() for _, b in entries)
+
+
+_REGISTRY: BindingRegistry["LogicalPlan"] = BindingRegistry()
+
+
+def _jseq(seq: Any) -> list[Any]:
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _jclass(obj: Any) -> str:
+    return str(obj.getClass().getSimpleName())
+
+
+def remember_binding(column: "Column", plan: "LogicalPlan", name: str) -> "Column":
+    """Remember that ``column`` (a name reference just made for ``plan``'s DataFrame) is
+    ``plan``'s column ``name``; returns ``column``. References whose origin is not unique to them
+    (no captured stack trace) are not remembered: they resolve by name."""
+    try:
+        node = column._jc.node()  # noqa: SLF001 - the JVM column node holds the origin
+        if _jclass(node) != "UnresolvedAttribute":
+            return column
+        origin = node.origin()
+        if not origin.stackTrace().isDefined():
+            return column
+        jvm = plan.template.sparkSession._jvm  # noqa: SLF001
+        _REGISTRY.remember(int(jvm.System.identityHashCode(origin)), origin, Binding(plan, name))
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: the column resolves by name
+        logger.debug("cannot remember the binding of column %r", name, exc_info=True)
+    return column
+
+
+def _rebuild(e: Any, fn: Callable[[Any], Any | None], seq: Callable[[list[Any]], Any]) -> Any:
+    replaced = fn(e)
+    if replaced is not None:
+        return replaced
+    kids = _jseq(e.children())
+    if not kids:
+        return e
+    new = [_rebuild(k, fn, seq) for k in kids]
+    if all(n is k for n, k in zip(new, kids)):
+        return e
+    return e.withNewChildren(seq(new))
+
+
+def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
+    """``column`` as Spark would have it when the user applies it to ``grouped``'s DataFrame: each
+    name reference handed out by *another* statestream DataFrame becomes that DataFrame's own
+    attribute (so Spark's analyser sees, e.g., the timestamp below a watermark, without its
+    metadata). ``column`` itself when it holds no such reference, or when the JVM objects cannot
+    be read (then the template resolves it by name, as before).
+
+    Only for templates: a batch DataFrame never holds the template's attributes, so the replay
+    keeps the user's name references.
+    """
+    if not len(_REGISTRY) or not _REGISTRY.foreign(grouped):
+        return column
+    try:
+        from pyspark.sql import Column
+
+        session = grouped.template.sparkSession
+        jvm = session._jvm  # noqa: SLF001
+        jss = session._jsparkSession  # noqa: SLF001
+        conv = jvm.scala.jdk.javaapi.CollectionConverters
+        expr = jss.expression(column._jc)  # noqa: SLF001
+
+        def attribute(e: Any) -> Any | None:
+            if _jclass(e) != "UnresolvedAttribute":
+                return None
+            origin = e.origin()
+            binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
+            if binding is None or binding.plan is grouped:
+                return None
+            if [str(p) for p in _jseq(e.nameParts())] != [binding.name]:
+                return None
+            bound = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
+            return bound if _jclass(bound) == "AttributeReference" else None
+
+        new = _rebuild(expr, attribute, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
+        if new is expr:
+            return column
+        node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(new)
+        return Column(jvm.org.apache.spark.sql.Column(node))
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: resolve by name as before
+        logger.debug("cannot bind a grouping column to its DataFrame", exc_info=True)
+        return column
+
+
+def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: int) -> "DataFrame | None":
+    """``template`` with ``column`` marked as the event time the way Spark's ``EventTimeWatermark``
+    marks it: same attributes (same ids), only their metadata changed (:func:`event_time_metadata`).
+
+    Why: a column object taken from the DataFrame below the watermark must still resolve above
+    it, to the attribute *without* the marker, as in Spark; ``withMetadata`` would make a new
+    attribute (a new id) instead. ``None`` when the plan cannot be built through py4j (the caller
+    then marks the column with ``withMetadata``).
+    """
+    try:
+        from pyspark.sql import DataFrame
+
+        session = template.sparkSession
+        jvm = session._jvm  # noqa: SLF001
+        jss = session._jsparkSession  # noqa: SLF001
+        plan = template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        target = jss.expression(template[column]._jc)  # noqa: SLF001
+        if _jclass(target) != "AttributeReference":
+            return None
+        output = _jseq(plan.output())
+        ids = [int(a.exprId().id()) for a in output]
+        event_time = int(target.exprId().id())
+        if ids.count(event_time) != 1:
+            return None
+        changes = event_time_metadata(
+            [json.loads(a.metadata().json()) for a in output], ids.index(event_time), delay_ms
+        )
+        metadata = jvm.org.apache.spark.sql.types.Metadata
+        items = [a.withMetadata(metadata.fromJson(json.dumps(changes[i]))) if i in changes else a for i, a in enumerate(output)]
+        seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jvm.java.util.ArrayList(items)).toSeq()
+        project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(seq, plan)
+        return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(jss, project), session)
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: the caller uses withMetadata
+        logger.debug("cannot mark %r keeping attribute ids", column, exc_info=True)
+        return None
