@@ -308,7 +308,7 @@ class DataFrame:
     def _dedup_keys(self, template: "SparkDataFrame", subset: list[str] | None) -> tuple[str, ...]:
         """The key columns as Spark resolved them (case-insensitively, in Spark's order); an
         empty tuple stands for all columns."""
-        from statestream.operators.dedup import analysed_key_names
+        from statestream.plan.dedup import analysed_key_names
 
         resolved = analysed_key_names(template)
         if resolved:

@@ -6,12 +6,13 @@ Spark: ``AggregateFunction`` with its ``aggBufferAttributes``, ``mergeExpression
 PartialMerge and Final modes. State stores *buffers*, never final results, so ``avg`` is kept as
 ``(sum, count)`` and only turned into a mean after the state step.
 
-Two halves:
+Where the parts live:
 
 * ``decompose_aggregate`` reads a PySpark aggregate ``Column`` (its unresolved node tree) and
   returns an ``AggregateCall``: which function, its argument columns, the buffers.
-* ``merge_buffers`` is the pure merge rule on Arrow arrays (state buffer with batch buffer), used
-  inside the state step. It has no pyspark dependency.
+* the per-function definitions (buffers, batch and row buffers, final expressions) are in
+  ``plan/aggregate_functions.py``; the pure merge rules the state steps apply are in
+  ``operators/aggregate_merge.py``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 
-from statestream.operators.aggregate_merge import (  # noqa: F401 - re-exported merge rules
-    MERGE_MAX,
-    MERGE_MIN,
-    MERGE_SUM,
-    MERGE_SUM0,
-    merge_buffer_segments,
-    merge_buffers,
-)
 from statestream.errors import StatestreamError
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, BufferField
 
@@ -38,8 +31,6 @@ __all__ = [
     "BufferField",
     "AggregateCall",
     "decompose_aggregate",
-    "merge_buffers",
-    "merge_buffer_segments",
     "column_node",
     "SUPPORTED_FUNCTIONS",
     "UnsupportedAggregateError",

@@ -23,7 +23,7 @@ from statestream.operators.aggregate import (
     sorted_for_aggregate,
 )
 from statestream.operators.basic import BatchRelationExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
-from statestream.operators.dedup import plan_streaming_deduplication
+from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L

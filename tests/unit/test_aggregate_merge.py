@@ -6,7 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from statestream.plan.aggregates import merge_buffers
+from statestream.operators.aggregate_merge import merge_buffers
 
 UTC = dt.timezone.utc
 

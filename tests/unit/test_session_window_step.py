@@ -18,7 +18,7 @@ from statestream.operators.session_window import (
     SessionWindowStateStep,
     merge_sessions,
 )
-from statestream.plan.aggregates import merge_buffer_segments
+from statestream.operators.aggregate_merge import merge_buffer_segments
 from statestream.state.keys import group_ids
 from statestream.state.provider import clear_provider_cache
 
