@@ -22,7 +22,9 @@ from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["ExpressionCall", "decompose_output"]
+__all__ = ["ExpressionCall", "decompose_output", "PANDAS_UDAF_MESSAGE"]
+
+PANDAS_UDAF_MESSAGE = "Streaming aggregation doesn't support group aggregate pandas UDF"
 
 #: Spark's Column API names its operators by symbol; these are the Python operators for them
 _OPERATORS: dict[str, Callable[..., Any]] = {
@@ -237,7 +239,11 @@ def _sql_call(e: Any) -> "Column":
     if e.ignoreNulls():
         args = args[:1] + [F.lit(True)]
     call = F.call_function(name, *args)
-    return F.count_distinct(*args) if e.isDistinct() else call
+    if not e.isDistinct():
+        return call
+    # the same call marked DISTINCT (PySpark has no generic way to say it)
+    n = column_node(call)
+    return _column(n.copy(n.functionName(), n.arguments(), True, n.isUserDefinedFunction(), n.isInternal(), n.origin()))
 
 
 def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"]:
@@ -281,6 +287,15 @@ def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"
     raise UnsupportedAggregateError(f"statestream cannot evaluate {e.sql()} around an aggregate yet ({kind})")
 
 
+def _is_python_aggregate(expression: Any) -> bool:
+    """A grouped-aggregate pandas UDF: Spark wraps the ``PythonUDF`` in an ``AggregateExpression``
+    (or a ``PythonUDAF``)."""
+    kind = expression.getClass().getSimpleName()
+    if kind == "AggregateExpression":
+        kind = expression.aggregateFunction().getClass().getSimpleName()
+    return kind in ("PythonUDF", "PythonUDAF")
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 
@@ -292,6 +307,11 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
     while node.getClass().getSimpleName() == "Alias":
         node = node.child()
     kind = node.getClass().getSimpleName()
+    if kind == "ExpressionColumnNode" and _is_python_aggregate(node.expression()):
+        from statestream.errors import analysis_error
+
+        # Spark's planner refuses it while planning the first batch (start() succeeds)
+        raise analysis_error(None, PANDAS_UDAF_MESSAGE)
     plain = kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName()))
     if plain and not any(_has_aggregate(a) for a in _children(node)):
         return [decompose_aggregate(col, index, output_name, input_df)]

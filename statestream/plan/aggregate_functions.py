@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["BufferField", "FunctionSpec", "FUNCTIONS", "ALIASES"]
+__all__ = ["BufferField", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
+
+#: statestream's opt-in (Spark refuses distinct aggregates on streams): exact distinct aggregates,
+#: the distinct values kept in state with their group
+DISTINCT_AGGREGATION_CONF = "statestream.sql.streaming.distinctAggregation.enabled"
 
 
 @dataclass(frozen=True)
@@ -582,3 +586,18 @@ ALIASES: dict[str, str] = {
     "variance": "var_samp",
     "array_agg": "collect_list",
 }
+
+
+def distinct_spec(name: str) -> FunctionSpec:
+    """``name(DISTINCT x)`` under ``DISTINCT_AGGREGATION_CONF``: the key's distinct non-null
+    values are kept as a set (merged by union) and the result is Spark's ``name`` over them,
+    which is the distinct aggregate's value; the set leaves state with its group."""
+    return FunctionSpec(
+        name,
+        (1, 1),
+        _fixed(("distinct", "union", 0)),
+        lambda a, o: [_F().collect_set(a[0])],
+        lambda a, o: [_F().array_compact(_F().array(a[0]))],
+        lambda b, o: b[0],
+        recompute=True,
+    )

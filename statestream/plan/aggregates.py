@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from statestream.errors import StatestreamError
-from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, BufferField
+from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, distinct_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -125,6 +125,23 @@ def _literal(node: Any) -> Any:
     return bool(value) if isinstance(value, bool) else value
 
 
+def _distinct(name: str, function: str, nodes: list, input_df: Any) -> Any:
+    """The spec of ``name(DISTINCT x)``: only with statestream's opt-in conf (Spark refuses
+    distinct aggregates on streams, and so does ``start()`` without it), one value column."""
+    enabled = False
+    if input_df is not None:
+        value = input_df.sparkSession.conf.get(DISTINCT_AGGREGATION_CONF, "false")
+        enabled = str(value).strip().lower() == "true"
+    if not enabled:
+        raise UnsupportedAggregateError(
+            f"{name}(DISTINCT ...) needs {DISTINCT_AGGREGATION_CONF}=true: distinct aggregations are not supported on "
+            "streaming DataFrames by Spark; statestream runs them exactly when that conf is on"
+        )
+    if len(nodes) != 1 or FUNCTIONS[function].arity[0] > 1 or function in ("first", "last", "try_sum"):
+        raise UnsupportedAggregateError(f"statestream supports DISTINCT only on one-column aggregates such as count, sum, avg, not {name}()")
+    return distinct_spec(function)
+
+
 def decompose_aggregate(col: "Column", index: int, output_name: str, input_df: Any = None) -> AggregateCall:
     """Decompose ``F.<fn>(args)[.alias(name)]`` into an ``AggregateCall``.
 
@@ -157,6 +174,8 @@ def decompose_aggregate(col: "Column", index: int, output_name: str, input_df: A
         nodes = [a for a in nodes if a.getClass().getSimpleName() != "UnresolvedStar"]
     elif any(a.getClass().getSimpleName() == "UnresolvedStar" for a in nodes):
         raise UnsupportedAggregateError(f"{name}(*) is not a valid aggregate")
+    if node.isDistinct():
+        spec = _distinct(name, function, nodes, input_df)
     lo, hi = spec.arity
     n_cols = min(len(nodes), hi)
     if n_cols < lo or len(nodes) > hi + spec.literal_args:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from statestream.errors import StatestreamAnalysisException, analysis_error
+from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,
@@ -579,6 +580,11 @@ def _throw(error: StatestreamAnalysisException | str, node: LogicalPlan) -> None
     raise exc
 
 
+def _conf_flag(conf: Mapping[str, str] | None, key: str) -> bool:
+    """An opt-in boolean conf: true only when set to ``true``."""
+    return bool(conf) and str(conf.get(key, "false")).strip().lower() == "true"  # type: ignore[union-attr]
+
+
 def _conf_enabled(conf: Mapping[str, str] | None, key: str) -> bool:
     """Spark's boolean conf parsing: case-insensitive ``true``/``false``, default true here."""
     if not conf or key not in conf:
@@ -635,6 +641,8 @@ def check_for_streaming(
             _throw(message, node)
         streaming = is_streaming(node)
         for fact in inspector.facts(node):
+            if isinstance(fact, DistinctAggregateUse) and _conf_flag(conf, DISTINCT_AGGREGATION_CONF):
+                continue  # statestream's opt-in: exact distinct aggregates (plan/aggregate_functions.py)
             error = _fact_error(fact, streaming)
             if error is not None:
                 _throw(error, node)

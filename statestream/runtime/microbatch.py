@@ -159,8 +159,13 @@ class MicroBatchExecution:
         from statestream.checkpoint.metadata import StreamMetadata
         from statestream.plan.planner import aggregation_info
 
+        from statestream.errors import StatestreamAnalysisException
+
         for node in self.df._plan.find(L.Aggregate):  # noqa: SLF001
-            aggregation_info(node)
+            try:
+                aggregation_info(node)
+            except StatestreamAnalysisException:
+                pass  # what Spark's planner refuses, it refuses while planning the first batch
 
         meta = StreamMetadata.read(self.fm)
         if meta is None:

@@ -300,3 +300,61 @@ def test_histogram_numeric_of_merged_batches(spark, ours, tmp_path):
         return df.groupBy("k").agg(F.histogram_numeric("x", F.lit(5)).alias("hist"))
 
     assert_equivalent(spark, ours, build, BATCHES, SCHEMA, "update", tmp_path)
+
+
+def test_exact_distinct_aggregates_opt_in(spark, tmp_path):
+    """statestream's opt-in beyond Spark: with ``statestream.sql.streaming.distinctAggregation.enabled``
+    the distinct aggregates Spark refuses on a stream run exactly. Spark's engine cannot be the
+    oracle here, so each complete-mode batch is compared with Spark's *batch* query over every
+    file read so far; without the conf, ``start()`` refuses the query with Spark's error."""
+    from pyspark.errors import AnalysisException
+
+    from statestream import StreamingSession
+
+    from tests.differential.harness import rows_match
+
+    conf = "statestream.sql.streaming.distinctAggregation.enabled"
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(
+            F.count_distinct("s").alias("ds"),
+            F.sum_distinct("i").alias("si"),
+            F.expr("avg(DISTINCT x)").alias("ax"),
+            (F.countDistinct("i") + F.count("*")).alias("mixed"),
+        )
+
+    ss = StreamingSession(spark)
+    with pytest.raises(AnalysisException, match="Distinct aggregations are not supported"):
+        run_stream(ss, build, BATCHES[:1], SCHEMA, "complete", tmp_path)
+    spark.conf.set(conf, "true")
+    try:
+        run = run_stream(ss, build, BATCHES, SCHEMA, "complete", tmp_path)
+    finally:
+        spark.conf.unset(conf)
+    assert [b.batch_id for b in run.batches] == [0, 1, 2]
+    for b in run.batches:
+        seen = [r for batch in BATCHES[: b.batch_id + 1] for r in batch]
+        expected = [r.asDict(recursive=True) for r in build(spark.createDataFrame(seen, SCHEMA)).collect()]
+        assert rows_match(expected, b.rows, float_tol=1e-9), (b.batch_id, expected, b.rows)
+
+
+def test_grouped_aggregate_pandas_udf_fails_at_the_first_batch(spark, tmp_path):
+    """A grouped-aggregate pandas UDF in a streaming aggregation: Spark's planner refuses it
+    while planning the first batch, so ``start()`` succeeds and the query fails; the same here."""
+    from pyspark.sql.functions import PandasUDFType, pandas_udf
+
+    from tests.differential.harness import _resolve_ours
+
+    mean_udf = pandas_udf(lambda v: float(v.mean()), "double", PandasUDFType.GROUPED_AGG)
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(mean_udf(F.col("x")).alias("m"))
+
+    messages = []
+    for engine in (spark, _resolve_ours(spark, None)):
+        # start() succeeds; the failure comes from the query (processAllAvailable re-raises it)
+        with pytest.raises(Exception) as info:  # noqa: PT011 - both engines' exception types differ
+            run_stream(engine, build, BATCHES[:1], SCHEMA, "update", tmp_path)
+        messages.append(str(info.value))
+    for m in messages:
+        assert "Streaming aggregation doesn't support group aggregate pandas UDF" in m, m
