@@ -86,8 +86,20 @@ def _min_max(rule: str, a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedA
     if plain is not None:
         return _min_max(rule, a.cast(plain), b.cast(plain)).cast(typ)
     if rule == MERGE_MIN:
-        return pc.min_element_wise(a, b, skip_nulls=True)
-    return pc.max_element_wise(a, b, skip_nulls=True)
+        out = pc.min_element_wise(a, b, skip_nulls=True)
+    else:
+        out = pc.max_element_wise(a, b, skip_nulls=True)
+    if pa.types.is_floating(typ):
+        # Spark orders NaN above every number; Arrow's element-wise kernels skip it
+        nan_a = pc.fill_null(pc.is_nan(a), False)
+        nan_b = pc.fill_null(pc.is_nan(b), False)
+        if rule == MERGE_MAX:
+            nan = pc.or_(nan_a, nan_b)
+        else:  # NaN only when neither side holds a number
+            nan = pc.and_(pc.or_(nan_a, pc.is_null(a)), pc.or_(nan_b, pc.is_null(b)))
+            nan = pc.and_(nan, pc.or_(nan_a, nan_b))
+        out = pc.if_else(nan, pa.scalar(float("nan"), typ), out)
+    return out
 
 
 def merge_buffer_segments(rule: str, values: pa.Array | pa.ChunkedArray, starts: np.ndarray) -> pa.Array:
@@ -137,6 +149,11 @@ def merge_buffer_segments(rule: str, values: pa.Array | pa.ChunkedArray, starts:
         filled = pc.fill_null(storage, pa.scalar(fill, type=storage.type)).to_numpy(zero_copy_only=False)
         out = ufunc.reduceat(filled, starts)
         mask = n_valid == 0
+        if floating and rule == MERGE_MIN:
+            # a run whose values are all NaN has NaN as its minimum (fmin skipped them)
+            numbers = np.asarray(pc.is_valid(storage).to_numpy(zero_copy_only=False), dtype=bool) & ~np.isnan(filled)
+            all_nan = (np.add.reduceat(numbers.astype(np.int64), starts) == 0) & (n_valid > 0)
+            out = np.where(all_nan, np.nan, out)
     else:
         raise ValueError(f"unknown merge rule {rule!r}")
     result = pa.array(out, type=storage.type, mask=mask if mask is not None and mask.any() else None)
@@ -228,17 +245,37 @@ def _bools(a: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(a, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
+def _run_reference(n: np.ndarray, means: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per row, the mean of the first non-empty buffer of its run (0 for an empty run): moments
+    are shifted by it, so buffers with equal means give exactly zero deviations (a constant
+    column keeps ``m2 == 0`` through any merge, as Spark's pairwise rule keeps it)."""
+    rows = len(n)
+    first = np.minimum.reduceat(np.where(n > 0, np.arange(rows), rows), starts)
+    ref = np.where(first < rows, means[np.minimum(first, rows - 1)], 0.0)
+    return np.repeat(ref, np.diff(np.append(starts, rows)))
+
+
+def _shifted_mean(n: np.ndarray, means: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The run's common mean and each buffer's deviation from it, computed as offsets from the
+    run's reference mean (``_run_reference``)."""
+    lengths = np.diff(np.append(starts, len(n)))
+    total = np.add.reduceat(n, starts)
+    ref = _run_reference(n, means, starts)
+    off = np.where(n > 0, means - ref, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shift = np.where(total > 0, np.add.reduceat(n * off, starts) / np.where(total > 0, total, 1.0), 0.0)
+    mean = np.where(total > 0, ref[np.minimum(starts, len(n) - 1)] + shift, 0.0)
+    d = np.where(n > 0, off - np.repeat(shift, lengths), 0.0)
+    return mean, d
+
+
 def _moments(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
     """``CentralMomentAgg``'s buffers ``n, avg, m2[, m3[, m4]]``: the moments of each run about
     the run's common mean, from each buffer's moments about its own mean (``d`` is a buffer's
     mean minus the common mean; ``M_k' = sum(M_k + sum_j C(k,j) d^j M_{k-j})``, ``M_1 = 0``)."""
     n, avg, *ms = (_f64(c) for c in columns)
-    lengths = np.diff(np.append(starts, len(n)))
     total = np.add.reduceat(n, starts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(total > 0, np.add.reduceat(n * avg, starts) / np.where(total > 0, total, 1), 0.0)
-    d = avg - np.repeat(mean, lengths)
-    d = np.where(n > 0, d, 0.0)
+    mean, d = _shifted_mean(n, avg, starts)
     out = [total, mean]
     m2 = ms[0]
     out.append(np.add.reduceat(m2 + n * d * d, starts))
@@ -255,13 +292,9 @@ def _covariance(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
     """``Covariance``'s ``n, xAvg, yAvg, ck`` and ``PearsonCorrelation``'s extra ``xMk, yMk``:
     co-moments of each run about the run's common means."""
     n, xa, ya, ck, *mk = (_f64(c) for c in columns)
-    lengths = np.diff(np.append(starts, len(n)))
     total = np.add.reduceat(n, starts)
-    safe = np.where(total > 0, total, 1.0)
-    mx = np.where(total > 0, np.add.reduceat(n * xa, starts) / safe, 0.0)
-    my = np.where(total > 0, np.add.reduceat(n * ya, starts) / safe, 0.0)
-    dx = np.where(n > 0, xa - np.repeat(mx, lengths), 0.0)
-    dy = np.where(n > 0, ya - np.repeat(my, lengths), 0.0)
+    mx, dx = _shifted_mean(n, xa, starts)
+    my, dy = _shifted_mean(n, ya, starts)
     out = [total, mx, my, np.add.reduceat(ck + n * dx * dy, starts)]
     if mk:
         out.append(np.add.reduceat(mk[0] + n * dx * dx, starts))
@@ -304,9 +337,17 @@ def _max_min_by(is_max: bool):
         out_ord = pa.nulls(len(starts), ordering.type)
         if len(valid) == 0:
             return [out_value, out_ord]
-        t = pa.table({"run": run[valid], "ord": ordering.take(pa.array(valid)), "pos": valid})
+        ords = ordering.take(pa.array(valid))
+        columns = {"run": run[valid], "nan": np.zeros(len(valid), dtype=bool), "ord": ords, "pos": valid}
+        if pa.types.is_floating(ords.type):
+            # Spark orders NaN above every number; Arrow's sort puts it last in either direction
+            nan = _bools(pc.is_nan(ords))
+            columns["nan"] = nan
+            columns["ord"] = pc.if_else(pa.array(nan), pa.scalar(0.0, ords.type), ords)
+        direction = "ascending" if is_max else "descending"
         idx = pc.sort_indices(
-            t, sort_keys=[("run", "ascending"), ("ord", "ascending" if is_max else "descending"), ("pos", "ascending")]
+            pa.table(columns),
+            sort_keys=[("run", "ascending"), ("nan", direction), ("ord", direction), ("pos", "ascending")],
         ).to_numpy()
         runs = run[valid][idx]
         last_of_run = np.flatnonzero(np.append(runs[1:] != runs[:-1], True))

@@ -140,7 +140,8 @@ class _Collector:
 
     def add(self, col: "Column") -> int:
         n = len(self.calls)
-        call = decompose_aggregate(col, self.index * 100 + n, f"__agg{self.index}_{n}", self.input_df)
+        # ``h<output>_<n>``: never the index of a plain call, so buffer names stay unique
+        call = decompose_aggregate(col, f"h{self.index}_{n}", f"__agg{self.index}_{n}", self.input_df)
         self.calls.append(call)
         return n
 

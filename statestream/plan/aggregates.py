@@ -142,7 +142,7 @@ def _distinct(name: str, function: str, nodes: list, input_df: Any) -> Any:
     return distinct_spec(function)
 
 
-def decompose_aggregate(col: "Column", index: int, output_name: str, input_df: Any = None) -> AggregateCall:
+def decompose_aggregate(col: "Column", index: int | str, output_name: str, input_df: Any = None) -> AggregateCall:
     """Decompose ``F.<fn>(args)[.alias(name)]`` into an ``AggregateCall``.
 
     ``output_name`` is the result column name, read from the batch-analysed template so it is

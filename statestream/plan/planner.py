@@ -2,7 +2,7 @@
 
 Spark: ``IncrementalExecution``'s planner with its extra strategies (``StatefulAggregationStrategy``
 with ``AggUtils.planStreamingAggregation``, ``StreamingGlobalLimitStrategy`` in ``plan/limits.py``,
-``StreamingDeduplicationStrategy`` in ``operators/dedup.py``).
+``StreamingDeduplicationStrategy`` in ``plan/dedup.py``).
 The planner knows nothing about batches: per-batch fields (state info, watermarks, output mode)
 are filled in by ``plan/incremental.py``.
 """
@@ -107,7 +107,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
     calls = tuple(
         call
         for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
-        for call in ([_grouping_call(c, n, node, keys)] if _grouping_call(c, n, node, keys) else decompose_output(c, i, n, node.child.template))
+        for call in _output_calls(c, i, n, node, keys)
     )
     et_name = node.event_time_key()
     et_key = None
@@ -134,6 +134,13 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         key_filters=tuple(node.key_filters),
         grouping_sets=node.grouping_sets,
     )
+
+
+def _output_calls(col, index: int, output_name: str, node: L.Aggregate, keys: tuple[str, ...]) -> list:
+    """The calls one output column of the aggregation needs (``decompose_output``), or its
+    ``GroupingCall`` under cube/rollup."""
+    grouping = _grouping_call(col, output_name, node, keys)
+    return [grouping] if grouping is not None else decompose_output(col, index, output_name, node.child.template)
 
 
 @dataclass(frozen=True)

@@ -358,3 +358,35 @@ def test_grouped_aggregate_pandas_udf_fails_at_the_first_batch(spark, tmp_path):
         messages.append(str(info.value))
     for m in messages:
         assert "Streaming aggregation doesn't support group aggregate pandas UDF" in m, m
+
+
+def test_constant_columns_nan_and_mixed_outputs(spark, ours, tmp_path):
+    """Edge cases Spark's buffers define: a group whose x is constant across batches keeps a zero
+    spread (skewness and kurtosis null, regr_r2 null or 1 by which side is constant), NaN orders
+    above every number in max/min/max_by/min_by, and an expression output next to a plain call of
+    the same function keeps its own buffers."""
+    nan = float("nan")
+    batches = [
+        [("a", 1, 0.1, 1.0, 1, True, "p"), ("a", 2, 0.1, 2.0, 2, True, "q"), ("n", 3, nan, 1.0, 1, True, "r")],
+        [("a", 4, 0.1, 3.0, 3, True, "s"), ("a", 5, 0.1, 4.0, 3, True, "t"), ("n", 6, 2.0, nan, 2, True, "u")],
+        [("a", 7, 0.1, 5.0, 4, True, "v"), ("n", 8, 1.0, 3.0, 3, True, "w")],
+    ]
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(
+            F.skewness("x").alias("sk"),
+            F.kurtosis("x").alias("ku"),
+            F.stddev("x").alias("sd"),
+            F.regr_r2("x", "y").alias("r2_const_y"),
+            F.regr_r2("y", "x").alias("r2_const_x"),
+            F.regr_slope("y", "x").alias("slope"),
+            F.max("x").alias("mx"),
+            F.min("y").alias("mn"),
+            F.max_by("s", "x").alias("mbx"),
+            F.min_by("s", "y").alias("mby"),
+            (F.sum("i") / F.count("i")).alias("ratio"),
+            F.count("i").alias("ci"),
+            F.sum("i").alias("si"),
+        )
+
+    assert_equivalent(spark, ours, build, batches, SCHEMA, "update", tmp_path)

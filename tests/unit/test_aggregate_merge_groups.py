@@ -111,3 +111,30 @@ def test_try_sum_overflow_is_null_and_stays_null():
     # run 0 overflows; run 1 holds an earlier overflow (null in a non-empty buffer); run 2 is empty
     assert out[0].to_pylist() == [None, None, 1]
     assert out[1].to_pylist() == [False, False, True]
+
+
+def test_equal_means_merge_to_exactly_zero_spread():
+    """A constant column split over buffers keeps m2 == m3 == m4 == 0 exactly (Spark's pairwise
+    merge adds delta = 0), so skewness and kurtosis stay null and corr divides by zero as in
+    Spark; a rounding residue would give numbers."""
+    parts = [[1.0, 0.1, 0.0, 0.0, 0.0], [2.0, 0.1, 0.0, 0.0, 0.0], [3.0, 0.1, 0.0, 0.0, 0.0]]
+    merged = merge_group_segments("moments", as_columns(parts), np.array([0]))
+    assert [c[0].as_py() for c in merged] == [6.0, 0.1, 0.0, 0.0, 0.0]
+    cov = merge_group_segments("covariance", as_columns([[1.0, 0.1, 7.0, 0.0, 0.0, 0.0], [2.0, 0.1, 7.0, 0.0, 0.0, 0.0]]), np.array([0]))
+    assert [c[0].as_py() for c in cov] == [3.0, 0.1, 7.0, 0.0, 0.0, 0.0]
+
+
+def test_nan_is_above_every_number():
+    from statestream.operators.aggregate_merge import merge_buffer_segments, merge_buffers
+
+    nan = float("nan")
+    hi = merge_buffers("max", pa.array([nan, 1.0, None]), pa.array([1.0, nan, nan]))
+    assert all(np.isnan(v) for v in hi.to_pylist())
+    lo = merge_buffers("min", pa.array([nan, 1.0, None, nan]), pa.array([1.0, nan, nan, None]))
+    assert lo.to_pylist()[:2] == [1.0, 1.0] and all(np.isnan(v) for v in lo.to_pylist()[2:])
+    seg = merge_buffer_segments("min", pa.array([nan, None, 2.0, nan]), np.array([0, 2]))
+    assert np.isnan(seg.to_pylist()[0]) and seg.to_pylist()[1] == 2.0
+    by = merge_group_segments("min_by", [pa.array(["a", "b"]), pa.array([1.0, nan])], np.array([0]))
+    assert by[0].to_pylist() == ["a"]
+    by = merge_group_segments("max_by", [pa.array(["a", "b", "c"]), pa.array([nan, 5.0, 1.0])], np.array([0]))
+    assert by[0].to_pylist() == ["a"]
