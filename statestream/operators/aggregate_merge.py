@@ -426,6 +426,14 @@ def _try_sum(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
     return [pa.array(out, pa.int64()).cast(sums.type), pa.array(all_empty)]
 
 
+def _product(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
+    """``Product``: the product of the non-null buffers; null when all are null."""
+    (values,) = columns
+    filled = np.asarray(pc.fill_null(values.cast(pa.float64()), 1.0).to_numpy(zero_copy_only=False), dtype=np.float64)
+    n_valid = np.add.reduceat(_bools(pc.is_valid(values)).astype(np.int64), starts)
+    return [pa.array(np.multiply.reduceat(filled, starts), pa.float64(), mask=n_valid == 0)]
+
+
 #: multi-column (or list) rules, by name
 GROUP_RULES: dict[str, Any] = {
     "moments": _moments,
@@ -440,4 +448,5 @@ GROUP_RULES: dict[str, Any] = {
     "concat": _list_concat,
     "union": _list_union,
     "try_sum": _try_sum,
+    "product": _product,
 }

@@ -524,7 +524,23 @@ RECOMPUTED: dict[str, int] = {
     "kll_sketch_agg_float": 1,
     "theta_sketch_agg": 1,
     "approx_top_k": 2,
+    "hll_union_agg": 1,
+    "theta_union_agg": 1,
+    "bitmap_construct_agg": 0,
+    "bitmap_or_agg": 0,
+    "bitmap_and_agg": 0,
 }
+
+
+#: ``product(x)``: Spark's ``Product`` buffer (``product``, a double; nulls skipped)
+PRODUCT = FunctionSpec(
+    "product",
+    (1, 1),
+    _fixed(("product", "product", 0)),
+    lambda a, o: [_F().product(a[0])],
+    lambda a, o: [_dbl(a[0])],
+    lambda b, o: b[0],
+)
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {
@@ -566,6 +582,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {
         _collect("collect_set", "union"),
         TRY_SUM,
         TRY_AVG,
+        PRODUCT,
         *(_recomputed(name, n) for name, n in RECOMPUTED.items()),
     )
 }

@@ -135,6 +135,8 @@ def _sketches(df: DataFrame) -> DataFrame:
         F.hll_sketch_agg("i").alias("hll"),
         F.listagg("s", ",").alias("la"),
         F.string_agg("s").alias("sa"),
+        F.product("x").alias("prod"),
+        F.bitmap_construct_agg(F.bitmap_bit_position(F.abs("i"))).alias("bm"),
     )
 
 

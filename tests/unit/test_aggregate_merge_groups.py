@@ -138,3 +138,10 @@ def test_nan_is_above_every_number():
     assert by[0].to_pylist() == ["a"]
     by = merge_group_segments("max_by", [pa.array(["a", "b", "c"]), pa.array([nan, 5.0, 1.0])], np.array([0]))
     assert by[0].to_pylist() == ["a"]
+
+
+def test_product_skips_nulls_and_is_null_when_all_are():
+    out = merge_group_segments("product", [pa.array([2.0, None, 3.0, None, None])], np.array([0, 3]))
+    assert out[0].to_pylist() == [6.0, None]
+    two_way = merge_group("product", [pa.array([2.0, None])], [pa.array([4.0, 5.0])], pa.array([True, False]))
+    assert two_way[0].to_pylist() == [8.0, 5.0]
