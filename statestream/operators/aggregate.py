@@ -260,7 +260,10 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         )
         done = exploded.groupBy(*keys).agg(
             *(F.first(F.col(names[id(c)])).alias(names[id(c)]) for c in carried),
-            *(c.recomputed_column(F.col("__values").getField(n)).alias(names[id(c)]) for c, n in zip(again, lists)),
+            *(
+                c.recomputed_column(F.col("__values").getField(n), f"`__values`.`{n}`").alias(names[id(c)])
+                for c, n in zip(again, lists)
+            ),
         )
         value = {id(c): F.col(names[id(c)]) for c in leaves}
     else:

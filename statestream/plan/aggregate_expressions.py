@@ -224,7 +224,7 @@ def _sql_call(e: Any) -> "Column":
     parts = e.nameParts()
     name = str(parts.apply(parts.length() - 1)).lower()
     if e.orderingWithinGroup().length() > 0:
-        raise UnsupportedAggregateError(f"statestream does not support {name}(...) WITHIN GROUP (ORDER BY ...) yet")
+        return _within_group_call(name, e)
     arguments = e.arguments()
     args = [F.expr(str(arguments.apply(i).sql())) for i in range(arguments.length())]
     spec = FUNCTIONS[ALIASES.get(name, name)]
@@ -245,6 +245,22 @@ def _sql_call(e: Any) -> "Column":
     # the same call marked DISTINCT (PySpark has no generic way to say it)
     n = column_node(call)
     return _column(n.copy(n.functionName(), n.arguments(), True, n.isUserDefinedFunction(), n.isInternal(), n.origin()))
+
+
+def _within_group_call(name: str, e: Any) -> "Column":
+    """``percentile_cont(p)``/``percentile_disc(p) WITHIN GROUP (ORDER BY x [DESC])`` as a call
+    of the value column ``x`` with the fraction's SQL and the direction as literal arguments
+    (the spec finishes it with the same SQL over the kept values)."""
+    from pyspark.sql import functions as F
+
+    orders = e.orderingWithinGroup()
+    if name not in ("percentile_cont", "percentile_disc") or orders.length() != 1 or e.filter().isDefined():
+        raise UnsupportedAggregateError(f"statestream does not support {name}(...) WITHIN GROUP (ORDER BY ...) yet")
+    order = orders.apply(0)
+    descending = "desc" in str(order.direction().sql()).lower()
+    arguments = e.arguments()
+    fraction = str(arguments.apply(0).sql())
+    return F.call_function(name, F.expr(str(order.child().sql())), F.lit(fraction), F.lit("DESC" if descending else "ASC"))
 
 
 def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"]:

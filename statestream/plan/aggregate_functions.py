@@ -529,6 +529,9 @@ RECOMPUTED: dict[str, int] = {
     "bitmap_construct_agg": 0,
     "bitmap_or_agg": 0,
     "bitmap_and_agg": 0,
+    # WITHIN GROUP (ORDER BY x [DESC]): the fraction's SQL and the direction (plan/aggregate_expressions.py)
+    "percentile_cont": 2,
+    "percentile_disc": 2,
 }
 
 

@@ -68,11 +68,15 @@ class AggregateCall:
     #: an inner call of an expression over aggregates: it has buffers but no output column
     hidden: bool = False
 
-    def recomputed_column(self, values: "Column") -> "Column":
-        """Spark's own function over ``values`` (one input value per row) with this call's
-        literal arguments: the final value of a function whose buffer is kept as its values."""
+    def recomputed_column(self, values: "Column", values_sql: str = "") -> "Column":
+        """Spark's own function over ``values`` (one input value per row; ``values_sql`` is the
+        same column as SQL) with this call's literal arguments: the final value of a function
+        whose buffer is kept as its values."""
         from pyspark.sql import functions as F
 
+        if self.function in ("percentile_cont", "percentile_disc"):
+            fraction, direction = self.options
+            return F.expr(f"{self.function}({fraction}) WITHIN GROUP (ORDER BY {values_sql} {direction})")
         return F.call_function(self.function, values, *self.option_columns)
 
     @property

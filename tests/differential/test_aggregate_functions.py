@@ -157,6 +157,8 @@ def _expressions(df: DataFrame) -> DataFrame:
         F.expr("avg(i)"),
         F.expr("cast(count(s) AS string)").alias("cs"),
         F.percentile_approx("y", 0.5),  # a result name with a dot in it
+        F.expr("percentile_cont(0.25) WITHIN GROUP (ORDER BY x)").alias("pc"),
+        F.expr("percentile_disc(0.5) WITHIN GROUP (ORDER BY y DESC)").alias("pd"),
     )
 
 
