@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
 from statestream.plan.logical import WATERMARK_DELAY_KEY
+from statestream.plan.optimizer import rebuild_expression
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -156,19 +157,6 @@ def remember_binding(column: "Column", plan: "LogicalPlan", name: str) -> "Colum
     return column
 
 
-def _rebuild(e: Any, fn: Callable[[Any], Any | None], seq: Callable[[list[Any]], Any]) -> Any:
-    replaced = fn(e)
-    if replaced is not None:
-        return replaced
-    kids = _jseq(e.children())
-    if not kids:
-        return e
-    new = [_rebuild(k, fn, seq) for k in kids]
-    if all(n is k for n, k in zip(new, kids)):
-        return e
-    return e.withNewChildren(seq(new))
-
-
 def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
     """``column`` as Spark would have it when the user applies it to ``grouped``'s DataFrame: each
     name reference handed out by *another* statestream DataFrame becomes that DataFrame's own
@@ -202,7 +190,7 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
             bound = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
             return bound if _jclass(bound) == "AttributeReference" else None
 
-        new = _rebuild(expr, attribute, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
+        new = rebuild_expression(expr, attribute, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
         if new is expr:
             return column
         node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(new)

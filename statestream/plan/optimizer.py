@@ -480,6 +480,22 @@ def _jseq(seq: Any) -> list[Any]:
     return [seq.apply(i) for i in range(seq.size())]
 
 
+def rebuild_expression(e: Any, fn: Any, seq: Any) -> Any:
+    """A JVM (Catalyst) expression tree with every node for which ``fn`` returns a replacement
+    replaced (top down; a replaced node's children are not visited); ``seq`` makes a Scala Seq of
+    new children. Unchanged subtrees are kept as they are."""
+    replaced = fn(e)
+    if replaced is not None:
+        return replaced
+    kids = _jseq(e.children())
+    if not kids:
+        return e
+    new = [rebuild_expression(k, fn, seq) for k in kids]
+    if all(n is k for n, k in zip(new, kids)):
+        return e
+    return e.withNewChildren(seq(new))
+
+
 def _jclass(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
 
@@ -520,16 +536,7 @@ class JvmExpr:
         return conv.asScala(self._jvm.java.util.ArrayList(items)).toSeq()
 
     def _rebuild(self, e: Any, fn: Any) -> Any:
-        replaced = fn(e)
-        if replaced is not None:
-            return replaced
-        kids = _jseq(e.children())
-        if not kids:
-            return e
-        new = [self._rebuild(k, fn) for k in kids]
-        if all(n is k for n, k in zip(new, kids)):
-            return e
-        return e.withNewChildren(self._seq(new))
+        return rebuild_expression(e, fn, self._seq)
 
     def substitute(self, mapping: Mapping[int, Expr]) -> "JvmExpr":
         if not mapping or not (self.references & mapping.keys()):
