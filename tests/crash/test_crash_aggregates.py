@@ -16,10 +16,8 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import (
-    assert_same_batches_as_oracle,
     job_for,
-    kill_then_restart,
-    run_in_process,
+    recover_and_compare,
     write_inputs,
 )
 
@@ -30,22 +28,16 @@ def sink_rows(spark: Any, output: Path) -> list[tuple]:
 
 
 def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None]]) -> None:
-    from statestream import StreamingSession
-
     input_dir = tmp_path / "input"
     write_inputs(input_dir)
-    job = job_for(tmp_path / "statestream", "statestream", "append", input_dir, query="object_hash")
-    kill_then_restart(tmp_path, job, kills)
-
-    oracle = job_for(tmp_path / "spark", "spark", "append", input_dir, query="object_hash")
-    run_in_process(spark, oracle)
-    clean = job_for(tmp_path / "uninterrupted", "statestream", "append", input_dir, query="object_hash")
-    run_in_process(StreamingSession(spark), clean)
-    got = sink_rows(spark, Path(job["output"]))
+    got = recover_and_compare(
+        spark,
+        tmp_path,
+        kills,
+        lambda root, engine: job_for(root, engine, "append", input_dir, query="object_hash"),
+        lambda out: sink_rows(spark, out),
+    )
     assert got, "the recovered run wrote no rows"
-    assert got == sink_rows(spark, Path(oracle["output"])), "recovered output differs from Spark's engine"
-    assert got == sink_rows(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
-    assert_same_batches_as_oracle(job, oracle)
 
 
 def test_object_hash_aggregate_sigkill_after_partial_state_commit(spark, tmp_path):

@@ -19,10 +19,8 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import (
-    assert_same_batches_as_oracle,
     job_for,
-    kill_then_restart,
-    run_in_process,
+    recover_and_compare,
 )
 
 #: (event time in seconds, value) per file; see the module docstring.
@@ -63,23 +61,13 @@ def sink_rows(spark: Any, output: Path) -> list[tuple]:
 
 
 def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None]]) -> None:
-    from statestream import StreamingSession
-
     input_dir = tmp_path / "input"
     write_dedup_inputs(input_dir)
-    job = dedup_job(tmp_path / "statestream", "statestream", input_dir)
-    kill_then_restart(tmp_path, job, kills)
-
-    oracle = dedup_job(tmp_path / "spark", "spark", input_dir)
-    run_in_process(spark, oracle)
-    clean = dedup_job(tmp_path / "uninterrupted", "statestream", input_dir)
-    run_in_process(StreamingSession(spark), clean)
-    got = sink_rows(spark, Path(job["output"]))
-    assert got == sink_rows(spark, Path(oracle["output"])), "recovered output differs from Spark's engine"
-    assert got == sink_rows(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
+    got = recover_and_compare(
+        spark, tmp_path, kills, lambda root, engine: dedup_job(root, engine, input_dir), lambda out: sink_rows(spark, out)
+    )
     # every input key exactly once, minus the late rows Spark drops
     assert len(got) == len(set(got))
-    assert_same_batches_as_oracle(job, oracle)
 
 
 def test_dedup_sigkill_after_partial_state_commit_then_restart(spark, tmp_path):

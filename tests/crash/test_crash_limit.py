@@ -19,10 +19,8 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import (
-    assert_same_batches_as_oracle,
     job_for,
-    kill_then_restart,
-    run_in_process,
+    recover_and_compare,
 )
 
 FILES: list[list[int]] = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13]]
@@ -55,22 +53,12 @@ def sink_values(spark: Any, output: Path) -> list[int]:
 
 
 def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None]]) -> None:
-    from statestream import StreamingSession
-
     input_dir = tmp_path / "input"
     write_limit_inputs(input_dir)
-    job = limit_job(tmp_path / "statestream", "statestream", input_dir)
-    kill_then_restart(tmp_path, job, kills)
-
-    oracle = limit_job(tmp_path / "spark", "spark", input_dir)
-    run_in_process(spark, oracle)
-    clean = limit_job(tmp_path / "uninterrupted", "statestream", input_dir)
-    run_in_process(StreamingSession(spark), clean)
-    got = sink_values(spark, Path(job["output"]))
+    got = recover_and_compare(
+        spark, tmp_path, kills, lambda root, engine: limit_job(root, engine, input_dir), lambda out: sink_values(spark, out)
+    )
     assert got == [1, 2, 3, 4, 5, 6, 7]
-    assert got == sink_values(spark, Path(oracle["output"])), "recovered output differs from Spark's engine"
-    assert got == sink_values(spark, Path(clean["output"])), "recovered output differs from an uninterrupted run"
-    assert_same_batches_as_oracle(job, oracle)
 
 
 def test_limit_sigkill_after_its_state_commit_then_restart(spark, tmp_path):

@@ -403,6 +403,33 @@ def assert_same_batches_as_oracle(job: dict[str, Any], oracle: dict[str, Any]) -
     assert sink_log_batches(Path(job["output"])) == sink_log_batches(Path(oracle["output"])) == expected_ids
 
 
+def recover_and_compare(
+    spark: Any,
+    tmp_path: Path,
+    kills: list[tuple[str, int, int | None]],
+    make_job: Any,
+    read_sink: Any,
+) -> list:
+    """The crash gauntlet shared by the operator families: the statestream job built by
+    ``make_job(root, engine)`` is killed at each of ``kills`` and restarted; then Spark's engine
+    (the oracle) and an uninterrupted statestream run process the same input. The recovered
+    sink (``read_sink(output)``, comparable rows) must equal both, and ``commits/`` and the sink
+    log must hold Spark's batch ids. Returns the recovered rows for further checks."""
+    from statestream import StreamingSession
+
+    job = make_job(tmp_path / "statestream", "statestream")
+    kill_then_restart(tmp_path, job, kills)
+    oracle = make_job(tmp_path / "spark", "spark")
+    run_in_process(spark, oracle)
+    clean = make_job(tmp_path / "uninterrupted", "statestream")
+    run_in_process(StreamingSession(spark), clean)
+    got = read_sink(Path(job["output"]))
+    assert got == read_sink(Path(oracle["output"])), "recovered output differs from Spark's engine"
+    assert got == read_sink(Path(clean["output"])), "recovered output differs from an uninterrupted run"
+    assert_same_batches_as_oracle(job, oracle)
+    return got
+
+
 def _assert_same_as_oracles(
     spark: Any, tmp_path: Path, mode: str, job: dict[str, Any], uninterrupted: bool = True
 ) -> dict[str, Any]:
