@@ -19,6 +19,7 @@ from statestream.session import StreamingSession
 __all__ = [
     "StreamingSession",
     "MemoryStream",
+    "AggregateFunction",
     "StatestreamError",
     "StatestreamAnalysisException",
     "StatestreamStreamingQueryException",
@@ -35,4 +36,8 @@ def __getattr__(name: str):
         from statestream.sources.memory import MemoryStream
 
         return MemoryStream
+    if name == "AggregateFunction":
+        from statestream.aggregate_function import AggregateFunction
+
+        return AggregateFunction
     raise AttributeError(name)

@@ -102,6 +102,12 @@ class AggregationInfo:
     def buffer_columns(self) -> tuple[str, ...]:
         return tuple(b.column for c in self.calls for b in c.buffers)
 
+    @property
+    def partial_names(self) -> tuple[str, ...]:
+        """The batch aggregation's columns after the keys: the buffers, except that a Python
+        aggregate function has its argument rows there (the state step updates its buffers)."""
+        return tuple(n for c in self.calls for n in c.partial_names())
+
     def key_sql(self) -> str:
         return ", ".join(self.grouping_names)
 
@@ -158,10 +164,10 @@ class StreamingAggregateExec(PhysicalOperator):
                 agg = agg.filter(cond)
             if info.grouping_sets:
                 n = len(info.grouping_names)
-                agg = agg.toDF(*info.key_columns[:n], *info.buffer_columns, info.key_columns[n])
-                agg = agg.select(*info.key_columns, *info.buffer_columns)
+                agg = agg.toDF(*info.key_columns[:n], *info.partial_names, info.key_columns[n])
+                agg = agg.select(*info.key_columns, *info.partial_names)
             else:
-                agg = agg.toDF(*info.key_columns, *info.buffer_columns)
+                agg = agg.toDF(*info.key_columns, *info.partial_names)
             hashed = info.partition_key_sql
             if self.ensure_partitioning and info.key_columns:
                 agg = agg.repartition(int(self.num_partitions or 1), *(F.expr(k) for k in hashed))
@@ -272,7 +278,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
 
     def result(c: "AggregateCall") -> "Column":
         if hasattr(c, "final_over"):
-            return c.final_over([value[id(i)] for i in c.inner])
+            return c.final_over([result(i) for i in c.inner])
         return value[id(c)]
 
     shown = [c for c in info.calls if not getattr(c, "hidden", False)]

@@ -192,12 +192,16 @@ def _merge_segments_arrow(rule: str, values: pa.Array, starts: np.ndarray) -> pa
 # --------------------------------------------------------------------------------------------
 
 
-def merge_group(rule: str, state: Sequence[Array], batch: Sequence[Array], found: Array | None = None) -> list[pa.Array]:
+def merge_group(rule: Any, state: Sequence[Array], batch: Sequence[Array], found: Array | None = None) -> list[pa.Array]:
     """Merge one function's stored buffer columns (``state``, null where a key has no stored
     buffer; ``found`` tells which keys have one) with this batch's (``batch``), row by row.
 
     Order matters for ``first``, ``last``, ``max_by``/``min_by`` ties and ``concat``: the stored
-    buffer is the left side, as Spark's restore emits the stored row before the new one."""
+    buffer is the left side, as Spark's restore emits the stored row before the new one.
+    ``rule`` may also be an object with a ``merge(state, batch, found)`` method (a Python
+    aggregate function's rule, ``operators/python_aggregate.py``)."""
+    if not isinstance(rule, str):
+        return rule.merge(state, batch, found)
     if rule in _SIMPLE:
         return [merge_buffers(rule, state[0], batch[0])]
     batch = [_plain(b) for b in batch]

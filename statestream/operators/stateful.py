@@ -79,7 +79,9 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
-        out_schema = StructType([f for f in df.schema.fields if f.name != PARTITION_ID_COLUMN])
+        fields = {f.name: f for f in df.schema.fields}
+        fields.update({f.name: f for c in self.info.calls for f in c.state_fields()})
+        out_schema = StructType([fields[c] for c in (*self.info.key_columns, *self.info.buffer_columns)])
         step = AggregationStateStep(
             **self.state_step_args(ctx),
             key_columns=self.info.key_columns,
@@ -137,7 +139,9 @@ class AggregationStateStep(StateStep):
     operator_id: int
     version: int
     key_columns: tuple[str, ...]
-    buffers: tuple[tuple[str, tuple[str, ...]], ...]  # (merge rule, buffer columns) per group
+    #: (merge rule, buffer columns) per group; the rule is a name of ``aggregate_merge``'s rules or a
+    #: ``PythonAggregateRule`` (a user's aggregate function)
+    buffers: tuple[tuple[Any, tuple[str, ...]], ...]
     input_schema: pa.Schema
     output_mode: str
     w_late_ms: int | None
@@ -153,6 +157,9 @@ class AggregationStateStep(StateStep):
         table = self.partition_input(
             batches, partition, "the aggregation's exchange did not partition by the grouping keys"
         )
+        for rule, _ in self.buffers:
+            if not isinstance(rule, str):  # a Python aggregate function: its batch buffers
+                table = rule.update_table(table)
         key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
         value_schema = pa.schema([table.schema.field(c) for c in self._buffer_columns()])
         provider, store = self.open_store(partition, key_schema, value_schema)

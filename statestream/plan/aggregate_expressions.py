@@ -11,6 +11,7 @@ expression with each call replaced by that call's final value.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import re
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
+from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -120,6 +122,8 @@ def _apply(name: str, args: list["Column"]) -> "Column":
 
 def _has_aggregate(node: Any) -> bool:
     kind = node.getClass().getSimpleName()
+    if kind == "ExpressionColumnNode":
+        return python_aggregate_of(node) is not None
     if kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName())):
         return True
     if kind == "SqlExpression":
@@ -141,7 +145,8 @@ class _Collector:
     def add(self, col: "Column") -> int:
         n = len(self.calls)
         # ``h<output>_<n>``: never the index of a plain call, so buffer names stay unique
-        call = decompose_aggregate(col, f"h{self.index}_{n}", f"__agg{self.index}_{n}", self.input_df)
+        index, name = f"h{self.index}_{n}", f"__agg{self.index}_{n}"
+        call = decompose_python_aggregate(col, index, name) or decompose_aggregate(col, index, name, self.input_df)
         self.calls.append(call)
         return n
 
@@ -152,7 +157,7 @@ def _rebuild_node(node: Any, out: _Collector) -> Callable[[list["Column"]], "Col
     if not _has_aggregate(node):
         col = _column(node)
         return lambda values: col
-    if kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName())):
+    if kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName())) or kind == "ExpressionColumnNode":
         i = out.add(_column(node))
         return lambda values: values[i]
     if kind == "SqlExpression":
@@ -324,6 +329,9 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
     while node.getClass().getSimpleName() == "Alias":
         node = node.child()
     kind = node.getClass().getSimpleName()
+    python_call = decompose_python_aggregate(col, index, output_name)
+    if python_call is not None:
+        return [python_call]
     if kind == "ExpressionColumnNode" and _is_python_aggregate(node.expression()):
         from statestream.errors import analysis_error
 
@@ -342,10 +350,7 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
         rebuild = _rebuild_node(node, out)
     if not out.calls:
         raise UnsupportedAggregateError(f"{node.sql()} has no aggregate function")
-    hidden = [
-        AggregateCall(**{**{f: getattr(c, f) for f in c.__dataclass_fields__}, "hidden": True})  # type: ignore[arg-type]
-        for c in out.calls
-    ]
+    hidden = [dataclasses.replace(c, hidden=True) for c in out.calls]
     expression = ExpressionCall(
         function="expression",
         args=(),

@@ -17,7 +17,7 @@ Where the parts live:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 
@@ -67,6 +67,8 @@ class AggregateCall:
     option_columns: tuple[Any, ...] = ()
     #: an inner call of an expression over aggregates: it has buffers but no output column
     hidden: bool = False
+    #: the PySpark column of this one call (Spark's analysis of it tells equal calls apart)
+    column: Any = field(default=None, compare=False, repr=False)
 
     def recomputed_column(self, values: "Column", values_sql: str = "") -> "Column":
         """Spark's own function over ``values`` (one input value per row; ``values_sql`` is the
@@ -95,6 +97,15 @@ class AggregateCall:
         Partial + PartialMerge: a batch aggregation yields one merged buffer row per key)."""
         cols = self.spec.partial(self.args, self.options)
         return [c.alias(b.column) for c, b in zip(cols, self.buffers)]
+
+    def partial_names(self) -> list[str]:
+        """The names of ``partial_columns`` (the batch aggregation's columns for this call)."""
+        return [b.column for b in self.buffers]
+
+    def state_fields(self) -> list[Any]:
+        """Spark fields of the buffer columns when the batch aggregation does not compute them
+        itself (a Python aggregate function's buffers come from the state step); else ``[]``."""
+        return []
 
     def row_columns(self) -> list["Column"]:
         """This call's buffers for one input row on its own: Spark's Partial update applied to
@@ -200,6 +211,7 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
     )
     return AggregateCall(
         function=function,
+        column=col,
         args=args,
         is_distinct=bool(node.isDistinct()),
         output_name=output_name,

@@ -27,6 +27,7 @@ from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
+from statestream.plan.aggregate_buffers import jvm_aggregate, share_equal_calls, spark_buffers
 from statestream.plan.aggregate_expressions import decompose_output
 from statestream.plan.aggregates import AggregateCall
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
@@ -109,14 +110,21 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
         for call in _output_calls(c, i, n, node, keys)
     )
+    # calls Spark's planner merges into one (first(s) and any_value(s), ...) share its buffers
+    buffers = spark_buffers(node.child.template, calls)
+    calls = share_equal_calls(calls, buffers)
     et_name = node.event_time_key()
     et_key = None
     et_struct = False
     if et_name is not None:
         et_key = keys[names.index(et_name)]
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
-    key_json, value_json = _state_schema_json(node, calls)
+    key_json, value_json = _state_schema_json(node, calls, buffers)
     aggregate_node, aggregate_codegen = spark_aggregate_node(node.template)
+    if any(c.state_fields() for c in calls):
+        # a Python aggregate function: Spark has no plan for it on a stream; its batch side is a
+        # collect_list, which Spark's planner puts in an ObjectHashAggregate
+        aggregate_node, aggregate_codegen = OBJECT_HASH_AGGREGATE, False
     return AggregationInfo(
         aggregate_node=aggregate_node,
         aggregate_codegen=aggregate_codegen,
@@ -204,9 +212,11 @@ def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ..
     return GroupingCall(**common, shift=n - 1 - matches[0])
 
 
-def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
+def _state_schema_json(node: L.Aggregate, calls, spark: dict | None = None) -> tuple[dict, dict]:
     """Key and value schemas of the aggregation's state as Spark writes them (format v2: the
-    value holds only the buffers), from a batch analysis of the partial aggregation."""
+    value holds only the buffers), from a batch analysis of the partial aggregation; a field's
+    nullability is that of Spark's buffer attribute where ``spark`` (``spark_buffers``) has the
+    call's buffer with the same field names."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     partials = [p for c in calls for p in c.partial_columns()]
@@ -219,11 +229,17 @@ def _state_schema_json(node: L.Aggregate, calls) -> tuple[dict, dict]:
         if node.grouping_sets:
             key.add(StructField(GROUPING_ID_NAME, LongType(), False))
         key_json = key.jsonValue()
+    if spark is None:
+        spark = spark_buffers(t, calls)
     value_fields = []
     for c in calls:
-        for b in c.buffers:
-            f = buffers[b.column]
-            value_fields.append(StructField(b.spark_name, f.dataType, f.nullable))
+        own = {f.name: f for f in c.state_fields()}
+        declared = spark.get(id(c))
+        names = [b.spark_name for b in c.buffers]
+        nullable = [n for _, n in declared.fields] if declared and [f for f, _ in declared.fields] == names else None
+        for j, b in enumerate(c.buffers):
+            f = own.get(b.column) or buffers[b.column]
+            value_fields.append(StructField(b.spark_name, f.dataType, nullable[j] if nullable else f.nullable))
     return key_json, StructType(value_fields).jsonValue()
 
 
@@ -233,23 +249,6 @@ _GROUPING_RULES = (
     "RemoveRepetitionFromGroupExpressions",
     "PullOutGroupingExpressions",
 )
-
-
-def _jvm_aggregate(agg_df, rules: tuple[str, ...]):
-    """The first ``Aggregate`` node of ``agg_df``'s analysed plan after Spark's optimizer rules
-    ``rules`` (names in ``org.apache.spark.sql.catalyst.optimizer``), or ``None``."""
-    plan = agg_df._jdf.queryExecution().analyzed()  # noqa: SLF001
-    package = agg_df.sparkSession._jvm.org.apache.spark.sql.catalyst.optimizer  # noqa: SLF001
-    for name in rules:
-        plan = getattr(getattr(package, name + "$"), "MODULE$").apply(plan)
-    pending = [plan]
-    while pending:
-        current = pending.pop(0)
-        if current.nodeName() == "Aggregate":
-            return current
-        children = current.children()
-        pending.extend(children.apply(i) for i in range(children.length()))
-    return None
 
 
 def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None:
@@ -265,7 +264,7 @@ def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None
     grouping columns (the caller then hashes all keys).
     """
     try:
-        current = _jvm_aggregate(agg_df, ())
+        current = jvm_aggregate(agg_df, ())
         if current is None:
             return None
         grouping = current.groupingExpressions()
@@ -315,7 +314,7 @@ def spark_aggregate_node(agg_df: "DataFrame") -> tuple[str, bool]:
     Falls back to ``(HASH_AGGREGATE, True)`` when the JVM plan cannot be inspected.
     """
     try:
-        current = _jvm_aggregate(agg_df, ("ReplaceExpressions", *_GROUPING_RULES))
+        current = jvm_aggregate(agg_df, ("ReplaceExpressions", *_GROUPING_RULES))
         if current is None:
             return HASH_AGGREGATE, True
         jvm = agg_df.sparkSession._jvm  # noqa: SLF001
@@ -376,7 +375,7 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
     import json
 
     try:
-        current = _jvm_aggregate(agg_df, _GROUPING_RULES)
+        current = jvm_aggregate(agg_df, _GROUPING_RULES)
         if current is None:
             return None
         grouping = current.groupingExpressions()
@@ -441,6 +440,8 @@ def session_window_info(node: L.Aggregate):
     if len(names) < 2:
         raise analysis_error(None, GLOBAL_SESSION_AGGREGATION_ERROR)
     agg = aggregation_info(node)
+    for call in agg.calls:
+        call.row_columns()  # a function without per-row buffers says so here, from start()
     _, value_buffers = _state_schema_json(node, agg.calls)
     partials = [p for c in agg.calls for p in c.partial_columns()]
     buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream
+from tests.differential.harness import assert_equivalent, assert_same_batches, run_both, run_stream
 
 SCHEMA = "k STRING, t LONG, x DOUBLE, y DOUBLE, i INT, b BOOLEAN, s STRING"
 
@@ -394,3 +394,56 @@ def test_constant_columns_nan_and_mixed_outputs(spark, ours, tmp_path):
         )
 
     assert_equivalent(spark, ours, build, batches, SCHEMA, "update", tmp_path)
+
+
+def _state_schemas(spark, ours, build, tmp_path):
+    from statestream.state import schema as S
+
+    exp, act = run_both(spark, build, BATCHES[:1], SCHEMA, "update", tmp_path, ours=ours)
+    assert_same_batches(exp, act)
+    return [S.read_state_schema(f"{run.checkpoint}/state", 0) for run in (exp, act)]
+
+
+def _transparent_buffers(df: DataFrame) -> DataFrame:
+    """Functions whose Spark buffer is made of plain typed fields (no opaque object)."""
+    return df.groupBy("k").agg(
+        F.count("*"),
+        F.sum("i"),
+        F.avg("x"),
+        F.stddev("x"),
+        F.kurtosis("y"),
+        F.corr("x", "y"),
+        F.regr_slope("y", "x"),
+        F.first("s"),
+        F.last("i", True),
+        F.max_by("s", "x"),
+        F.bool_and("b"),
+        F.bit_xor("i"),
+        F.try_sum("i"),
+        F.try_avg("x"),
+        F.product("x"),
+        F.count_if("b"),
+        F.any_value("s"),  # Spark's First(s, false), the same as first(s): one buffer
+        (F.sum("i") / F.count("*")).alias("ratio"),  # both already have a buffer
+    )
+
+
+def test_state_schema_is_sparks_buffer_layout(spark, ours, tmp_path):
+    """The state key and value schemas equal Spark's, field for field (names, types,
+    nullability), for functions whose buffer is not an opaque object (what Spark's state reader
+    shows); calls Spark merges into one share one buffer, and the rows stay Spark's."""
+    spark_schema, our_schema = _state_schemas(spark, ours, _transparent_buffers, tmp_path)
+    assert len(our_schema.value_schema["fields"]) == 39
+    assert our_schema.key_schema == spark_schema.key_schema
+    assert our_schema.value_schema == spark_schema.value_schema
+
+
+def test_approx_count_distinct_state_is_sparks_registers(spark, ours, tmp_path):
+    """approx_count_distinct's Spark buffer is HyperLogLog++'s register words (``MS[0]``, ...,
+    longs); statestream keeps the key's values and finishes with Spark's own function."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(F.approx_count_distinct("s"))
+
+    spark_schema, our_schema = _state_schemas(spark, ours, build, tmp_path)
+    assert our_schema.value_schema == spark_schema.value_schema
