@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
-from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo
+from statestream.operators.aggregate import AggregationInfo
 from statestream.operators.base import (
     ExecutedByParent,
     PhysicalOperator,
