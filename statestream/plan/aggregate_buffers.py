@@ -3,8 +3,9 @@ Spark declares each buffer field.
 
 Spark's ``PhysicalAggregation`` keeps one aggregate function per set of semantically equal
 aggregate expressions: ``first(s)`` and ``any_value(s)`` (both ``First(s, false)`` after
-``ReplaceExpressions``), or ``sum(i)`` in ``sum(i) / count(i)`` next to a plain ``sum(i)``, have
-one buffer in its state. Its buffer attributes also carry their own nullability (``avg``'s
+``ReplaceExpressions``), ``sum(d)`` and ``try_sum(d)`` of a small decimal (both a sum of the
+unscaled longs after ``DecimalAggregates``), or ``sum(i)`` in ``sum(i) / count(i)`` next to a
+plain ``sum(i)``, have one buffer in its state. Its buffer attributes also carry their own nullability (``avg``'s
 ``count`` is nullable; the batch aggregation statestream uses to compute it is not). Both are
 read here from Spark's analysis of the aggregation's input template, so that the state holds the
 same fields as Spark's.
@@ -64,7 +65,7 @@ def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, 
     if not leaves or input_df is None:
         return {}
     try:
-        agg = jvm_aggregate(input_df.agg(*(c.column for c in leaves)), ("ReplaceExpressions",))
+        agg = jvm_aggregate(input_df.agg(*(c.column for c in leaves)), ("ReplaceExpressions", "DecimalAggregates"))
         if agg is None:
             return {}
         named = agg.aggregateExpressions()
@@ -72,11 +73,10 @@ def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, 
             return {}
         out = {}
         for i, call in enumerate(leaves):
-            e = named.apply(i)
-            while e.getClass().getSimpleName() == "Alias":
-                e = e.child()
-            if e.getClass().getSimpleName() != "AggregateExpression":
+            found = _aggregate_expressions(named.apply(i))
+            if len(found) != 1:
                 continue
+            e = found[0]
             attrs = e.aggregateFunction().aggBufferAttributes()
             fields = tuple((str(attrs.apply(j).name()), bool(attrs.apply(j).nullable())) for j in range(attrs.length()))
             out[id(call)] = SparkBuffer(str(e.canonicalized()), fields)
@@ -84,6 +84,15 @@ def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, 
     except Exception:  # noqa: BLE001 - py4j / internal API drift: keep every call's own buffer
         log.debug("cannot read Spark's aggregate buffers", exc_info=True)
         return {}
+
+
+def _aggregate_expressions(e: Any) -> list[Any]:
+    """The ``AggregateExpression`` nodes in ``e`` (one for a single call; under ``MakeDecimal`` or
+    a cast when Spark's ``DecimalAggregates`` rewrote a decimal sum or average)."""
+    if e.getClass().getSimpleName() == "AggregateExpression":
+        return [e]
+    children = e.children()
+    return [a for j in range(children.length()) for a in _aggregate_expressions(children.apply(j))]
 
 
 def share_equal_calls(calls: Sequence["AggregateCall"], buffers: dict[int, SparkBuffer]) -> tuple["AggregateCall", ...]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["BufferField", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
+__all__ = ["BufferField", "DecimalArg", "decimal_arg", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
 
 #: statestream's opt-in (Spark refuses distinct aggregates on streams): exact distinct aggregates,
 #: the distinct values kept in state with their group
@@ -104,23 +104,121 @@ COUNT = FunctionSpec(
     lambda a, o: [_ind(_count_arg(a).isNotNull())],
     lambda b, o: b[0],
 )
-SUM = FunctionSpec("sum", (1, 1), _fixed(("sum", "sum", 0)), lambda a, o: [_F().sum(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
+# -- decimals: Spark's buffers depend on the precision ---------------------------------------------
+#
+# sum/try_sum of decimal(p, s): with p + 10 <= 18 Spark's optimizer (DecimalAggregates) sums the
+# unscaled longs (buffer ``sum: long``); otherwise the buffer is ``sum: decimal(p + 10, s)`` (at
+# most 38 digits) and ``isEmpty``. avg/try_avg: with p + 4 <= 15 the optimizer averages the
+# unscaled values as doubles (buffer ``sum: double, count``, as for any number); otherwise
+# ``sum: decimal(p + 10, s), count`` and the result is the decimal division cast to
+# decimal(p + 4, s + 4).
+
+MAX_LONG_DIGITS = 18
+MAX_DOUBLE_DIGITS = 15
+
+
+@dataclass(frozen=True)
+class DecimalArg:
+    """The last option of a sum/avg call over a decimal column (``decompose_aggregate`` adds
+    it): the argument's precision and scale."""
+
+    precision: int
+    scale: int
+
+    @property
+    def sum_type(self) -> str:
+        return f"decimal({min(38, self.precision + 10)},{self.scale})"
+
+    @property
+    def unscaled_sum(self) -> bool:
+        return self.precision + 10 <= MAX_LONG_DIGITS
+
+    @property
+    def decimal_avg(self) -> bool:
+        return self.precision + 4 > MAX_DOUBLE_DIGITS
+
+    @property
+    def avg_type(self) -> str:
+        return f"decimal({min(38, self.precision + 4)},{min(38, self.scale + 4)})"
+
+
+def decimal_arg(types: Sequence[Any]) -> DecimalArg | None:
+    from pyspark.sql.types import DecimalType
+
+    if types and isinstance(types[0], DecimalType):
+        return DecimalArg(types[0].precision, types[0].scale)
+    return None
+
+
+def _decimal(o: tuple) -> DecimalArg | None:
+    return o[-1] if o and isinstance(o[-1], DecimalArg) else None
+
+
+def _sum_layout(types: Sequence[Any]) -> list[tuple[str, str, int]]:
+    d = decimal_arg(types)
+    if d is None or d.unscaled_sum:
+        return [("sum", "sum", 0)]
+    return [("sum", "decimal_sum", 0), ("isEmpty", "decimal_sum", 0)]
+
+
+def _unscaled(x: "Column", d: DecimalArg) -> "Column":
+    return (x * _F().lit(10**d.scale)).cast("long")
+
+
+def _sum_partial(a: Cols, o: tuple) -> list["Column"]:
+    F, d = _F(), _decimal(o)
+    if d is None:
+        return [F.sum(a[0])]
+    if d.unscaled_sum:
+        return [F.sum(_unscaled(a[0], d))]
+    empty = F.count(a[0]) == 0
+    return [F.when(empty, F.lit(0).cast(d.sum_type)).otherwise(F.sum(a[0])).cast(d.sum_type), empty]
+
+
+def _sum_row(a: Cols, o: tuple) -> list["Column"]:
+    F, d = _F(), _decimal(o)
+    if d is None:
+        return [a[0]]
+    if d.unscaled_sum:
+        return [_unscaled(a[0], d)]
+    return [F.coalesce(a[0].cast(d.sum_type), F.lit(0).cast(d.sum_type)), a[0].isNull()]
+
+
+def _sum_final(b: Cols, o: tuple) -> "Column":
+    F, d = _F(), _decimal(o)
+    if d is None:
+        return b[0]
+    if d.unscaled_sum:
+        return (b[0].cast(f"decimal({MAX_LONG_DIGITS},0)") / F.lit(10**d.scale)).cast(d.sum_type)
+    return F.when(b[1], F.lit(None)).otherwise(b[0])
+
+
+SUM = FunctionSpec("sum", (1, 1), _sum_layout, _sum_partial, _sum_row, _sum_final)
 
 
 def _avg_final(b: Cols, o: tuple) -> "Column":
-    F = _F()
+    F, d = _F(), _decimal(o)
     s, c = b
+    if d is not None and d.decimal_avg:
+        return F.when(c == 0, F.lit(None)).otherwise((s / c.cast("decimal(20,0)")).cast(d.avg_type))
     return F.when(c == 0, F.lit(None)).otherwise(s / c)
 
 
-AVG = FunctionSpec(
-    "avg",
-    (1, 1),
-    _fixed(("sum", "sum", 0), ("count", "sum0", 1)),
-    lambda a, o: [_F().sum(_dbl(a[0])), _F().count(a[0])],
-    lambda a, o: [_dbl(a[0]), _ind(a[0].isNotNull())],
-    _avg_final,
-)
+def _avg_partial(a: Cols, o: tuple) -> list["Column"]:
+    F, d = _F(), _decimal(o)
+    if d is not None and d.decimal_avg:
+        return [F.coalesce(F.sum(a[0]).cast(d.sum_type), F.lit(0).cast(d.sum_type)), F.count(a[0])]
+    return [F.sum(_dbl(a[0])), F.count(a[0])]
+
+
+def _avg_row(a: Cols, o: tuple) -> list["Column"]:
+    F, d = _F(), _decimal(o)
+    if d is not None and d.decimal_avg:
+        return [F.coalesce(a[0].cast(d.sum_type), F.lit(0).cast(d.sum_type)), _ind(a[0].isNotNull())]
+    return [_dbl(a[0]), _ind(a[0].isNotNull())]
+
+
+AVG = FunctionSpec("avg", (1, 1), _fixed(("sum", "sum", 0), ("count", "sum0", 1)), _avg_partial, _avg_row, _avg_final)
 MIN = FunctionSpec("min", (1, 1), _fixed(("min", "min", 0)), lambda a, o: [_F().min(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
 MAX = FunctionSpec("max", (1, 1), _fixed(("max", "max", 0)), lambda a, o: [_F().max(a[0])], lambda a, o: [a[0]], lambda b, o: b[0])
 #: count_if(p) is Spark's count(nullif(p, false))
@@ -445,11 +543,19 @@ def _is_integral(t: Any) -> bool:
 def _try_sum_layout(types: Sequence[Any]) -> list[tuple[str, str, int]]:
     if types and _is_integral(types[0]):
         return [("sum", "try_sum", 0), ("isEmpty", "try_sum", 0)]
+    d = decimal_arg(types)
+    if d is not None and not d.unscaled_sum:
+        return [("sum", "try_decimal_sum", 0), ("isEmpty", "try_decimal_sum", 0)]
     return [("sum", "sum", 0)]
 
 
 def _try_sum_partial(a: Cols, o: tuple) -> list["Column"]:
-    F = _F()
+    F, d = _F(), _decimal(o)
+    if d is not None:
+        if d.unscaled_sum:
+            return [F.try_sum(_unscaled(a[0], d))]
+        empty = F.count(a[0]) == 0
+        return [F.when(empty, F.lit(0).cast(d.sum_type)).otherwise(F.try_sum(a[0])).cast(d.sum_type), empty]
     if o and o[-1] == "integral":
         empty = F.count(a[0]) == 0
         return [F.when(empty, F.lit(0).cast("long")).otherwise(F.try_sum(a[0])), empty]
@@ -458,6 +564,8 @@ def _try_sum_partial(a: Cols, o: tuple) -> list["Column"]:
 
 def _try_sum_row(a: Cols, o: tuple) -> list["Column"]:
     F = _F()
+    if _decimal(o) is not None:
+        return _sum_row(a, o)
     if o and o[-1] == "integral":
         return [F.coalesce(a[0].cast("long"), F.lit(0).cast("long")), a[0].isNull()]
     return [a[0]]
@@ -465,6 +573,8 @@ def _try_sum_row(a: Cols, o: tuple) -> list["Column"]:
 
 def _try_sum_final(b: Cols, o: tuple) -> "Column":
     F = _F()
+    if _decimal(o) is not None:
+        return _sum_final(b, o)
     if o and o[-1] == "integral":
         return F.when(b[1], F.lit(None)).otherwise(b[0])
     return b[0]
@@ -475,7 +585,7 @@ TRY_AVG = FunctionSpec(
     "try_avg",
     (1, 1),
     AVG.layout,
-    lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])],
+    lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])] if not (_decimal(o) and _decimal(o).decimal_avg) else _avg_partial(a, o),
     AVG.row,
     _avg_final,
 )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 
 from statestream.errors import StatestreamError
-from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, distinct_spec
+from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, decimal_arg, distinct_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -204,8 +204,10 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
             types = [f.dataType for f in input_df.select(*args).schema.fields]
         except Exception:  # noqa: BLE001 - Spark's own analysis of the template reports it
             types = []
-    if function == "try_sum" and types and "sum" != spec.layout(types)[-1][1]:
+    if function == "try_sum" and types and spec.layout(types)[-1][1] == "try_sum":
         options = options + ("integral",)
+    if function in ("sum", "avg", "try_sum", "try_avg") and not node.isDistinct() and decimal_arg(types) is not None:
+        options = options + (decimal_arg(types),)
     buffers = tuple(
         BufferField(spark, f"__b{index}_{j}_{spark}", rule, group) for j, (spark, rule, group) in enumerate(spec.layout(types))
     )

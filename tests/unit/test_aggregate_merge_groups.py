@@ -145,3 +145,34 @@ def test_product_skips_nulls_and_is_null_when_all_are():
     assert out[0].to_pylist() == [6.0, None]
     two_way = merge_group("product", [pa.array([2.0, None])], [pa.array([4.0, 5.0])], pa.array([True, False]))
     assert two_way[0].to_pylist() == [8.0, 5.0]
+
+
+def test_decimal_sum_keeps_the_buffer_type_and_is_empty():
+    from decimal import Decimal as D
+
+    t = pa.decimal128(20, 2)
+    sums, empty = merge_group(
+        "decimal_sum",
+        [pa.array([D("1.10"), None, D("0")], t), pa.array([False, None, True])],
+        [pa.array([D("2.00"), D("3.00"), D("0")], t), pa.array([False, False, True])],
+        pa.array([True, False, True]),
+    )
+    assert sums.type == t and sums.to_pylist() == [D("3.10"), D("3.00"), D("0.00")]
+    assert empty.to_pylist() == [False, False, True]
+    runs, runs_empty = merge_group_segments("decimal_sum", [pa.array([D("1.10"), D("1"), D("2"), D("0")], t), pa.array([False, True, False, True])], np.array([0, 1, 3]))
+    assert runs.to_pylist() == [D("1.10"), D("3.00"), D("0.00")] and runs_empty.to_pylist() == [False, False, True]
+
+
+def test_decimal_sum_overflow_fails_and_try_sum_gives_null():
+    from decimal import Decimal as D
+
+    big = pa.decimal128(38, 2)
+    state = [pa.array([D("9" * 36 + ".99"), D("1.00")], big), pa.array([False, False])]
+    batch = [pa.array([D("1.00"), D("1.00")], big), pa.array([False, False])]
+    with pytest.raises(ArithmeticError, match="ARITHMETIC_OVERFLOW"):
+        merge_group("decimal_sum", state, batch, pa.array([True, True]))
+    sums, empty = merge_group("try_decimal_sum", state, batch, pa.array([True, True]))
+    assert sums.to_pylist() == [None, D("2.00")] and empty.to_pylist() == [False, False]
+    # an overflowed (null, non-empty) buffer stays null
+    again, _ = merge_group("try_decimal_sum", [sums, empty], batch, pa.array([True, True]))
+    assert again.to_pylist() == [None, D("3.00")]
