@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from statestream.readwriter import DataStreamWriter
     from statestream.session import StreamingSession
 
-__all__ = ["DataFrame", "GroupedData"]
+__all__ = ["DataFrame", "GroupedData", "DataFrameNaFunctions", "DataFrameStatFunctions"]
 
 
 def _col(c: Any) -> Column:
@@ -52,6 +52,32 @@ def _describe(cols: list[Any]) -> str:
         else:
             out.append(str(c))
     return "[" + ", ".join(out) + "]"
+
+
+def _is_pyspark_member(cls: str, name: str) -> bool:
+    """Whether ``name`` is a public member of PySpark's class ``cls``."""
+    import pyspark.sql as S
+
+    return not name.startswith("_") and hasattr(getattr(S, cls), name)
+
+
+#: members not tried on the template first: views would change the session, and the template
+#: (an empty relation) has no file metadata columns
+_NOT_PROBED = frozenset(
+    {
+        "createTempView", "createOrReplaceTempView", "createGlobalTempView", "createOrReplaceGlobalTempView",
+        "registerTempTable", "observe", "metadataColumn",
+    }
+)  # fmt: skip
+
+
+def _same_on_template(method: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    """Call a PySpark method of the template with the user's arguments, so that a wrong argument
+    gets PySpark's or Spark's own error before statestream says the method is not supported yet.
+    Skipped when an argument is a statestream object (PySpark cannot take it)."""
+    if any(type(a).__module__.startswith("statestream") for a in (*args, *kwargs.values())):
+        return
+    method(*args, **kwargs)
 
 
 def _batch_relation(other: Any) -> L.BatchRelation:
@@ -111,6 +137,11 @@ class DataFrame:
         if name.startswith("_"):
             raise AttributeError(name)
         if name not in self.columns:
+            if _is_pyspark_member("DataFrame", name):
+                # a member a future PySpark added: say so by name, never AttributeError
+                from statestream.errors import not_supported_yet
+
+                raise not_supported_yet("DataFrame", name)
             msg = f"'DataFrame' object has no attribute '{name}'"
             raise AttributeError(msg)
         return self._bound_name(name)
@@ -220,7 +251,108 @@ class DataFrame:
             template = self._plan.template.unionByName(other_plan.template, allowMissingColumns=allow_missing)
         else:
             template = self._plan.template.union(other_plan.template)
-        return DataFrame(L.Union(template=template, inputs=(self._plan, other_plan)), self._session)
+        node = L.Union(template=template, inputs=(self._plan, other_plan), by_name=by_name, allow_missing=allow_missing)
+        return DataFrame(node, self._session)
+
+    def coalesce(self, numPartitions: int) -> "DataFrame":  # noqa: N803
+        return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
+
+    def repartition(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N803
+        return self._stateless("Exchange", "RoundRobinPartitioning" if not cols else _describe(list(cols)), lambda df: df.repartition(numPartitions, *cols))
+
+    def repartitionByRange(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N802,N803
+        return self._stateless("Exchange", "rangepartitioning", lambda df: df.repartitionByRange(numPartitions, *cols))
+
+    def repartitionById(self, numPartitions: int, partitionIdCol: Any) -> "DataFrame":  # noqa: N802,N803
+        return self._stateless("Exchange", "directpartitioning", lambda df: df.repartitionById(numPartitions, partitionIdCol))
+
+    def hint(self, name: str, *parameters: Any) -> "DataFrame":
+        return self._stateless("ResolvedHint", name, lambda df: df.hint(name, *parameters))
+
+    def transform(self, func: Callable[..., "DataFrame"], *args: Any, **kwargs: Any) -> "DataFrame":
+        """PySpark's ``transform``: ``func(self, *args, **kwargs)``, which must give a DataFrame."""
+        result = func(self, *args, **kwargs)
+        if not isinstance(result, DataFrame):
+            raise TypeError(f"[TRANSFORM_FUNCTION_MUST_RETURN_DATAFRAME] Func returned an instance of type [{type(result).__name__}], should have been DataFrame.")
+        return result
+
+    @property
+    def na(self) -> "DataFrameNaFunctions":
+        return DataFrameNaFunctions(self)
+
+    def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> "DataFrame":
+        return self._stateless("Filter", f"dropna({how})", lambda df: df.dropna(how, thresh, subset))
+
+    def fillna(self, value: Any, subset: Any = None) -> "DataFrame":
+        return self._stateless("Project", f"fillna({value!r})", lambda df: df.fillna(value, subset))
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> "DataFrame":
+        def fn(df: "SparkDataFrame") -> "SparkDataFrame":
+            return df.replace(to_replace, value, subset) if value is not None or isinstance(to_replace, dict) else df.replace(to_replace, subset=subset)
+
+        return self._stateless("Project", f"replace({to_replace!r})", fn)
+
+    def mapInPandas(self, func: Callable, schema: Any, barrier: bool = False, profile: Any = None) -> "DataFrame":  # noqa: N802
+        return self._stateless("MapInPandas", getattr(func, "__name__", "func"), lambda df: df.mapInPandas(func, schema, barrier, profile))
+
+    def mapInArrow(self, func: Callable, schema: Any, barrier: bool = False, profile: Any = None) -> "DataFrame":  # noqa: N802
+        return self._stateless("MapInArrow", getattr(func, "__name__", "func"), lambda df: df.mapInArrow(func, schema, barrier, profile))
+
+    def unpivot(self, ids: Any, values: Any, variableColumnName: str, valueColumnName: str) -> "DataFrame":  # noqa: N803
+        return self._stateless("Expand", "unpivot", lambda df: df.unpivot(ids, values, variableColumnName, valueColumnName))
+
+    melt = unpivot
+
+    def to(self, schema: "StructType") -> "DataFrame":
+        return self._stateless("Project", schema.simpleString(), lambda df: df.to(schema))
+
+    def withMetadata(self, columnName: str, metadata: dict[str, Any]) -> "DataFrame":  # noqa: N802,N803
+        return self._stateless("Project", f"[{columnName}]", lambda df: df.withMetadata(columnName, metadata))
+
+    def sampleBy(self, col: Any, fractions: dict[Any, float], seed: int | None = None) -> "DataFrame":  # noqa: N802
+        return self._stateless("Filter", "sampleBy", lambda df: df.sampleBy(col, fractions, seed))
+
+    def randomSplit(self, weights: list[float], seed: int | None = None) -> list["DataFrame"]:  # noqa: N802
+        """PySpark's ``randomSplit``: one stream per weight (each batch split with the same seed)."""
+        import random
+
+        seed = seed if seed is not None else random.randint(0, 2**31 - 1)
+        n = len(self._plan.template.randomSplit(weights, seed))  # PySpark's own argument checks
+        return [self._stateless("Sample", f"randomSplit[{i}]", lambda df, i=i: df.randomSplit(weights, seed)[i]) for i in range(n)]
+
+    def colRegex(self, colName: str) -> Column:  # noqa: N802,N803
+        return self._plan.template.colRegex(colName)
+
+    def isLocal(self) -> bool:  # noqa: N802
+        return False
+
+    def sameSemantics(self, other: Any) -> bool:  # noqa: N802
+        plan = other._plan.template if isinstance(other, DataFrame) else other  # noqa: SLF001
+        return self._plan.template.sameSemantics(plan)
+
+    def semanticHash(self) -> int:  # noqa: N802
+        return self._plan.template.semanticHash()
+
+    @property
+    def storageLevel(self) -> Any:  # noqa: N802
+        return self._plan.template.storageLevel
+
+    @property
+    def stat(self) -> "DataFrameStatFunctions":
+        return DataFrameStatFunctions(self)
+
+    @property
+    def plot(self) -> Any:
+        from pyspark.sql.plot import PySparkPlotAccessor
+
+        return PySparkPlotAccessor(self)  # its plots collect the DataFrame: Spark's batch-action error
+
+    @property
+    def executionInfo(self) -> Any:  # noqa: N802
+        return self._plan.template.executionInfo  # PySpark Classic's own error (a Spark Connect member)
+
+    def unpersist(self, blocking: bool = False) -> "DataFrame":
+        return self  # nothing is cached (Spark's cache() refuses a stream)
 
     # ------------------------------------------------------------------ watermark
     def withWatermark(self, eventTime: str, delayThreshold: str) -> "DataFrame":  # noqa: N802,N803
@@ -342,6 +474,91 @@ class DataFrame:
     def collect(self) -> Any:
         raise self._batch_action_error()
 
+    def _batch_action(name: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
+        def method(self: "DataFrame", *args: Any, **kwargs: Any) -> Any:
+            raise self._batch_action_error()
+
+        method.__name__ = name
+        method.__doc__ = f"``{name}`` runs the query now, so on a stream it is Spark's error: use ``writeStream``."
+        return method
+
+    for _name in (
+        "approxQuantile", "cache", "checkpoint", "corr", "cov", "foreach", "foreachPartition", "inputFiles",
+        "isEmpty", "localCheckpoint", "persist", "tail", "toArrow", "toJSON", "toLocalIterator",
+    ):  # fmt: skip
+        locals()[_name] = _batch_action(_name)
+    del _name, _batch_action
+
+    @property
+    def rdd(self) -> Any:
+        raise self._batch_action_error()
+
+    @property
+    def write(self) -> Any:
+        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
+
+        raise call_on_streaming_dataset_unsupported("write")
+
+    def writeTo(self, table: str) -> Any:  # noqa: N802
+        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
+
+        raise call_on_streaming_dataset_unsupported("writeTo")
+
+    def mergeInto(self, table: str, condition: Any) -> Any:  # noqa: N802
+        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
+
+        raise call_on_streaming_dataset_unsupported("mergeInto")
+
+    def crosstab(self, col1: str, col2: str) -> Any:
+        from statestream.plan.analysis import pivot_on_stream_error
+
+        raise pivot_on_stream_error()
+
+    # ------------------------------------------------------------------ not yet
+    #: PySpark methods Spark runs on streams that statestream does not (each raises
+    #: ``NotSupportedYetError`` naming itself; joins are issue 12)
+    NOT_YET = {
+        "join": "stream joins are not built yet",
+        "crossJoin": "stream joins are not built yet",
+        "lateralJoin": "stream joins are not built yet",
+        "exceptAll": "",
+        "intersect": "",
+        "intersectAll": "",
+        "subtract": "",
+        "describe": "compute the statistics with agg()",
+        "summary": "compute the statistics with agg()",
+        "freqItems": "",
+        "groupingSets": "use cube() or rollup()",
+        "metadataColumn": "",
+        "exists": "",
+        "scalar": "",
+        "asTable": "",
+        "transpose": "",
+        "pandas_api": "",
+        "observe": "",
+        "createTempView": "",
+        "createOrReplaceTempView": "",
+        "createGlobalTempView": "",
+        "createOrReplaceGlobalTempView": "",
+        "registerTempTable": "",
+    }
+
+    def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
+        def method(self: "DataFrame", *args: Any, **kwargs: Any) -> Any:
+            from statestream.errors import not_supported_yet
+
+            if name not in _NOT_PROBED:
+                _same_on_template(getattr(self._plan.template, name), args, kwargs)  # Spark's own argument errors first
+            raise not_supported_yet("DataFrame", name, hint)
+
+        method.__name__ = name
+        return method
+
+    for _name, _hint in NOT_YET.items():
+        if _name not in locals():
+            locals()[_name] = _not_yet(_name, _hint)
+    del _name, _hint, _not_yet
+
     def show(self, *args: Any, **kwargs: Any) -> Any:
         raise self._batch_action_error()
 
@@ -455,6 +672,37 @@ class GroupedData:
     def max(self, *cols: str) -> DataFrame:
         return self._numeric("max", cols)
 
+    def pivot(self, pivot_col: str, values: Any = None) -> Any:
+        from statestream.plan.analysis import pivot_on_stream_error
+
+        raise pivot_on_stream_error()
+
+    def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
+        def method(self: "GroupedData", *args: Any, **kwargs: Any) -> Any:
+            from statestream.errors import not_supported_yet
+
+            if name in ("apply", "applyInArrow", "applyInPandas"):
+                _same_on_template(getattr(self._template(), name), args, kwargs)  # PySpark's UDF-type checks
+            raise not_supported_yet("GroupedData", name, hint)
+
+        method.__name__ = name
+        return method
+
+    #: grouped operations on Python state and co-grouping (issue 13)
+    for _name in (
+        "apply", "applyInArrow", "applyInPandas", "applyInPandasWithState", "cogroup",
+        "transformWithState", "transformWithStateInPandas",
+    ):  # fmt: skip
+        locals()[_name] = _not_yet(_name, "")
+    del _name, _not_yet
+
+    def __getattr__(self, name: str) -> Any:
+        if _is_pyspark_member("GroupedData", name):
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("GroupedData", name)
+        raise AttributeError(f"'GroupedData' object has no attribute '{name}'")
+
 
 def _dict_aggregate(column: str, function: str) -> Column:
     """One ``agg({column: function})`` entry as a column, as Spark's ``strToExpr`` reads it."""
@@ -467,3 +715,45 @@ def _dict_aggregate(column: str, function: str) -> Column:
     if fn in ("stddev", "std"):
         return F.stddev(arg)
     return F.call_function(fn, arg)
+
+
+class DataFrameNaFunctions:
+    """``df.na`` of a streaming DataFrame: PySpark's ``drop``/``fill``/``replace``."""
+
+    def __init__(self, df: DataFrame) -> None:
+        self._df = df
+
+    def drop(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> DataFrame:
+        return self._df.dropna(how, thresh, subset)
+
+    def fill(self, value: Any, subset: Any = None) -> DataFrame:
+        return self._df.fillna(value, subset)
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> DataFrame:
+        return self._df.replace(to_replace, value, subset)
+
+
+class DataFrameStatFunctions:
+    """``df.stat`` of a streaming DataFrame: ``sampleBy`` runs on each batch; the others are
+    batch actions (Spark's error) or a pivot (``crosstab``)."""
+
+    def __init__(self, df: DataFrame) -> None:
+        self._df = df
+
+    def sampleBy(self, col: Any, fractions: dict[Any, float], seed: int | None = None) -> DataFrame:  # noqa: N802
+        return self._df.sampleBy(col, fractions, seed)
+
+    def approxQuantile(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        return self._df.approxQuantile(*args, **kwargs)
+
+    def corr(self, *args: Any, **kwargs: Any) -> Any:
+        return self._df.corr(*args, **kwargs)
+
+    def cov(self, *args: Any, **kwargs: Any) -> Any:
+        return self._df.cov(*args, **kwargs)
+
+    def crosstab(self, col1: str, col2: str) -> Any:
+        return self._df.crosstab(col1, col2)
+
+    def freqItems(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        return self._df.freqItems(*args, **kwargs)

@@ -26,11 +26,23 @@ __all__ = [
     "StatestreamArithmeticException",
     "CheckpointError",
     "IncompatibleRestartError",
+    "NotSupportedYetError",
 ]
 
 
 class StatestreamError(Exception):
     """Root of statestream's own errors (those Spark has no equivalent for)."""
+
+
+class NotSupportedYetError(StatestreamError, NotImplementedError):
+    """A PySpark method or option that Spark's engine accepts on a stream but statestream does
+    not run yet. The message names the method, so a job stops at a clear line rather than at an
+    ``AttributeError``."""
+
+
+def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetError:
+    """The error of ``owner.name()`` that statestream lacks (``hint``: what to use instead)."""
+    return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))
 
 
 class _SparkShapedMixin:

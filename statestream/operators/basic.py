@@ -90,7 +90,7 @@ class SortExec(PhysicalOperator):
 class UnionExec(PhysicalOperator):
     inputs: tuple[PhysicalOperator, ...] = ()
     by_name: bool = False
-    options: Any = None
+    options: Any = None  # unionByName's allowMissingColumns
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         dfs = [i.execute(ctx) for i in self.inputs]

@@ -165,6 +165,24 @@ def check_batch_action_on_stream() -> StatestreamAnalysisException:
     return analysis_error(LEGACY_CONDITION, MSG_BATCH_ACTION_ON_STREAM, None, msg=MSG_BATCH_ACTION_ON_STREAM)
 
 
+def call_on_streaming_dataset_unsupported(method: str) -> StatestreamAnalysisException:
+    """Spark's error for a batch-only writer method (``write``, ``writeTo``, ``mergeInto``) on a
+    streaming DataFrame."""
+    condition = "CALL_ON_STREAMING_DATASET_UNSUPPORTED"
+    return analysis_error(
+        condition,
+        f"[{condition}] The method `{method}` can not be called on streaming Dataset/DataFrame. SQLSTATE: 42KDE",
+        "42KDE",
+        methodName=f"`{method}`",
+    )
+
+
+def pivot_on_stream_error() -> StatestreamAnalysisException:
+    """Spark's error for ``pivot`` (and ``crosstab``, which pivots) on a streaming DataFrame."""
+    msg = "pivot is not supported on a streaming DataFrames/Datasets"
+    return analysis_error("_LEGACY_ERROR_TEMP_3063", msg, None)
+
+
 def write_stream_not_allowed() -> StatestreamAnalysisException:
     """The error of ``writeStream`` on a batch DataFrame (Spark's ``[WRITE_STREAM_NOT_ALLOWED]``)."""
     return analysis_error(

@@ -194,9 +194,12 @@ class Deduplicate(UnaryNode):
 
 @dataclass(frozen=True, eq=False)
 class Union(LogicalPlan):
-    """``union`` of streaming inputs."""
+    """``union`` of streaming inputs (``unionByName`` when ``by_name``; ``allow_missing``: its
+    ``allowMissingColumns``)."""
 
     inputs: tuple[LogicalPlan, ...] = ()
+    by_name: bool = False
+    allow_missing: bool = False
 
     @property
     def children(self) -> tuple[LogicalPlan, ...]:

@@ -86,7 +86,7 @@ def plan_streaming_query(
         if isinstance(node, L.Stateless):
             return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
         if isinstance(node, L.Union):
-            return UnionExec(inputs=tuple(go(i) for i in node.inputs))
+            return UnionExec(inputs=tuple(go(i) for i in node.inputs), by_name=node.by_name, options=node.allow_missing)
         if isinstance(node, L.BatchRelation):
             return BatchRelationExec(df=node.template)
         msg = f"statestream cannot plan {node.node_name} yet"

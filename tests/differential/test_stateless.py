@@ -49,3 +49,64 @@ def test_watermark_without_state(spark, ours, tmp_path, mode):
 
 def test_json_input_stateless(spark, ours, tmp_path):
     assert_equivalent(spark, ours, projection, INPUT, SCHEMA, "append", tmp_path, file_format="json")
+
+
+def _more_operations(df: DataFrame) -> DataFrame:
+    """PySpark's other stateless DataFrame methods, chained (issue 11)."""
+
+    def plus_one(batches):
+        for pdf in batches:
+            pdf = pdf.copy()
+            pdf["x"] = pdf["x"] + 1
+            yield pdf
+
+    def tagged(batches):
+        import pyarrow as pa
+
+        for b in batches:
+            yield b.append_column("tag", pa.array(["arrow"] * b.num_rows))
+
+    return (
+        df.repartition(3, "k")
+        .coalesce(1)
+        .hint("broadcast")
+        .transform(lambda d, n: d.withColumn("n", F.lit(n)), 5)
+        .na.fill({"k": "none"})
+        .fillna(0, subset=["x"])
+        .replace("a", "A", subset=["k"])
+        .na.replace(-2, -20, subset=["x"])
+        .dropna(subset=["ts"])
+        .na.drop(how="all")
+        .mapInPandas(plus_one, "ts TIMESTAMP, k STRING, x LONG, d DOUBLE, n INT")
+        .mapInArrow(tagged, "ts TIMESTAMP, k STRING, x LONG, d DOUBLE, n INT, tag STRING")
+        .withMetadata("x", {"comment": "kept"})
+        .withColumns({"x3": F.col("x") * 3, "dd": F.col("d") * 2})
+        .repartitionByRange(2, "x")
+        .sampleBy("k", {"A": 1.0, "b": 1.0, "c": 0.0}, seed=1)
+        .toDF("ts", "key", "x", "d", "n", "tag", "x3", "dd")
+    )
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_more_stateless_operations(spark, ours, tmp_path, mode):
+    assert_equivalent(spark, ours, _more_operations, INPUT, SCHEMA, mode, tmp_path)
+
+
+def _reshape(df: DataFrame) -> DataFrame:
+    from pyspark.sql.types import StructType
+
+    kept = df.select("k", "x", "d").to(StructType.fromDDL("k STRING, d DOUBLE, x LONG"))
+    long_form = kept.unpivot(["k"], ["x", "d"], "column", "value").melt("k", ["value"], "v", "val")
+    other = df.select("k", F.col("x").alias("only_here"))
+    return long_form.unionByName(other, allowMissingColumns=True)
+
+
+def test_unpivot_to_and_union_by_name_with_missing_columns(spark, ours, tmp_path):
+    assert_equivalent(spark, ours, _reshape, INPUT, SCHEMA, "append", tmp_path)
+
+
+def test_stateless_operations_feed_an_aggregation(spark, ours, tmp_path):
+    def build(df: DataFrame) -> DataFrame:
+        return _more_operations(df).groupBy("key").agg(F.sum("x3").alias("s"), F.count("*").alias("c"))
+
+    assert_equivalent(spark, ours, build, INPUT, SCHEMA, "update", tmp_path)

@@ -1,0 +1,276 @@
+"""Every public member of PySpark's DataFrame and GroupedData, called on a streaming DataFrame of
+Spark's engine and on one of statestream, with the same arguments.
+
+Each member must do one of three things on statestream: what it does on Spark's engine (a
+DataFrame, a Column, ... of the same kind), Spark's own error where Spark refuses it on a stream
+(the same error condition), or a ``NotSupportedYetError`` that names it. Never ``AttributeError``.
+A member a future PySpark adds fails ``test_every_member_is_classified`` until it gets a row
+in ``DATAFRAME_CALLS`` / ``GROUPED_CALLS``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from pyspark.sql import DataFrame as SparkDataFrame
+from pyspark.sql import GroupedData as SparkGroupedData
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+SCHEMA = "id LONG, v DOUBLE, s STRING, ts TIMESTAMP"
+
+
+def _static(spark):
+    return spark.range(3).selectExpr("id", "CAST(id AS DOUBLE) AS v", "CAST(id AS STRING) AS s", "CAST(id AS TIMESTAMP) AS ts")
+
+
+#: member -> function of (streaming DataFrame, static DataFrame) calling it; ``None``: a property
+DATAFRAME_CALLS: dict[str, Callable[[Any, Any], Any] | None] = {
+    "agg": lambda df, st: df.agg(F.count("*")),
+    "alias": lambda df, st: df.alias("a"),
+    "approxQuantile": lambda df, st: df.approxQuantile("v", [0.5], 0.1),
+    "asTable": lambda df, st: df.asTable(),
+    "cache": lambda df, st: df.cache(),
+    "checkpoint": lambda df, st: df.checkpoint(),
+    "coalesce": lambda df, st: df.coalesce(1),
+    "colRegex": lambda df, st: df.colRegex("`v`"),
+    "collect": lambda df, st: df.collect(),
+    "columns": None,
+    "corr": lambda df, st: df.corr("v", "id"),
+    "count": lambda df, st: df.count(),
+    "cov": lambda df, st: df.cov("v", "id"),
+    "createGlobalTempView": lambda df, st: df.createGlobalTempView("surface_gv1"),
+    "createOrReplaceGlobalTempView": lambda df, st: df.createOrReplaceGlobalTempView("surface_gv2"),
+    "createOrReplaceTempView": lambda df, st: df.createOrReplaceTempView("surface_v3"),
+    "createTempView": lambda df, st: df.createTempView("surface_v4"),
+    "crossJoin": lambda df, st: df.crossJoin(st),
+    "crosstab": lambda df, st: df.crosstab("s", "id"),
+    "cube": lambda df, st: df.cube("s"),
+    "describe": lambda df, st: df.describe(),
+    "distinct": lambda df, st: df.distinct(),
+    "drop": lambda df, st: df.drop("v"),
+    "dropDuplicates": lambda df, st: df.dropDuplicates(),
+    "dropDuplicatesWithinWatermark": lambda df, st: df.withWatermark("ts", "1 second").dropDuplicatesWithinWatermark(),
+    "drop_duplicates": lambda df, st: df.drop_duplicates(),
+    "dropna": lambda df, st: df.dropna(),
+    "dtypes": None,
+    "exceptAll": lambda df, st: df.exceptAll(st),
+    "executionInfo": None,
+    "exists": lambda df, st: df.exists(),
+    "explain": lambda df, st: df.explain(),
+    "fillna": lambda df, st: df.fillna(0),
+    "filter": lambda df, st: df.filter("id > 0"),
+    "first": lambda df, st: df.first(),
+    "foreach": lambda df, st: df.foreach(lambda r: None),
+    "foreachPartition": lambda df, st: df.foreachPartition(lambda it: None),
+    "freqItems": lambda df, st: df.freqItems(["s"]),
+    "groupBy": lambda df, st: df.groupBy("s"),
+    "groupby": lambda df, st: df.groupby("s"),
+    "groupingSets": lambda df, st: df.groupingSets([["s"]], "s"),
+    "head": lambda df, st: df.head(1),
+    "hint": lambda df, st: df.hint("broadcast"),
+    "inputFiles": lambda df, st: df.inputFiles(),
+    "intersect": lambda df, st: df.intersect(st),
+    "intersectAll": lambda df, st: df.intersectAll(st),
+    "isEmpty": lambda df, st: df.isEmpty(),
+    "isLocal": lambda df, st: df.isLocal(),
+    "isStreaming": None,
+    "join": lambda df, st: df.join(st, "id"),
+    "lateralJoin": lambda df, st: df.lateralJoin(st),
+    "limit": lambda df, st: df.limit(1),
+    "localCheckpoint": lambda df, st: df.localCheckpoint(),
+    "mapInArrow": lambda df, st: df.mapInArrow(lambda it: it, SCHEMA),
+    "mapInPandas": lambda df, st: df.mapInPandas(lambda it: it, SCHEMA),
+    "melt": lambda df, st: df.melt(["id"], ["v"], "k", "val"),
+    "mergeInto": lambda df, st: df.mergeInto("t", F.lit(True)),
+    "metadataColumn": lambda df, st: df.metadataColumn("_metadata"),
+    "na": None,
+    "observe": lambda df, st: df.observe("m", F.count("*").alias("c")),
+    "offset": lambda df, st: df.offset(1),
+    "orderBy": lambda df, st: df.orderBy("id"),
+    "pandas_api": lambda df, st: df.pandas_api(),
+    "persist": lambda df, st: df.persist(),
+    "plot": None,
+    "printSchema": lambda df, st: df.printSchema(),
+    "randomSplit": lambda df, st: df.randomSplit([0.5, 0.5], 7),
+    "rdd": None,
+    "registerTempTable": lambda df, st: df.registerTempTable("surface_v5"),
+    "repartition": lambda df, st: df.repartition(2, "s"),
+    "repartitionById": lambda df, st: df.repartitionById(2, F.col("id").cast("int")),
+    "repartitionByRange": lambda df, st: df.repartitionByRange(2, "id"),
+    "replace": lambda df, st: df.replace(1.0, 2.0),
+    "rollup": lambda df, st: df.rollup("s"),
+    "sameSemantics": lambda df, st: df.sameSemantics(df),
+    "sample": lambda df, st: df.sample(0.5, 3),
+    "sampleBy": lambda df, st: df.sampleBy("s", {"0": 0.5}, 3),
+    "scalar": lambda df, st: df.scalar(),
+    "schema": None,
+    "select": lambda df, st: df.select("id"),
+    "selectExpr": lambda df, st: df.selectExpr("id"),
+    "semanticHash": lambda df, st: df.semanticHash(),
+    "show": lambda df, st: df.show(),
+    "sort": lambda df, st: df.sort("id"),
+    "sortWithinPartitions": lambda df, st: df.sortWithinPartitions("id"),
+    "sparkSession": None,
+    "stat": None,
+    "storageLevel": None,
+    "subtract": lambda df, st: df.subtract(st),
+    "summary": lambda df, st: df.summary(),
+    "tail": lambda df, st: df.tail(1),
+    "take": lambda df, st: df.take(1),
+    "to": lambda df, st: df.to(StructType.fromDDL("id LONG, s STRING")),
+    "toArrow": lambda df, st: df.toArrow(),
+    "toDF": lambda df, st: df.toDF("a", "b", "c", "d"),
+    "toJSON": lambda df, st: df.toJSON(),
+    "toLocalIterator": lambda df, st: df.toLocalIterator(),
+    "toPandas": lambda df, st: df.toPandas(),
+    "transform": lambda df, st: df.transform(lambda d: d.select("id")),
+    "transpose": lambda df, st: df.transpose(),
+    "union": lambda df, st: df.union(df),
+    "unionAll": lambda df, st: df.unionAll(df),
+    "unionByName": lambda df, st: df.unionByName(df),
+    "unpersist": lambda df, st: df.unpersist(),
+    "unpivot": lambda df, st: df.unpivot(["id"], ["v"], "k", "val"),
+    "where": lambda df, st: df.where("id > 0"),
+    "withColumn": lambda df, st: df.withColumn("x", F.lit(1)),
+    "withColumnRenamed": lambda df, st: df.withColumnRenamed("v", "w"),
+    "withColumns": lambda df, st: df.withColumns({"x": F.lit(1)}),
+    "withColumnsRenamed": lambda df, st: df.withColumnsRenamed({"v": "w"}),
+    "withMetadata": lambda df, st: df.withMetadata("v", {"a": 1}),
+    "withWatermark": lambda df, st: df.withWatermark("ts", "1 second"),
+    "write": None,
+    "writeStream": None,
+    "writeTo": lambda df, st: df.writeTo("t"),
+}
+
+GROUPED_CALLS: dict[str, Callable[[Any], Any]] = {
+    "agg": lambda g: g.agg(F.count("*")),
+    "apply": lambda g: g.apply(lambda pdf: pdf),
+    "applyInArrow": lambda g: g.applyInArrow(lambda t: t, SCHEMA),
+    "applyInPandas": lambda g: g.applyInPandas(lambda pdf: pdf, SCHEMA),
+    "applyInPandasWithState": lambda g: g.applyInPandasWithState(lambda k, it, st: it, SCHEMA, "c LONG", "append", "NoTimeout"),
+    "avg": lambda g: g.avg("v"),
+    "cogroup": lambda g: g.cogroup(g),
+    "count": lambda g: g.count(),
+    "max": lambda g: g.max("v"),
+    "mean": lambda g: g.mean("v"),
+    "min": lambda g: g.min("v"),
+    "pivot": lambda g: g.pivot("s"),
+    "sum": lambda g: g.sum("v"),
+    "transformWithState": lambda g: g.transformWithState(object(), SCHEMA, "append", "None"),
+    "transformWithStateInPandas": lambda g: g.transformWithStateInPandas(object(), SCHEMA, "append", "None"),
+}
+
+
+def _members(cls: type) -> list[str]:
+    return sorted(n for n in dir(cls) if not n.startswith("_"))
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", value) or ("error", exception)."""
+    try:
+        return "ok", call()
+    except Exception as e:  # noqa: BLE001 - every outcome is compared
+        return "error", e
+
+
+def _condition(e: BaseException) -> str | None:
+    get = getattr(e, "getCondition", None) or getattr(e, "getErrorClass", None)
+    try:
+        return get() if get else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _kind(value: Any) -> str:
+    """A comparable kind of a result: statestream's DataFrame and GroupedData count as PySpark's."""
+    name = type(value).__name__
+    if isinstance(value, list) and value and all(type(v).__name__ == "DataFrame" for v in value):
+        return "list[DataFrame]"
+    return name
+
+
+def _check(member: str, spark_outcome: tuple[str, Any], our_outcome: tuple[str, Any]) -> str | None:
+    """A problem with statestream's outcome, or ``None``."""
+    from statestream.errors import NotSupportedYetError
+
+    s_kind, s_value = spark_outcome
+    o_kind, o_value = our_outcome
+    if o_kind == "error" and isinstance(o_value, AttributeError):
+        return f"{member}: AttributeError {o_value}"
+    if o_kind == "error" and isinstance(o_value, NotSupportedYetError):
+        if s_kind == "error" and _condition(s_value):
+            return f"{member}: Spark refuses it with {_condition(s_value)}, statestream says not supported yet"
+        return None if member in str(o_value) else f"{member}: the message does not name the member: {o_value}"
+    if s_kind == "error":
+        if o_kind != "error":
+            return f"{member}: Spark raises {type(s_value).__name__} ({_condition(s_value)}: {s_value}), statestream returns {_kind(o_value)}"
+        if _condition(s_value) != _condition(o_value) or (_condition(s_value) is None and type(s_value).__name__ != type(o_value).__name__):
+            return f"{member}: Spark raises {type(s_value).__name__}/{_condition(s_value)}, statestream {type(o_value).__name__}/{_condition(o_value)}: {o_value}"
+        return None
+    if o_kind == "error":
+        return f"{member}: Spark returns {_kind(s_value)}, statestream raises {type(o_value).__name__}: {o_value}"
+    if _kind(s_value) != _kind(o_value):
+        return f"{member}: Spark returns {_kind(s_value)}, statestream {_kind(o_value)}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def streams(spark, tmp_path_factory):
+    from statestream import StreamingSession
+
+    path = str(tmp_path_factory.mktemp("surface") / "in")
+    _static(spark).write.parquet(path)
+    theirs = spark.readStream.schema(SCHEMA).parquet(path)
+    ours = StreamingSession(spark).readStream.schema(SCHEMA).parquet(path)
+    return theirs, ours, _static(spark)
+
+
+def test_every_member_is_classified():
+    assert sorted(set(_members(SparkDataFrame)) - set(DATAFRAME_CALLS)) == []
+    assert sorted(set(_members(SparkGroupedData)) - set(GROUPED_CALLS)) == []
+
+
+def test_dataframe_members_match_spark_or_say_not_supported(streams, capsys):
+    theirs, ours, static = streams
+    problems = []
+    for member in _members(SparkDataFrame):
+        call = DATAFRAME_CALLS.get(member)
+        if call is None:
+            problems.append(_check(member, _outcome(lambda: getattr(theirs, member)), _outcome(lambda: getattr(ours, member))))
+        else:
+            problems.append(_check(member, _outcome(lambda: call(theirs, static)), _outcome(lambda: call(ours, static))))
+    capsys.readouterr()  # explain/printSchema output
+    assert [p for p in problems if p] == []
+
+
+def test_grouped_data_members_match_spark_or_say_not_supported(streams):
+    theirs, ours, _ = streams
+    problems = []
+    for member in _members(SparkGroupedData):
+        call = GROUPED_CALLS[member]
+        problems.append(_check(member, _outcome(lambda: call(theirs.groupBy("s"))), _outcome(lambda: call(ours.groupBy("s")))))
+    assert [p for p in problems if p] == []
+
+
+def test_a_member_pyspark_may_add_later_is_named(streams, monkeypatch):
+    from statestream.errors import NotSupportedYetError
+
+    _, ours, _ = streams
+    monkeypatch.setattr(SparkDataFrame, "brandNewMethod", lambda self: None, raising=False)
+    with pytest.raises(NotSupportedYetError, match=r"DataFrame\.brandNewMethod\(\) is not supported by statestream yet"):
+        ours.brandNewMethod()
+    with pytest.raises(AttributeError):
+        ours.no_such_column_or_method  # noqa: B018 - still PySpark's AttributeError for a plain typo
+
+
+def test_not_yet_members_are_listed_in_the_readme():
+    """The README's "moving a job from Spark" section names what is not supported yet."""
+    from pathlib import Path
+
+    from statestream.dataframe import DataFrame
+
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
+    missing = [m for m in DataFrame.NOT_YET if f"`{m}`" not in readme]
+    assert missing == []
