@@ -254,6 +254,20 @@ class DataFrame:
         node = L.Union(template=template, inputs=(self._plan, other_plan), by_name=by_name, allow_missing=allow_missing)
         return DataFrame(node, self._session)
 
+    def observe(self, observation: Any, *exprs: Column) -> "DataFrame":
+        """Named metrics of each batch, in the progress' ``observedMetrics`` (Spark's
+        ``CollectMetrics``). An ``Observation`` object is refused: on a stream Spark reports
+        the metrics through the progress, by name."""
+        from pyspark.sql import Observation
+
+        if isinstance(observation, Observation):
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("DataFrame", "observe", "observe an Observation object on a stream; give a name and read observedMetrics")
+        template = self._plan.template.observe(observation, *exprs)  # Spark's checks of the metrics
+        node = L.CollectMetrics(template=template, child=self._plan, name=str(observation), exprs=tuple(exprs))
+        return DataFrame(node, self._session)
+
     def coalesce(self, numPartitions: int) -> "DataFrame":  # noqa: N803
         return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
 
@@ -535,7 +549,6 @@ class DataFrame:
         "asTable": "",
         "transpose": "",
         "pandas_api": "",
-        "observe": "",
         "createTempView": "",
         "createOrReplaceTempView": "",
         "createGlobalTempView": "",

@@ -67,6 +67,32 @@ class StatelessExec(PhysicalOperator):
         return f"{self.op} {self.description}".rstrip()
 
 
+#: ``BatchContext.extra`` key of the batch's ``(name, Observation)`` pairs
+OBSERVED_METRICS = "observed_metrics"
+
+
+@dataclass(frozen=True)
+class CollectMetricsExec(PhysicalOperator):
+    """``observe(name, *exprs)``: each batch's rows pass through unchanged while Spark computes
+    the named metrics over them (an ``Observation`` per batch, read once the batch ran, for the
+    progress' ``observedMetrics``)."""
+
+    child: PhysicalOperator | None = None
+    name: str = ""
+    exprs: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql import Observation
+
+        assert self.child is not None
+        observation = Observation(self.name)
+        ctx.extra.setdefault(OBSERVED_METRICS, []).append((self.name, observation))
+        return self.child.execute(ctx).observe(observation, *self.exprs)
+
+    def simple_string(self) -> str:
+        return f"CollectMetrics {self.name}"
+
+
 @dataclass(frozen=True)
 class SortExec(PhysicalOperator):
     """Sort of a complete-mode aggregation result (Spark's ``Sort`` over the final aggregate)."""

@@ -27,6 +27,7 @@ __all__ = [
     "BatchRelation",
     "Stateless",
     "EventTimeWatermark",
+    "CollectMetrics",
     "Aggregate",
     "Sort",
     "Limit",
@@ -119,6 +120,15 @@ class Stateless(UnaryNode):
     @property
     def node_name(self) -> str:
         return self.op
+
+
+@dataclass(frozen=True, eq=False)
+class CollectMetrics(UnaryNode):
+    """``observe(name, *exprs)``: named aggregate metrics of each batch's rows, reported in the
+    progress as ``observedMetrics[name]`` (Spark: ``CollectMetrics``)."""
+
+    name: str = ""
+    exprs: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -22,7 +22,7 @@ from statestream.operators.aggregate import (
     StreamingAggregateExec,
     sorted_for_aggregate,
 )
-from statestream.operators.basic import BatchRelationExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.basic import BatchRelationExec, CollectMetricsExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
@@ -85,6 +85,8 @@ def plan_streaming_query(
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
             return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
+        if isinstance(node, L.CollectMetrics):
+            return CollectMetricsExec(child=go(node.child), name=node.name, exprs=node.exprs)
         if isinstance(node, L.Union):
             return UnionExec(inputs=tuple(go(i) for i in node.inputs), by_name=node.by_name, options=node.allow_missing)
         if isinstance(node, L.BatchRelation):

@@ -33,6 +33,7 @@ from pyspark.accumulators import AccumulatorParam
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
 from statestream.faults import crash_point
+from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
@@ -517,7 +518,12 @@ class MicroBatchExecution:
             if s is not None:
                 stats[node_id] = s
         delays = {n.node_id: n.delay_ms for n in self.df._plan.find(L.EventTimeWatermark)}  # noqa: SLF001
-        self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized)
+        observed = {}
+        for name, obs in ctx.extra.get(OBSERVED_METRICS, []):
+            values = observed_values(obs)
+            if values is not None:
+                observed[name] = values
+        self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
         self.tracker.update_watermark_from(stats, delays)
         self._last_plan = plan
 

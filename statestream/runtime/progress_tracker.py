@@ -109,11 +109,13 @@ class ProgressTracker:
         self._durations[phase] = self._durations.get(phase, 0) + int((time.perf_counter() - started) * 1000)
 
     # -- records
-    def record_batch(self, record, plan, task_metrics: list[dict], stats: dict, num_input: list[int], result) -> None:
+    def record_batch(
+        self, record, plan, task_metrics: list[dict], stats: dict, num_input: list[int], result, observed: dict | None = None
+    ) -> None:
         ops = []
         for i, w in enumerate(state_writers(plan)):
             ops.append(aggregate_operator_metrics(i, w.operator_name, task_metrics, self.ex.num_partitions))
-        self._pending = {"record": record, "ops": ops, "stats": stats, "num_input": num_input}
+        self._pending = {"record": record, "ops": ops, "stats": stats, "num_input": num_input, "observed": observed or {}}
 
     def finish_batch(self, record) -> None:
         p = self._pending
@@ -173,6 +175,8 @@ class ProgressTracker:
         prog["stateOperators"] = ops
         prog["sources"] = sources
         prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": self.ex.sink.num_output_rows()}
+        if p.get("observed"):
+            prog["observedMetrics"] = {name: _metrics_row(values) for name, values in sorted(p["observed"].items())}
         self._last_ops = ops
         self._last_watermark = record.watermark_ms
         with self._lock:
@@ -245,3 +249,10 @@ class ProgressTracker:
     def recent(self) -> list[dict]:
         with self._lock:
             return list(self._recent)
+
+
+def _metrics_row(values: Any) -> dict[str, Any]:
+    """An observation's values (a ``Row`` or a dict) as the JSON object Spark's progress shows."""
+    if hasattr(values, "asDict"):
+        return values.asDict(recursive=True)
+    return dict(values)

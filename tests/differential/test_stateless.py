@@ -110,3 +110,41 @@ def test_stateless_operations_feed_an_aggregation(spark, ours, tmp_path):
         return _more_operations(df).groupBy("key").agg(F.sum("x3").alias("s"), F.count("*").alias("c"))
 
     assert_equivalent(spark, ours, build, INPUT, SCHEMA, "update", tmp_path)
+
+
+def _observed(run) -> dict[int, dict]:
+    """Batch id -> {metric name: values in the metrics' order}. PySpark's progress JSON shows a
+    metrics row as a list of values, Spark's JVM JSON (and statestream's) as an object; the
+    object's field names are checked separately."""
+    from tests.differential.harness import normalise_progress
+
+    out = {}
+    for p in run.progress:
+        p = normalise_progress(p)
+        if "addBatch" in (p.get("durationMs") or {}):
+            metrics = p.get("observedMetrics") or {}
+            out[p["batchId"]] = {k: list(v.values()) if isinstance(v, dict) else v for k, v in metrics.items()}
+    return out
+
+
+@pytest.mark.parametrize("aggregated", [False, True], ids=["stateless", "aggregation"])
+def test_observe_named_metrics_in_progress(spark, ours, tmp_path, aggregated):
+    """``observe("name", ...)``: the progress of every executed batch carries the same
+    ``observedMetrics`` as Spark's (metrics above and below a watermark and an aggregation)."""
+    from tests.differential.harness import assert_same_batches, run_both
+
+    def build(df: DataFrame) -> DataFrame:
+        df = df.observe("input", F.count(F.lit(1)).alias("rows"), F.max("x").alias("max_x"), F.sum("d").alias("sum_d"))
+        if not aggregated:
+            return df.filter("x > 0").observe("kept", F.count(F.lit(1)).alias("rows"))
+        counts = df.withWatermark("ts", "10 seconds").groupBy(F.window("ts", "5 seconds"), "k").count()
+        return counts.observe("windows", F.count(F.lit(1)).alias("rows"), F.sum("count").alias("total"))
+
+    mode = "update" if aggregated else "append"
+    exp, act = run_both(spark, build, INPUT, SCHEMA, mode, tmp_path, ours=ours)
+    assert_same_batches(exp, act)
+    expected, actual = _observed(exp), _observed(act)
+    assert expected and all(expected.values()), expected
+    assert actual == expected
+    names = {tuple(v) for p in act.progress for v in (p.get("observedMetrics") or {}).values()}
+    assert names <= {("rows", "max_x", "sum_d"), ("rows",), ("rows", "total")}, names
