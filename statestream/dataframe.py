@@ -268,6 +268,32 @@ class DataFrame:
         node = L.CollectMetrics(template=template, child=self._plan, name=str(observation), exprs=tuple(exprs))
         return DataFrame(node, self._session)
 
+    # ------------------------------------------------------------------ views and SQL
+    def createTempView(self, name: str) -> None:  # noqa: N802
+        self._session._register_view(name, self, replace=False)  # noqa: SLF001
+
+    def createOrReplaceTempView(self, name: str) -> None:  # noqa: N802
+        self._session._register_view(name, self, replace=True)  # noqa: SLF001
+
+    registerTempTable = createOrReplaceTempView
+
+    def createGlobalTempView(self, name: str) -> None:  # noqa: N802
+        self._session._register_view(name, self, replace=False, is_global=True)  # noqa: SLF001
+
+    def createOrReplaceGlobalTempView(self, name: str) -> None:  # noqa: N802
+        self._session._register_view(name, self, replace=True, is_global=True)  # noqa: SLF001
+
+    def _sql_over_view(self, view: str, query: str) -> "DataFrame":
+        """``ss.sql(query)`` reading this stream as ``view`` (``plan/sql.py``)."""
+        from statestream.plan.sql import check_stateless_above_view, per_batch_sql
+
+        template = self.sparkSession.sql(query)  # Spark's analysis over the view's template
+        check_stateless_above_view(template, view, query)
+        node = L.Stateless(
+            template=template, child=self._plan, op="SQL", description=query, transform=per_batch_sql(view, query, self._plan.template)
+        )
+        return DataFrame(node, self._session)
+
     def coalesce(self, numPartitions: int) -> "DataFrame":  # noqa: N803
         return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
 
@@ -549,11 +575,6 @@ class DataFrame:
         "asTable": "",
         "transpose": "",
         "pandas_api": "",
-        "createTempView": "",
-        "createOrReplaceTempView": "",
-        "createGlobalTempView": "",
-        "createOrReplaceGlobalTempView": "",
-        "registerTempTable": "",
     }
 
     def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805

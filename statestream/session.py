@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamingSession"]
 
+#: streaming global temporary views (``global_temp.<name>``), shared by every StreamingSession
+_GLOBAL_VIEWS: dict[str, Any] = {}
+
 
 class StreamingSession:
     """Wraps a ``SparkSession``; ``readStream`` and ``streams`` behave as Spark's.
@@ -24,6 +27,42 @@ class StreamingSession:
     def __init__(self, spark: "SparkSession") -> None:
         self.sparkSession = spark
         self._streams = StreamingQueryManager()
+        #: streaming temporary views of this session (lower-case name -> statestream DataFrame)
+        self._views: dict[str, Any] = {}
+
+    def _register_view(self, name: str, df: Any, replace: bool, is_global: bool = False) -> None:
+        """``df.createTempView(name)`` and its variants: the stream's template under ``name`` in
+        Spark's catalog (Spark's own checks and errors), the stream itself in this session."""
+        template = df._plan.template  # noqa: SLF001
+        if is_global:
+            (template.createOrReplaceGlobalTempView if replace else template.createGlobalTempView)(name)
+            _GLOBAL_VIEWS[f"global_temp.{name.lower()}"] = df
+        else:
+            (template.createOrReplaceTempView if replace else template.createTempView)(name)
+            self._views[name.lower()] = df
+
+    def _view(self, name: str) -> Any:
+        key = name.lower()
+        return self._views.get(key) or _GLOBAL_VIEWS.get(key)
+
+    def table(self, tableName: str) -> Any:  # noqa: N802,N803
+        """A streaming temporary view of this session as its DataFrame; any other table is read by
+        Spark as a batch DataFrame (``readStream.table`` reads a stream)."""
+        view = self._view(tableName)
+        return view if view is not None else self.sparkSession.table(tableName)
+
+    def sql(self, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:  # noqa: N803
+        """Spark SQL; over a streaming temporary view the result is a stream (stateless SQL only,
+        see ``plan/sql.py``), otherwise Spark's batch DataFrame."""
+        from statestream.errors import not_supported_yet
+        from statestream.plan.sql import relations_in
+
+        streams = sorted({n for n in relations_in(self.sparkSession, sqlQuery) if self._view(n) is not None})
+        if not streams:
+            return self.sparkSession.sql(sqlQuery, args, **kwargs)
+        if len(streams) > 1 or args or kwargs:
+            raise not_supported_yet("StreamingSession", "sql", f"SQL over several streaming views or with arguments ({', '.join(streams)})")
+        return self._view(streams[0])._sql_over_view(streams[0], sqlQuery)  # noqa: SLF001
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802

@@ -148,3 +148,31 @@ def test_observe_named_metrics_in_progress(spark, ours, tmp_path, aggregated):
     assert actual == expected
     names = {tuple(v) for p in act.progress for v in (p.get("observedMetrics") or {}).values()}
     assert names <= {("rows", "max_x", "sum_d"), ("rows",), ("rows", "total")}, names
+
+
+def test_sql_over_a_streaming_temp_view(spark, tmp_path):
+    """``createOrReplaceTempView`` + SQL: Spark's ``spark.sql`` over the view is a stream; on
+    statestream the same SQL goes through ``ss.sql``. SQL that aggregates over the view is not
+    supported yet and says so."""
+    from statestream import StreamingSession
+    from statestream.errors import NotSupportedYetError
+
+    from tests.differential.harness import assert_same_batches, run_stream
+
+    query = "SELECT upper(k) AS k, x * 2 AS x2, d FROM events_{tag} WHERE x IS NULL OR x > 0"
+    ss = StreamingSession(spark)
+
+    def build(sql, tag):
+        def run(df: DataFrame) -> DataFrame:
+            df.createOrReplaceTempView(f"events_{tag}")
+            return sql(query.format(tag=tag)).withColumn("seen", F.lit(1))
+
+        return run
+
+    expected = run_stream(spark, build(spark.sql, "spark"), INPUT, SCHEMA, "append", tmp_path)
+    actual = run_stream(ss, build(ss.sql, "ours"), INPUT, SCHEMA, "append", tmp_path)
+    assert_same_batches(expected, actual)
+    assert ss.table("events_ours").isStreaming
+    assert not ss.sql("SELECT 1 AS one").isStreaming  # no streaming view: Spark's batch DataFrame
+    with pytest.raises(NotSupportedYetError, match=r"StreamingSession\.sql\(\).*Aggregate over the streaming view events_ours"):
+        ss.sql("SELECT k, count(*) FROM events_ours GROUP BY k")

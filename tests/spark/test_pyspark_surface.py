@@ -21,6 +21,11 @@ from pyspark.sql.types import StructType
 SCHEMA = "id LONG, v DOUBLE, s STRING, ts TIMESTAMP"
 
 
+def _view(name: str, df: Any) -> str:
+    """A view name per engine (global temporary views are shared by all sessions)."""
+    return f"{name}_{type(df).__module__.split('.')[0]}"
+
+
 def _static(spark):
     return spark.range(3).selectExpr("id", "CAST(id AS DOUBLE) AS v", "CAST(id AS STRING) AS s", "CAST(id AS TIMESTAMP) AS ts")
 
@@ -40,10 +45,10 @@ DATAFRAME_CALLS: dict[str, Callable[[Any, Any], Any] | None] = {
     "corr": lambda df, st: df.corr("v", "id"),
     "count": lambda df, st: df.count(),
     "cov": lambda df, st: df.cov("v", "id"),
-    "createGlobalTempView": lambda df, st: df.createGlobalTempView("surface_gv1"),
-    "createOrReplaceGlobalTempView": lambda df, st: df.createOrReplaceGlobalTempView("surface_gv2"),
-    "createOrReplaceTempView": lambda df, st: df.createOrReplaceTempView("surface_v3"),
-    "createTempView": lambda df, st: df.createTempView("surface_v4"),
+    "createGlobalTempView": lambda df, st: df.createGlobalTempView(_view("surface_gv1", df)),
+    "createOrReplaceGlobalTempView": lambda df, st: df.createOrReplaceGlobalTempView(_view("surface_gv2", df)),
+    "createOrReplaceTempView": lambda df, st: df.createOrReplaceTempView(_view("surface_v3", df)),
+    "createTempView": lambda df, st: df.createTempView(_view("surface_v4", df)),
     "crossJoin": lambda df, st: df.crossJoin(st),
     "crosstab": lambda df, st: df.crosstab("s", "id"),
     "cube": lambda df, st: df.cube("s"),
@@ -95,7 +100,7 @@ DATAFRAME_CALLS: dict[str, Callable[[Any, Any], Any] | None] = {
     "printSchema": lambda df, st: df.printSchema(),
     "randomSplit": lambda df, st: df.randomSplit([0.5, 0.5], 7),
     "rdd": None,
-    "registerTempTable": lambda df, st: df.registerTempTable("surface_v5"),
+    "registerTempTable": lambda df, st: df.registerTempTable(_view("surface_v5", df)),
     "repartition": lambda df, st: df.repartition(2, "s"),
     "repartitionById": lambda df, st: df.repartitionById(2, F.col("id").cast("int")),
     "repartitionByRange": lambda df, st: df.repartitionByRange(2, "id"),

@@ -1,0 +1,97 @@
+"""SQL over a streaming temporary view (``df.createOrReplaceTempView("v")`` then
+``ss.sql("SELECT ... FROM v")``).
+
+The view's template (an empty batch DataFrame with the stream's schema) is registered under the
+view's name, so Spark analyses the query as it would analyse it over the stream: names, types and
+errors are Spark's. Each micro-batch then registers its own rows under the same name in the
+query's session (a clone of the user's, so no other query sees them) and runs the same SQL. That
+is only the stream's answer when the SQL is stateless above the view; an aggregation, join, sort,
+limit or deduplication written in SQL is refused with ``NotSupportedYetError`` (the DataFrame API
+runs those).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from statestream.errors import not_supported_yet
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["relations_in", "check_stateless_above_view", "per_batch_sql", "STATEFUL_SQL_NODES"]
+
+#: analysed plan nodes whose result over one batch is not the stream's result
+STATEFUL_SQL_NODES = frozenset(
+    {
+        "Aggregate", "Join", "Sort", "GlobalLimit", "LocalLimit", "Deduplicate", "Distinct", "Window", "Union",
+        "Intersect", "Except", "Offset", "Tail", "Pivot", "Expand", "LateralJoin",
+    }
+)  # fmt: skip
+
+_LOCK = threading.Lock()
+
+
+def relations_in(spark: "SparkSession", query: str) -> list[str]:
+    """The table or view names ``query`` reads (lower case, dotted), from Spark's parser."""
+    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)  # noqa: SLF001
+    names: list[str] = []
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        if node.getClass().getSimpleName() == "UnresolvedRelation":
+            parts = node.multipartIdentifier()
+            names.append(".".join(str(parts.apply(i)) for i in range(parts.length())).lower())
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.length()))
+        # subqueries in expressions (WHERE x IN (SELECT ...)) hold plans too
+        expressions = node.expressions()
+        for i in range(expressions.length()):
+            stack = [expressions.apply(i)]
+            while stack:
+                e = stack.pop()
+                if hasattr(e, "plan") and e.getClass().getSimpleName().endswith(("Subquery", "Exists", "InSubquery", "ListQuery")):
+                    try:
+                        pending.append(e.plan())
+                    except Exception:  # noqa: BLE001 - not a subquery expression
+                        pass
+                ch = e.children()
+                stack.extend(ch.apply(j) for j in range(ch.length()))
+    return names
+
+
+def check_stateless_above_view(template: "DataFrame", view: str, query: str) -> None:
+    """Refuse SQL whose plan above the streaming view ``view`` has a stateful node."""
+    plan = template._jdf.queryExecution().analyzed()  # noqa: SLF001
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        name = node.nodeName()
+        if name in ("View", "SubqueryAlias") and view.split(".")[-1] in str(node.simpleString(0)).lower():
+            continue  # the view's own plan (it may aggregate: that is the stream's business)
+        if name in STATEFUL_SQL_NODES:
+            raise not_supported_yet(
+                "StreamingSession",
+                "sql",
+                f"SQL with {name} over the streaming view {view} ({query!r}); write that step with the DataFrame API",
+            )
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.length()))
+
+
+def per_batch_sql(view: str, query: str, template: "DataFrame") -> Callable[["DataFrame"], "DataFrame"]:
+    """The transform of one batch: its rows under the view's name (in the batch's own session),
+    the SQL over them, and the template back under that name."""
+
+    def run(batch: "DataFrame") -> "DataFrame":
+        session: Any = batch.sparkSession
+        with _LOCK:
+            batch.createOrReplaceTempView(view)
+            try:
+                return session.sql(query)
+            finally:
+                if session is template.sparkSession:
+                    template.createOrReplaceTempView(view)
+
+    return run
