@@ -13,6 +13,7 @@ from typing import Any
 from pyspark.errors import AnalysisException as _PySparkAnalysisException
 from pyspark.errors import ArithmeticException as _PySparkArithmeticException
 from pyspark.errors import IllegalArgumentException as _PySparkIllegalArgumentException
+from pyspark.errors import NumberFormatException as _PySparkNumberFormatException
 from pyspark.errors import UnsupportedOperationException as _PySparkUnsupportedOperationException
 from pyspark.errors import StreamingQueryException as _PySparkStreamingQueryException
 
@@ -22,6 +23,7 @@ __all__ = [
     "StatestreamStreamingQueryException",
     "StateStoreError",
     "StatestreamIllegalArgumentException",
+    "StatestreamNumberFormatException",
     "StatestreamUnsupportedOperationException",
     "StatestreamArithmeticException",
     "CheckpointError",
@@ -146,6 +148,18 @@ class StatestreamIllegalArgumentException(
 ):
     """What PySpark raises for a JVM ``IllegalArgumentException`` (``requirement failed: ...``,
     invalid options and conf values): same class, same text."""
+
+
+class StatestreamNumberFormatException(
+    _JvmShapedException, _PySparkNumberFormatException, StatestreamError, ValueError
+):
+    """What PySpark raises for a JVM ``NumberFormatException`` (``For input string: "x"``), e.g. a
+    numeric source option that is not a number."""
+
+
+def number_format_error(raw: Any) -> StatestreamNumberFormatException:
+    """Java's text for a string that does not parse as a number."""
+    return StatestreamNumberFormatException(f'For input string: "{raw}"')
 
 
 class StatestreamUnsupportedOperationException(

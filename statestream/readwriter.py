@@ -96,8 +96,56 @@ class DataStreamReader:
     def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
         return self.format("csv").load(path, schema=schema, **options)
 
-    def text(self, path: str, **options: Any) -> "DataFrame":
-        return self.format("text").load(path, **options)
+    def text(
+        self,
+        path: str,
+        wholetext: bool = False,
+        lineSep: str | None = None,  # noqa: N803
+        pathGlobFilter: Any = None,  # noqa: N803
+        recursiveFileLookup: Any = None,  # noqa: N803
+        **options: Any,
+    ) -> "DataFrame":
+        """Lines of text files as ``value STRING`` (no schema needed, as in Spark)."""
+        given = dict(wholetext=wholetext, lineSep=lineSep, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
+        return self.format("text").load(path, **_not_none(given), **options)
+
+    def orc(
+        self,
+        path: str,
+        mergeSchema: Any = None,  # noqa: N803
+        pathGlobFilter: Any = None,  # noqa: N803
+        recursiveFileLookup: Any = None,  # noqa: N803
+        **options: Any,
+    ) -> "DataFrame":
+        given = dict(mergeSchema=mergeSchema, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
+        return self.format("orc").load(path, **_not_none(given), **options)
+
+    def xml(self, path: str, rowTag: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: N803
+        """XML files (PySpark 4.0+); ``rowTag`` names the element that makes a row."""
+        from pyspark.sql.streaming.readwriter import DataStreamReader as _SparkReader
+
+        if not hasattr(_SparkReader, "xml"):
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("DataStreamReader", "xml", "this PySpark has no XML source")
+        return self.format("xml").load(path, schema=schema, **_not_none(dict(rowTag=rowTag, **options)))
+
+    def table(self, tableName: str) -> "DataFrame":  # noqa: N803
+        """A stream over a table: a streaming temporary view of this session, or a file-based
+        catalog table, whose files are read as a file source (as Spark does)."""
+        view = self._session._view(tableName)  # noqa: SLF001
+        if view is not None:
+            return view
+        from statestream.sources.table import table_source
+
+        fmt, path, schema, options = table_source(self._session.sparkSession, tableName)
+        spec = SourceSpec(fmt, {**options, **self._options}, schema, path)
+        return _relation(self._session, spec)
+
+
+def _not_none(options: dict[str, Any]) -> dict[str, Any]:
+    """PySpark's reader methods leave options given as ``None`` unset."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _to_str(value: Any) -> str:

@@ -385,6 +385,12 @@ class MicroBatchExecution:
                     meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
                     self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))
                     self.progress.record_duration("walCommit", t)
+                    # Spark tells the sources that the previous batch is done only now, once the
+                    # next batch's offsets are logged (a file source's cleanSource acts then)
+                    if batch_id > 0:
+                        for s, e in zip(self.sources, start):
+                            if e is not None:
+                                s.commit(e)
             if record is None:
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
                 self.progress.idle(batch_id, list(start))
@@ -404,9 +410,6 @@ class MicroBatchExecution:
             self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark))
             self.progress.record_duration("commitOffsets", t)
             crash_point("after_commit", record.batch_id)
-            for s, e in zip(self.sources, record.end):
-                if e is not None:
-                    s.commit(e)
             self.progress.finish_batch(record)
             self._purge(record.batch_id)
             prev_wm = record.watermark_ms

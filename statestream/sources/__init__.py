@@ -3,7 +3,9 @@
 ``create_source`` maps a ``readStream.format(...)`` name to a :class:`~statestream.sources.base.Source`:
 
 * ``rate``: :class:`~statestream.sources.rate.RateSource`
-* ``parquet``, ``json``, ``csv``, ``orc``, ``text``: :class:`~statestream.sources.files.FileStreamSource`
+* ``rate-micro-batch``: :class:`~statestream.sources.rate_micro_batch.RatePerMicroBatchSource`
+* ``socket``: :class:`~statestream.sources.socket.TextSocketSource`
+* ``parquet``, ``json``, ``csv``, ``orc``, ``text``, ``xml``: :class:`~statestream.sources.files.FileStreamSource`
 
 ``MemoryStream`` (tests) is created directly, not through the factory.
 """
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["create_source", "FILE_FORMATS"]
 
 #: Formats served by the file source (Spark's built-in file formats).
-FILE_FORMATS = ("parquet", "json", "csv", "orc", "text")
+FILE_FORMATS = ("parquet", "json", "csv", "orc", "text", "xml")
 
 
 def create_source(
@@ -71,6 +73,18 @@ def create_source(
         from statestream.sources.rate import RateSource
 
         return RateSource(spark, opts, metadata_dir=metadata_dir, clock=clock)
+    if name == "rate-micro-batch":
+        if schema is not None:
+            raise unsupported_operation("RatePerMicroBatchProvider source does not support user-specified schema.")
+        from statestream.sources.rate_micro_batch import RatePerMicroBatchSource
+
+        return RatePerMicroBatchSource(spark, opts)
+    if name == "socket":
+        if schema is not None:
+            raise unsupported_operation("TextSocketSourceProvider source does not support user-specified schema.")
+        from statestream.sources.socket import TextSocketSource
+
+        return TextSocketSource(spark, opts)
     if name in FILE_FORMATS:
         from statestream.sources.files import FileStreamSource
 

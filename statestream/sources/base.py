@@ -40,9 +40,10 @@ class ReadLimit:
 
     ALL_AVAILABLE: "ReadLimit"
 
-    def __init__(self, max_files: int | None = None, max_rows: int | None = None) -> None:
+    def __init__(self, max_files: int | None = None, max_rows: int | None = None, max_bytes: int | None = None) -> None:
         self.max_files = max_files
         self.max_rows = max_rows
+        self.max_bytes = max_bytes
 
 
 ReadLimit.ALL_AVAILABLE = ReadLimit()

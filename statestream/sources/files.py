@@ -3,11 +3,14 @@
 Spark: ``FileStreamSource``, ``FileStreamSourceLog``, ``FileStreamSourceOffset``. What is
 mirrored:
 
-* A user schema is required (Spark's ``IllegalArgumentException`` text otherwise).
+* A user schema is required (Spark's ``IllegalArgumentException`` text otherwise), except for
+  ``text`` (always ``value STRING``) and when ``spark.sql.streaming.schemaInference`` is true:
+  then the schema is inferred from the files already there, partition columns included.
 * Each ``latest_offset`` call lists the directory (recursively, skipping hidden ``_``/``.``
   names), keeps files it has not seen, orders them by modification time (ties by path; newest
-  first with ``latestFirst``), takes at most ``ReadLimit.max_files`` of them, and records them as
-  the next entry of its own log in ``metadata_dir``: a ``v1`` line then one
+  first with ``latestFirst``), takes at most ``ReadLimit.max_files`` of them (with
+  ``maxBytesPerTrigger``: the first one, then more while their total size stays within the limit),
+  and records them as the next entry of its own log in ``metadata_dir``: a ``v1`` line then one
   ``{"path","timestamp","batchId"}`` JSON per file, compacted every 10 entries like Spark's. The
   offset is ``{"logOffset": N}``, the newest log entry.
 * A restart rebuilds the set of seen files from that log, so no file is read twice.
@@ -16,9 +19,15 @@ mirrored:
 * If the directory is the output of a file sink (it has ``_spark_metadata``), the sink's log is
   the list of files, as in Spark.
 * ``maxFileAge`` (default 7d) bounds the seen-file map; ``fileNameOnly`` compares by name only.
+* ``pathGlobFilter`` keeps only files whose name matches the glob; ``key=value`` directories
+  become partition columns (the batch reader infers them below ``basePath``), unless
+  ``recursiveFileLookup`` is set.
+* ``cleanSource``: ``archive`` (to ``sourceArchiveDir``, keeping the file's full path below it) or
+  ``delete``: the files of a batch are moved/removed when the source is told that batch is
+  committed (Spark does that when it plans the *next* batch). Failures are logged, not raised.
+  Invalid values fail the query when it starts, with Spark's texts.
 
-Not mirrored: the unread-file cache (``maxCachedFiles``/``discardCachedInputRatio``), the
-``maxBytesPerTrigger`` limit and ``cleanSource``/``sourceArchiveDir``.
+Not mirrored: the unread-file cache (``maxCachedFiles``/``discardCachedInputRatio``).
 """
 
 from __future__ import annotations
@@ -79,7 +88,19 @@ SCHEMA_REQUIRED_MESSAGE = (
 )
 
 #: Options the source consumes itself (lower-case); everything else goes to the batch reader too.
-_SOURCE_OPTIONS = {"maxfilespertrigger", "latestfirst", "maxfileage", "filenameonly", "path"}
+_SOURCE_OPTIONS = {
+    "maxfilespertrigger",
+    "maxbytespertrigger",
+    "latestfirst",
+    "maxfileage",
+    "filenameonly",
+    "cleansource",
+    "sourcearchivedir",
+    "path",
+}
+
+#: Spark's ``spark.sql.streaming.schemaInference``.
+SCHEMA_INFERENCE_CONF = "spark.sql.streaming.schemaInference"
 
 _GLOB_CHARS = set("*?[{")
 
@@ -134,6 +155,55 @@ def _time_string_as_ms(text: str) -> int:
     if m is None or (m.group(2) is not None and m.group(2) not in _TIME_SUFFIX_MS):
         raise ValueError(f"Failed to parse time string: {text}")
     return int(int(m.group(1)) * _TIME_SUFFIX_MS[m.group(2) or "ms"])
+
+
+def glob_match(pattern: str, name: str) -> bool:
+    """Hadoop's ``GlobFilter`` on a file name: ``*``, ``?``, ``[...]`` (``[^...]`` negated) and
+    ``{a,b}`` alternatives; a backslash escapes."""
+    return re.fullmatch(_glob_regex(pattern), name, flags=re.DOTALL) is not None
+
+
+def _glob_regex(pattern: str) -> str:
+    out: list[str] = []
+    i, depth = 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and pattern.find("]", i + 1) > i:
+            j = pattern.find("]", i + 1)
+            body = pattern[i + 1 : j]
+            if body[:1] in ("^", "!"):
+                body = "^" + body[1:]
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = j
+        elif c == "{":
+            depth += 1
+            out.append("(?:")
+        elif c == "}" and depth:
+            depth -= 1
+            out.append(")")
+        elif c == "," and depth:
+            out.append("|")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _archive_matches_source(source: str, archive: str) -> bool:
+    """Spark's check that archived files could be listed again: both paths' components up to the
+    smaller depth, each archive component matched against the source's as a glob."""
+    src = [p for p in source.split("/") if p]
+    arc = [p for p in archive.split("/") if p]
+    depth = min(len(src), len(arc))
+    return all(glob_match(s, a) for s, a in zip(src[:depth], arc[:depth]))
 
 
 @dataclass
@@ -228,13 +298,18 @@ class FileStreamSource(Source):
         raw_opts = {str(k): v for k, v in (options or {}).items()}
         opts = {k.lower(): v for k, v in raw_opts.items()}
         parsed = parse_schema(schema)
-        if parsed is None:
+        infer = fmt == "text" or (
+            spark is not None and str(spark.conf.get(SCHEMA_INFERENCE_CONF, "false")).strip().lower() == "true"
+        )
+        if parsed is None and not infer:
             raise illegal_argument(SCHEMA_REQUIRED_MESSAGE)
         path = path if path is not None else opts.get("path")
         if not path:
             raise illegal_argument("'path' is not specified.")
         self.path = str(path)
         self.fmt = fmt
+        if parsed is None:
+            parsed = self._infer_schema(spark, raw_opts)
         self._schema = parsed
         self.max_files_per_trigger: int | None = None
         if opts.get("maxfilespertrigger") is not None:
@@ -246,10 +321,28 @@ class FileStreamSource(Source):
             if value <= 0:
                 raise illegal_argument(f"Invalid value '{raw}' for option 'maxFilesPerTrigger', must be a positive integer")
             self.max_files_per_trigger = value
+        # Spark checks these when the query starts (FileStreamOptions), not at load(): a source
+        # built only to give the DataFrame its schema (no metadata_dir) leaves them unchecked
+        starting = metadata_dir is not None
+        self.max_bytes_per_trigger: int | None = None
+        if opts.get("maxbytespertrigger") is not None and starting:
+            raw = opts["maxbytespertrigger"]
+            try:
+                value = int(str(raw).strip())
+            except ValueError:
+                value = 0
+            if value <= 0:
+                raise illegal_argument(f"Invalid value '{raw}' for option 'maxBytesPerTrigger', must be a positive integer")
+            self.max_bytes_per_trigger = value
+        self.clean_source = "off"
+        self.archive_dir: str | None = None
+        if starting:
+            self._init_clean_source(opts)
+        self.path_glob_filter = opts.get("pathglobfilter")
         self.latest_first = _bool_option(opts, "latestfirst", "latestFirst", False)
         self.file_name_only = _bool_option(opts, "filenameonly", "fileNameOnly", False)
         max_age = _time_string_as_ms(opts.get("maxfileage", "7d"))
-        if self.latest_first and self.max_files_per_trigger is not None:
+        if self.latest_first and (self.max_files_per_trigger is not None or self.max_bytes_per_trigger is not None):
             max_age = 2**63 - 1  # Spark ignores maxFileAge then
         if self.latest_first:
             logger.warning(
@@ -279,6 +372,47 @@ class FileStreamSource(Source):
             self.seen_files.add(entry["path"], int(entry["timestamp"]))
         self.seen_files.purge()
         self._available_now_files: list[tuple[str, int]] | None = None
+        #: size in bytes of each listed file (maxBytesPerTrigger)
+        self._sizes: dict[str, int] = {}
+
+    def _infer_schema(self, spark: "SparkSession | None", raw_opts: Mapping[str, Any]) -> "StructType":
+        """The schema Spark infers when no schema is given: ``value STRING`` for text, otherwise
+        what a batch read of the files there now gives (partition columns last), or Spark's
+        ``UNABLE_TO_INFER_SCHEMA`` error when there is nothing to infer it from."""
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        if self.fmt == "text":
+            return StructType([StructField("value", StringType(), True)])
+        assert spark is not None
+        opts = {k: str(v) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
+        return spark.read.format(self.fmt).options(**opts).load(self._spark_path(self.path)).schema
+
+    def _init_clean_source(self, opts: Mapping[str, Any]) -> None:
+        raw = opts.get("cleansource")
+        if raw is not None:
+            mode = str(raw).strip().lower()
+            if mode not in ("archive", "delete", "off"):
+                raise illegal_argument(f"Invalid mode for clean source option Some({raw}). Must be one of ARCHIVE,DELETE,OFF")
+            self.clean_source = mode
+        if self.clean_source == "archive":
+            archive = opts.get("sourcearchivedir")
+            if archive is None:
+                raise illegal_argument("Archive mode must be used with 'sourceArchiveDir' option.")
+            archive_path = self._spark_path(str(archive))
+            if _is_remote(self.path) != _is_remote(archive_path) or (
+                _is_remote(archive_path) and archive_path.split("/", 3)[:3] != self.path.split("/", 3)[:3]
+            ):
+                raise illegal_argument(
+                    "requirement failed: Base archive path is located on a different file system than the source files. "
+                    f"source path: {qualified_path(self.path)} / base archive path: {qualified_path(archive_path)}"
+                )
+            if _archive_matches_source(self._spark_path(self.path), archive_path):
+                raise illegal_argument(
+                    "requirement failed: Base archive path cannot be set to the path where archived path can possibly "
+                    "match with source pattern. Ensure the base archive path doesn't match with source pattern in "
+                    "depth, where the depth is minimum of depth on both paths."
+                )
+            self.archive_dir = archive_path
 
     # -- listing ----------------------------------------------------------------------------------
 
@@ -308,7 +442,9 @@ class FileStreamSource(Source):
                 continue
             info = mgr.fs.get_file_info(mgr.path())
             if info.type == pafs.FileType.File:
-                files.append((path_to_uri(self._uri_of(root, info.path)), int((info.mtime_ns or 0) // 1_000_000)))
+                uri = path_to_uri(self._uri_of(root, info.path))
+                self._sizes[uri] = int(info.size or 0)
+                files.append((uri, int((info.mtime_ns or 0) // 1_000_000)))
                 continue
             if info.type != pafs.FileType.Directory:
                 continue
@@ -336,7 +472,11 @@ class FileStreamSource(Source):
                 if info.type == pafs.FileType.Directory:
                     pending.append(info.path)
                 elif info.type == pafs.FileType.File:
-                    out.append((path_to_uri(self._uri_of(root, info.path)), int((info.mtime_ns or 0) // 1_000_000)))
+                    if self.path_glob_filter is not None and not glob_match(str(self.path_glob_filter), info.base_name):
+                        continue
+                    uri = path_to_uri(self._uri_of(root, info.path))
+                    self._sizes[uri] = int(info.size or 0)
+                    out.append((uri, int((info.mtime_ns or 0) // 1_000_000)))
         return out
 
     # -- Source contract --------------------------------------------------------------------------
@@ -352,6 +492,8 @@ class FileStreamSource(Source):
     def default_read_limit(self) -> ReadLimit:
         if self.max_files_per_trigger is not None:
             return ReadLimit(max_files=self.max_files_per_trigger)
+        if self.max_bytes_per_trigger is not None:
+            return ReadLimit(max_bytes=self.max_bytes_per_trigger)
         return ReadLimit.ALL_AVAILABLE
 
     def prepare_for_trigger_available_now(self) -> None:
@@ -365,6 +507,8 @@ class FileStreamSource(Source):
         new_files = [(p, ts) for p, ts in candidates if self.seen_files.is_new_file(p, ts)]
         if limit is not None and limit.max_files is not None:
             new_files = new_files[: limit.max_files]
+        elif limit is not None and getattr(limit, "max_bytes", None) is not None:
+            new_files = self._take_until_bytes(new_files, int(limit.max_bytes))
         for p, ts in new_files:
             self.seen_files.add(p, ts)
         self.seen_files.purge()
@@ -379,6 +523,19 @@ class FileStreamSource(Source):
             self._log_offset = batch
             logger.info("Log offset set to %d with %d new files", batch, len(new_files))
         return None if self._log_offset < 0 else {"logOffset": self._log_offset}
+
+    def _take_until_bytes(self, files: list[tuple[str, int]], max_bytes: int) -> list[tuple[str, int]]:
+        """The first file always, then files while the running total stays within ``max_bytes``;
+        the first file that does not fit ends the batch."""
+        taken: list[tuple[str, int]] = []
+        total = 0
+        for f in files:
+            size = self._sizes.get(f[0], 0)
+            if taken and total + size > max_bytes:
+                break
+            taken.append(f)
+            total += size
+        return taken
 
     @staticmethod
     def _log_offset_of(offset: Any) -> int:
@@ -409,6 +566,36 @@ class FileStreamSource(Source):
             return empty_batch(spark, self._schema)
         reader = spark.read.schema(self._schema).format(self.fmt).options(**self.reader_options)
         return reader.load([uri_to_path(f) for f in files])
+
+    def commit(self, end: Any) -> None:
+        """``cleanSource``: archive or delete the files of log entry ``end`` (only those: earlier
+        entries were cleaned when they were committed)."""
+        if self.clean_source == "off":
+            return
+        batch = self._log_offset_of(end)
+        if batch < 0:
+            return
+        for entry in self.log.batch_entries(batch) or []:
+            self._clean(entry["path"])
+
+    def _clean(self, uri: str) -> None:
+        local = uri_to_path(uri)
+        mgr = CheckpointFileManager(local)
+        fs, path = mgr.fs, mgr.path()
+        verb = "remove" if self.clean_source == "delete" else "move"
+        try:
+            if self.clean_source == "delete":
+                logger.debug("Removing completed file %s", uri)
+                fs.delete_file(path)
+                return
+            assert self.archive_dir is not None
+            # the archived file keeps its whole path below the archive directory
+            target = CheckpointFileManager(self.archive_dir.rstrip("/") + "/" + path.lstrip("/"))
+            fs.create_dir(target.path().rsplit("/", 1)[0], recursive=True)
+            logger.debug("Archiving completed file %s to %s", uri, target.path())
+            fs.move(path, target.path())
+        except OSError as exc:
+            logger.warning("Fail to %s %s / skip %s file: %s", verb, uri, "removing" if verb == "remove" else "moving", exc)
 
     def stop(self) -> None:
         """Remove the temporary seen-file log of a source created without a checkpoint."""
