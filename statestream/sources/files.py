@@ -197,6 +197,12 @@ def _glob_regex(pattern: str) -> str:
     return "".join(out)
 
 
+def _is_partition_dir(name: str) -> bool:
+    """A ``key=value`` directory name, which Spark's partition discovery reads as a column."""
+    key, eq, _ = name.partition("=")
+    return bool(eq) and bool(key)
+
+
 def _archive_matches_source(source: str, archive: str) -> bool:
     """Spark's check that archived files could be listed again: both paths' components up to the
     smaller depth, each archive component matched against the source's as a glob."""
@@ -339,9 +345,12 @@ class FileStreamSource(Source):
         if starting:
             self._init_clean_source(opts)
         self.path_glob_filter = opts.get("pathglobfilter")
+        self.recursive_file_lookup = _bool_option(opts, "recursivefilelookup", "recursiveFileLookup", False)
         self.latest_first = _bool_option(opts, "latestfirst", "latestFirst", False)
         self.file_name_only = _bool_option(opts, "filenameonly", "fileNameOnly", False)
         max_age = _time_string_as_ms(opts.get("maxfileage", "7d"))
+        if self.max_files_per_trigger is not None and self.max_bytes_per_trigger is not None:
+            raise illegal_argument("Options 'maxFilesPerTrigger' and 'maxBytesPerTrigger' can't be both set at the same time")
         if self.latest_first and (self.max_files_per_trigger is not None or self.max_bytes_per_trigger is not None):
             max_age = 2**63 - 1  # Spark ignores maxFileAge then
         if self.latest_first:
@@ -432,6 +441,7 @@ class FileStreamSource(Source):
     def _fetch_all_files(self) -> list[tuple[str, int]]:
         """Every candidate file as ``(uri, modification ms)``, in processing order."""
         files: list[tuple[str, int]] = []
+        walked: list[tuple[str, int, str | None]] = []
         for root in self._roots():
             mgr = CheckpointFileManager(root)
             if not self._is_glob(self.path) and mgr.exists(METADATA_DIR):
@@ -448,7 +458,12 @@ class FileStreamSource(Source):
                 continue
             if info.type != pafs.FileType.Directory:
                 continue
-            files.extend(self._walk(mgr, root))
+            walked.extend(self._walk(mgr, root))
+        # Spark's file index gives the files below sub-directories only when they are partition
+        # directories (``key=value``) or with recursiveFileLookup; otherwise the files directly in
+        # the path only
+        partitioned = any(_is_partition_dir(parent) for _, _, parent in walked if parent is not None)
+        files.extend((uri, ts) for uri, ts, parent in walked if parent is None or partitioned or self.recursive_file_lookup)
         if self.latest_first:
             files.sort(key=lambda f: (-f[1], f[0]))
         else:
@@ -461,9 +476,12 @@ class FileStreamSource(Source):
             return f"{scheme}://{fs_path}"
         return fs_path
 
-    def _walk(self, mgr: CheckpointFileManager, root: str) -> list[tuple[str, int]]:
-        out: list[tuple[str, int]] = []
-        pending = [mgr.path()]
+    def _walk(self, mgr: CheckpointFileManager, root: str) -> list[tuple[str, int, str | None]]:
+        """Files below ``root`` as ``(uri, modification ms, name of the parent directory or None
+        for a file directly in root)``."""
+        out: list[tuple[str, int, str | None]] = []
+        top = mgr.path()
+        pending = [top]
         while pending:
             d = pending.pop()
             for info in mgr.fs.get_file_info(pafs.FileSelector(d, allow_not_found=True, recursive=False)):
@@ -476,7 +494,8 @@ class FileStreamSource(Source):
                         continue
                     uri = path_to_uri(self._uri_of(root, info.path))
                     self._sizes[uri] = int(info.size or 0)
-                    out.append((uri, int((info.mtime_ns or 0) // 1_000_000)))
+                    parent = None if d == top else d.rstrip("/").rsplit("/", 1)[-1]
+                    out.append((uri, int((info.mtime_ns or 0) // 1_000_000), parent))
         return out
 
     # -- Source contract --------------------------------------------------------------------------

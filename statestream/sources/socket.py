@@ -6,7 +6,8 @@ Spark: ``TextSocketSourceProvider`` / ``TextSocketMicroBatchStream``. What is mi
   schema is ``value STRING``, plus ``timestamp TIMESTAMP`` (the time the line was received) with
   ``includeTimestamp``. A user schema is refused.
 * A background thread connects once and appends every line it reads to a buffer. The offset is
-  the number of lines received minus one (a plain JSON integer; ``-1`` before the first line), and
+  the number of lines received minus one (a plain JSON integer; ``-1`` before the first line, so
+  the first trigger runs an empty batch, as Spark's initial offset makes it), and
   batch ``(s, e]`` holds lines ``s+1 .. e``; ``commit(e)`` drops them from the buffer.
 * No recovery: lines live in memory only, so a restarted query cannot replay a batch whose lines
   were committed (Spark warns that the source is not for production use, and so does this one).
@@ -107,11 +108,12 @@ class TextSocketSource(Source):
 
     # -- Source contract -------------------------------------------------------------------------
 
-    def latest_offset(self, start: Any, limit: ReadLimit) -> int | None:
+    def latest_offset(self, start: Any, limit: ReadLimit) -> int:
+        """Lines received so far minus one; ``-1`` before the first line, which is already an
+        offset: like Spark's (its initial offset), the first trigger runs a batch with no rows."""
         self._connect()
         with self._lock:
-            current = self._first_offset + len(self._lines) - 1
-        return None if current < 0 else current
+            return self._first_offset + len(self._lines) - 1
 
     def get_batch(self, spark: "SparkSession", start: Any, end: Any) -> "DataFrame":
         lo = -1 if start is None else int(start)

@@ -54,4 +54,7 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
             if "=" in part:
                 k, v = part.split("=", 1)
                 storage[k] = v
-    return provider, str(location), schema, storage
+    from statestream.sinks.files import uri_to_path
+
+    path = str(location)
+    return provider, uri_to_path(path) if path.startswith("file:") else path, schema, storage
