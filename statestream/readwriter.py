@@ -35,6 +35,8 @@ class SourceSpec:
     schema: Any = None
     path: str | None = None
     instance: Any = None
+    #: the schema the source had when the DataFrame was made (Spark fixes it at ``load()``)
+    load_schema: Any = None
 
     @property
     def short_name(self) -> str:
@@ -45,7 +47,10 @@ class SourceSpec:
             return self.instance
         from statestream.sources import create_source
 
-        return create_source(self.format, dict(self.options), self.schema, self.path, metadata_dir, spark)
+        source = create_source(self.format, dict(self.options), self.schema, self.path, metadata_dir, spark)
+        if self.load_schema is not None and hasattr(source, "fix_schema"):
+            source.fix_schema(self.load_schema)
+        return source
 
 
 class DataStreamReader:
@@ -161,6 +166,7 @@ def _relation(session: "StreamingSession", spec: SourceSpec) -> "DataFrame":
     probe = spec.create(spark, None)  # validates options and gives the schema (Spark fails at load())
     schema = probe.schema
     if spec.instance is None:
+        spec.load_schema = schema
         probe.stop()
     template = spark.createDataFrame([], schema)
     return DataFrame(L.StreamingRelation(template=template, source_spec=spec), session)

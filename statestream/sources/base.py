@@ -63,8 +63,9 @@ class Source(ABC):
     4. ``get_batch(spark, start, end)`` returns the rows in ``(start, end]`` as a batch
        DataFrame with exactly ``schema``. It must return the same rows for the same offsets
        (re-execution after a crash relies on it).
-    5. ``commit(end)`` after the batch's commit-log entry is written: data up to ``end`` may be
-       discarded.
+    5. ``commit(end)`` once the *next* batch's offsets are logged (Spark's moment: a file source's
+       ``cleanSource`` acts then, so the last batch's files stay until another batch is planned):
+       data up to ``end`` may be discarded.
     6. ``stop()``.
     """
 

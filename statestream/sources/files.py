@@ -314,8 +314,10 @@ class FileStreamSource(Source):
             raise illegal_argument("'path' is not specified.")
         self.path = str(path)
         self.fmt = fmt
-        if parsed is None:
+        if parsed is None and fmt != "text":
             parsed = self._infer_schema(spark, raw_opts)
+        else:
+            parsed = self._with_partition_columns(spark, parsed or self._text_schema(), raw_opts)
         self._schema = parsed
         self.max_files_per_trigger: int | None = None
         if opts.get("maxfilespertrigger") is not None:
@@ -388,13 +390,37 @@ class FileStreamSource(Source):
         """The schema Spark infers when no schema is given: ``value STRING`` for text, otherwise
         what a batch read of the files there now gives (partition columns last), or Spark's
         ``UNABLE_TO_INFER_SCHEMA`` error when there is nothing to infer it from."""
-        from pyspark.sql.types import StringType, StructField, StructType
-
-        if self.fmt == "text":
-            return StructType([StructField("value", StringType(), True)])
         assert spark is not None
         opts = {k: str(v) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
         return spark.read.format(self.fmt).options(**opts).load(self._spark_path(self.path)).schema
+
+    @staticmethod
+    def _text_schema() -> "StructType":
+        from pyspark.sql.types import StringType, StructField, StructType
+
+        return StructType([StructField("value", StringType(), True)])
+
+    def _with_partition_columns(
+        self, spark: "SparkSession | None", schema: "StructType", raw_opts: Mapping[str, Any]
+    ) -> "StructType":
+        """Spark adds the partition columns found in the directory when the source is created
+        (``key=value`` sub-directories) to a given schema that lacks them."""
+        from pyspark.sql.types import StructType
+
+        if spark is None or self._is_glob(self.path):
+            return schema
+        local = self._spark_path(self.path)
+        if not _is_remote(local) and not os.path.isdir(local):
+            return schema
+        opts = {k: str(v) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
+        try:
+            found = spark.read.schema(schema).format(self.fmt).options(**opts).load(local).schema
+        except Exception as exc:  # noqa: BLE001 - no listing, no partition columns
+            logger.debug("file source %s: no partition columns (%s)", self.path, exc)
+            return schema
+        names = {f.name.lower() for f in schema.fields}
+        extra = [f for f in found.fields if f.name.lower() not in names]
+        return StructType(list(schema.fields) + extra) if extra else schema
 
     def _init_clean_source(self, opts: Mapping[str, Any]) -> None:
         raw = opts.get("cleansource")
@@ -508,6 +534,11 @@ class FileStreamSource(Source):
     def short_name(self) -> str:  # type: ignore[override]
         return f"FileSource[{self.path}]"
 
+    def fix_schema(self, schema: "StructType") -> None:
+        """Use the schema the DataFrame got at ``load()`` (inferred columns, partition columns found
+        then), as Spark does, rather than what the directory holds when the query starts."""
+        self._schema = schema
+
     def default_read_limit(self) -> ReadLimit:
         if self.max_files_per_trigger is not None:
             return ReadLimit(max_files=self.max_files_per_trigger)
@@ -584,7 +615,16 @@ class FileStreamSource(Source):
         if not files:
             return empty_batch(spark, self._schema)
         reader = spark.read.schema(self._schema).format(self.fmt).options(**self.reader_options)
-        return reader.load([uri_to_path(f) for f in files])
+        df = reader.load([uri_to_path(f) for f in files])
+        want = [f.name for f in self._schema.fields]
+        got = [f.name for f in df.schema.fields]
+        if got != want:
+            if sorted(got) != sorted(want):
+                # partition directories that were not there when the source was created: Spark's
+                # assertion on the batch's attributes
+                raise StatestreamError(f"assertion failed: Invalid batch: {','.join(want)} != {','.join(got)}")
+            df = df.select(*want)
+        return df
 
     def commit(self, end: Any) -> None:
         """``cleanSource``: archive or delete the files of log entry ``end`` (only those: earlier

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -48,9 +49,10 @@ class Run:
         self.columns: dict[int, list[tuple[str, str]]] = {}
         self.input_rows: dict[int, int | None] = {}
         self.snapshots: list[Any] = []
+        self.schema: str | None = None  # the streaming DataFrame's schema
 
     def describe(self) -> str:
-        lines = [f"{self.engine}:"]
+        lines = [f"{self.engine}: schema {self.schema}"]
         for b in sorted(self.rows):
             lines.append(f"  b{b}: in={self.input_rows.get(b)} rows={sorted(map(str, self.rows[b]))[:20]}")
         if self.snapshots:
@@ -84,6 +86,7 @@ def drive(
         run.columns[int(batch_id)] = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
 
     df = make_df(engine.readStream)
+    run.schema = df.schema.simpleString()
     writer = df.writeStream.outputMode(mode).foreachBatch(sink).option("checkpointLocation", str(ck))
     if trigger:
         writer = writer.trigger(**trigger)
@@ -133,6 +136,8 @@ def assert_same(expected: Run, actual: Run, *, batches: int | None = None, order
             problems.append(f"batch {b}: columns {expected.columns[b]} vs {actual.columns[b]}")
         if expected.input_rows.get(b) != actual.input_rows.get(b):
             problems.append(f"batch {b}: numInputRows {expected.input_rows.get(b)} vs {actual.input_rows.get(b)}")
+    if expected.schema != actual.schema:
+        problems.append(f"stream schema {expected.schema} vs {actual.schema}")
     if expected.snapshots != actual.snapshots:
         problems.append(f"snapshots {expected.snapshots} vs {actual.snapshots}")
     assert not problems, "; ".join(problems) + "\n" + expected.describe() + "\n" + actual.describe()
@@ -327,6 +332,39 @@ def test_file_source_max_file_age_and_file_name_only(spark, ours, tmp_path):
     expected, actual = both(spark, ours, tmp_path, scenario)
     assert sorted(r["v"] for rows in expected.rows.values() for r in rows) == [1, 2, 5]
     assert_same(expected, actual)
+
+
+def test_file_source_partition_columns(spark, ours, tmp_path):
+    """A given schema without the partition columns: those of the directories there when the
+    query starts are added to it (typed by inference); partition directories that appear later
+    fail the query (Spark's assertion on the batch)."""
+
+    def scenario(engine: Any, work: Path) -> Run:
+        src = work / "in"
+        write_file(src / "k=1" / "a.json", json.dumps({"v": 1}) + "\n", T0)
+        steps = [lambda: write_file(src / "k=2" / "b.json", json.dumps({"v": 2}) + "\n", T0 + 1)]
+        return drive(engine, lambda rs: rs.schema("v INT").json(str(src)), work, steps)
+
+    expected, actual = both(spark, ours, tmp_path, scenario)
+    assert expected.schema == "struct<v:int,k:int>"
+    assert_same(expected, actual)
+
+    def appearing(engine: Any) -> Any:
+        src = tmp_path / f"later-{engine_name(engine)}"
+        src.mkdir()
+        write_file(src / "a.json", json.dumps({"v": 1}) + "\n", T0)
+
+        def build(rs: Any) -> Any:
+            df = rs.schema("v INT").json(str(src))  # the schema is fixed here, without k
+            write_file(src / "k=1" / "b.json", json.dumps({"v": 2}) + "\n", T0 + 1)
+            return df
+
+        failure = start_failure(engine, build, tmp_path)
+        return None if failure is None else (failure[0], re.sub(r"#\d+", "", failure[1]))
+
+    failures = [appearing(spark), appearing(ours())]
+    assert failures[0] is not None and "Invalid batch" in failures[0][1], failures
+    assert failures[0] == failures[1]
 
 
 @pytest.mark.parametrize("recursive", [False, True])
