@@ -148,12 +148,31 @@ def _bool_option(opts: Mapping[str, Any], key: str, name: str, default: bool) ->
     raise illegal_argument(f"Invalid value '{raw}' for option '{name}', must be 'true' or 'false'")
 
 
+def _positive_option(opts: Mapping[str, Any], name: str) -> int | None:
+    """``maxFilesPerTrigger``/``maxBytesPerTrigger``: absent, or a positive integer (Spark's text)."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise illegal_argument(f"Invalid value '{raw}' for option '{name}', must be a positive integer")
+    return value
+
+
 def _time_string_as_ms(text: str) -> int:
     from statestream.sources.rate import _TIME_SUFFIX_MS  # shared unit table
 
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
     if m is None or (m.group(2) is not None and m.group(2) not in _TIME_SUFFIX_MS):
-        raise ValueError(f"Failed to parse time string: {text}")
+        from statestream.errors import StatestreamNumberFormatException
+
+        raise StatestreamNumberFormatException(
+            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
+            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nFailed to parse time string: {text}"
+        )
     return int(int(m.group(1)) * _TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
@@ -319,39 +338,31 @@ class FileStreamSource(Source):
         else:
             parsed = self._with_partition_columns(spark, parsed or self._text_schema(), raw_opts)
         self._schema = parsed
-        self.max_files_per_trigger: int | None = None
-        if opts.get("maxfilespertrigger") is not None:
-            raw = opts["maxfilespertrigger"]
-            try:
-                value = int(str(raw).strip())
-            except ValueError:
-                value = 0
-            if value <= 0:
-                raise illegal_argument(f"Invalid value '{raw}' for option 'maxFilesPerTrigger', must be a positive integer")
-            self.max_files_per_trigger = value
-        # Spark checks these when the query starts (FileStreamOptions), not at load(): a source
-        # built only to give the DataFrame its schema (no metadata_dir) leaves them unchecked
+        # Spark checks the source's own options when the query starts (FileStreamOptions), not at
+        # load(): a source built only to give the DataFrame its schema (no metadata_dir) lets
+        # invalid values pass and uses the defaults
         starting = metadata_dir is not None
-        self.max_bytes_per_trigger: int | None = None
-        if opts.get("maxbytespertrigger") is not None and starting:
-            raw = opts["maxbytespertrigger"]
+
+        def checked(parse: Any, default: Any) -> Any:
             try:
-                value = int(str(raw).strip())
-            except ValueError:
-                value = 0
-            if value <= 0:
-                raise illegal_argument(f"Invalid value '{raw}' for option 'maxBytesPerTrigger', must be a positive integer")
-            self.max_bytes_per_trigger = value
+                return parse()
+            except ValueError:  # StatestreamIllegalArgumentException included
+                if starting:
+                    raise
+                return default
+
+        self.max_files_per_trigger: int | None = checked(lambda: _positive_option(opts, "maxFilesPerTrigger"), None)
+        self.max_bytes_per_trigger: int | None = checked(lambda: _positive_option(opts, "maxBytesPerTrigger"), None)
         self.clean_source = "off"
         self.archive_dir: str | None = None
         if starting:
             self._init_clean_source(opts)
         self.path_glob_filter = opts.get("pathglobfilter")
         self.recursive_file_lookup = _bool_option(opts, "recursivefilelookup", "recursiveFileLookup", False)
-        self.latest_first = _bool_option(opts, "latestfirst", "latestFirst", False)
-        self.file_name_only = _bool_option(opts, "filenameonly", "fileNameOnly", False)
-        max_age = _time_string_as_ms(opts.get("maxfileage", "7d"))
-        if self.max_files_per_trigger is not None and self.max_bytes_per_trigger is not None:
+        self.latest_first = checked(lambda: _bool_option(opts, "latestfirst", "latestFirst", False), False)
+        self.file_name_only = checked(lambda: _bool_option(opts, "filenameonly", "fileNameOnly", False), False)
+        max_age = checked(lambda: _time_string_as_ms(opts.get("maxfileage", "7d")), 7 * 86_400_000)
+        if self.max_files_per_trigger is not None and self.max_bytes_per_trigger is not None and starting:
             raise illegal_argument("Options 'maxFilesPerTrigger' and 'maxBytesPerTrigger' can't be both set at the same time")
         if self.latest_first and (self.max_files_per_trigger is not None or self.max_bytes_per_trigger is not None):
             max_age = 2**63 - 1  # Spark ignores maxFileAge then

@@ -434,11 +434,18 @@ def test_clean_source(spark, ours, tmp_path, mode):
         {"maxBytesPerTrigger": "0"},
         {"maxBytesPerTrigger": "lots"},
         {"maxFilesPerTrigger": "3", "maxBytesPerTrigger": "1"},
+        {"maxFilesPerTrigger": "0"},
+        {"latestFirst": "maybe"},
+        {"fileNameOnly": "x"},
+        {"maxFileAge": "abc"},
     ],
-    ids=["bad-mode", "archive-without-dir", "archive-inside-source", "max-bytes-zero", "max-bytes-text", "max-files-and-bytes"],
+    ids=[
+        "bad-mode", "archive-without-dir", "archive-inside-source", "max-bytes-zero", "max-bytes-text",
+        "max-files-and-bytes", "max-files-zero", "latest-first-not-bool", "file-name-only-not-bool", "max-file-age-text",
+    ],
 )
 def test_file_source_option_errors(spark, ours, tmp_path, options):
-    """Invalid cleanSource/maxBytesPerTrigger settings fail the query when it starts, with Spark's texts."""
+    """Invalid file-source options fail the query when it starts (not at load()), with Spark's texts."""
     results = []
     for engine in (spark, ours()):
         src = tmp_path / engine_name(engine) / "in"

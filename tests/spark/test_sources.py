@@ -187,8 +187,10 @@ def test_file_source_requires_schema(spark, tmp_path):
     assert str(err.value).startswith("Schema must be specified when creating a streaming source DataFrame. ")
     with pytest.raises(IllegalArgumentException, match="^'path' is not specified.$"):
         create_source("json", {}, "a INT", None, None, spark)
+    # source options are checked when the query starts (a metadata directory), as Spark does
+    create_source("json", {"maxFilesPerTrigger": "0"}, "a INT", str(tmp_path), None, spark).stop()
     with pytest.raises(IllegalArgumentException, match="Invalid value '0' for option 'maxFilesPerTrigger', must be a positive integer"):
-        create_source("json", {"maxFilesPerTrigger": "0"}, "a INT", str(tmp_path), None, spark)
+        create_source("json", {"maxFilesPerTrigger": "0"}, "a INT", str(tmp_path), str(tmp_path / "md"), spark)
 
 
 def test_file_source_order_limit_hidden_and_log(spark, tmp_path):
