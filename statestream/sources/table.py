@@ -4,8 +4,9 @@ Spark streams a file-based table of its session catalog (``saveAsTable`` with ``
 ``json``, ``csv``, ``orc``, ``text``) by reading the table's location as a file source: the
 table's provider is the format, its schema (partition columns last) the source schema and its
 storage properties the reader options (``explain()`` shows ``StreamingRelation
-FileSource[<location>]``). Other tables (views, Hive SerDe tables, tables of a v2 catalog
-that needs a streaming scan) are refused as not supported yet.
+FileSource[<location>]``). A batch temporary view is refused with Spark's error; other tables
+(views, Hive SerDe tables, tables of a v2 catalog that needs a streaming scan) are refused as not
+supported yet.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
     from statestream.sources import FILE_FORMATS
 
     schema = spark.table(name).schema  # Spark's TABLE_OR_VIEW_NOT_FOUND for an unknown name
+    if spark.catalog.getTable(name).isTemporary:
+        from statestream.errors import analysis_error
+
+        raise analysis_error(
+            None,
+            f"{name} is not a temp view of streaming logical plan, please use batch API such as "
+            "`DataFrameReader.table` to read it.",
+        )
     info: dict[str, Any] = {}
     storage: dict[str, str] = {}
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect():

@@ -681,10 +681,16 @@ def test_read_stream_table(spark, ours, tmp_path, fmt):
 
 
 def test_read_stream_table_errors(spark, ours, tmp_path):
-    """An unknown table: Spark's error. A (batch) temporary view: Spark's engine refuses it too;
-    statestream says it is not supported."""
+    """An unknown table, a batch temporary view: Spark's errors."""
     missing = [start_failure(e, lambda rs: rs.table("no_such_table_here"), tmp_path) for e in (spark, ours())]
     assert missing[0] is not None and missing[0] == missing[1]
+    spark.sql("CREATE OR REPLACE TEMP VIEW batch_view_for_streams AS SELECT 1 AS x")
+    try:
+        view = [start_failure(e, lambda rs: rs.table("batch_view_for_streams"), tmp_path) for e in (spark, ours())]
+    finally:
+        spark.catalog.dropTempView("batch_view_for_streams")
+    assert view[0] is not None and "not a temp view of streaming logical plan" in view[0][1]
+    assert view[0] == view[1]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -733,3 +739,19 @@ def test_memory_stream_matches_a_file_stream(spark, ours, tmp_path):
     for b in expected.batches:
         assert rows_match(b.rows, got[b.batch_id]), (b.batch_id, b.rows, got[b.batch_id])
     assert stream.add_data([("z", 0)]) == 3
+
+
+def test_read_stream_table_of_a_streaming_view(spark, ours, tmp_path):
+    """readStream.table over a streaming temporary view gives the view's stream."""
+
+    def scenario(engine: Any, work: Path) -> Run:
+        name = f"stream_view_{engine_name(engine).lower()}"
+        engine.readStream.format("rate-micro-batch").option("rowsPerBatch", 4).load().createOrReplaceTempView(name)
+        try:
+            return drive(engine, lambda rs: rs.table(name).where("value % 2 = 0"), work, trigger={"availableNow": True})
+        finally:
+            spark.catalog.dropTempView(name)
+
+    expected, actual = both(spark, ours, tmp_path, scenario)
+    assert len(expected.rows) == 1
+    assert_same(expected, actual)
