@@ -27,7 +27,9 @@ mirrored:
   committed (Spark does that when it plans the *next* batch). Failures are logged, not raised.
   Invalid values fail the query when it starts, with Spark's texts.
 
-Not mirrored: the unread-file cache (``maxCachedFiles``/``discardCachedInputRatio``).
+* With ``maxFilesPerTrigger``/``maxBytesPerTrigger``, the files listed but not taken are kept
+  (at most ``maxCachedFiles``) and used before the directory is listed again, as long as at
+  least ``discardCachedInputRatio`` of the limit is left (Spark's unread-file cache).
 """
 
 from __future__ import annotations
@@ -358,6 +360,8 @@ class FileStreamSource(Source):
         if starting:
             self._init_clean_source(opts)
         self.path_glob_filter = opts.get("pathglobfilter")
+        self.max_cached_files = checked(lambda: int(str(opts.get("maxcachedfiles", 10000)).strip()), 10000)
+        self.discard_cached_input_ratio = checked(lambda: float(str(opts.get("discardcachedinputratio", 0.2)).strip()), 0.2)
         self.recursive_file_lookup = _bool_option(opts, "recursivefilelookup", "recursiveFileLookup", False)
         self.latest_first = checked(lambda: _bool_option(opts, "latestfirst", "latestFirst", False), False)
         self.file_name_only = checked(lambda: _bool_option(opts, "filenameonly", "fileNameOnly", False), False)
@@ -394,6 +398,8 @@ class FileStreamSource(Source):
             self.seen_files.add(entry["path"], int(entry["timestamp"]))
         self.seen_files.purge()
         self._available_now_files: list[tuple[str, int]] | None = None
+        #: files listed but not taken yet (Spark's unread-file cache), served before listing again
+        self._unread: list[tuple[str, int]] | None = None
         #: size in bytes of each listed file (maxBytesPerTrigger)
         self._sizes: dict[str, int] = {}
 
@@ -563,13 +569,33 @@ class FileStreamSource(Source):
 
     def latest_offset(self, start: Any, limit: ReadLimit) -> dict[str, int] | None:
         """Admit up to ``limit.max_files`` unseen files as a new log entry; the offset is the
-        newest entry (``None`` while no file was ever seen)."""
-        candidates = self._available_now_files if self._available_now_files is not None else self._fetch_all_files()
-        new_files = [(p, ts) for p, ts in candidates if self.seen_files.is_new_file(p, ts)]
+        newest entry (``None`` while no file was ever seen).
+
+        Files listed but left out by the limit are kept (Spark's unread-file cache) and served
+        before the directory is listed again, unless fewer than ``discardCachedInputRatio`` of
+        the limit are left (files, or bytes with ``maxBytesPerTrigger``); not with
+        ``latestFirst`` or ``availableNow``."""
+        if self._unread:
+            candidates = self._unread
+        else:
+            listed = self._available_now_files if self._available_now_files is not None else self._fetch_all_files()
+            candidates = [(p, ts) for p, ts in listed if self.seen_files.is_new_file(p, ts)]
+        should_cache = not self.latest_first and self._available_now_files is None
+        unread: list[tuple[str, int]] | None = None
+        max_bytes = getattr(limit, "max_bytes", None) if limit is not None else None
         if limit is not None and limit.max_files is not None:
-            new_files = new_files[: limit.max_files]
-        elif limit is not None and getattr(limit, "max_bytes", None) is not None:
-            new_files = self._take_until_bytes(new_files, int(limit.max_bytes))
+            new_files, rest = candidates[: limit.max_files], candidates[limit.max_files :]
+            if should_cache and len(rest) >= limit.max_files * self.discard_cached_input_ratio:
+                unread = rest
+        elif max_bytes is not None:
+            new_files = self._take_until_bytes(candidates, int(max_bytes))
+            rest = candidates[len(new_files) :]
+            rest_bytes = sum(self._sizes.get(p, 0) for p, _ in rest)
+            if should_cache and rest_bytes >= int(max_bytes) * self.discard_cached_input_ratio:
+                unread = rest
+        else:
+            new_files = candidates
+        self._unread = unread[: self.max_cached_files] if unread and self.max_cached_files > 0 else None
         for p, ts in new_files:
             self.seen_files.add(p, ts)
         self.seen_files.purge()

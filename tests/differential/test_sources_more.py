@@ -71,6 +71,7 @@ def drive(
     snapshot: Callable[[], Any] | None = None,
     settle: float = 0.0,
     until_batches: int | None = None,
+    on_batch: Callable[[int], Any] | None = None,
 ) -> Run:
     """Start ``make_df(engine.readStream)`` into a collecting ``foreachBatch`` sink, run each step
     followed by ``processAllAvailable()`` (and ``snapshot()``), stop, and return the batches.
@@ -84,6 +85,8 @@ def drive(
     def sink(df: Any, batch_id: int) -> None:
         run.rows[int(batch_id)] = [r.asDict(recursive=True) for r in df.collect()]
         run.columns[int(batch_id)] = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+        if on_batch is not None:
+            on_batch(int(batch_id))
 
     df = make_df(engine.readStream)
     run.schema = df.schema.simpleString()
@@ -754,4 +757,31 @@ def test_read_stream_table_of_a_streaming_view(spark, ours, tmp_path):
 
     expected, actual = both(spark, ours, tmp_path, scenario)
     assert len(expected.rows) == 1
+    assert_same(expected, actual)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"maxFilesPerTrigger": "2"}, {"maxFilesPerTrigger": "2", "maxCachedFiles": "0"}, {"maxBytesPerTrigger": "20"}],
+    ids=["files", "cache-off", "bytes"],
+)
+def test_file_source_unread_file_cache(spark, ours, tmp_path, options):
+    """With a trigger limit, the files listed but not taken are kept for the next batches (while
+    enough of them are left) instead of listing again: a file that appears meanwhile, even an
+    older one, waits until they are used up."""
+
+    def scenario(engine: Any, work: Path) -> Run:
+        src = work / "in"
+        for i in range(1, 7):
+            write_file(src / f"f{i}.json", json.dumps({"v": i}) + "\n", T0 + i)
+
+        def arrive(batch_id: int) -> None:
+            if batch_id == 0:  # while batch 0 runs: an older file
+                write_file(src / "f0.json", json.dumps({"v": 0}) + "\n", T0)
+
+        make = lambda rs: rs.schema("v INT").options(**options).json(str(src))  # noqa: E731
+        return drive(engine, make, work, on_batch=arrive)
+
+    expected, actual = both(spark, ours, tmp_path, scenario)
+    assert sorted(r["v"] for rows in expected.rows.values() for r in rows) == list(range(7))
     assert_same(expected, actual)
