@@ -50,6 +50,7 @@ class Run:
         self.input_rows: dict[int, int | None] = {}
         self.snapshots: list[Any] = []
         self.schema: str | None = None  # the streaming DataFrame's schema
+        self.descriptions: set[str] = set()  # the progress' source descriptions (work dir as <work>)
 
     def describe(self) -> str:
         lines = [f"{self.engine}: schema {self.schema}"]
@@ -119,6 +120,9 @@ def drive(
         durations = p.get("durationMs") or {}
         if "addBatch" in durations or "walCommit" in durations:
             run.input_rows[int(p["batchId"])] = p.get("numInputRows")
+            for src in p.get("sources") or []:
+                text = str(src.get("description")).replace(str(tmp.resolve()), "<work>").replace(str(tmp), "<work>")
+                run.descriptions.add(re.sub(r"port: \d+", "port: <port>", text))
     return run
 
 
@@ -139,6 +143,8 @@ def assert_same(expected: Run, actual: Run, *, batches: int | None = None, order
             problems.append(f"batch {b}: columns {expected.columns[b]} vs {actual.columns[b]}")
         if expected.input_rows.get(b) != actual.input_rows.get(b):
             problems.append(f"batch {b}: numInputRows {expected.input_rows.get(b)} vs {actual.input_rows.get(b)}")
+    if expected.descriptions != actual.descriptions:
+        problems.append(f"source descriptions {expected.descriptions} vs {actual.descriptions}")
     if expected.schema != actual.schema:
         problems.append(f"stream schema {expected.schema} vs {actual.schema}")
     if expected.snapshots != actual.snapshots:
@@ -667,7 +673,8 @@ def test_read_stream_table(spark, ours, tmp_path, fmt):
     batch, each append the next one."""
 
     def scenario(engine: Any, work: Path) -> Run:
-        name = f"src_{engine_name(engine).lower()}_{fmt}_{uuid.uuid4().hex[:6]}"
+        name = f"stream_source_{fmt}"  # the same for both engines (dropped after each run)
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
         spark.range(4).selectExpr("id", "CAST(id % 2 AS INT) AS k").write.partitionBy("k").format(fmt).saveAsTable(name)
         try:
             steps = [
