@@ -24,7 +24,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream.errors import StatestreamError, StatestreamIllegalArgumentException
+from statestream.errors import StatestreamError
 from statestream.sources.base import ReadLimit, Source
 
 if TYPE_CHECKING:
