@@ -176,3 +176,11 @@ def test_decimal_sum_overflow_fails_and_try_sum_gives_null():
     # an overflowed (null, non-empty) buffer stays null
     again, _ = merge_group("try_decimal_sum", [sums, empty], batch, pa.array([True, True]))
     assert again.to_pylist() == [None, D("3.00")]
+
+
+def test_union_of_nested_values_keeps_first_appearances():
+    t = pa.list_(pa.struct([("s", pa.string()), ("i", pa.int32())]))
+    state = [pa.array([[{"s": "a", "i": 1}], None], t)]
+    batch = [pa.array([[{"s": "a", "i": 1}, {"s": "b", "i": 1}], [{"s": "c", "i": None}, {"s": "c", "i": None}]], t)]
+    (merged,) = merge_group("union", state, batch, pa.array([True, False]))
+    assert merged.to_pylist() == [[{"s": "a", "i": 1}, {"s": "b", "i": 1}], [{"s": "c", "i": None}]]
