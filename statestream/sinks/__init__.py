@@ -97,7 +97,7 @@ def create_sink(
         lowered = {str(k).lower(): v for k, v in opts.items()}
         target = path if path is not None else lowered.get("path")
         if not target:
-            from statestream.sources.files import illegal_argument
+            from statestream.sources.options import illegal_argument
 
             raise illegal_argument("'path' is not specified.")
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)

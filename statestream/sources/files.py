@@ -51,6 +51,7 @@ from statestream.sinks.files import (
     uri_to_path,
 )
 from statestream.sources.base import ReadLimit, Source, empty_batch
+from statestream.sources.options import TIME_SUFFIX_MS, arithmetic_error, illegal_argument, unsupported_operation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -82,18 +83,6 @@ SCHEMA_REQUIRED_MESSAGE = (
 _SOURCE_OPTIONS = {"maxfilespertrigger", "latestfirst", "maxfileage", "filenameonly", "path"}
 
 _GLOB_CHARS = set("*?[{")
-
-
-def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
-    return StatestreamIllegalArgumentException(message)
-
-
-def unsupported_operation(message: str) -> StatestreamUnsupportedOperationException:
-    return StatestreamUnsupportedOperationException(message)
-
-
-def arithmetic_error(message: str) -> StatestreamArithmeticException:
-    return StatestreamArithmeticException(message)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -128,12 +117,10 @@ def _bool_option(opts: Mapping[str, Any], key: str, name: str, default: bool) ->
 
 
 def _time_string_as_ms(text: str) -> int:
-    from statestream.sources.rate import _TIME_SUFFIX_MS  # shared unit table
-
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
-    if m is None or (m.group(2) is not None and m.group(2) not in _TIME_SUFFIX_MS):
+    if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
         raise ValueError(f"Failed to parse time string: {text}")
-    return int(int(m.group(1)) * _TIME_SUFFIX_MS[m.group(2) or "ms"])
+    return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
 @dataclass
