@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql.types import StructType
 
-    from statestream.readwriter import DataStreamWriter
-    from statestream.session import StreamingSession
+    # the protocol a StreamingSession satisfies: session.py imports this module (via reader.py)
+    from statestream.runtime.interfaces import StreamingSessionLike as StreamingSession
+    from statestream.writer import DataStreamWriter
 
 __all__ = ["DataFrame", "GroupedData", "DataFrameNaFunctions", "DataFrameStatFunctions"]
 
@@ -490,9 +491,9 @@ class DataFrame:
     # ------------------------------------------------------------------ output
     @property
     def writeStream(self) -> "DataStreamWriter":  # noqa: N802
-        from statestream.readwriter import DataStreamWriter
+        from statestream.writer import DataStreamWriter
 
-        return DataStreamWriter(self)
+        return DataStreamWriter(self._plan, self._session)
 
     def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
         """Print the physical plan in Spark's shape (as Spark does for a streaming DataFrame
@@ -507,7 +508,7 @@ class DataFrame:
 
         schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
         return explain_string(
-            plan_for_explain(self, "append"), extended=extended, logical=logical_tree_string(self._plan), mode=mode, schema_line=schema_line
+            plan_for_explain(self._plan, self.sparkSession, "append"), extended=extended, logical=logical_tree_string(self._plan), mode=mode, schema_line=schema_line
         )
 
     # ------------------------------------------------------------------ batch actions are errors

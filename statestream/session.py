@@ -9,7 +9,7 @@ from statestream.query import StreamingQueryManager
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from statestream.readwriter import DataStreamReader
+    from statestream.reader import DataStreamReader
 
 __all__ = ["StreamingSession"]
 
@@ -82,7 +82,7 @@ class StreamingSession:
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802
-        from statestream.readwriter import DataStreamReader
+        from statestream.reader import DataStreamReader
 
         return DataStreamReader(self)
 
@@ -93,7 +93,7 @@ class StreamingSession:
     def memoryStream(self, schema) -> "Any":  # noqa: N802
         """A ``MemoryStream`` (for tests): ``add_data(rows)`` adds one batch; ``toDF()`` is the
         streaming DataFrame over it."""
-        from statestream.readwriter import memory_stream_df
+        from statestream.reader import memory_stream_df
         from statestream.sources.memory import MemoryStream
 
         stream = MemoryStream(self.sparkSession, schema)

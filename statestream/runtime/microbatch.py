@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import SparkSession
 
-    from statestream.dataframe import DataFrame
     from statestream.operators.base import PhysicalOperator
+    from statestream.runtime.interfaces import StreamingSessionLike
     from statestream.sinks.base import Sink
     from statestream.sources.base import Source
 
@@ -83,14 +83,14 @@ def _now_ms() -> int:
 _LONG_MIN = -(2**63)
 
 
-def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
-    """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
-    streaming DataFrame shows state info with an unknown checkpoint)."""
-    spark = df.sparkSession
+def plan_for_explain(logical: L.LogicalPlan, spark: "SparkSession", output_mode: str) -> "PhysicalOperator":
+    """The physical plan a streaming DataFrame's logical plan would run with, before any batch
+    (Spark's explain of a streaming DataFrame shows state info with an unknown checkpoint);
+    ``spark`` is the DataFrame's session."""
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
-    relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
+    relations = logical.find(L.StreamingRelation)
     indexes = {id(r): i for i, r in enumerate(relations)}
-    plan = plan_streaming_query(df._plan, n, indexes, output_mode=output_mode)  # noqa: SLF001
+    plan = plan_streaming_query(logical, n, indexes, output_mode=output_mode)
     # Before a query starts Spark shows both watermarks as Long.MinValue.
     inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
@@ -109,8 +109,11 @@ class _BatchRecord:
 class MicroBatchExecution:
     """Runs one streaming query in a background thread (see the module docstring)."""
 
-    session: Any  # StreamingSession
-    df: "DataFrame"
+    #: the StreamingSession that started the query (its SparkSession, and its query manager,
+    #: told when the run ends)
+    session: "StreamingSessionLike"
+    #: the query's logical plan (the streaming DataFrame's)
+    plan: L.LogicalPlan
     sink: "Sink"
     output_mode: str
     trigger: Trigger
@@ -136,7 +139,7 @@ class MicroBatchExecution:
         self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
         from statestream.runtime.intervals import parse_time_conf_ms
 
-        conf = self.df.sparkSession.conf
+        conf = self.session.sparkSession.conf
         self.progress = ProgressTracker(
             self,
             keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
@@ -162,7 +165,7 @@ class MicroBatchExecution:
 
         from statestream.errors import StatestreamAnalysisException
 
-        for node in self.df._plan.find(L.Aggregate):  # noqa: SLF001
+        for node in self.plan.find(L.Aggregate):
             try:
                 aggregation_info(node)
             except StatestreamAnalysisException:
@@ -234,7 +237,7 @@ class MicroBatchExecution:
     def _delete_temporary_checkpoint(self) -> None:
         if not self.delete_checkpoint_on_stop:
             return
-        force = str(self.df.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
+        force = str(self.session.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
         if self._exception is not None and force.lower() != "true":
             logger.info("query failed: keeping its temporary checkpoint %s", self.checkpoint_location)
             return
@@ -253,7 +256,7 @@ class MicroBatchExecution:
         partitions."""
         from pyspark.sql import SparkSession
 
-        user = self.df.sparkSession
+        user = self.session.sparkSession
         try:
             spark = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
         except Exception:  # noqa: BLE001 - fall back to a new session with the same runtime confs
@@ -281,7 +284,7 @@ class MicroBatchExecution:
         )
         from statestream.runtime.watermark import WatermarkTracker, parse_policy
 
-        user = self.df.sparkSession
+        user = self.session.sparkSession
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
         session_conf = {}
@@ -289,7 +292,7 @@ class MicroBatchExecution:
             v = user.conf.get(k, None)
             session_conf[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
         session_conf = {k: v for k, v in session_conf.items() if v is not None}
-        relations = self.df._plan.find(L.StreamingRelation)  # noqa: SLF001
+        relations = self.plan.find(L.StreamingRelation)
         self.relations = relations
         self.sources: list[Source] = [
             r.source_spec.create(user, self.fm.path(f"sources/{i}")) for i, r in enumerate(relations)
@@ -339,17 +342,17 @@ class MicroBatchExecution:
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
         )
-        self._physical = plan_streaming_query(  # noqa: SLF001
-            self.df._plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode  # noqa: SLF001
+        self._physical = plan_streaming_query(
+            self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
-        self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
+        self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark
 
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
         # another one, once it has a watermark other than 0 to propagate
         self._redefined_watermark = (
-            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.df._plan)  # noqa: SLF001
+            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
         )
         no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
@@ -433,7 +436,7 @@ class MicroBatchExecution:
                 self._lock.wait(wait)
 
     def _purge(self, batch_id: int) -> None:
-        keep = int(self.df.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        keep = int(self.session.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
         threshold = batch_id + 1 - keep
         if threshold > 0:
             self.offset_log.purge(threshold)
@@ -517,7 +520,7 @@ class MicroBatchExecution:
             s = stats_from_observation(obs)
             if s is not None:
                 stats[node_id] = s
-        delays = {n.node_id: n.delay_ms for n in self.df._plan.find(L.EventTimeWatermark)}  # noqa: SLF001
+        delays = {n.node_id: n.delay_ms for n in self.plan.find(L.EventTimeWatermark)}
         observed = {}
         for name, obs in ctx.extra.get(OBSERVED_METRICS, []):
             values = observed_values(obs)

@@ -1,11 +1,15 @@
 """What the sources share for reading their options: the exceptions a bad option raises (PySpark's
 types for Spark's ``IllegalArgumentException``, ``UnsupportedOperationException`` and
-``ArithmeticException``) and the unit table of Spark's time strings (``"5s"``, ``"100ms"``).
+``ArithmeticException``), the unit table of Spark's time strings (``"5s"``, ``"100ms"``), and how
+an option value is stored (``option_string``, which ``DataStreamReader.option`` and
+``DataStreamWriter.option`` use too).
 
 A module of its own so that ``files.py`` and ``rate.py`` both import it instead of each other.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from statestream.errors import (
     StatestreamArithmeticException,
@@ -13,7 +17,7 @@ from statestream.errors import (
     StatestreamUnsupportedOperationException,
 )
 
-__all__ = ["illegal_argument", "unsupported_operation", "arithmetic_error", "TIME_SUFFIX_MS"]
+__all__ = ["illegal_argument", "unsupported_operation", "arithmetic_error", "TIME_SUFFIX_MS", "option_string"]
 
 #: Milliseconds per unit of a time string (Spark's ``JavaUtils`` suffixes).
 TIME_SUFFIX_MS = {
@@ -37,3 +41,10 @@ def unsupported_operation(message: str) -> StatestreamUnsupportedOperationExcept
 
 def arithmetic_error(message: str) -> StatestreamArithmeticException:
     return StatestreamArithmeticException(message)
+
+
+def option_string(value: Any) -> str:
+    """An option value as Spark keeps it: a string, booleans as ``"true"`` / ``"false"``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
