@@ -26,10 +26,12 @@ class QueryRegistry(Protocol):
 
 
 class StreamingSessionLike(Protocol):
-    """``StreamingSession`` as seen from below it: the user's ``SparkSession`` and the session's
-    queries."""
+    """``StreamingSession`` as seen from below it: the user's ``SparkSession``, the session's
+    queries, and (for ``DataFrame.createTempView`` and its variants) its streaming views."""
 
     sparkSession: "SparkSession"  # noqa: N815 - PySpark's name
 
     @property
     def streams(self) -> QueryRegistry: ...
+
+    def _register_view(self, name: str, df: Any, replace: bool, is_global: bool = False) -> None: ...
