@@ -78,7 +78,7 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
 
 class TrackedExecution(Protocol):
     """What the tracker reads of the query it reports on: ``MicroBatchExecution``, which creates
-    the tracker (a protocol, so that this module does not import the micro-batch loop's)."""
+    the tracker (a protocol, so that this module does not import microbatch.py, which imports it)."""
 
     query_id: str
     run_id: str
