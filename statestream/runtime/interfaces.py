@@ -20,6 +20,9 @@ class QueryRegistry(Protocol):
     """``StreamingQueryManager`` (``session.streams``) as seen from below it: a started query
     registers its handle, and its execution reports the end of its run."""
 
+    #: the ``StreamingQueryListenerBus`` of the manager's listeners
+    _listeners: Any
+
     def _register(self, q: Any) -> None: ...
 
     def _notify_terminated(self, ex: Any) -> None: ...

@@ -131,6 +131,9 @@ class MicroBatchExecution:
 
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        #: set when the run ended (waited on instead of Thread.join: a join interrupted by
+        #: Ctrl-C can report a running thread as finished)
+        self._done = threading.Event()
         self._lock = threading.Condition()
         self._exception: BaseException | None = None
         self._active = False
@@ -150,8 +153,17 @@ class MicroBatchExecution:
         self.fm = CheckpointFileManager(self.checkpoint_location)
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def listeners(self) -> Any:
+        """The StreamingQueryListener bus of the manager that started the query."""
+        return self.session.streams._listeners  # noqa: SLF001
+
     def start(self) -> None:
+        from statestream.runtime.progress import format_timestamp_ms
+
         self._prepare()
+        # Spark: onQueryStarted runs on every listener before start() returns
+        self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
         self._active = True
         self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
         self._thread.start()
@@ -177,12 +189,26 @@ class MicroBatchExecution:
             meta.write(self.fm)
         self.query_id = meta.id
 
+    @property
+    def job_tag(self) -> str:
+        return f"statestream-{self.run_id}"
+
+    def interrupt(self) -> None:
+        """Stop now: the batch in flight has its Spark jobs cancelled (Spark's ``stop()`` cancels
+        the query's job group the same way); it is re-run from the checkpoint on restart."""
+        self._stop.set()
+        try:
+            self.session.sparkSession.sparkContext.cancelJobsWithTag(self.job_tag)
+        except Exception:  # noqa: BLE001 - the context may be going down already
+            logger.debug("cannot cancel the jobs of %s", self.job_tag, exc_info=True)
+        self.stop()
+
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._done.wait()
 
     @property
     def is_active(self) -> bool:
@@ -199,10 +225,16 @@ class MicroBatchExecution:
     def await_termination(self, timeout: float | None = None) -> bool:
         if self._thread is None:
             return True
-        self._thread.join(timeout)
+        # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.is_set():
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left <= 0:
+                break
+            self._done.wait(left)
         if self._exception is not None:
             raise self._exception
-        return not self._thread.is_alive()
+        return self._done.is_set()
 
     def process_all_available(self) -> None:
         """Block until every piece of data available now has been processed (Spark's
@@ -219,8 +251,12 @@ class MicroBatchExecution:
         try:
             self._run_stream()
         except BaseException as exc:  # noqa: BLE001 - the query terminates with it
-            logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
-            self._exception = self._wrap(exc)
+            if self._stop.is_set():
+                # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
+                logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
+            else:
+                logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
+                self._exception = self._wrap(exc)
         finally:
             self._active = False
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
@@ -230,9 +266,13 @@ class MicroBatchExecution:
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
             self._delete_temporary_checkpoint()
-            with self._lock:
-                self._lock.notify_all()
-            self.session.streams._notify_terminated(self)  # noqa: SLF001
+            try:
+                self.listeners.post_terminated(self.query_id, self.run_id, self._exception)
+                with self._lock:
+                    self._lock.notify_all()
+                self.session.streams._notify_terminated(self)  # noqa: SLF001
+            finally:
+                self._done.set()
 
     def _delete_temporary_checkpoint(self) -> None:
         if not self.delete_checkpoint_on_stop:
@@ -502,6 +542,7 @@ class MicroBatchExecution:
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+        self.spark.sparkContext.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):

@@ -90,6 +90,8 @@ class TrackedExecution(Protocol):
     num_partitions: int
     has_watermark: bool
     sink: "Sink"
+    #: the StreamingQueryListener bus of the query's manager
+    listeners: Any
 
 
 class ProgressTracker:
@@ -199,6 +201,7 @@ class ProgressTracker:
         self._last_watermark = record.watermark_ms
         with self._lock:
             self._recent.append(prog)
+        self.ex.listeners.post_progress(prog)
         self._last_no_execution_report = time.monotonic()
         self._last_sink_rows_reported = prog["sink"]["numOutputRows"] != -1
         self._executed = True
@@ -259,6 +262,7 @@ class ProgressTracker:
         prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": 0 if reported else -1}
         with self._lock:
             self._recent.append(prog)
+        self.ex.listeners.post_idle(self.ex.query_id, self.ex.run_id, prog["timestamp"])
 
     def last(self) -> dict | None:
         with self._lock:
