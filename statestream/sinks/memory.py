@@ -49,9 +49,10 @@ def recovery_unsupported_error(checkpoint_location: str) -> Exception:
     """Spark's ``start()`` error for a memory sink in append or update mode whose checkpoint
     already has offsets."""
     return analysis_error(
-        None,
+        "_LEGACY_ERROR_TEMP_1299",
         "This query does not support recovering from checkpoint location. "
         f"Delete {_offsets_path(checkpoint_location)} to start over.",
+        checkpointPath=_offsets_path(checkpoint_location),
     )
 
 
