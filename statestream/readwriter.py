@@ -290,9 +290,9 @@ class DataStreamWriter:
                 from statestream.errors import analysis_error
 
                 raise analysis_error(
-                    None,
+                    "_LEGACY_ERROR_TEMP_1298",
                     "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or "
-                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)",
+                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...).",
                 )
             checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
             temporary_checkpoint = True

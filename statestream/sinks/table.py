@@ -48,16 +48,16 @@ def default_source(spark: "SparkSession") -> str:
 
 
 def _temp_view_error(name: str) -> Exception:
-    return analysis_error("_LEGACY_ERROR_TEMP_1142", f"Temporary view {name} doesn't support streaming write.", tableName=name)
+    return analysis_error("_LEGACY_ERROR_TEMP_1190", f"Temporary view {name} doesn't support streaming write.", tableName=name)
 
 
 def _view_error(name: str) -> Exception:
-    return analysis_error("_LEGACY_ERROR_TEMP_1143", f"Streaming into views {name} is not supported.", tableName=name)
+    return analysis_error("_LEGACY_ERROR_TEMP_1191", f"Streaming into views {name} is not supported.", tableName=name)
 
 
 def _provider_error(source: str, name: str, provider: str) -> Exception:
     return analysis_error(
-        "_LEGACY_ERROR_TEMP_1144",
+        "_LEGACY_ERROR_TEMP_1192",
         f"The input source({source}) is different from the table {name}'s data source provider({provider}).",
         source=source,
         tableName=name,

@@ -364,11 +364,21 @@ def test_memory_sink_refuses_append_or_update_restart(spark, ours, tmp_path, mod
 # -- toTable --------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def db(spark, tmp_path):
+    """A database located under ``tmp_path``, so managed tables stay out of the working
+    directory's ``spark-warehouse``; dropped with its tables afterwards."""
+    name = f"ss_sinks_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / 'warehouse'}'")
+    yield name
+    spark.sql(f"DROP DATABASE {name} CASCADE")
+
+
 def _table_info(spark: Any, name: str, root: Path | None = None) -> dict[str, Any]:
     info = json.loads(spark.sql(f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
     keep = {k: info.get(k) for k in ("type", "provider", "partition_columns", "columns")}
     loc = info["location"]
-    keep["location"] = loc.replace(f"file:{root}", "<root>") if root is not None else loc.rsplit("/", 1)[-1] == name
+    keep["location"] = loc.replace(f"file:{root}", "<root>") if root is not None else loc.rsplit("/", 1)[-1] == name.split(".")[-1]
     return keep
 
 
@@ -380,11 +390,11 @@ def _table_rows(spark: Any, name: str) -> list[tuple]:
     "variant",
     ["default", "json_partitioned_external", "csv_format_arg"],
 )
-def test_to_table_creates_and_appends_like_spark(spark, ours, tmp_path, variant):
+def test_to_table_creates_and_appends_like_spark(spark, ours, tmp_path, db, variant):
     got = []
     for engine in (spark, ours()):
         tag = engine_name(engine).lower()
-        name = f"tt_{variant}_{tag}"
+        name = f"{db}.tt_{variant}_{tag}"
         root = tmp_path / f"tt-{tag}"
         ext = root / "external"
 
@@ -399,23 +409,28 @@ def test_to_table_creates_and_appends_like_spark(spark, ours, tmp_path, variant)
         rows = _table_rows(spark, name)
         info = _table_info(spark, name, root if variant == "json_partitioned_external" else None)
         desc = _sink_brief(q)
-        # a second query (its own checkpoint) appends to the now existing table
+        # a second query (its own checkpoint) on the now existing table: its batch 0 is one the
+        # table's _spark_metadata log already holds, so Spark's file sink skips it
         _run(engine, tmp_path / f"tt2-{tag}", lambda df: df.withColumn("v2", F.col("v") + 1), INPUT[:1], start)
-        got.append((rows, info, [(b, n, d.replace(name, "<t>").replace(str(root), "<root>"), r) for b, n, d, r in desc], _table_rows(spark, name)))
+        got.append((rows, info, [(b, n, d.replace(str(root), "<root>").replace(str(tmp_path), "<tmp>").replace(name.split(".")[-1], "<t>"), r) for b, n, d, r in desc], _table_rows(spark, name)))
     rows, info, desc, rows2 = got[0]
-    assert len(rows) == 7 and len(rows2) == 10
-    assert desc[0][2].startswith("FileSink[file:")
+    assert len(rows) == 7 and rows2 == rows
+    assert desc[0][2] == {
+        "default": "FileSink[file:<tmp>/warehouse/<t>]",
+        "json_partitioned_external": "FileSink[file:<root>/external]",
+        "csv_format_arg": "FileSink[file:<tmp>/warehouse/<t>]",
+    }[variant]
     assert got[1] == got[0]
 
 
 @pytest.mark.parametrize("case", ["temp_view", "view", "other_provider", "no_checkpoint", "update_mode"])
-def test_to_table_refusals_like_spark(spark, ours, tmp_path, case):
+def test_to_table_refusals_like_spark(spark, ours, tmp_path, db, case):
     from pyspark.errors import AnalysisException
 
     got = []
     for engine in (spark, ours()):
         tag = engine_name(engine).lower()
-        name = f"ttr_{case}_{tag}"
+        name = f"ttr_{case}_{tag}" if case == "temp_view" else f"{db}.ttr_{case}_{tag}"
         if case == "temp_view":
             spark.range(1).createOrReplaceTempView(name)
         elif case == "view":
@@ -433,6 +448,8 @@ def test_to_table_refusals_like_spark(spark, ours, tmp_path, case):
             w.toTable(name).stop()
         exists = spark.catalog.tableExists(name)
         got.append((err.value.getCondition(), error_text(err.value).replace(name, "<t>"), exists))
+        if case == "temp_view":
+            spark.catalog.dropTempView(name)
     assert got[1] == got[0]
 
 
