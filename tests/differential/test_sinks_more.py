@@ -17,6 +17,7 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import unquote
 
 import pytest
 from pyspark.sql import DataFrame
@@ -459,7 +460,7 @@ FILE_INPUT = [
     [("a", 1), ("b", 2), ("a", 3)],
     [("x y", 4), ("p/q:r", 5), (None, 6)],  # partition values that need escaping, and null
     [],
-    [("a", 7)],
+    [("a", 7), ("\u00fc&=,", 8)],  # a non-ASCII letter, and characters URIs keep or Hive escapes
 ]
 
 
@@ -467,7 +468,7 @@ def _files_as_rows(spark: Any, out: Path, fmt: str, data_schema: str) -> dict[st
     """What the sink committed, batch by batch: the metadata log's files (uuids blanked) and
     the rows read back from each batch's files, with the partition column from the directory."""
     meta = out / "_spark_metadata"
-    log_names = sorted(os.listdir(meta), key=lambda n: int(n.split(".")[0]))
+    log_names = sorted((n for n in os.listdir(meta) if re.fullmatch(r"\d+(\.compact)?", n)), key=lambda n: int(n.split(".")[0]))
     batches = []
     for name in log_names:
         lines = (meta / name).read_text().split("\n")
@@ -475,7 +476,8 @@ def _files_as_rows(spark: Any, out: Path, fmt: str, data_schema: str) -> dict[st
         entries = [json.loads(x) for x in lines[1:] if x]
         keys = {tuple(e) for e in entries}
         files = sorted(re.sub(r"part-\d{5}-[0-9a-f-]{36}", "part-N-UUID", e["path"].split(str(out), 1)[1]) for e in entries)
-        paths = [e["path"] for e in entries]
+        paths = [unquote(e["path"][len("file://") :]) for e in entries]
+        assert all(e["path"].startswith("file:///") for e in entries)
         rows: list[str] = []
         if paths and not name.endswith(".compact"):
             reader = spark.read.format(fmt).option("basePath", str(out)).schema(data_schema + ", k STRING")
@@ -515,7 +517,7 @@ def test_file_sink_partition_by_writes_the_same_files_as_spark(spark, ours, tmp_
             spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", old)
     files, brief = got[0]
     assert [b["log"] for b in files["batches"]] == ["0", "1", "2.compact", "3"]
-    assert files["dirs"] == ["k=__HIVE_DEFAULT_PARTITION__", "k=a", "k=b", "k=p%2Fq%3Ar", "k=x y"]
+    assert files["dirs"] == ["k=__HIVE_DEFAULT_PARTITION__", "k=a", "k=b", "k=p%2Fq%3Ar", "k=x y", "k=\u00fc&%3D,"]
     assert brief[0][2] == "FileSink[file:<out>]"
     assert got[1][0] == got[0][0]
     assert got[1][1] == got[0][1]
