@@ -533,3 +533,21 @@ def test_file_sink_partition_by_writes_the_same_files_as_spark(spark, ours, tmp_
     assert brief[0][2] == "FileSink[file:<out>]"
     assert got[1][0] == got[0][0]
     assert got[1][1] == got[0][1]
+
+
+def _frames(text: str) -> list[str]:
+    """``file name:function`` of each traceback frame quoted in an error text."""
+    return [f"{os.path.basename(m.group(1))}:{m.group(2)}" for m in re.finditer(r'File "([^"]+)", line \d+, in (\S+)', text)]
+
+
+def test_foreach_batch_failure_traceback_frames_like_spark(spark, ours, tmp_path):
+    """Declared in ``tests/known_gaps.py``: the frames quoted in the reason are each engine's own."""
+    got = []
+    for engine in (spark, ours()):
+        q = _run(engine, tmp_path / f"fbframes-{engine_name(engine)}", lambda df: df, INPUT[:1], lambda w: w.foreachBatch(_raise_in_batch).start(), fails=True)
+        try:
+            q.awaitTermination(120)
+        except Exception as exc:  # noqa: BLE001 - the text is what is compared
+            got.append(_frames(str(exc).split("\n=== Streaming Query ===")[0]))
+    assert got[0][-1] == "test_sinks_more.py:_raise_in_batch"
+    assert got[1] == got[0]
