@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 def query_name_required_error() -> Exception:
     """Spark's ``start()`` error for ``format("memory")`` without ``queryName``."""
-    return analysis_error(None, "queryName must be specified for memory sink.")
+    return analysis_error("_LEGACY_ERROR_TEMP_1194", "queryName must be specified for memory sink.")
 
 
 def _offsets_path(checkpoint_location: str) -> str:

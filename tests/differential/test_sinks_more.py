@@ -466,6 +466,35 @@ def test_to_table_refusals_like_spark(spark, ours, tmp_path, db, case):
     assert got[1] == got[0]
 
 
+def test_to_table_with_console_format_refused_like_spark(spark, ours, tmp_path, db):
+    """Declared in ``tests/known_gaps.py``: statestream's writer cannot tell ``format("console")``
+    from no format at all."""
+    got = []
+    for engine in (spark, ours()):
+        name = f"{db}.tt_console_{engine_name(engine).lower()}"
+        w = engine.readStream.format("rate").load().writeStream.format("console")
+        try:
+            w.option("checkpointLocation", str(tmp_path / f"cons-{engine_name(engine)}")).toTable(name).stop()
+        except Exception as exc:  # noqa: BLE001 - compared by condition
+            got.append(exc.getCondition() if hasattr(exc, "getCondition") else type(exc).__name__)
+        else:
+            got.append(None)
+    assert got[0] == "CANNOT_CREATE_DATA_SOURCE_TABLE.EXTERNAL_METADATA_UNSUPPORTED"
+    assert got[1] == got[0]
+
+
+def test_memory_sink_without_query_name_refused_like_spark(spark, ours):
+    from pyspark.errors import AnalysisException
+
+    got = []
+    for engine in (spark, ours()):
+        with pytest.raises(AnalysisException) as err:
+            engine.readStream.format("rate").load().writeStream.format("memory").start().stop()
+        got.append((err.value.getCondition(), error_text(err.value)))
+    assert got[0] == ("_LEGACY_ERROR_TEMP_1194", "queryName must be specified for memory sink.")
+    assert got[1] == got[0]
+
+
 # -- file sinks with partitionBy ------------------------------------------------------------------
 
 FILE_INPUT = [
