@@ -37,6 +37,7 @@ class DataStreamWriter:
         self._query_name: str | None = None
         self._trigger: Any = None
         self._foreach_batch: Callable | None = None
+        self._foreach_writer: Any = None
         self._partition_by: list[str] = []
 
     def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
@@ -107,10 +108,41 @@ class DataStreamWriter:
         return self
 
     def foreach(self, f: Any) -> "DataStreamWriter":
-        raise NotImplementedError("statestream does not support foreach yet; use foreachBatch")
+        from statestream.sinks.foreach import partition_task
 
-    def toTable(self, tableName: str, **options: Any) -> "StreamingQuery":  # noqa: N802,N803
-        raise NotImplementedError("statestream does not support toTable yet; use a file sink or foreachBatch")
+        partition_task(f)  # PySpark refuses a writer without a callable process() right here
+        self._foreach_writer = f
+        self._foreach_batch = None
+        self._format = "foreach"
+        return self
+
+    def toTable(  # noqa: N802 - PySpark's name and arguments
+        self,
+        tableName: str,  # noqa: N803
+        format: str | None = None,  # noqa: A002
+        outputMode: str | None = None,  # noqa: N803
+        partitionBy: Any = None,  # noqa: N803
+        queryName: str | None = None,  # noqa: N803
+        **options: Any,
+    ) -> "StreamingQuery":
+        from statestream.sinks.table import prepare_table
+
+        if format is not None:
+            self.format(format)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if queryName is not None:
+            self.queryName(queryName)
+        self.options(**options)
+        # this writer's default format is console; Spark's is spark.sql.sources.default
+        requested = None if self._format == "console" else self._format
+        target = prepare_table(
+            self._session.sparkSession, tableName, requested, dict(self._options), self._partition_by, self._plan.schema
+        )
+        self._format = target.format
+        return self.start(path=target.path)
 
     def start(
         self,
@@ -146,6 +178,7 @@ class DataStreamWriter:
             self._query_name,
             spark,
             foreach_batch=self._foreach_batch,
+            foreach_writer=self._foreach_writer,
             output_mode=self._mode,
             partition_by=self._partition_by,
         )
@@ -160,9 +193,9 @@ class DataStreamWriter:
                 from statestream.errors import analysis_error
 
                 raise analysis_error(
-                    None,
+                    "_LEGACY_ERROR_TEMP_1298",
                     "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or "
-                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...)",
+                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...).",
                 )
             checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
             temporary_checkpoint = True

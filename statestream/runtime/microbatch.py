@@ -188,6 +188,7 @@ class MicroBatchExecution:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
             meta.write(self.fm)
         self.query_id = meta.id
+        self.sink.on_query_start(self.checkpoint_location, self.plan)
 
     @property
     def job_tag(self) -> str:
