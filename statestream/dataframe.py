@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql.types import StructType
 
-    from statestream.readwriter import DataStreamWriter
-    from statestream.session import StreamingSession
+    # the protocol a StreamingSession satisfies: session.py imports this module (via reader.py)
+    from statestream.runtime.interfaces import StreamingSessionLike as StreamingSession
+    from statestream.writer import DataStreamWriter
 
 __all__ = ["DataFrame", "GroupedData", "DataFrameNaFunctions", "DataFrameStatFunctions"]
 
@@ -490,20 +491,25 @@ class DataFrame:
     # ------------------------------------------------------------------ output
     @property
     def writeStream(self) -> "DataStreamWriter":  # noqa: N802
-        from statestream.readwriter import DataStreamWriter
+        from statestream.writer import DataStreamWriter
 
-        return DataStreamWriter(self)
+        return DataStreamWriter(self._plan, self._session)
 
     def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
         """Print the physical plan in Spark's shape (as Spark does for a streaming DataFrame
         that has not started: state info with an unknown checkpoint)."""
-        print(self._explain_string(extended=bool(extended)))  # noqa: T201 - explain prints, like PySpark
+        if isinstance(extended, str):  # PySpark: explain("formatted") is the mode
+            extended, mode = None, extended
+        print(self._explain_string(extended=bool(extended), mode=mode))  # noqa: T201 - explain prints, like PySpark
 
-    def _explain_string(self, extended: bool = False) -> str:
-        from statestream.plan.explain import explain_string
+    def _explain_string(self, extended: bool = False, mode: str | None = None) -> str:
+        from statestream.plan.explain import explain_string, logical_tree_string
         from statestream.runtime.microbatch import plan_for_explain
 
-        return explain_string(plan_for_explain(self, "append"), extended=extended)
+        schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
+        return explain_string(
+            plan_for_explain(self._plan, self.sparkSession, "append"), extended=extended, logical=logical_tree_string(self._plan), mode=mode, schema_line=schema_line
+        )
 
     # ------------------------------------------------------------------ batch actions are errors
     def _batch_action_error(self) -> Exception:

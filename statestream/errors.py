@@ -136,8 +136,11 @@ def query_exception_view(
     the ``=== Streaming Query ===`` report (Spark's also lists offsets and its logical plan), and no
     error class."""
     cause = exc.cause if exc.cause is not None else exc
+    unwrapped = getattr(cause, "unwrapped_message", None)
+    # Spark shows the user's failure here, not a sink's FOREACH_(BATCH_)USER_FUNCTION_ERROR around it
+    shown = unwrapped() if callable(unwrapped) else str(cause)
     ident = f"[id = {query_id}, runId = {run_id}]"
-    msg = f"{cause}\n=== Streaming Query ===\nIdentifier: {f'{name} ' if name else ''}{ident}\n"
+    msg = f"{shown}\n=== Streaming Query ===\nIdentifier: {f'{name} ' if name else ''}{ident}\n"
     return StatestreamStreamingQueryException(msg, cause=cause, params=None, error_class=None)
 
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from statestream.runtime.microbatch import MicroBatchExecution
 
 __all__ = ["StreamingQuery", "StreamingQueryManager"]
+
+logger = logging.getLogger(__name__)
+
+
+def _progress(values: dict) -> Any:
+    """A progress record as PySpark's own ``StreamingQueryProgress`` (built from the same JSON
+    shape Spark's JVM hands to PySpark)."""
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    return StreamingQueryProgress.fromJson(values)
 
 
 class StreamingQuery:
@@ -38,19 +50,36 @@ class StreamingQuery:
         return self._ex.status
 
     @property
-    def lastProgress(self) -> dict | None:  # noqa: N802
-        return self._ex.progress.last()
+    def lastProgress(self) -> Any:  # noqa: N802
+        """PySpark's ``StreamingQueryProgress`` of the last trigger (attribute and dict access,
+        ``json``, ``prettyJson``), or ``None`` before the first one."""
+        last = self._ex.progress.last()
+        return _progress(last) if last is not None else None
 
     @property
-    def recentProgress(self) -> list[dict]:  # noqa: N802
-        return self._ex.progress.recent()
+    def recentProgress(self) -> list[Any]:  # noqa: N802
+        return [_progress(p) for p in self._ex.progress.recent()]
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
-        done = self._ex.await_termination(timeout)
+        with self._stop_on_interrupt():
+            done = self._ex.await_termination(timeout)
         return done if timeout is not None else None
 
     def processAllAvailable(self) -> None:  # noqa: N802
-        self._ex.process_all_available()
+        with self._stop_on_interrupt():
+            self._ex.process_all_available()
+
+    @contextlib.contextmanager
+    def _stop_on_interrupt(self) -> Iterator[None]:
+        """Ctrl-C while waiting on the query stops it cleanly (the batch in flight finishes or is
+        abandoned, nothing is reported as a failure), then the interrupt goes on to the caller."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            logger.info("query %s: interrupted, stopping", self.name or self.id)
+            self._ex.interrupt()
+            logger.info("query %s stopped", self.name or self.id)
+            raise
 
     def stop(self) -> None:
         self._ex.stop()
@@ -82,6 +111,9 @@ class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
     def __init__(self) -> None:
+        from statestream.runtime.listener_bus import StreamingQueryListenerBus
+
+        self._listeners = StreamingQueryListenerBus()
         self._queries: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
         self._last_terminated: "MicroBatchExecution | None" = None
@@ -122,4 +154,10 @@ class StreamingQueryManager:
             self._last_terminated = None
 
     def addListener(self, listener: Any) -> None:  # noqa: N802
-        raise NotImplementedError("StreamingQueryListener is not supported by statestream yet")
+        """A ``pyspark.sql.streaming.StreamingQueryListener`` that hears this session's queries
+        (``runtime/listener_bus.py``). Listeners added to ``spark.streams`` hear only the
+        queries of Spark's engine."""
+        self._listeners.add(listener)
+
+    def removeListener(self, listener: Any) -> None:  # noqa: N802
+        self._listeners.remove(listener)

@@ -9,9 +9,24 @@ from statestream.query import StreamingQueryManager
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from statestream.readwriter import DataStreamReader
+    from statestream.reader import DataStreamReader
 
 __all__ = ["StreamingSession"]
+
+def use_driver_python(spark: Any) -> None:
+    """Spark's Python workers run ``PYSPARK_PYTHON`` (default ``python3`` on the PATH), which in
+    an unactivated virtualenv is not the interpreter that has statestream and pyarrow; when the
+    variable is unset, the workers of this context run the driver's own interpreter instead."""
+    import os
+    import sys
+
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    context = getattr(spark, "sparkContext", None)
+    if context is not None and getattr(context, "pythonExec", None) in (None, "python3", "python"):
+        context.pythonExec = sys.executable  # read when each Python function is shipped
+
 
 #: streaming global temporary views (``global_temp.<name>``), shared by every StreamingSession
 _GLOBAL_VIEWS: dict[str, Any] = {}
@@ -26,6 +41,7 @@ class StreamingSession:
 
     def __init__(self, spark: "SparkSession") -> None:
         self.sparkSession = spark
+        use_driver_python(spark)
         self._streams = StreamingQueryManager()
         #: streaming temporary views of this session (lower-case name -> statestream DataFrame)
         self._views: dict[str, Any] = {}
@@ -66,7 +82,7 @@ class StreamingSession:
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802
-        from statestream.readwriter import DataStreamReader
+        from statestream.reader import DataStreamReader
 
         return DataStreamReader(self)
 
@@ -77,7 +93,7 @@ class StreamingSession:
     def memoryStream(self, schema) -> "Any":  # noqa: N802
         """A ``MemoryStream`` (for tests): ``add_data(rows)`` adds one batch; ``toDF()`` is the
         streaming DataFrame over it."""
-        from statestream.readwriter import memory_stream_df
+        from statestream.reader import memory_stream_df
         from statestream.sources.memory import MemoryStream
 
         stream = MemoryStream(self.sparkSession, schema)

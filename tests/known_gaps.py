@@ -42,6 +42,17 @@ KNOWN_GAPS: dict[str, str] = {
         "removing the source's renaming projection), so late keys are dropped and state evicted only in data "
         "batches; statestream follows the analysed plan in every batch (never drops, never evicts)"
     ),
+    "tests/differential/test_sinks_more.py::test_foreach_batch_failure_traceback_frames_like_spark": (
+        "FOREACH_BATCH_USER_FUNCTION_ERROR quotes the Python traceback of the user's function; Spark's comes back "
+        "through Py4J and starts with PySpark's frames (clientserver.py:_call_proxy, utils.py:call, utils.py:call), "
+        "statestream calls the function in-process and shows its own (foreach_batch.py:add_batch); the user's frames, "
+        "the exception line and the rest of the message are Spark's"
+    ),
+    "tests/differential/test_sinks_more.py::test_to_table_with_console_format_refused_like_spark": (
+        "format('console').toTable(name): Spark creates the table USING console and fails with "
+        "CANNOT_CREATE_DATA_SOURCE_TABLE.EXTERNAL_METADATA_UNSUPPORTED; statestream's writer defaults to console, "
+        "cannot tell it from no format, and creates and fills a table of spark.sql.sources.default (parquet)"
+    ),
 }
 
 

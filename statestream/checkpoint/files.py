@@ -27,8 +27,11 @@ def _split_uri(root: str) -> tuple[pafs.FileSystem, str]:
     if "://" in root and not root.startswith("file://"):
         fs, path = pafs.FileSystem.from_uri(root)
         return fs, path
-    if root.startswith("file://"):
-        root = root[len("file://") :]
+    if root.startswith("file:"):
+        # file:///x and Hadoop's file:/x (what Spark's catalog gives as a table's location)
+        root = root[len("file:") :]
+        if root.startswith("//"):
+            root = root[2:]
     return pafs.LocalFileSystem(), os.path.abspath(root)
 
 

@@ -413,7 +413,11 @@ def _list_union(columns: list[pa.Array], starts: np.ndarray) -> list[pa.Array]:
     parent = pc.list_parent_indices(concat)
     if len(flat) == 0:
         return [concat]
-    t = pa.table({"p": parent, "v": flat, "i": np.arange(len(flat), dtype=np.int64)})
+    values = flat
+    if pa.types.is_nested(flat.type):
+        # Arrow cannot hash structs, lists or maps: equal values have equal Python reprs
+        values = pa.array([repr(v) for v in flat.to_pylist()], pa.string())
+    t = pa.table({"p": parent, "v": values, "i": np.arange(len(flat), dtype=np.int64)})
     firsts = t.group_by(["p", "v"], use_threads=False).aggregate([("i", "min")]).column("i_min")
     keep = np.sort(np.asarray(firsts.to_numpy(), dtype=np.int64))
     kept_parent = np.asarray(parent.to_numpy(), dtype=np.int64)[keep]

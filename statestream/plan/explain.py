@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 from statestream.operators.base import PhysicalOperator
 
-__all__ = ["tree_string", "explain_string", "codegen_stage_ids"]
+if TYPE_CHECKING:
+    from statestream.plan.logical import LogicalPlan
+
+__all__ = ["tree_string", "explain_string", "codegen_stage_ids", "formatted_string", "logical_tree_string", "EXPLAIN_MODES"]
 
 
 def codegen_stage_ids(plan: PhysicalOperator) -> dict[int, int]:
@@ -56,9 +62,121 @@ def tree_string(plan: PhysicalOperator) -> str:
     return "\n".join(lines)
 
 
-def explain_string(plan: PhysicalOperator, extended: bool = False, logical: str | None = None) -> str:
+def node_name(node: PhysicalOperator) -> str:
+    """The operator's name as Spark's formatted explain lists it (the head of its line)."""
+    match = re.match(r"[A-Za-z]+", node.simple_string())
+    return match.group(0) if match else type(node).__name__
+
+
+def formatted_string(plan: PhysicalOperator) -> str:
+    """Spark's ``explain(mode="formatted")``: the tree with numbered operators (children first),
+    then each operator's details."""
+    stages = codegen_stage_ids(plan)
+    numbers: dict[int, int] = {}
+    order: list[PhysicalOperator] = []
+
+    def number(node: PhysicalOperator) -> None:
+        for c in node.children:
+            number(c)
+        order.append(node)
+        numbers[id(node)] = len(order)
+
+    number(plan)
+    lines: list[str] = []
+
+    def go(node: PhysicalOperator, prefix: str, marker: str, last: bool) -> None:
+        star = "* " if id(node) in stages else ""
+        lines.append(f"{prefix}{marker}{star}{node_name(node)} ({numbers[id(node)]})")
+        kids = node.children
+        child_prefix = prefix + ("" if not marker else ("   " if last else ":  "))
+        for i, c in enumerate(kids):
+            go(c, child_prefix, "+- " if i == len(kids) - 1 else ":- ", i == len(kids) - 1)
+
+    go(plan, "", "", True)
+    details = []
+    for node in order:
+        head = f"({numbers[id(node)]}) {node_name(node)}"
+        if id(node) in stages:
+            head += f" [codegen id : {stages[id(node)]}]"
+        text = node.simple_string()
+        arguments = text[len(node_name(node)) :].strip() if text.startswith(node_name(node)) else text
+        details.append(head + (f"\nArguments: {arguments}" if arguments else "") + "\n")
+    return "\n".join(lines) + "\n\n\n" + "\n".join(details)
+
+
+def codegen_string(plan: PhysicalOperator) -> str:
+    """``explain(mode="codegen")``: the whole-stage codegen subtrees. Spark compiles their code
+    for each micro-batch's own plan, so there is no code to show before a batch runs."""
+    stages = codegen_stage_ids(plan)
+    roots: dict[int, PhysicalOperator] = {}
+
+    def visit(node: PhysicalOperator) -> None:
+        stage = stages.get(id(node))
+        if stage is not None and stage not in roots:
+            roots[stage] = node
+        for c in node.children:
+            visit(c)
+
+    visit(plan)
+    out = [f"Found {len(roots)} WholeStageCodegen subtrees."]
+    for i, stage in enumerate(sorted(roots), 1):
+        out.append(f"== Subtree {i} / {len(roots)} ==")
+        out.append(tree_string(roots[stage]))
+        out.append("\nGenerated code: compiled by Spark for each micro-batch's plan (none before a batch runs)\n")
+    return "\n".join(out)
+
+
+def explain_string(
+    plan: PhysicalOperator, extended: bool = False, logical: str | None = None, mode: str | None = None, schema_line: str = ""
+) -> str:
+    """The text of ``explain()`` in one of Spark's modes (``simple``, ``extended``,
+    ``formatted``, ``cost``, ``codegen``); ``extended=True`` means ``extended``. ``logical`` is
+    the logical plan's tree (``logical_tree_string``) for the modes that show it, and
+    ``schema_line`` the output's ``name: type, ...`` line Spark prints above the analysed plan."""
+    mode = (mode or ("extended" if extended else "simple")).lower()
+    if mode not in EXPLAIN_MODES:
+        from statestream.errors import StatestreamIllegalArgumentException
+
+        raise StatestreamIllegalArgumentException(
+            f"Unknown explain mode: {mode}. Accepted explain modes are 'simple', 'extended', 'codegen', 'cost', 'formatted'."
+        )
+    if mode == "formatted":
+        return "== Physical Plan ==\n" + formatted_string(plan) + "\n"
+    if mode == "codegen":
+        return codegen_string(plan) + "\n"
     out = []
-    if extended and logical:
-        out.append("== Analyzed Logical Plan ==\n" + logical + "\n")
+    if mode == "extended" and logical:
+        out.append("== Parsed Logical Plan ==\n" + logical + "\n")
+        out.append("== Analyzed Logical Plan ==\n" + (schema_line + "\n" if schema_line else "") + logical + "\n")
+        out.append("== Optimized Logical Plan ==\n" + logical + "\n")
+    if mode == "cost" and logical:
+        out.append("== Optimized Logical Plan ==\n" + logical + "\n")
     out.append("== Physical Plan ==\n" + tree_string(plan))
     return "\n".join(out) + "\n"
+
+
+#: the modes of PySpark's ``DataFrame.explain(mode=...)``
+EXPLAIN_MODES = ("simple", "extended", "codegen", "cost", "formatted")
+
+
+def logical_tree_string(plan: "LogicalPlan") -> str:
+    """statestream's logical plan in Spark's tree layout (``~`` marks a streaming node, as
+    Spark marks the nodes over a streaming source)."""
+    lines: list[str] = []
+
+    def describe(node: "LogicalPlan") -> str:
+        op = getattr(node, "op", None) or node.node_name
+        text = getattr(node, "description", "") or ""
+        if node.node_name == "StreamingRelation":
+            text = ", ".join(node.schema.names)
+        return f"~{op} {text}".rstrip()
+
+    def go(node: "LogicalPlan", prefix: str, marker: str, last: bool) -> None:
+        lines.append(prefix + marker + describe(node))
+        kids = node.children
+        child_prefix = prefix + ("" if not marker else ("   " if last else ":  "))
+        for i, c in enumerate(kids):
+            go(c, child_prefix, "+- " if i == len(kids) - 1 else ":- ", i == len(kids) - 1)
+
+    go(plan, "", "", True)
+    return "\n".join(lines)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from statestream.errors import StatestreamArithmeticException, StatestreamIllegalArgumentException, analysis_error
 

@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import SparkSession
 
-    from statestream.dataframe import DataFrame
     from statestream.operators.base import PhysicalOperator
+    from statestream.runtime.interfaces import StreamingSessionLike
     from statestream.sinks.base import Sink
     from statestream.sources.base import Source
 
@@ -83,14 +83,14 @@ def _now_ms() -> int:
 _LONG_MIN = -(2**63)
 
 
-def plan_for_explain(df: "DataFrame", output_mode: str) -> "PhysicalOperator":
-    """The physical plan a DataFrame would run with, before any batch (Spark's explain of a
-    streaming DataFrame shows state info with an unknown checkpoint)."""
-    spark = df.sparkSession
+def plan_for_explain(logical: L.LogicalPlan, spark: "SparkSession", output_mode: str) -> "PhysicalOperator":
+    """The physical plan a streaming DataFrame's logical plan would run with, before any batch
+    (Spark's explain of a streaming DataFrame shows state info with an unknown checkpoint);
+    ``spark`` is the DataFrame's session."""
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
-    relations = df._plan.find(L.StreamingRelation)  # noqa: SLF001
+    relations = logical.find(L.StreamingRelation)
     indexes = {id(r): i for i, r in enumerate(relations)}
-    plan = plan_streaming_query(df._plan, n, indexes, output_mode=output_mode)  # noqa: SLF001
+    plan = plan_streaming_query(logical, n, indexes, output_mode=output_mode)
     # Before a query starts Spark shows both watermarks as Long.MinValue.
     inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
     return inc.apply(plan)
@@ -109,8 +109,11 @@ class _BatchRecord:
 class MicroBatchExecution:
     """Runs one streaming query in a background thread (see the module docstring)."""
 
-    session: Any  # StreamingSession
-    df: "DataFrame"
+    #: the StreamingSession that started the query (its SparkSession, and its query manager,
+    #: told when the run ends)
+    session: "StreamingSessionLike"
+    #: the query's logical plan (the streaming DataFrame's)
+    plan: L.LogicalPlan
     sink: "Sink"
     output_mode: str
     trigger: Trigger
@@ -128,6 +131,9 @@ class MicroBatchExecution:
 
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        #: set when the run ended (waited on instead of Thread.join: a join interrupted by
+        #: Ctrl-C can report a running thread as finished)
+        self._done = threading.Event()
         self._lock = threading.Condition()
         self._exception: BaseException | None = None
         self._active = False
@@ -136,7 +142,7 @@ class MicroBatchExecution:
         self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
         from statestream.runtime.intervals import parse_time_conf_ms
 
-        conf = self.df.sparkSession.conf
+        conf = self.session.sparkSession.conf
         self.progress = ProgressTracker(
             self,
             keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
@@ -147,8 +153,17 @@ class MicroBatchExecution:
         self.fm = CheckpointFileManager(self.checkpoint_location)
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def listeners(self) -> Any:
+        """The StreamingQueryListener bus of the manager that started the query."""
+        return self.session.streams._listeners  # noqa: SLF001
+
     def start(self) -> None:
+        from statestream.runtime.progress import format_timestamp_ms
+
         self._prepare()
+        # Spark: onQueryStarted runs on every listener before start() returns
+        self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
         self._active = True
         self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
         self._thread.start()
@@ -162,7 +177,7 @@ class MicroBatchExecution:
 
         from statestream.errors import StatestreamAnalysisException
 
-        for node in self.df._plan.find(L.Aggregate):  # noqa: SLF001
+        for node in self.plan.find(L.Aggregate):
             try:
                 aggregation_info(node)
             except StatestreamAnalysisException:
@@ -173,13 +188,28 @@ class MicroBatchExecution:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
             meta.write(self.fm)
         self.query_id = meta.id
+        self.sink.on_query_start(self.checkpoint_location, self.plan)
+
+    @property
+    def job_tag(self) -> str:
+        return f"statestream-{self.run_id}"
+
+    def interrupt(self) -> None:
+        """Stop now: the batch in flight has its Spark jobs cancelled (Spark's ``stop()`` cancels
+        the query's job group the same way); it is re-run from the checkpoint on restart."""
+        self._stop.set()
+        try:
+            self.session.sparkSession.sparkContext.cancelJobsWithTag(self.job_tag)
+        except Exception:  # noqa: BLE001 - the context may be going down already
+            logger.debug("cannot cancel the jobs of %s", self.job_tag, exc_info=True)
+        self.stop()
 
     def stop(self) -> None:
         self._stop.set()
         with self._lock:
             self._lock.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._done.wait()
 
     @property
     def is_active(self) -> bool:
@@ -196,10 +226,16 @@ class MicroBatchExecution:
     def await_termination(self, timeout: float | None = None) -> bool:
         if self._thread is None:
             return True
-        self._thread.join(timeout)
+        # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._done.is_set():
+            left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if left <= 0:
+                break
+            self._done.wait(left)
         if self._exception is not None:
             raise self._exception
-        return not self._thread.is_alive()
+        return self._done.is_set()
 
     def process_all_available(self) -> None:
         """Block until every piece of data available now has been processed (Spark's
@@ -216,8 +252,12 @@ class MicroBatchExecution:
         try:
             self._run_stream()
         except BaseException as exc:  # noqa: BLE001 - the query terminates with it
-            logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
-            self._exception = self._wrap(exc)
+            if self._stop.is_set():
+                # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
+                logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
+            else:
+                logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
+                self._exception = self._wrap(exc)
         finally:
             self._active = False
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
@@ -227,14 +267,18 @@ class MicroBatchExecution:
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
             self._delete_temporary_checkpoint()
-            with self._lock:
-                self._lock.notify_all()
-            self.session.streams._notify_terminated(self)  # noqa: SLF001
+            try:
+                self.listeners.post_terminated(self.query_id, self.run_id, self._exception)
+                with self._lock:
+                    self._lock.notify_all()
+                self.session.streams._notify_terminated(self)  # noqa: SLF001
+            finally:
+                self._done.set()
 
     def _delete_temporary_checkpoint(self) -> None:
         if not self.delete_checkpoint_on_stop:
             return
-        force = str(self.df.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
+        force = str(self.session.sparkSession.conf.get("spark.sql.streaming.forceDeleteTempCheckpointLocation", "false"))
         if self._exception is not None and force.lower() != "true":
             logger.info("query failed: keeping its temporary checkpoint %s", self.checkpoint_location)
             return
@@ -253,7 +297,7 @@ class MicroBatchExecution:
         partitions."""
         from pyspark.sql import SparkSession
 
-        user = self.df.sparkSession
+        user = self.session.sparkSession
         try:
             spark = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
         except Exception:  # noqa: BLE001 - fall back to a new session with the same runtime confs
@@ -281,7 +325,7 @@ class MicroBatchExecution:
         )
         from statestream.runtime.watermark import WatermarkTracker, parse_policy
 
-        user = self.df.sparkSession
+        user = self.session.sparkSession
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
         session_conf = {}
@@ -289,7 +333,7 @@ class MicroBatchExecution:
             v = user.conf.get(k, None)
             session_conf[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
         session_conf = {k: v for k, v in session_conf.items() if v is not None}
-        relations = self.df._plan.find(L.StreamingRelation)  # noqa: SLF001
+        relations = self.plan.find(L.StreamingRelation)
         self.relations = relations
         self.sources: list[Source] = [
             r.source_spec.create(user, self.fm.path(f"sources/{i}")) for i, r in enumerate(relations)
@@ -339,17 +383,17 @@ class MicroBatchExecution:
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
         )
-        self._physical = plan_streaming_query(  # noqa: SLF001
-            self.df._plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode  # noqa: SLF001
+        self._physical = plan_streaming_query(
+            self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
-        self.has_watermark = bool(self.df._plan.find(L.EventTimeWatermark))  # noqa: SLF001
+        self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark
 
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
         # another one, once it has a watermark other than 0 to propagate
         self._redefined_watermark = (
-            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.df._plan)  # noqa: SLF001
+            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
         )
         no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
@@ -436,7 +480,7 @@ class MicroBatchExecution:
                 self._lock.wait(wait)
 
     def _purge(self, batch_id: int) -> None:
-        keep = int(self.df.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        keep = int(self.session.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
         threshold = batch_id + 1 - keep
         if threshold > 0:
             self.offset_log.purge(threshold)
@@ -502,6 +546,7 @@ class MicroBatchExecution:
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+        self.spark.sparkContext.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
         materialized = result.localCheckpoint(eager=True)
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
@@ -520,7 +565,7 @@ class MicroBatchExecution:
             s = stats_from_observation(obs)
             if s is not None:
                 stats[node_id] = s
-        delays = {n.node_id: n.delay_ms for n in self.df._plan.find(L.EventTimeWatermark)}  # noqa: SLF001
+        delays = {n.node_id: n.delay_ms for n in self.plan.find(L.EventTimeWatermark)}
         observed = {}
         for name, obs in ctx.extra.get(OBSERVED_METRICS, []):
             values = observed_values(obs)

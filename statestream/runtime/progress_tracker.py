@@ -8,16 +8,18 @@ import datetime as _dt
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statestream.plan.incremental import state_writers
 
 if TYPE_CHECKING:
-    from statestream.runtime.microbatch import MicroBatchExecution
+    from statestream.plan import logical as L
+    from statestream.sinks.base import Sink
+    from statestream.sources.base import Source
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProgressTracker", "format_timestamp_ms", "aggregate_operator_metrics"]
+__all__ = ["ProgressTracker", "TrackedExecution", "format_timestamp_ms", "aggregate_operator_metrics"]
 
 _SUMMED = ("numOutputRows", "numRowsDroppedByWatermark", "numTotalStateRows", "numUpdatedStateRows",
            "numRemovedStateRows", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "stateMemory")
@@ -74,6 +76,24 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
     return entry
 
 
+class TrackedExecution(Protocol):
+    """What the tracker reads of the query it reports on: ``MicroBatchExecution``, which creates
+    the tracker (a protocol, so that this module does not import microbatch.py, which imports it)."""
+
+    query_id: str
+    run_id: str
+    query_name: str | None
+    #: the query's logical plan
+    plan: "L.LogicalPlan"
+    #: the following three are set once the query's run has started
+    sources: "list[Source]"
+    num_partitions: int
+    has_watermark: bool
+    sink: "Sink"
+    #: the StreamingQueryListener bus of the query's manager
+    listeners: Any
+
+
 class ProgressTracker:
     """Spark's ``ProgressReporter``: the progress of every executed batch and, while the query
     waits for data, an idle-trigger progress at most every ``noDataProgressEventInterval``.
@@ -82,7 +102,7 @@ class ProgressTracker:
     (Spark drops the oldest once the buffer reaches the conf's value).
     """
 
-    def __init__(self, ex: "MicroBatchExecution", keep: int = 100, no_data_interval_ms: int = 10_000) -> None:
+    def __init__(self, ex: TrackedExecution, keep: int = 100, no_data_interval_ms: int = 10_000) -> None:
         self.ex = ex
         self._recent: collections.deque[dict] = collections.deque(maxlen=max(keep - 1, 0))
         self.no_data_interval_ms = no_data_interval_ms
@@ -181,6 +201,7 @@ class ProgressTracker:
         self._last_watermark = record.watermark_ms
         with self._lock:
             self._recent.append(prog)
+        self.ex.listeners.post_progress(prog)
         self._last_no_execution_report = time.monotonic()
         self._last_sink_rows_reported = prog["sink"]["numOutputRows"] != -1
         self._executed = True
@@ -190,7 +211,7 @@ class ProgressTracker:
         """Spark reports the statistics of the first watermark node (in plan order) that saw rows."""
         from statestream.plan import logical as L
 
-        for n in self.ex.df._plan.find(L.EventTimeWatermark):  # noqa: SLF001
+        for n in self.ex.plan.find(L.EventTimeWatermark):
             if n.node_id in stats:
                 return stats[n.node_id]
         return None
@@ -241,6 +262,7 @@ class ProgressTracker:
         prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": 0 if reported else -1}
         with self._lock:
             self._recent.append(prog)
+        self.ex.listeners.post_idle(self.ex.query_id, self.ex.run_id, prog["timestamp"])
 
     def last(self) -> dict | None:
         with self._lock:

@@ -22,7 +22,7 @@ __all__ = ["check_state_on_first_batch"]
 def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> None:
     """Verify (restart) then write the operator metadata and state schema files."""
     state_root = ex.fm.child("state").root
-    schema_check = ex.df.sparkSession.conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true").lower() == "true"
+    schema_check = ex.session.sparkSession.conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true").lower() == "true"
     writers = state_writers(plan)
     current = {i: w.operator_name for i, w in enumerate(writers)}
     if batch_id > 0:

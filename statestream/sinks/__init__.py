@@ -4,8 +4,13 @@
 
 * ``console``: :class:`~statestream.sinks.console.ConsoleSink`
 * ``memory``: :class:`~statestream.sinks.memory.MemorySink` (needs ``queryName``)
+* ``noop``: :class:`~statestream.sinks.noop.NoopSink`
+* ``foreach`` (with ``foreach_writer``): :class:`~statestream.sinks.foreach.ForeachSink`
 * ``foreachBatch`` (or any format when ``foreach_batch`` is given): :class:`~statestream.sinks.foreach_batch.ForeachBatchSink`
 * ``parquet``, ``json``, ``csv``, ``orc``, ``text``: :class:`~statestream.sinks.files.FileStreamSink` (append only)
+
+``writeStream.toTable`` resolves (or creates) its table with :func:`statestream.sinks.table.prepare_table`
+and then writes through the file sink of the table's provider.
 """
 
 from __future__ import annotations
@@ -21,6 +26,16 @@ if TYPE_CHECKING:
 __all__ = ["create_sink", "FILE_FORMATS", "validate_output_mode"]
 
 FILE_FORMATS = ("parquet", "json", "csv", "orc", "text")
+
+
+#: Sinks Spark refuses ``partitionBy`` for, with the name its error shows.
+_UNPARTITIONED = {"memory": "memory", "foreach": "foreach", "foreachbatch": "foreachBatch"}
+
+
+def _partitioning_error(name: str) -> Exception:
+    from statestream.errors import analysis_error
+
+    return analysis_error("_LEGACY_ERROR_TEMP_1197", f"'{name}' does not support partitioning.", operation=name)
 
 
 def validate_output_mode(fmt: str, output_mode: str) -> None:
@@ -39,6 +54,7 @@ def create_sink(
     spark: "SparkSession",
     *,
     foreach_batch: Callable[..., Any] | None = None,
+    foreach_writer: Any = None,
     output_mode: str | None = None,
     partition_by: Sequence[str] | None = None,
     path: str | None = None,
@@ -59,6 +75,8 @@ def create_sink(
         The user's session (the memory sink registers its view there).
     foreach_batch:
         The function given to ``foreachBatch``.
+    foreach_writer:
+        The writer (object or function) given to ``foreach``.
     output_mode:
         Checked now for file sinks, so ``start()`` fails like Spark's.
     partition_by:
@@ -69,12 +87,19 @@ def create_sink(
     Raises
     ------
     AnalysisException
-        Memory sink without ``queryName``; file sink in a mode other than append.
+        Memory sink without ``queryName``; file sink in a mode other than append; ``partitionBy``
+        with the memory, ``foreach`` or ``foreachBatch`` sink.
     IllegalArgumentException
         File sink without a path (Spark: ``'path' is not specified.``).
     """
     name = fmt.lower()
     opts = dict(options or {})
+    if partition_by and name in _UNPARTITIONED:
+        raise _partitioning_error(_UNPARTITIONED[name])
+    if name == "foreach":
+        from statestream.sinks.foreach import ForeachSink
+
+        return ForeachSink(foreach_writer)
     if foreach_batch is not None or name == "foreachbatch":
         from statestream.sinks.foreach_batch import ForeachBatchSink
 
@@ -85,10 +110,14 @@ def create_sink(
         from statestream.sinks.console import ConsoleSink
 
         return ConsoleSink(opts)
+    if name == "noop":
+        from statestream.sinks.noop import NoopSink
+
+        return NoopSink()
     if name == "memory":
         from statestream.sinks.memory import MemorySink
 
-        return MemorySink(spark, query_name, schema=schema)
+        return MemorySink(spark, query_name, schema=schema, output_mode=output_mode)
     if name in FILE_FORMATS:
         from statestream.sinks.files import FileStreamSink
 
@@ -97,7 +126,7 @@ def create_sink(
         lowered = {str(k).lower(): v for k, v in opts.items()}
         target = path if path is not None else lowered.get("path")
         if not target:
-            from statestream.sources.files import illegal_argument
+            from statestream.sources.options import illegal_argument
 
             raise illegal_argument("'path' is not specified.")
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)

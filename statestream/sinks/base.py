@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from statestream.plan.logical import LogicalPlan
+
 __all__ = ["Sink"]
 
 
@@ -33,6 +35,11 @@ class Sink(ABC):
     def description(self) -> str:
         """``sink.description`` in progress reports (e.g. ``MemorySink``, ``ForeachBatchSink``)."""
         return type(self).__name__
+
+    def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:
+        """Called once by ``start()`` with the query's checkpoint location and logical plan (its
+        ``schema`` is the output's), before the first batch; an exception raised here is raised by ``start()``.
+        The memory sink refuses a restart it cannot recover from and registers its view here."""
 
     def stop(self) -> None:
         """Release resources."""

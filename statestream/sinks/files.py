@@ -87,13 +87,32 @@ def qualified_path(path: str) -> str:
     return "file:" + _local_abspath(path)
 
 
+#: ASCII characters a URI path keeps as they are (``java.net.URI``'s unreserved and punctuation
+#: characters, ``@`` and ``/``), which is what Hadoop's ``Path.toUri`` produces.
+_URI_PATH_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789" "_-!.~'()*" ",;:$&+=" "@/")
+
+
+def _quote_uri_path(path: str) -> str:
+    """Percent-encode ``path`` as ``java.net.URI`` does for a path component: safe ASCII and
+    non-ASCII letters stay, everything else (space, ``%``, ``#``, ``?``, controls...) becomes its
+    UTF-8 bytes in ``%XX``."""
+    out = []
+    for ch in path:
+        if ch in _URI_PATH_SAFE or (ord(ch) > 0x7F and ch.isprintable() and not ch.isspace()):
+            out.append(ch)
+        else:
+            out.append(quote(ch, safe=""))
+    return "".join(out)
+
+
 def path_to_uri(path: str) -> str:
-    """A file's path as Spark's metadata logs store it: a percent-encoded URI, ``file:///...``
-    for local files."""
+    """A file's path as Spark's metadata logs store it: a URI as Hadoop's ``Path.toUri`` prints
+    it (``file:///...`` for local files; ``=`` of partition directories kept, ``%`` and spaces
+    encoded)."""
     if _is_remote(path):
         scheme, rest = path.split("://", 1)
-        return f"{scheme}://{quote(rest, safe='/:@')}"
-    return "file://" + quote(_local_abspath(path), safe="/")
+        return f"{scheme}://{_quote_uri_path(rest)}"
+    return "file://" + _quote_uri_path(_local_abspath(path))
 
 
 def uri_to_path(uri: str) -> str:

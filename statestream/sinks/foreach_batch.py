@@ -3,18 +3,31 @@
 Spark: ``ForeachBatchSink``. The function is called with ``(df, batch_id)`` for every executed
 batch, including a batch re-executed after a restart (same id again): exactly-once is the
 function's business, typically by keying its writes on ``batch_id``.
+
+An exception from the function fails the query with Spark's ``FOREACH_BATCH_USER_FUNCTION_ERROR``.
+Its reason is the text PySpark's engine gets back from the Python function, which crosses Py4J
+there: ``An exception was raised by the Python Proxy. Return Message: `` and the traceback. The
+original exception is the error's ``__cause__``.
 """
 
 from __future__ import annotations
 
+import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.sinks.base import Sink
+from statestream.sinks.foreach import ForeachUserFuncError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ForeachBatchSink"]
+__all__ = ["ForeachBatchSink", "user_function_error"]
+
+
+def user_function_error(exc: BaseException) -> ForeachUserFuncError:
+    """``FOREACH_BATCH_USER_FUNCTION_ERROR`` for ``exc`` raised by the user's function."""
+    reason = "An exception was raised by the Python Proxy. Return Message: " + "".join(traceback.format_exception(exc))
+    return ForeachUserFuncError("FOREACH_BATCH_USER_FUNCTION_ERROR", "foreach batch sink", reason)
 
 
 class ForeachBatchSink(Sink):
@@ -23,8 +36,8 @@ class ForeachBatchSink(Sink):
     Parameters
     ----------
     func:
-        Any callable taking ``(DataFrame, int)``; its return value is ignored and its exceptions
-        propagate (they fail the query, as in Spark).
+        Any callable taking ``(DataFrame, int)``; its return value is ignored and an exception
+        fails the query (wrapped as Spark wraps it, see the module's docstring).
     """
 
     def __init__(self, func: Callable[["DataFrame", int], Any]) -> None:
@@ -33,7 +46,10 @@ class ForeachBatchSink(Sink):
         self.func = func
 
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
-        self.func(df, batch_id)
+        try:
+            self.func(df, batch_id)
+        except Exception as exc:  # noqa: BLE001 - any user failure, as Spark wraps any
+            raise user_function_error(exc) from exc
 
     def num_output_rows(self) -> int:
         return -1  # Spark cannot know what the function wrote

@@ -6,6 +6,12 @@ A batch id not newer than the last one added is skipped, which makes re-delivery
 harmless. After every batch the temp view ``queryName`` in the *user's* session is replaced by a
 DataFrame over the rows held, so ``spark.sql("select * from <queryName>")`` and
 ``spark.table(queryName)`` see the output.
+
+Starting a query (:meth:`MemorySink.on_query_start`) registers the view at once, empty, with the
+query's schema, as Spark's ``start()`` does, also when a restart on an existing checkpoint has no
+new data to run. Like Spark, only a complete-mode query may start again on a checkpoint that has
+offsets: the rows of earlier runs are gone with their sink, so an append or update query is
+refused with Spark's error.
 """
 
 from __future__ import annotations
@@ -21,14 +27,33 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["MemorySink", "query_name_required_error"]
+__all__ = ["MemorySink", "query_name_required_error", "recovery_unsupported_error"]
 
 logger = logging.getLogger(__name__)
 
 
 def query_name_required_error() -> Exception:
     """Spark's ``start()`` error for ``format("memory")`` without ``queryName``."""
-    return analysis_error(None, "queryName must be specified for memory sink.")
+    return analysis_error("_LEGACY_ERROR_TEMP_1194", "queryName must be specified for memory sink.")
+
+
+def _offsets_path(checkpoint_location: str) -> str:
+    """``<checkpoint>/offsets`` as Hadoop's ``Path`` prints it (``file:///x`` becomes ``file:/x``)."""
+    root = checkpoint_location.rstrip("/") or "/"
+    if root.startswith("file://"):
+        root = "file:/" + root[len("file://") :].lstrip("/")
+    return f"{root}/offsets" if root != "/" else "/offsets"
+
+
+def recovery_unsupported_error(checkpoint_location: str) -> Exception:
+    """Spark's ``start()`` error for a memory sink in append or update mode whose checkpoint
+    already has offsets."""
+    return analysis_error(
+        "_LEGACY_ERROR_TEMP_1299",
+        "This query does not support recovering from checkpoint location. "
+        f"Delete {_offsets_path(checkpoint_location)} to start over.",
+        checkpointPath=_offsets_path(checkpoint_location),
+    )
 
 
 class MemorySink(Sink):
@@ -43,20 +68,44 @@ class MemorySink(Sink):
         Required; the view name.
     schema:
         When known up front the (empty) view exists from the start, as in Spark; otherwise it
-        appears with the first batch.
+        appears with :meth:`on_query_start` or the first batch.
+    output_mode:
+        The query's output mode; anything but ``complete`` refuses to restart on a checkpoint
+        with offsets (:meth:`on_query_start`).
     """
 
-    def __init__(self, spark: "SparkSession", query_name: str | None, schema: "StructType | None" = None) -> None:
+    def __init__(
+        self,
+        spark: "SparkSession",
+        query_name: str | None,
+        schema: "StructType | None" = None,
+        output_mode: str | None = None,
+    ) -> None:
         if not query_name:
             raise query_name_required_error()
         self.spark = spark
         self.query_name = query_name
         self.schema = schema
+        self.output_mode = (output_mode or "append").lower()
         self._batches: list[tuple[int, list["Row"]]] = []
         self._latest_batch_id: int | None = None
         self._last_rows = 0
         self._lock = threading.Lock()
         if schema is not None:
+            self._refresh_view()
+
+    def on_query_start(self, checkpoint_location: str, plan: object) -> None:
+        """Spark's ``start()`` for the memory sink: refuse to recover an append or update query
+        from a checkpoint with offsets, then (re)register the view, empty, with the query's
+        schema."""
+        from statestream.checkpoint.files import CheckpointFileManager
+
+        if self.output_mode != "complete" and CheckpointFileManager(checkpoint_location).exists("offsets"):
+            raise recovery_unsupported_error(checkpoint_location)
+        with self._lock:
+            if self.schema is None:
+                self.schema = getattr(plan, "schema", None)
+        if self.schema is not None:
             self._refresh_view()
 
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:

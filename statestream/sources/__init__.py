@@ -63,7 +63,7 @@ def create_source(
     StatestreamError
         An unknown format (Spark: ``[DATA_SOURCE_NOT_FOUND]``).
     """
-    from statestream.sources.files import unsupported_operation
+    from statestream.sources.options import unsupported_operation
 
     name = fmt.lower()
     opts = dict(options or {})

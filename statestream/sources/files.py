@@ -62,6 +62,7 @@ from statestream.sinks.files import (
     uri_to_path,
 )
 from statestream.sources.base import ReadLimit, Source, empty_batch
+from statestream.sources.options import TIME_SUFFIX_MS, arithmetic_error, illegal_argument, unsupported_operation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -105,18 +106,6 @@ _SOURCE_OPTIONS = {
 SCHEMA_INFERENCE_CONF = "spark.sql.streaming.schemaInference"
 
 _GLOB_CHARS = set("*?[{")
-
-
-def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
-    return StatestreamIllegalArgumentException(message)
-
-
-def unsupported_operation(message: str) -> StatestreamUnsupportedOperationException:
-    return StatestreamUnsupportedOperationException(message)
-
-
-def arithmetic_error(message: str) -> StatestreamArithmeticException:
-    return StatestreamArithmeticException(message)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -165,17 +154,15 @@ def _positive_option(opts: Mapping[str, Any], name: str) -> int | None:
 
 
 def _time_string_as_ms(text: str) -> int:
-    from statestream.sources.rate import _TIME_SUFFIX_MS  # shared unit table
-
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
-    if m is None or (m.group(2) is not None and m.group(2) not in _TIME_SUFFIX_MS):
+    if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
         from statestream.errors import StatestreamNumberFormatException
 
         raise StatestreamNumberFormatException(
             "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
             f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nFailed to parse time string: {text}"
         )
-    return int(int(m.group(1)) * _TIME_SUFFIX_MS[m.group(2) or "ms"])
+    return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
 def glob_match(pattern: str, name: str) -> bool:

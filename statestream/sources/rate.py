@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import CheckpointError
 from statestream.sources.base import ReadLimit, Source
+from statestream.sources.options import TIME_SUFFIX_MS, arithmetic_error, illegal_argument
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,28 +42,14 @@ Clock = Callable[[], int]
 _LONG_MAX = 2**63 - 1
 _VERSION = 1
 
-_TIME_SUFFIX_MS = {
-    "us": 0.001,
-    "ms": 1,
-    "s": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "h": 3_600_000,
-    "d": 86_400_000,
-}
-
 
 def _rate_error(message: str) -> Exception:
     # Spark raises java.lang.IllegalArgumentException; PySpark surfaces it as
-    # pyspark.errors.IllegalArgumentException. Kept here until errors.py grows a factory for it.
-    from statestream.sources.files import illegal_argument
-
+    # pyspark.errors.IllegalArgumentException.
     return illegal_argument(message)
 
 
 def _arithmetic_error(message: str) -> Exception:
-    from statestream.sources.files import arithmetic_error
-
     return arithmetic_error(message)
 
 
@@ -72,14 +59,14 @@ def parse_time_string_as_seconds(text: str) -> int:
     Finer units are truncated to whole seconds (like ``TimeUnit.convert``).
     """
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
-    if m is None or (m.group(2) is not None and m.group(2) not in _TIME_SUFFIX_MS):
+    if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
         raise ValueError(
             "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), "
             "minutes (m or min), hour (h), or day (d). E.g. 50 s, 100 ms, or 250 us.\n"
             f"Failed to parse time string: {text}"
         )
     number = int(m.group(1))
-    unit_ms = _TIME_SUFFIX_MS[m.group(2) or "s"]
+    unit_ms = TIME_SUFFIX_MS[m.group(2) or "s"]
     total_ms = number * unit_ms
     return int(total_ms / 1000) if total_ms >= 0 else -int(-total_ms / 1000)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable, Protocol, Union
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +26,6 @@ import pyarrow.compute as pc
 
 from statestream.errors import StateStoreError
 from statestream.state.keys import match_keys
-
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from statestream.state.provider import StateStoreProvider
 
 __all__ = [
     "StateStoreId",
@@ -40,6 +37,7 @@ __all__ = [
     "OP_PUT",
     "OP_REMOVE",
     "CUSTOM_METRIC_NAMES",
+    "StoreOwner",
 ]
 
 log = logging.getLogger(__name__)
@@ -164,6 +162,26 @@ def _as_table(data: TableLike) -> pa.Table:
     raise StateStoreError(f"state store expects a pyarrow Table or RecordBatch, got {type(data).__name__}")
 
 
+class StoreOwner(Protocol):
+    """What a view needs of the provider that opened it (``StateStoreProvider`` in
+    :mod:`statestream.state.provider` is the one implementation). A protocol, so that this module
+    does not import the provider module, which imports it."""
+
+    store_id: "StateStoreId"
+    key_schema: pa.Schema
+    value_schema: pa.Schema
+    #: key columns then value columns
+    schema: pa.Schema
+    #: key columns, nullable value columns, then the op column
+    delta_schema: pa.Schema
+
+    def cache_counts(self) -> tuple[int, int]: ...
+
+    def memory_used_bytes(self, extra: pa.Table | None = None) -> int: ...
+
+    def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int: ...
+
+
 class ReadStateStore:
     """A read-only view of one committed version of a store.
 
@@ -172,7 +190,7 @@ class ReadStateStore:
     immutable Arrow table shared with the provider's cache, so opening a view costs no copy.
     """
 
-    def __init__(self, provider: "StateStoreProvider", version: int, table: pa.Table) -> None:
+    def __init__(self, provider: StoreOwner, version: int, table: pa.Table) -> None:
         self._provider = provider
         self._version = version
         self._table = table
@@ -316,7 +334,7 @@ class StateStore(ReadStateStore):
       so a task-completion hook may call it unconditionally.
     """
 
-    def __init__(self, provider: "StateStoreProvider", version: int, table: pa.Table) -> None:
+    def __init__(self, provider: StoreOwner, version: int, table: pa.Table) -> None:
         super().__init__(provider, version, table)
         self._state = "updating"  # -> "committed" | "aborted"
         # Which rows of ``_table`` were put in this view (aligned with ``_table``), and the keys

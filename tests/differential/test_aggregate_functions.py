@@ -114,9 +114,11 @@ def _collect(df: DataFrame) -> DataFrame:
         F.collect_list("s").alias("ls"),
         F.array_agg("i").alias("li"),
         F.collect_set("i").alias("si"),
+        F.collect_set(F.struct("s", "i")).alias("ss"),
+        F.collect_set(F.array("i", "i")).alias("sa"),
     )
     # collect_set's element order is its hash set's: compare the sets
-    return agg.select("k", "ls", "li", F.array_sort("si").alias("si"))
+    return agg.select("k", "ls", "li", F.array_sort("si").alias("si"), F.array_sort("ss").alias("ss"), F.array_sort("sa").alias("sa"))
 
 
 def _sketches(df: DataFrame) -> DataFrame:

@@ -113,9 +113,9 @@ def test_stateless_operations_feed_an_aggregation(spark, ours, tmp_path):
 
 
 def _observed(run) -> dict[int, dict]:
-    """Batch id -> {metric name: values in the metrics' order}. PySpark's progress JSON shows a
-    metrics row as a list of values, Spark's JVM JSON (and statestream's) as an object; the
-    object's field names are checked separately."""
+    """Batch id -> {metric name: values in the metrics' order} (PySpark's progress objects hold
+    the metrics as Rows, which the harness's JSON shows as lists; the field names are checked in
+    tests/spark/test_listeners.py)."""
     from tests.differential.harness import normalise_progress
 
     out = {}
@@ -146,8 +146,6 @@ def test_observe_named_metrics_in_progress(spark, ours, tmp_path, aggregated):
     expected, actual = _observed(exp), _observed(act)
     assert expected and all(expected.values()), expected
     assert actual == expected
-    names = {tuple(v) for p in act.progress for v in (p.get("observedMetrics") or {}).values()}
-    assert names <= {("rows", "max_x", "sum_d"), ("rows",), ("rows", "total")}, names
 
 
 def test_sql_over_a_streaming_temp_view(spark, tmp_path):

@@ -210,3 +210,53 @@ def test_aggregate_node_falls_back_to_hash_aggregate():
     from statestream.plan.planner import spark_aggregate_node
 
     assert spark_aggregate_node(object()) == ("HashAggregate", True)
+
+
+def _explain_mode_text(df: Any, mode: str) -> str:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        df.explain(mode)
+    return buf.getvalue()
+
+
+def _formatted_outline(text: str) -> list[str]:
+    """The formatted plan's tree and the details' headers (name, number, codegen id)."""
+    tree, _, details = text.partition("\n\n\n")
+    headers = [line for line in details.splitlines() if re.match(r"^\(\d+\) ", line)]
+    return [line for line in tree.splitlines() if line] + headers
+
+
+FORMATTED_CASES: dict[str, Callable[[Any], Any]] = {
+    "stateless": lambda F: lambda r: _rate(r).filter("value > 0").select("value", (F.col("value") * 2).alias("x")),
+    "aggregation": CASES["stddev_hash_aggregate"],
+    "limit": CASES["limit"],
+    "dedup": lambda F: lambda r: _rate(r).dropDuplicates(["value"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORMATTED_CASES))
+def test_explain_formatted_matches_spark(spark, case):
+    """``explain("formatted")``: the same numbered tree and operator headers as Spark's."""
+    from pyspark.sql import functions as F
+
+    build = FORMATTED_CASES[case](F)
+    theirs = _formatted_outline(_explain_mode_text(build(spark.readStream), "formatted"))
+    ours = _formatted_outline(_explain_mode_text(build(StreamingSession(spark).readStream), "formatted"))
+    assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "cost", "codegen"])
+def test_explain_modes_have_sparks_sections(spark, mode):
+    from pyspark.sql import functions as F
+
+    build = FORMATTED_CASES["aggregation"](F)
+    headers = lambda text: [line for line in text.splitlines() if line.startswith(("== ", "Found "))]  # noqa: E731
+    theirs = headers(_explain_mode_text(build(spark.readStream), mode))
+    ours = headers(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
+    # Spark names each codegen subtree with its code sizes, which exist only once compiled
+    assert [re.sub(r" \(maxMethodCodeSize.*\)", "", h) for h in ours] == [re.sub(r" \(maxMethodCodeSize.*\)", "", h) for h in theirs]
+
+
+def test_explain_unknown_mode_is_sparks_error(spark):
+    with pytest.raises(Exception, match="Unknown explain mode: nope"):  # noqa: PT011
+        StreamingSession(spark).readStream.format("rate").load().explain("nope")

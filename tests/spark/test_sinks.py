@@ -206,3 +206,67 @@ def test_foreach_batch_sink(spark):
     assert calls == [(0, 1), (0, 2)]
     assert sink.description() == "ForeachBatchSink"
     assert sink.num_output_rows() == -1
+
+
+# -- noop, foreach --------------------------------------------------------------------------------
+
+
+def test_noop_sink_counts_and_describes_like_spark(spark):
+    from statestream.sinks.noop import NoopSink
+
+    sink = create_sink("noop", {}, None, spark)
+    assert isinstance(sink, NoopSink)
+    sink.add_batch(0, _df(spark, [(1, "a"), (2, "b")]), "complete")
+    assert (sink.description(), sink.num_output_rows()) == ("NoopTable", 2)
+
+
+def test_foreach_task_calls_open_process_close_as_pyspark_does():
+    from statestream.sinks.foreach import partition_task
+
+    class W:
+        def __init__(self, answer):
+            self.answer, self.calls = answer, []
+
+        def open(self, pid, epoch):
+            self.calls.append(("open", pid, epoch))
+            return self.answer
+
+        def process(self, row):
+            if row == "bad":
+                raise ValueError("bad")
+            self.calls.append(("process", row))
+
+        def close(self, error):
+            self.calls.append(("close", repr(error)))
+
+    for answer, expected in ((True, [("process", 1), ("process", 2)]), (False, []), (None, [])):
+        w = W(answer)
+        assert partition_task(w)(3, 7, [1, 2]) == (2, None)  # rows handed to the sink are counted either way
+        assert w.calls == [("open", 3, 7), *expected, ("close", "None")]
+    w = W(True)
+    n, text = partition_task(w)(0, 0, [1, "bad", 2])
+    assert n == 2 and text.startswith("Traceback (most recent call last):\n") and text.endswith("ValueError: bad\n")
+    assert w.calls[-1] == ("close", "ValueError('bad')")
+    seen = []
+    assert partition_task(seen.append)(0, 0, ["x", "y"]) == (2, None)
+    assert seen == ["x", "y"]
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def test_sink_log_paths_are_encoded_as_hadoop_path_to_uri():
+    from statestream.sinks.files import path_to_uri, uri_to_path
+
+    p = "/out/k=a b/k2=p%2Fq/x=\u00fc&,;$+@:/part-0.parquet"
+    uri = path_to_uri(p)
+    assert uri == "file:///out/k=a%20b/k2=p%252Fq/x=\u00fc&,;$+@:/part-0.parquet"
+    assert uri_to_path(uri) == p
+    assert path_to_uri("s3://bucket/k=1/a b") == "s3://bucket/k=1/a%20b"
+
+
+def test_checkpoint_file_manager_reads_hadoop_file_uris_as_local_paths(tmp_path):
+    from statestream.checkpoint.files import CheckpointFileManager
+
+    for root in (f"file:{tmp_path}/c", f"file://{tmp_path}/c", f"{tmp_path}/c"):
+        assert CheckpointFileManager(root).path("offsets") == f"{tmp_path}/c/offsets"

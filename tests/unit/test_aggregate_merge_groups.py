@@ -176,3 +176,15 @@ def test_decimal_sum_overflow_fails_and_try_sum_gives_null():
     # an overflowed (null, non-empty) buffer stays null
     again, _ = merge_group("try_decimal_sum", [sums, empty], batch, pa.array([True, True]))
     assert again.to_pylist() == [None, D("3.00")]
+
+
+def test_union_of_nested_values_keeps_first_appearances():
+    t = pa.list_(pa.struct([("s", pa.string()), ("i", pa.int32())]))
+    state = [pa.array([[{"s": "a", "i": 1}], None], t)]
+    # a batch's buffer is already a set (Spark's collect_set of the batch); a key without a
+    # stored buffer keeps it as it is
+    batch = [pa.array([[{"s": "a", "i": 1}, {"s": "b", "i": 1}], [{"s": "c", "i": None}]], t)]
+    (merged,) = merge_group("union", state, batch, pa.array([True, False]))
+    assert merged.to_pylist() == [[{"s": "a", "i": 1}, {"s": "b", "i": 1}], [{"s": "c", "i": None}]]
+    runs = merge_group_segments("union", [pa.array([[{"s": "a", "i": 1}], [{"s": "a", "i": 1}, {"s": "c", "i": None}]], t)], np.array([0]))
+    assert runs[0].to_pylist() == [[{"s": "a", "i": 1}, {"s": "c", "i": None}]]

@@ -1,0 +1,172 @@
+"""DataStreamReader (``StreamingSession.readStream``) with PySpark's names, arguments and chaining,
+and the ``SourceSpec`` of a streaming relation.
+
+Below ``session.py`` and above ``dataframe.py`` (the reader makes DataFrames; the DataFrame makes
+the writer, ``writer.py``): the session is typed with ``StreamingSessionLike``, as importing
+``session.py`` here would be a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from statestream.plan import logical as L
+from statestream.sources.options import option_string
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from statestream.dataframe import DataFrame
+    from statestream.runtime.interfaces import StreamingSessionLike
+    from statestream.sources.base import Source
+
+__all__ = ["DataStreamReader", "SourceSpec", "memory_stream_df"]
+
+
+@dataclass
+class SourceSpec:
+    """How to create a source when a query starts (each run gets a fresh source object, given
+    its ``sources/<i>`` checkpoint directory). A ``MemoryStream`` is passed as ``instance`` and
+    shared across runs, like Spark's."""
+
+    format: str
+    options: dict[str, str] = field(default_factory=dict)
+    schema: Any = None
+    path: str | None = None
+    instance: Any = None
+    #: the schema the source had when the DataFrame was made (Spark fixes it at ``load()``)
+    load_schema: Any = None
+
+    @property
+    def short_name(self) -> str:
+        return "MemoryStream" if self.instance is not None else self.format
+
+    def create(self, spark: "SparkSession", metadata_dir: str | None) -> "Source":
+        if self.instance is not None:
+            return self.instance
+        from statestream.sources import create_source
+
+        source = create_source(self.format, dict(self.options), self.schema, self.path, metadata_dir, spark)
+        if self.load_schema is not None and hasattr(source, "fix_schema"):
+            source.fix_schema(self.load_schema)
+        return source
+
+
+class DataStreamReader:
+    """``StreamingSession.readStream``."""
+
+    def __init__(self, session: "StreamingSessionLike") -> None:
+        self._session = session
+        self._format = "parquet"
+        self._options: dict[str, str] = {}
+        self._schema: Any = None
+
+    def format(self, source: str) -> "DataStreamReader":
+        self._format = source
+        return self
+
+    def option(self, key: str, value: Any) -> "DataStreamReader":
+        self._options[key] = option_string(value)
+        return self
+
+    def options(self, **options: Any) -> "DataStreamReader":
+        for k, v in options.items():
+            self.option(k, v)
+        return self
+
+    def schema(self, schema: "StructType | str") -> "DataStreamReader":
+        from pyspark.sql.types import StructType
+
+        if isinstance(schema, str):
+            schema = StructType.fromDDL(schema)
+        self._schema = schema
+        return self
+
+    def load(self, path: str | None = None, format: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: A002
+        if format is not None:
+            self.format(format)
+        if schema is not None:
+            self.schema(schema)
+        self.options(**options)
+        spec = SourceSpec(self._format.lower(), dict(self._options), self._schema, path)
+        return _relation(self._session, spec)
+
+    def parquet(self, path: str, **options: Any) -> "DataFrame":
+        return self.format("parquet").load(path, **options)
+
+    def json(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        return self.format("json").load(path, schema=schema, **options)
+
+    def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        return self.format("csv").load(path, schema=schema, **options)
+
+    def text(
+        self,
+        path: str,
+        wholetext: bool = False,
+        lineSep: str | None = None,  # noqa: N803
+        pathGlobFilter: Any = None,  # noqa: N803
+        recursiveFileLookup: Any = None,  # noqa: N803
+        **options: Any,
+    ) -> "DataFrame":
+        """Lines of text files as ``value STRING`` (no schema needed, as in Spark)."""
+        given = dict(wholetext=wholetext, lineSep=lineSep, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
+        return self.format("text").load(path, **_not_none(given), **options)
+
+    def orc(
+        self,
+        path: str,
+        mergeSchema: Any = None,  # noqa: N803
+        pathGlobFilter: Any = None,  # noqa: N803
+        recursiveFileLookup: Any = None,  # noqa: N803
+        **options: Any,
+    ) -> "DataFrame":
+        given = dict(mergeSchema=mergeSchema, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
+        return self.format("orc").load(path, **_not_none(given), **options)
+
+    def xml(self, path: str, rowTag: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: N803
+        """XML files (PySpark 4.0+); ``rowTag`` names the element that makes a row."""
+        from pyspark.sql.streaming.readwriter import DataStreamReader as _SparkReader
+
+        if not hasattr(_SparkReader, "xml"):
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("DataStreamReader", "xml", "this PySpark has no XML source")
+        return self.format("xml").load(path, schema=schema, **_not_none(dict(rowTag=rowTag, **options)))
+
+    def table(self, tableName: str) -> "DataFrame":  # noqa: N803
+        """A stream over a table: a streaming temporary view of this session, or a file-based
+        catalog table, whose files are read as a file source (as Spark does)."""
+        view = self._session._view(tableName)  # noqa: SLF001
+        if view is not None:
+            return view
+        from statestream.sources.table import table_source
+
+        fmt, path, schema, options = table_source(self._session.sparkSession, tableName)
+        spec = SourceSpec(fmt, {**options, **self._options}, schema, path)
+        return _relation(self._session, spec)
+
+
+def _not_none(options: dict[str, Any]) -> dict[str, Any]:
+    """PySpark's reader methods leave options given as ``None`` unset."""
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def _relation(session: "StreamingSessionLike", spec: SourceSpec) -> "DataFrame":
+    from statestream.dataframe import DataFrame
+
+    spark = session.sparkSession
+    probe = spec.create(spark, None)  # validates options and gives the schema (Spark fails at load())
+    schema = probe.schema
+    if spec.instance is None:
+        spec.load_schema = schema
+        probe.stop()
+    template = spark.createDataFrame([], schema)
+    return DataFrame(L.StreamingRelation(template=template, source_spec=spec), session)
+
+
+def memory_stream_df(session: "StreamingSessionLike", stream: Any) -> "DataFrame":
+    """A streaming DataFrame over a ``MemoryStream`` (tests)."""
+    return _relation(session, SourceSpec("memory", instance=stream))

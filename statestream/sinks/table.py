@@ -1,0 +1,148 @@
+"""``writeStream.toTable(name)``: append a stream to a catalog table.
+
+Spark: ``DataStreamWriter.toTable``. What is mirrored, in Spark's order:
+
+1. A temporary view of that name is refused.
+2. A table that does not exist is created, as a ``CREATE TABLE`` would: the stream's columns (all
+   nullable), ``USING`` the writer's format (``spark.sql.sources.default``, i.e. ``parquet``, when
+   none was given), ``PARTITIONED BY`` the writer's ``partitionBy`` columns, and at the writer's
+   ``path`` option when there is one (an external table) or else in the warehouse (managed). The
+   writer's other options are not stored on the table.
+3. A view is refused; a table whose provider is not the writer's format is refused.
+4. The query then runs as the file sink of the table's provider, writing into the table's location
+   (with the ``_spark_metadata`` log, through which ``spark.table(name)`` reads the committed files
+   only). As in Spark, the files are partitioned by the *writer's* ``partitionBy`` columns.
+
+Only file-based tables (``parquet``, ``json``, ``csv``, ``orc``, ``text``) can be written; Spark
+also writes to V2 tables of other catalogs, which statestream does not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from statestream.errors import StatestreamError, analysis_error
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = ["TableTarget", "prepare_table", "default_source"]
+
+
+@dataclass(frozen=True)
+class TableTarget:
+    """Where a ``toTable`` query writes: the table's provider (the file sink's format) and its
+    location (the file sink's path, as Spark's catalog prints it, e.g. ``file:/...``)."""
+
+    format: str
+    path: str
+    created: bool
+
+
+def default_source(spark: "SparkSession") -> str:
+    """Spark's default data source (``spark.sql.sources.default``)."""
+    return str(spark.conf.get("spark.sql.sources.default", "parquet") or "parquet")
+
+
+def _temp_view_error(name: str) -> Exception:
+    return analysis_error("_LEGACY_ERROR_TEMP_1190", f"Temporary view {name} doesn't support streaming write.", tableName=name)
+
+
+def _view_error(name: str) -> Exception:
+    return analysis_error("_LEGACY_ERROR_TEMP_1191", f"Streaming into views {name} is not supported.", tableName=name)
+
+
+def _provider_error(source: str, name: str, provider: str) -> Exception:
+    return analysis_error(
+        "_LEGACY_ERROR_TEMP_1192",
+        f"The input source({source}) is different from the table {name}'s data source provider({provider}).",
+        source=source,
+        tableName=name,
+        provider=provider,
+    )
+
+
+def _catalog_entry(spark: "SparkSession", name: str) -> Any | None:
+    """``spark.catalog.getTable(name)``, or ``None`` when nothing has that name."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.catalog.getTable(name)
+    except AnalysisException:
+        return None
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _create_table(
+    spark: "SparkSession", name: str, source: str, schema: "StructType", partition_by: Sequence[str], path: str | None
+) -> None:
+    from pyspark.sql.types import StructField, StructType
+
+    nullable = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in schema.fields])
+    sql = f"CREATE TABLE {name} ({nullable.toDDL()}) USING {_quote(source)}"
+    if partition_by:
+        sql += " PARTITIONED BY (" + ", ".join(_quote(c) for c in partition_by) + ")"
+    if path:
+        sql += f" LOCATION {_sql_string(path)}"
+    spark.sql(sql)
+
+
+def prepare_table(
+    spark: "SparkSession",
+    name: str,
+    source: str | None,
+    options: Mapping[str, Any],
+    partition_by: Sequence[str],
+    schema: "StructType",
+) -> TableTarget:
+    """Steps 1 to 3 of the module's docstring: the table ``name`` exists afterwards, and the
+    returned target says what to write where.
+
+    Parameters
+    ----------
+    source:
+        The writer's format, ``None`` for Spark's default source.
+    options:
+        The writer's options; ``path`` (any case) becomes the location of a new table.
+    """
+    from statestream.sinks import FILE_FORMATS
+
+    fmt = source if source is not None else default_source(spark)
+    entry = _catalog_entry(spark, name)
+    if entry is not None and entry.isTemporary:
+        raise _temp_view_error(name)
+    created = False
+    if entry is None:
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        path = lowered.get("path")
+        _create_table(spark, name, fmt, schema, partition_by, None if path is None else str(path))
+        created = True
+    elif (entry.tableType or "").upper() == "VIEW":
+        raise _view_error(name)
+    info = json.loads(spark.sql(f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
+    if str(info.get("type", "")).upper() == "VIEW":
+        raise _view_error(name)
+    provider = info.get("provider")
+    if provider is None:
+        raise StatestreamError(f"table {name} has no data source provider: statestream cannot stream into it")
+    if fmt != provider:
+        raise _provider_error(fmt, name, provider)
+    if provider.lower() not in FILE_FORMATS:
+        raise StatestreamError(
+            f"statestream streams into file-based tables only ({', '.join(FILE_FORMATS)}); "
+            f"table {name} is a '{provider}' table"
+        )
+    location = info.get("location")
+    if not location:
+        raise StatestreamError(f"table {name} has no location: statestream cannot stream into it")
+    return TableTarget(format=provider.lower(), path=str(location), created=created)

@@ -1,0 +1,50 @@
+"""What the sources share for reading their options: the exceptions a bad option raises (PySpark's
+types for Spark's ``IllegalArgumentException``, ``UnsupportedOperationException`` and
+``ArithmeticException``), the unit table of Spark's time strings (``"5s"``, ``"100ms"``), and how
+an option value is stored (``option_string``, which ``DataStreamReader.option`` and
+``DataStreamWriter.option`` use too).
+
+A module of its own so that ``files.py`` and ``rate.py`` both import it instead of each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statestream.errors import (
+    StatestreamArithmeticException,
+    StatestreamIllegalArgumentException,
+    StatestreamUnsupportedOperationException,
+)
+
+__all__ = ["illegal_argument", "unsupported_operation", "arithmetic_error", "TIME_SUFFIX_MS", "option_string"]
+
+#: Milliseconds per unit of a time string (Spark's ``JavaUtils`` suffixes).
+TIME_SUFFIX_MS = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
+    return StatestreamIllegalArgumentException(message)
+
+
+def unsupported_operation(message: str) -> StatestreamUnsupportedOperationException:
+    return StatestreamUnsupportedOperationException(message)
+
+
+def arithmetic_error(message: str) -> StatestreamArithmeticException:
+    return StatestreamArithmeticException(message)
+
+
+def option_string(value: Any) -> str:
+    """An option value as Spark keeps it: a string, booleans as ``"true"`` / ``"false"``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
