@@ -139,10 +139,10 @@ class DataFrame:
             raise AttributeError(name)
         if name not in self.columns:
             if _is_pyspark_member("DataFrame", name):
-                # a member a future PySpark added: say so by name, never AttributeError
-                from statestream.errors import not_supported_yet
+                # a member a future PySpark added: say so by name (an AttributeError too, for hasattr)
+                from statestream.errors import NotSupportedYetAttributeError
 
-                raise not_supported_yet("DataFrame", name)
+                raise NotSupportedYetAttributeError(f"DataFrame.{name}() is not supported by statestream yet")
             msg = f"'DataFrame' object has no attribute '{name}'"
             raise AttributeError(msg)
         return self._bound_name(name)
@@ -738,9 +738,9 @@ class GroupedData:
 
     def __getattr__(self, name: str) -> Any:
         if _is_pyspark_member("GroupedData", name):
-            from statestream.errors import not_supported_yet
+            from statestream.errors import NotSupportedYetAttributeError
 
-            raise not_supported_yet("GroupedData", name)
+            raise NotSupportedYetAttributeError(f"GroupedData.{name}() is not supported by statestream yet")
         raise AttributeError(f"'GroupedData' object has no attribute '{name}'")
 
 

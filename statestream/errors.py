@@ -42,6 +42,11 @@ class NotSupportedYetError(StatestreamError, NotImplementedError):
     ``AttributeError``."""
 
 
+class NotSupportedYetAttributeError(NotSupportedYetError, AttributeError):
+    """``NotSupportedYetError`` for a member reached through attribute lookup, so that
+    ``hasattr``/``getattr(obj, name, default)`` keep working."""
+
+
 def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetError:
     """The error of ``owner.name()`` that statestream lacks (``hint``: what to use instead)."""
     return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))

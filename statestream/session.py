@@ -16,14 +16,17 @@ __all__ = ["StreamingSession"]
 def use_driver_python(spark: Any) -> None:
     """Spark's Python workers run ``PYSPARK_PYTHON`` (default ``python3`` on the PATH), which in
     an unactivated virtualenv is not the interpreter that has statestream and pyarrow; when the
-    variable is unset, the workers of this context run the driver's own interpreter instead."""
+    variable is unset and the workers run on this machine (a ``local`` master), they run the
+    driver's own interpreter instead."""
     import os
     import sys
 
     if os.environ.get("PYSPARK_PYTHON"):
         return
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     context = getattr(spark, "sparkContext", None)
+    master = str(getattr(context, "master", "") or "")
+    if not master.startswith(("local", "local-cluster")):
+        return  # executors on other machines: the driver's path means nothing there
     if context is not None and getattr(context, "pythonExec", None) in (None, "python3", "python"):
         context.pythonExec = sys.executable  # read when each Python function is shipped
 
@@ -76,6 +79,8 @@ class StreamingSession:
         streams = sorted({n for n in relations_in(self.sparkSession, sqlQuery) if self._view(n) is not None})
         if not streams:
             return self.sparkSession.sql(sqlQuery, args, **kwargs)
+        if any(n.startswith("global_temp.") for n in streams):
+            raise not_supported_yet("StreamingSession", "sql", f"SQL over a streaming global temporary view ({', '.join(streams)})")
         if len(streams) > 1 or args or kwargs:
             raise not_supported_yet("StreamingSession", "sql", f"SQL over several streaming views or with arguments ({', '.join(streams)})")
         return self._view(streams[0])._sql_over_view(streams[0], sqlQuery)  # noqa: SLF001

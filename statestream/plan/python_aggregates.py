@@ -147,7 +147,7 @@ def decompose_python_aggregate(col: "Column", index: int | str, output_name: str
     buffer_type = _spark_type(function.buffer_schema)
     if not isinstance(buffer_type, StructType) or not buffer_type.fields:
         raise UnsupportedAggregateError(f"{name}.buffer_schema must be a struct of named fields, got {function.buffer_schema!r}")
-    buffers = tuple(BufferField(f.name, f"__b{index}_{j}_{f.name}", "python", 0) for j, f in enumerate(buffer_type.fields))
+    buffers = tuple(BufferField(f.name, f"__b{index}_{j}", "python", 0) for j, f in enumerate(buffer_type.fields))
     sql_args = []
     for a in args:
         try:

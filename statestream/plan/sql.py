@@ -68,7 +68,7 @@ def check_stateless_above_view(template: "DataFrame", view: str, query: str) -> 
     while pending:
         node = pending.pop()
         name = node.nodeName()
-        if name in ("View", "SubqueryAlias") and view.split(".")[-1] in str(node.simpleString(0)).lower():
+        if _is_view_node(node, view):
             continue  # the view's own plan (it may aggregate: that is the stream's business)
         if name in STATEFUL_SQL_NODES:
             raise not_supported_yet(
@@ -78,6 +78,22 @@ def check_stateless_above_view(template: "DataFrame", view: str, query: str) -> 
             )
         children = node.children()
         pending.extend(children.apply(i) for i in range(children.length()))
+        subqueries = node.subqueries()  # WHERE x > (SELECT avg(x) FROM v) is checked too
+        pending.extend(subqueries.apply(i) for i in range(subqueries.length()))
+
+
+def _is_view_node(node: Any, view: str) -> bool:
+    """Whether ``node`` is the streaming view itself (its ``SubqueryAlias`` or ``View``), by the
+    exact identifier."""
+    name = view.split(".")[-1]
+    try:
+        if node.nodeName() == "SubqueryAlias":
+            return str(node.alias()).lower() == name
+        if node.nodeName() == "View":
+            return str(node.desc().identifier().table()).lower() == name
+    except Exception:  # noqa: BLE001 - another kind of node
+        return False
+    return False
 
 
 def per_batch_sql(view: str, query: str, template: "DataFrame") -> Callable[["DataFrame"], "DataFrame"]:
@@ -89,7 +105,9 @@ def per_batch_sql(view: str, query: str, template: "DataFrame") -> Callable[["Da
         with _LOCK:
             batch.createOrReplaceTempView(view)
             try:
-                return session.sql(query)
+                # a projection over the SQL's result: without it the input rows' observation of a
+                # batch whose last step is this SQL never completed (measured: numInputRows 0)
+                return session.sql(query).select("*")
             finally:
                 if session is template.sparkSession:
                     template.createOrReplaceTempView(view)

@@ -252,7 +252,7 @@ class MicroBatchExecution:
         try:
             self._run_stream()
         except BaseException as exc:  # noqa: BLE001 - the query terminates with it
-            if self._stop.is_set():
+            if self._stop.is_set() and _is_cancellation(exc):
                 # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
                 logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
             else:
@@ -373,6 +373,7 @@ class MicroBatchExecution:
         self.conf = conf
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)
+        self.spark.sparkContext.addJobTag(self.job_tag)  # every job of this thread: interrupt() cancels them
         self.tracker = WatermarkTracker(parse_policy(conf.get("spark.sql.streaming.multipleWatermarkPolicy") or "min"))
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], _ListAccumulatorParam())
@@ -575,6 +576,13 @@ class MicroBatchExecution:
         self.tracker.update_watermark_from(stats, delays)
         self._last_plan = plan
 
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is what a cancelled Spark job (or an interrupted thread) raises, as opposed
+    to a real failure of the batch."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))
 
 
 def _observed_count(obs: Any) -> int:

@@ -274,7 +274,22 @@ class ProgressTracker:
 
 
 def _metrics_row(values: Any) -> dict[str, Any]:
-    """An observation's values (a ``Row`` or a dict) as the JSON object Spark's progress shows."""
-    if hasattr(values, "asDict"):
-        return values.asDict(recursive=True)
-    return dict(values)
+    """An observation's values (a ``Row`` or a dict) as the JSON object Spark's progress shows:
+    numbers as numbers, timestamps and dates as strings, other values as their text."""
+    import datetime as _datetime
+    import decimal
+
+    row = values.asDict(recursive=True) if hasattr(values, "asDict") else dict(values)
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, decimal.Decimal):
+            return float(v)
+        if isinstance(v, (_datetime.datetime, _datetime.date)):
+            return v.isoformat(sep=" ") if isinstance(v, _datetime.datetime) else v.isoformat()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+    return {k: plain(v) for k, v in row.items()}
