@@ -116,6 +116,19 @@ class DataStreamWriter:
         self._format = "foreach"
         return self
 
+    def _set(self, format: str | None, outputMode: str | None, partitionBy: Any, queryName: str | None, options: dict) -> None:  # noqa: A002,N803
+        """The settings ``start()`` and ``toTable()`` take as arguments, applied as their setters
+        would (an argument left ``None`` keeps the setter's value)."""
+        if format is not None:
+            self.format(format)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if queryName is not None:
+            self.queryName(queryName)
+        self.options(**options)
+
     def toTable(  # noqa: N802 - PySpark's name and arguments
         self,
         tableName: str,  # noqa: N803
@@ -127,15 +140,7 @@ class DataStreamWriter:
     ) -> "StreamingQuery":
         from statestream.sinks.table import prepare_table
 
-        if format is not None:
-            self.format(format)
-        if outputMode is not None:
-            self.outputMode(outputMode)
-        if partitionBy is not None:
-            self.partitionBy(partitionBy)
-        if queryName is not None:
-            self.queryName(queryName)
-        self.options(**options)
+        self._set(format, outputMode, partitionBy, queryName, options)
         # this writer's default format is console; Spark's is spark.sql.sources.default
         requested = None if self._format == "console" else self._format
         target = prepare_table(
@@ -158,15 +163,7 @@ class DataStreamWriter:
         from statestream.runtime.microbatch import MicroBatchExecution, Trigger
         from statestream.sinks import create_sink
 
-        if format is not None:
-            self.format(format)
-        if outputMode is not None:
-            self.outputMode(outputMode)
-        if partitionBy is not None:
-            self.partitionBy(partitionBy)
-        if queryName is not None:
-            self.queryName(queryName)
-        self.options(**options)
+        self._set(format, outputMode, partitionBy, queryName, options)
         if path is not None:
             self._options["path"] = path
         spark = self._session.sparkSession
