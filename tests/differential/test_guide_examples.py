@@ -107,39 +107,31 @@ def test_file_source_device_readings(spark, ours, tmp_path):
     assert_equivalent(spark, ours, build, DEVICE_BATCHES, DEVICE_SCHEMA, "complete", tmp_path)
 
 
-def test_file_source_selection_through_sql(spark, tmp_path):
-    """The same selection as SQL over a temporary view (``spark.sql`` on Spark's engine,
-    ``ss.sql`` on statestream)."""
+def _same_sql_on_both(spark, tmp_path, view: str, query: str, mode: str) -> None:
+    """``query`` (``{view}`` is the view's name) over the device stream registered as a temporary
+    view: ``spark.sql`` on Spark's engine, ``ss.sql`` on statestream; every batch compared."""
     from statestream import StreamingSession
 
     ss = StreamingSession(spark)
 
-    def build(sql, view):
+    def build(sql, name):
         def run(df: DataFrame) -> DataFrame:
-            df.createOrReplaceTempView(view)
-            return sql(f"SELECT device, signal FROM {view} WHERE signal > 10")
+            df.createOrReplaceTempView(name)
+            return sql(query.format(view=name))
 
         return run
 
-    expected = run_stream(spark, build(spark.sql, "readings_spark"), DEVICE_BATCHES, DEVICE_SCHEMA, "append", tmp_path)
-    actual = run_stream(ss, build(ss.sql, "readings_ours"), DEVICE_BATCHES, DEVICE_SCHEMA, "append", tmp_path)
+    expected = run_stream(spark, build(spark.sql, f"{view}_spark"), DEVICE_BATCHES, DEVICE_SCHEMA, mode, tmp_path)
+    actual = run_stream(ss, build(ss.sql, f"{view}_ours"), DEVICE_BATCHES, DEVICE_SCHEMA, mode, tmp_path)
     assert_same_batches(expected, actual)
+
+
+def test_file_source_selection_through_sql(spark, tmp_path):
+    """The same selection as SQL over a temporary view."""
+    _same_sql_on_both(spark, tmp_path, "readings", "SELECT device, signal FROM {view} WHERE signal > 10", "append")
 
 
 def test_sql_count_over_a_streaming_view(spark, tmp_path):
     """The guide's ``spark.sql("select count(*) from updates")`` over a streaming view: Spark runs
     the aggregation; statestream runs only stateless SQL over a stream (known gap)."""
-    from statestream import StreamingSession
-
-    ss = StreamingSession(spark)
-
-    def build(sql, view):
-        def run(df: DataFrame) -> DataFrame:
-            df.createOrReplaceTempView(view)
-            return sql(f"SELECT count(*) AS n FROM {view}")
-
-        return run
-
-    expected = run_stream(spark, build(spark.sql, "updates_spark"), DEVICE_BATCHES, DEVICE_SCHEMA, "complete", tmp_path)
-    actual = run_stream(ss, build(ss.sql, "updates_ours"), DEVICE_BATCHES, DEVICE_SCHEMA, "complete", tmp_path)
-    assert_same_batches(expected, actual)
+    _same_sql_on_both(spark, tmp_path, "updates", "SELECT count(*) AS n FROM {view}", "complete")
