@@ -30,12 +30,6 @@ KNOWN_GAPS: dict[str, str] = {
         "keeps the values and recomputes the histogram, which folds them into one bin ([7.0, 2.0]). "
         "Both are within the function's documented approximation"
     ),
-    "tests/differential/test_aggregate_functions.py::test_approx_count_distinct_state_is_sparks_registers": (
-        "approx_count_distinct: Spark's state value is HyperLogLog++'s register words (MS[0], MS[1], ... as "
-        "longs); statestream keeps the key's distinct-able values (buf: array<string>) and "
-        "finishes with Spark's own function, so its rows equal Spark's but a state reader sees another layout "
-        "and the state grows with the key's input"
-    ),
     "tests/differential/test_guide_examples.py::test_sql_count_over_a_streaming_view": (
         "SQL that aggregates over a streaming temporary view: Spark plans it as a streaming aggregation "
         "(complete mode: n = 3, 5, 6 after the three batches); statestream's ss.sql runs only stateless SQL over a "

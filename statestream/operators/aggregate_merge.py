@@ -237,6 +237,8 @@ def merge_group_segments(rule: str, columns: Sequence[Array], starts: np.ndarray
     holds the first row of every run, ascending and beginning with 0."""
     columns = [_plain(c) for c in columns]
     starts = np.asarray(starts, dtype=np.int64)
+    if not isinstance(rule, str):  # a rule object (HyperLogLog++'s sketch words)
+        return rule.merge_segments(columns, starts)
     if rule in _SIMPLE:
         return [merge_buffer_segments(rule, columns[0], starts)]
     try:

@@ -54,7 +54,7 @@ def jvm_aggregate(agg_df: Any, rules: tuple[str, ...]) -> Any:
 def _is_leaf(call: "AggregateCall") -> bool:
     """A call with buffers of its own computed by a Spark aggregate (not an expression over
     calls, a grouping id or a Python aggregate function)."""
-    return bool(call.buffers) and call.column is not None and not call.state_fields()
+    return bool(call.buffers) and call.column is not None and call.spark_function
 
 
 def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, SparkBuffer]:

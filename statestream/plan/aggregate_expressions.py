@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
+from statestream.plan.hyperloglog import as_hyperloglog
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
 
 if TYPE_CHECKING:
@@ -146,7 +147,9 @@ class _Collector:
         n = len(self.calls)
         # ``h<output>_<n>``: never the index of a plain call, so buffer names stay unique
         index, name = f"h{self.index}_{n}", f"__agg{self.index}_{n}"
-        call = decompose_python_aggregate(col, index, name) or decompose_aggregate(col, index, name, self.input_df)
+        call = decompose_python_aggregate(col, index, name) or as_hyperloglog(
+            decompose_aggregate(col, index, name, self.input_df), index, self.input_df
+        )
         self.calls.append(call)
         return n
 
@@ -339,7 +342,7 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
         raise analysis_error(None, PANDAS_UDAF_MESSAGE)
     plain = kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName()))
     if plain and not any(_has_aggregate(a) for a in _children(node)):
-        return [decompose_aggregate(col, index, output_name, input_df)]
+        return [as_hyperloglog(decompose_aggregate(col, index, output_name, input_df), index, input_df)]
     out = _Collector(index, input_df)
     if kind == "SqlExpression":
         parsed = _parse(str(node.expression()))

@@ -596,8 +596,9 @@ TRY_AVG = FunctionSpec(
 
 def _recomputed(name: str, literal_args: int) -> FunctionSpec:
     """A function whose Spark buffer is an opaque binary (a ``TypedImperativeAggregate``: the
-    percentile maps, the quantile digest, sketches, listagg) or a sketch of registers
-    (``approx_count_distinct``). statestream keeps the key's non-null input values in a list
+    percentile maps, the quantile digest, sketches, listagg). (``approx_count_distinct`` is
+    listed for its arity; ``plan/hyperloglog.py`` replaces its call with one that keeps Spark's
+    register words.) statestream keeps the key's non-null input values in a list
     (merged by concatenation, stored first) and computes the result with Spark's own function
     over all of them when the key is emitted. Every one of these results depends only on the
     multiset of values (``approx_count_distinct``, ``count_min_sketch``, the exact percentiles,

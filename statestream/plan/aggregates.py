@@ -18,7 +18,7 @@ Where the parts live:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 
 from statestream.errors import StatestreamError
@@ -69,6 +69,9 @@ class AggregateCall:
     hidden: bool = False
     #: the PySpark column of this one call (Spark's analysis of it tells equal calls apart)
     column: Any = field(default=None, compare=False, repr=False)
+    #: a call Spark's own planner knows (not a user's Python aggregate function): its buffers
+    #: are Spark's, shared and declared as Spark declares them
+    spark_function: ClassVar[bool] = True
 
     def recomputed_column(self, values: "Column", values_sql: str = "") -> "Column":
         """Spark's own function over ``values`` (one input value per row; ``values_sql`` is the

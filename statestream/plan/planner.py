@@ -123,7 +123,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
     key_json, value_json = _state_schema_json(node, calls, buffers)
     aggregate_node, aggregate_codegen = spark_aggregate_node(node.template)
-    if any(c.state_fields() for c in calls):
+    if not all(c.spark_function for c in calls):
         # a Python aggregate function: Spark has no plan for it on a stream; its batch side is a
         # collect_list, which Spark's planner puts in an ObjectHashAggregate
         aggregate_node, aggregate_codegen = OBJECT_HASH_AGGREGATE, False
@@ -447,7 +447,9 @@ def session_window_info(node: L.Aggregate):
     _, value_buffers = _state_schema_json(node, agg.calls)
     partials = [p for c in agg.calls for p in c.partial_columns()]
     buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema
-    buffer_types = tuple(buffer_schema[b].dataType for b in agg.buffer_columns)
+    # buffers the batch aggregation does not compute itself (sketch words) declare their fields
+    declared = {f.name: f for c in agg.calls for f in c.state_fields()}
+    buffer_types = tuple((declared.get(b) or buffer_schema[b]).dataType for b in agg.buffer_columns)
     grouping = [node.schema[n] for n in names]
     key = StructType(
         [StructField(f.name, f.dataType, f.nullable) for i, f in enumerate(grouping) if i != session_index]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
@@ -73,6 +73,8 @@ def _spark_type(ddl: str) -> Any:
 class PythonAggregateCall(AggregateCall):
     """A call of a user's ``AggregateFunction``: its buffer fields are the state value columns;
     the batch side hands the state step each key's argument rows (``input_column``)."""
+
+    spark_function: ClassVar[bool] = False
 
     function_object: Any = None
     input_column: str = ""
