@@ -253,6 +253,13 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
 
     keys = [F.col(k) for k in info.key_columns]
     out_keys = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
+    present = set(df.columns)
+
+    def final(c: "AggregateCall") -> "Column":
+        # a call the state step already finished (its buffers were not emitted)
+        finished = getattr(c, "finished_column", None)
+        return F.col(finished) if finished in present else c.final_column()
+
     names = {id(c): f"__final{i}" for i, c in enumerate(info.calls)}
     leaves = [c for c in info.calls if not hasattr(c, "final_over")]
     again = [c for c in leaves if getattr(c.spec, "recompute", False)]
@@ -261,7 +268,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         lists = [c.buffers[0].column for c in again]
         exploded = df.select(
             *keys,
-            *(c.final_column().alias(names[id(c)]) for c in carried),
+            *(final(c).alias(names[id(c)]) for c in carried),
             F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
         )
         done = exploded.groupBy(*keys).agg(
@@ -274,7 +281,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         value = {id(c): F.col(names[id(c)]) for c in leaves}
     else:
         done = df
-        value = {id(c): c.final_column() for c in leaves}
+        value = {id(c): final(c) for c in leaves}
 
     def result(c: "AggregateCall") -> "Column":
         if hasattr(c, "final_over"):

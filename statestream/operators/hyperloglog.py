@@ -48,6 +48,7 @@ __all__ = [
     "BiasTables",
     "estimate",
     "HyperLogLogRule",
+    "HyperLogLogFinisher",
 ]
 
 REGISTER_SIZE = 6
@@ -244,29 +245,51 @@ def _alpha_m2(p: int) -> float:
     return (0.7213 / (1.0 + 1.079 / m)) * m * m
 
 
+def _ordered_inverse_sum(words: Sequence[np.ndarray], key: int, m: int) -> float:
+    """Spark's sum of ``2^-register`` for one key, register by register in order (only needed
+    when a register is so large that the sum's order could change its rounding)."""
+    total = 0.0
+    for k, word in enumerate(words):
+        u = int(word[key]) & ((1 << 64) - 1)
+        for i in range(min(REGISTERS_PER_WORD, m - k * REGISTERS_PER_WORD)):
+            total += 1.0 / (1 << ((u >> (REGISTER_SIZE * i)) & 63))
+    return total
+
+
 def estimate(words: Sequence[np.ndarray], tables: BiasTables) -> np.ndarray:
     """The cardinality estimate (long) of each key's sketch; ``words[k]`` is word ``k`` of every
-    key. Registers are visited in Spark's order, so the sums round as Spark's do."""
+    key.
+
+    Spark adds ``2^-register`` over the registers in order. Every term is a power of two no
+    smaller than ``2^-max_register`` and the sum is at most ``2^p``, so while ``p +
+    max_register <= 53`` each partial sum is exact and the order cannot matter: the sum is
+    computed from the non-zero registers only (a key's sketch is mostly zero words), and a key
+    past that bound (a register above ``53 - p``, a chance of about ``2^-(53 - p)`` per value)
+    is summed in Spark's order."""
     p = tables.p
     m = 1 << p
     keys = len(words[0]) if len(words) else 0
-    z_inverse = np.zeros(keys, dtype=np.float64)
-    zeros = np.zeros(keys, dtype=np.float64)
+    zeros = np.full(keys, float(m))  # registers at 0 (each adds 2^0 = 1 to the inverse sum)
+    fractions = np.zeros(keys, dtype=np.float64)  # the non-zero registers' 2^-register
+    largest = np.zeros(keys, dtype=np.int64)
     for k, word in enumerate(words):
         in_word = min(REGISTERS_PER_WORD, m - k * REGISTERS_PER_WORD)
         if in_word <= 0:
             break
-        u = np.asarray(word, dtype=np.int64).view(np.uint64)
-        empty = u == 0
-        if empty.all():
-            for _ in range(in_word):
-                z_inverse += 1.0
-            zeros += in_word
+        word = np.asarray(word, dtype=np.int64)
+        at = np.flatnonzero(word)
+        if len(at) == 0:
             continue
+        u = word[at].view(np.uint64)
         for i in range(in_word):
             register = ((u >> np.uint64(REGISTER_SIZE * i)) & _MASK).astype(np.int64)
-            z_inverse += np.ldexp(1.0, -register)
-            zeros += register == 0
+            set_ = register != 0
+            zeros[at] -= set_
+            fractions[at] += np.where(set_, np.ldexp(1.0, -register), 0.0)
+            largest[at] = np.maximum(largest[at], register)
+    z_inverse = zeros + fractions
+    for key in np.flatnonzero(largest > 53 - p):
+        z_inverse[key] = _ordered_inverse_sum(words, int(key), m)
     e = _alpha_m2(p) / z_inverse if keys else z_inverse
     corrected = e.copy()
     if p <= MAX_BIAS_PRECISION:
@@ -279,6 +302,26 @@ def estimate(words: Sequence[np.ndarray], tables: BiasTables) -> np.ndarray:
     result = np.where(use_linear, linear, corrected)
     # Java's Math.round: half up
     return np.floor(result + 0.5).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class HyperLogLogFinisher:
+    """The estimate of one ``approx_count_distinct`` call computed inside the aggregation's
+    state step, from the words it already holds: the step emits this one column instead of the
+    sketch's words, so the words never travel back to Spark."""
+
+    columns: tuple[str, ...]
+    output: str
+    tables: BiasTables
+
+    def finish(self, table: pa.Table) -> pa.Array:
+        words = [
+            np.asarray(pc.fill_null(_plain(table.column(c)).cast(pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+            for c in self.columns
+        ]
+        if table.num_rows == 0:
+            return pa.array([], pa.int64())
+        return pa.array(estimate(words, self.tables), pa.int64())
 
 
 @dataclass(frozen=True)

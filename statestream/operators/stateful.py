@@ -75,13 +75,17 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
-        from pyspark.sql.types import StructType
+        from pyspark.sql.types import LongType, StructField, StructType
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
         fields = {f.name: f for f in df.schema.fields}
         fields.update({f.name: f for c in self.info.calls for f in c.state_fields()})
-        out_schema = StructType([fields[c] for c in (*self.info.key_columns, *self.info.buffer_columns)])
+        finishers = tuple(c.step_finisher() for c in self.info.calls if hasattr(c, "step_finisher"))
+        consumed = {col for f in finishers for col in f.columns}
+        out_fields = [fields[c] for c in (*self.info.key_columns, *self.info.buffer_columns) if c not in consumed]
+        out_fields += [StructField(f.output, LongType(), False) for f in finishers]
+        out_schema = StructType(out_fields)
         step = AggregationStateStep(
             **self.state_step_args(ctx),
             key_columns=self.info.key_columns,
@@ -92,6 +96,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
             w_evict_ms=self.event_time_watermark_for_eviction,
             event_time_key=self.info.event_time_key,
             event_time_is_struct=self.info.event_time_is_struct,
+            finishers=finishers,
         )
         return df.mapInArrow(step, out_schema)
 
@@ -150,6 +155,9 @@ class AggregationStateStep(StateStep):
     event_time_is_struct: bool
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: calls finished here from their buffers (``finish(table)``), whose buffers are then not
+    #: emitted (HyperLogLog++'s estimate: the sketch words stay in the state)
+    finishers: tuple[Any, ...] = ()
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         """Run the step for one partition; returns (rows to emit, metrics). Pure apart from the
@@ -216,6 +224,12 @@ class AggregationStateStep(StateStep):
             raise
         finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
         output = output.select(list(self.key_columns) + self._buffer_columns())
+        if self.finishers:
+            finished = [f.finish(output) for f in self.finishers]
+            consumed = {c for f in self.finishers for c in f.columns}
+            output = output.drop_columns([c for c in self._buffer_columns() if c in consumed])
+            for f, values in zip(self.finishers, finished):
+                output = output.append_column(pa.field(f.output, pa.int64(), False), values)
         return output, m
 
     def _buffer_columns(self) -> list[str]:

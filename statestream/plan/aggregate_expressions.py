@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS
+from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, FilterCondition, WithinGroup
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
@@ -143,10 +143,15 @@ class _Collector:
         self.input_df = input_df
         self.calls: list[AggregateCall] = []
 
-    def add(self, col: "Column") -> int:
+    def add(self, col: "Column | RewrittenCall") -> int:
         n = len(self.calls)
         # ``h<output>_<n>``: never the index of a plain call, so buffer names stay unique
         index, name = f"h{self.index}_{n}", f"__agg{self.index}_{n}"
+        if isinstance(col, RewrittenCall):
+            call = decompose_aggregate(col.call, index, name, self.input_df)
+            options = call.options + (col.option,)
+            self.calls.append(dataclasses.replace(call, options=options, column=col.whole))
+            return n
         call = decompose_python_aggregate(col, index, name) or as_hyperloglog(
             decompose_aggregate(col, index, name, self.input_df), index, self.input_df
         )
@@ -223,7 +228,20 @@ def _sql_has_aggregate(e: Any) -> bool:
     return _sql_is_aggregate(e) or any(_sql_has_aggregate(c) for c in _catalyst_children(e))
 
 
-def _sql_call(e: Any) -> "Column":
+@dataclass(frozen=True)
+class RewrittenCall:
+    """A SQL call PySpark's column API cannot say: ``first(x) FILTER (WHERE c)`` without
+    ``IGNORE NULLS`` (option ``FilterCondition``), ``mode()``/``listagg() WITHIN GROUP (ORDER
+    BY ...)`` (option ``WithinGroup``). ``call`` is the call without that part, ``option`` is
+    appended to its options, ``whole`` is the call as Spark parses it (what Spark's analysis of
+    the buffers reads)."""
+
+    call: "Column"
+    option: Any
+    whole: "Column"
+
+
+def _sql_call(e: Any) -> "Column | RewrittenCall":
     """A parsed aggregate call as a PySpark column, its ``FILTER (WHERE c)`` applied to its
     value arguments (rows failing ``c`` become nulls, which the function skips) and ``IGNORE
     NULLS`` passed as ``first``/``last``'s flag."""
@@ -240,7 +258,8 @@ def _sql_call(e: Any) -> "Column":
     if e.filter().isDefined():
         cond = F.expr(str(e.filter().get().sql()))
         if spec.name in ("first", "last") and not e.ignoreNulls():
-            raise UnsupportedAggregateError(f"statestream does not support FILTER on {name}() without IGNORE NULLS yet")
+            # a null value of a row that passes is taken: the filter cannot null the value
+            return RewrittenCall(F.call_function(name, args[0], F.lit(False)), FilterCondition(cond), F.expr(str(e.sql())))
         if n_values == 0:
             args = [F.when(cond, F.lit(1))]
         else:
@@ -255,18 +274,34 @@ def _sql_call(e: Any) -> "Column":
     return _column(n.copy(n.functionName(), n.arguments(), True, n.isUserDefinedFunction(), n.isInternal(), n.origin()))
 
 
-def _within_group_call(name: str, e: Any) -> "Column":
+def _within_group_call(name: str, e: Any) -> "Column | RewrittenCall":
     """``percentile_cont(p)``/``percentile_disc(p) WITHIN GROUP (ORDER BY x [DESC])`` as a call
     of the value column ``x`` with the fraction's SQL and the direction as literal arguments
-    (the spec finishes it with the same SQL over the kept values)."""
+    (the spec finishes it with the same SQL over the kept values); ``mode()`` and ``listagg``
+    with WITHIN GROUP as a ``RewrittenCall`` keeping the values (``listagg``: with their sort
+    keys) and finishing with the same SQL over them."""
     from pyspark.sql import functions as F
 
     orders = e.orderingWithinGroup()
-    if name not in ("percentile_cont", "percentile_disc") or orders.length() != 1 or e.filter().isDefined():
+    supported = ("percentile_cont", "percentile_disc", "mode", "listagg", "string_agg")
+    if name not in supported or orders.length() != 1 or e.filter().isDefined() or e.isDistinct():
         raise UnsupportedAggregateError(f"statestream does not support {name}(...) WITHIN GROUP (ORDER BY ...) yet")
     order = orders.apply(0)
     descending = "desc" in str(order.direction().sql()).lower()
+    nulls = str(order.nullOrdering().sql())
     arguments = e.arguments()
+    key = F.expr(str(order.child().sql()))
+    direction = ("DESC" if descending else "ASC") + " " + nulls
+    if name == "mode":
+        template = f"mode() WITHIN GROUP (ORDER BY {{v}} {direction})"
+        return RewrittenCall(F.call_function("mode", key), WithinGroup(template), F.expr(str(e.sql())))
+    if name in ("listagg", "string_agg"):
+        value = F.expr(str(arguments.apply(0).sql()))
+        delimiter = str(arguments.apply(1).sql()).replace("{", "{{").replace("}", "}}") if arguments.length() > 1 else None
+        args = "{v}.v" + (f", {delimiter}" if delimiter else "")
+        template = f"{name}({args}) WITHIN GROUP (ORDER BY {{v}}.o {direction})"
+        kept = F.struct(value.alias("v"), key.alias("o"))
+        return RewrittenCall(F.call_function(name, kept), WithinGroup(template), F.expr(str(e.sql())))
     fraction = str(arguments.apply(0).sql())
     return F.call_function(name, F.expr(str(order.child().sql())), F.lit(fraction), F.lit("DESC" if descending else "ASC"))
 

@@ -14,13 +14,13 @@ Spark does not guard fails here as there: ``corr`` of a constant column under AN
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["BufferField", "DecimalArg", "decimal_arg", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
+__all__ = ["BufferField", "DecimalArg", "FilterCondition", "WithinGroup", "decimal_arg", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
 
 #: statestream's opt-in (Spark refuses distinct aggregates on streams): exact distinct aggregates,
 #: the distinct values kept in state with their group
@@ -196,11 +196,76 @@ def _sum_final(b: Cols, o: tuple) -> "Column":
 SUM = FunctionSpec("sum", (1, 1), _sum_layout, _sum_partial, _sum_row, _sum_final)
 
 
-def _avg_final(b: Cols, o: tuple) -> "Column":
+#: Spark's decimal division keeps this many fraction digits (half up) before the result's rounding
+_DIVISION_SCALE = 39
+
+
+def decimal_averages(sums: Sequence[Any], counts: Sequence[Any], precision: int, scale: int, ansi: bool) -> list[Any]:
+    """Spark's decimal average of each (sum, count): the quotient rounded half up to 39 fraction
+    digits (Spark's ``Decimal`` division), then half up to the result's ``scale``
+    (``toPrecision``); ``None`` for a zero count, and for a result over ``precision`` digits
+    unless ``ansi`` (then Spark's ANSI error). Exact integer arithmetic in Python, because
+    Spark's ``/`` on decimal columns picks its own result scale and rounds there first, so a cast
+    of its result would round at another digit."""
+    import decimal
+
+    wide = decimal.Context(prec=120)
+    quantum = decimal.Decimal(1).scaleb(-scale)
+    limit = decimal.Decimal(10) ** (precision - scale)
+    out: list[Any] = []
+    for total, n in zip(sums, counts):
+        if total is None or not n:
+            out.append(None)
+            continue
+        sign, digits, exponent = decimal.Decimal(total).as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0")
+        numerator = unscaled * 10 ** (_DIVISION_SCALE + int(exponent))
+        whole, rest = divmod(numerator, abs(int(n)))
+        if 2 * rest >= abs(int(n)):
+            whole += 1
+        negative = bool(sign) != (int(n) < 0)
+        quotient = decimal.Decimal((1 if negative and whole else 0, tuple(int(c) for c in str(whole)), -_DIVISION_SCALE))
+        q = quotient.quantize(quantum, decimal.ROUND_HALF_UP, wide)
+        if abs(q) >= limit:
+            if ansi:
+                raise ArithmeticError(
+                    f"[NUMERIC_VALUE_OUT_OF_RANGE.WITH_SUGGESTION]  {quotient} cannot be represented as "
+                    f"Decimal({precision}, {scale}). If necessary set \"spark.sql.ansi.enabled\" to \"false\" to "
+                    "bypass this error, and return NULL instead. SQLSTATE: 22003"
+                )
+            q = None
+        out.append(q)
+    return out
+
+
+def _decimal_avg(s: "Column", c: "Column", d: DecimalArg, try_mode: bool) -> "Column":
+    """``decimal_averages`` over the buffers, as a scalar Arrow UDF."""
+    import warnings
+
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+    F = _F()
+    precision, scale = min(38, d.precision + 4), min(38, d.scale + 4)
+    session = SparkSession.getActiveSession()
+    ansi = not try_mode and session is not None and str(session.conf.get("spark.sql.ansi.enabled", "true")).lower() == "true"
+
+    def average(sums: pa.Array, counts: pa.Array) -> pa.Array:
+        values = decimal_averages(sums.to_pylist(), counts.to_pylist(), precision, scale, ansi)
+        return pa.array(values, pa.decimal128(precision, scale))
+
+    average.__name__ = "avg_decimal_final"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        udf = F.arrow_udf(average, d.avg_type, F.ArrowUDFType.SCALAR)
+    return udf(s, c)
+
+
+def _avg_final(b: Cols, o: tuple, try_mode: bool = False) -> "Column":
     F, d = _F(), _decimal(o)
     s, c = b
     if d is not None and d.decimal_avg:
-        return F.when(c == 0, F.lit(None)).otherwise((s / c.cast("decimal(20,0)")).cast(d.avg_type))
+        return F.when(c == 0, F.lit(None)).otherwise(_decimal_avg(s, c, d, try_mode))
     return F.when(c == 0, F.lit(None)).otherwise(s / c)
 
 
@@ -235,17 +300,49 @@ COUNT_IF = FunctionSpec(
 # -- first / last / any_value -------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FilterCondition:
+    """The last option of a ``first``/``last`` call without ``IGNORE NULLS`` that has a
+    ``FILTER (WHERE cond)``: rows failing ``cond`` are not seen at all (a null value of a row that
+    passes is still taken), so the filter cannot be folded into the value as for other calls."""
+
+    condition: Any = field(compare=False)
+
+
+@dataclass(frozen=True)
+class WithinGroup:
+    """The last option of ``mode() WITHIN GROUP (ORDER BY x)`` or ``listagg(e, d) WITHIN GROUP
+    (ORDER BY o)``: the finishing SQL over the kept values, ``{v}`` standing for them (``listagg``
+    keeps ``struct(v, o)`` per row, so its order may differ from its value)."""
+
+    template: str
+
+
+def _filter_condition(o: tuple) -> "Column | None":
+    return o[-1].condition if o and isinstance(o[-1], FilterCondition) else None
+
+
 def _first_last(name: str) -> FunctionSpec:
     def partial(a: Cols, o: tuple) -> list["Column"]:
         F = _F()
-        ignore = bool(o[0]) if o else False
+        ignore = bool(o[0]) if o and not isinstance(o[0], FilterCondition) else False
         fn = F.first if name == "first" else F.last
+        cond = _filter_condition(o)
+        if cond is not None:
+            # the first (last) row passing the filter, its value null or not: wrapped in a struct,
+            # which is never null, so that ignoring nulls skips only the rows filtered out
+            picked = fn(F.when(cond, F.struct(a[0].alias("v"))), True).getField("v")
+            return [picked, F.count(F.when(cond, F.lit(1))) > 0]
         value_set = (F.count(a[0]) > 0) if ignore else F.lit(True)
         return [fn(a[0], ignore), value_set]
 
     def row(a: Cols, o: tuple) -> list["Column"]:
         F = _F()
-        ignore = bool(o[0]) if o else False
+        ignore = bool(o[0]) if o and not isinstance(o[0], FilterCondition) else False
+        cond = _filter_condition(o)
+        if cond is not None:
+            passed = F.coalesce(cond, F.lit(False))
+            return [F.when(passed, a[0]), passed]
         return [a[0], a[0].isNotNull() if ignore else F.lit(True)]
 
     return FunctionSpec(name, (1, 1), _fixed((name, name, 0), ("valueSet", name, 0)), partial, row, lambda b, o: b[0], literal_args=1)
@@ -493,8 +590,10 @@ def _regr_line(name: str) -> FunctionSpec:
 
 
 def _regr_avg(name: str, pick_x: bool) -> FunctionSpec:
-    def value(a: Cols) -> "Column":
+    def value(a: Cols, o: tuple) -> "Column":
         y, x = a
+        if _decimal(o) is not None:  # avg's decimal buffers: keep the decimal value
+            return _F().when(x.isNotNull() & y.isNotNull(), x if pick_x else y)
         xf, yf = _pairs(x, y)
         return xf if pick_x else yf
 
@@ -502,8 +601,8 @@ def _regr_avg(name: str, pick_x: bool) -> FunctionSpec:
         name,
         (2, 2),
         AVG.layout,
-        lambda a, o: AVG.partial([value(a)], o),
-        lambda a, o: AVG.row([value(a)], o),
+        lambda a, o: AVG.partial([value(a, o)], o),
+        lambda a, o: AVG.row([value(a, o)], o),
         AVG.final,
     )
 
@@ -587,7 +686,7 @@ TRY_AVG = FunctionSpec(
     AVG.layout,
     lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])] if not (_decimal(o) and _decimal(o).decimal_avg) else _avg_partial(a, o),
     AVG.row,
-    _avg_final,
+    lambda b, o: _avg_final(b, o, try_mode=True),
 )
 
 

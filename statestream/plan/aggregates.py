@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 
 from statestream.errors import StatestreamError
-from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, decimal_arg, distinct_spec
+from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -82,6 +82,8 @@ class AggregateCall:
         if self.function in ("percentile_cont", "percentile_disc"):
             fraction, direction = self.options
             return F.expr(f"{self.function}({fraction}) WITHIN GROUP (ORDER BY {values_sql} {direction})")
+        if self.options and isinstance(self.options[-1], WithinGroup):
+            return F.expr(self.options[-1].template.format(v=values_sql))
         return F.call_function(self.function, values, *self.option_columns)
 
     @property
@@ -211,6 +213,11 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
         options = options + ("integral",)
     if function in ("sum", "avg", "try_sum", "try_avg") and not node.isDistinct() and decimal_arg(types) is not None:
         options = options + (decimal_arg(types),)
+    elif function in ("regr_avgx", "regr_avgy") and len(types) == 2:
+        # Spark replaces them with avg of the pairs' x (or y): a decimal keeps avg's decimal buffers
+        picked = decimal_arg([types[1] if function == "regr_avgx" else types[0]])
+        if picked is not None:
+            options = options + (picked,)
     buffers = tuple(
         BufferField(spark, f"__b{index}_{j}_{spark}", rule, group) for j, (spark, rule, group) in enumerate(spec.layout(types))
     )

@@ -27,6 +27,7 @@ from statestream.operators.hyperloglog import (
     REGISTER_SIZE,
     REGISTERS_PER_WORD,
     BiasTables,
+    HyperLogLogFinisher,
     HyperLogLogRule,
     estimate,
     num_words,
@@ -123,8 +124,18 @@ class HyperLogLogPlusPlusCall(AggregateCall):
         zero = F.lit(0).cast("long")
         return [F.when(word == F.lit(k), contribution).otherwise(zero) for k in range(len(self.buffers))]
 
+    @property
+    def finished_column(self) -> str:
+        """The estimate's column when the aggregation's state step computes it."""
+        return f"{self.input_column}_estimate"
+
+    def step_finisher(self) -> HyperLogLogFinisher:
+        """The estimate computed inside the aggregation's state step, from the words it holds."""
+        return HyperLogLogFinisher(self._columns, self.finished_column, bias_tables(self.p))
+
     def final_column(self) -> "Column":
-        """The estimate over the merged words, as a scalar Arrow UDF (never null, as Spark's)."""
+        """The estimate over the merged words, as a scalar Arrow UDF (never null, as Spark's):
+        what a session window's state step, which emits the words, is finished with."""
         import warnings
 
         import numpy as np

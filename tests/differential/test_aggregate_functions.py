@@ -155,6 +155,12 @@ def _expressions(df: DataFrame) -> DataFrame:
         F.expr("count(*) FILTER (WHERE b)").alias("fc"),
         F.expr("sum(i) / count(*)").alias("e"),
         F.expr("first(x) IGNORE NULLS").alias("fi"),
+        # a row that passes the filter is taken even with a null value (key a: t = 12, x null)
+        F.expr("first(x) FILTER (WHERE t > 11)").alias("ff"),
+        F.expr("last(i) FILTER (WHERE b)").alias("lf"),
+        F.expr("mode() WITHIN GROUP (ORDER BY i DESC)").alias("mw"),
+        F.expr("listagg(s, '|') WITHIN GROUP (ORDER BY t DESC)").alias("lw"),
+        F.expr("string_agg(s) WITHIN GROUP (ORDER BY s)").alias("sw"),
         F.expr("percentile_approx(x, 0.5) + max(y)").alias("pa"),
         F.expr("avg(i)"),
         F.expr("cast(count(s) AS string)").alias("cs"),
@@ -241,8 +247,9 @@ def _session(df: DataFrame) -> DataFrame:
             F.try_sum("i").alias("ts"),
             F.median("x").alias("med"),
             F.listagg("s", "|").alias("la"),
+            F.expr("first(x) FILTER (WHERE i > 2)").alias("ff"),
         )
-        .select(F.col("session_window.start").cast("long").alias("start"), F.col("session_window.end").cast("long").alias("end"), "k", "vp", "sk", "cs", "f", "l", "mb", "ls", "ba", "bx", "ts", "med", "la")
+        .select(F.col("session_window.start").cast("long").alias("start"), F.col("session_window.end").cast("long").alias("end"), "k", "vp", "sk", "cs", "f", "l", "mb", "ls", "ba", "bx", "ts", "med", "la", "ff")
     )
 
 
@@ -483,6 +490,49 @@ def test_decimal_sums_and_averages(spark, ours, tmp_path):
     assert_same_batches(exp, act)
     spark_schema, our_schema = (S.read_state_schema(f"{run.checkpoint}/state", 0) for run in (exp, act))
     assert our_schema.value_schema == spark_schema.value_schema
+
+
+HIGH_SCALE_SCHEMA = "k STRING, t LONG, h DECIMAL(38,18), w DECIMAL(20,0), m DECIMAL(30,10)"
+
+
+def _high_scale_batches():
+    from decimal import Decimal as D
+
+    return [
+        [
+            ("a", 1, D("1.000000000000000001"), D("1"), D("0.0000000001")),
+            ("a", 2, D("2.000000000000000002"), D("2"), D("1.0000000002")),
+            ("b", 3, D("0.333333333333333333"), D("5"), D("-2.5")),
+        ],
+        [
+            ("a", 4, D("0.000000000000000001"), D("2"), D("7.7777777777")),
+            ("b", 5, D("-0.666666666666666667"), D("-8"), D("0.0000000005")),
+            ("b", 6, D("1234567890123456.123456789012345678"), D("99999999999999999999"), None),
+        ],
+        [
+            ("a", 7, D("-1.999999999999999999"), D("1"), D("3.1415926535")),
+            ("c", 8, D("0.000000000000000005"), D("3"), D("0.0000000001")),
+            ("c", 9, D("0.000000000000000001"), D("4"), D("0.0000000002")),
+        ],
+    ]
+
+
+def test_decimal_average_rounds_once_like_spark(spark, ours, tmp_path):
+    """avg/try_avg/regr_avgx/regr_avgy of wide decimals (the result scale is the input's plus 4): Spark divides to 38
+    significant digits and rounds half up once, to the result scale; thirds, sevenths and values
+    at the last digit show any second rounding."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").agg(
+            *(F.call_function(fn, F.col(c)).alias(f"{fn}_{c}") for c in "hwm" for fn in ("avg", "try_avg")),
+            # Spark replaces these with avg of the pairs' x (or y): avg's decimal buffers and rounding
+            F.regr_avgx("h", "m").alias("rax_hm"),
+            F.regr_avgy("h", "w").alias("ray_hw"),
+            F.regr_avgx("w", "h").alias("rax_wh"),
+        )
+
+    exp, act = run_both(spark, build, _high_scale_batches(), HIGH_SCALE_SCHEMA, "update", tmp_path, ours=ours)
+    assert_same_batches(exp, act)
 
 
 def test_decimal_sums_in_session_windows(spark, ours, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 
 from statestream.operators.aggregate_merge import merge_buffers
 
@@ -27,3 +28,23 @@ def test_min_max_of_booleans():
     batch = pa.array([False, True, None, None])
     assert merge_buffers("min", state, batch).to_pylist() == [False, True, False, None]
     assert merge_buffers("max", state, batch).to_pylist() == [True, True, False, None]
+
+
+def test_decimal_averages_round_half_up_once():
+    """Spark's decimal average: the quotient to 38 digits, rounded half up (away from zero) to
+    the result scale once; a zero count is null; an overflow is null, or an error under ANSI."""
+    from decimal import Decimal as D
+
+    from statestream.plan.aggregate_functions import decimal_averages
+
+    got = decimal_averages([D("1"), D("-1"), D("2"), D("5"), None], [8, 8, 3, 0, 4], 10, 2, ansi=False)
+    assert got == [D("0.13"), D("-0.13"), D("0.67"), None, None]
+    (third,) = decimal_averages([D("2")], [3], 38, 37, ansi=False)
+    assert third == D("0.6666666666666666666666666666666666667")
+    # Spark divides to 39 fraction digits first: 0.125 - 1e-40 becomes 0.125..., then 0.13
+    (near,) = decimal_averages([D("1") - D("8e-40")], [8], 10, 2, ansi=False)
+    assert near == D("0.13")
+    assert decimal_averages([D("-7")], [2], 10, 0, ansi=False) == [D("-4")]
+    assert decimal_averages([D("999")], [1], 4, 2, ansi=False) == [None]
+    with pytest.raises(ArithmeticError, match="NUMERIC_VALUE_OUT_OF_RANGE.WITH_SUGGESTION.*Decimal.4, 2."):
+        decimal_averages([D("999")], [1], 4, 2, ansi=True)

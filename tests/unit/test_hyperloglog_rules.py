@@ -158,3 +158,25 @@ def test_estimate_above_the_bias_tables_is_plain_hyperloglog():
     got = estimate([w for w in words], BiasTables(p))
     assert got.tolist() == [_plain_estimate(words[:, 0].tolist(), BiasTables(p))]
     assert abs(got[0] - 5000) < 5000 * 0.05
+
+
+def test_estimate_with_a_huge_register_sums_in_sparks_order():
+    """A register above 53 - p makes the inverse sum order-sensitive: such a key is summed
+    register by register, as Spark sums it; the others keep the fast path."""
+    p = 9
+    words = words_from_hashes(np.array([0, 50, 100]), _hashes(100), p)
+    words[3, 0] |= 60 << 12  # register 32 of key 0 holds 60
+    tables = BiasTables(p, tuple(float(x) for x in np.linspace(100, 3000, 50)), tuple(0.0 for _ in range(50)), 400.0)
+    got = estimate([w for w in words], tables)
+    assert got.tolist() == [_plain_estimate(words[:, k].tolist(), tables) for k in range(2)]
+
+
+def test_finisher_emits_the_estimate_of_the_words():
+    from statestream.operators.hyperloglog import HyperLogLogFinisher
+
+    p = 4
+    words = words_from_hashes(np.array([0, 3, 30]), _hashes(30), p)
+    tables = BiasTables(p, (11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0), (1.0,) * 7, 10.0)
+    table = pa.table({"k": ["a", "b"], "w0": words[0], "w1": words[1]})
+    out = HyperLogLogFinisher(("w0", "w1"), "e", tables).finish(table)
+    assert out.to_pylist() == estimate([words[0], words[1]], tables).tolist()
