@@ -91,6 +91,92 @@ def _batch_relation(other: Any) -> L.BatchRelation:
     return L.BatchRelation(template=other)
 
 
+def _join(
+    left: L.LogicalPlan, right: L.LogicalPlan, on: Any, how: str | None, session: "StreamingSession", cross: bool = False
+) -> "DataFrame":
+    """The ``Join`` node of ``left.join(right, on, how)`` (or ``crossJoin``), whichever side is
+    the stream. The template join runs first, so an unknown ``how``, a missing column or an
+    ambiguous reference is Spark's own error, raised here as on Spark's engine."""
+    from functools import reduce
+
+    from statestream.plan.bindings import JoinCondition
+    from statestream.plan.joins import join_type_name
+
+    condition: JoinCondition | None = None
+    conditions = on if isinstance(on, list) else [on] if on is not None else []
+    if conditions and all(isinstance(c, Column) for c in conditions):
+        condition = JoinCondition(reduce(lambda a, b: a & b, conditions), left, right)
+
+    def transform(left_df: "SparkDataFrame", right_df: "SparkDataFrame") -> "SparkDataFrame":
+        if cross:
+            return left_df.crossJoin(right_df)
+        if condition is not None:
+            return left_df.join(right_df, condition.for_batch(left_df, right_df), how)
+        return left_df.join(right_df, on, how)
+
+    lt, rt = left.template, right.template
+    if cross:
+        template = lt.crossJoin(rt)
+    elif condition is not None:
+        template = lt.join(rt, condition.for_template(), how)
+    else:
+        template = lt.join(rt, on, how)
+    node = L.Join(
+        template=template,
+        left=left,
+        right=right,
+        join_type="Cross" if cross else join_type_name(how),
+        description="" if cross or not conditions else _describe(conditions),
+        transform=transform,
+    )
+    return DataFrame(node, session)
+
+
+def install_stream_on_the_right() -> None:
+    """Let PySpark's own ``join``/``crossJoin`` of a static DataFrame take a statestream stream
+    (``static_df.join(stream_df, "k", "right")``): they then build statestream's join, with the
+    static side on the left. Idempotent; called by ``StreamingSession``.
+
+    Why: Spark accepts a stream on the right of an inner or right outer join, and the user writes
+    that join on the static DataFrame, whose method is PySpark's; a statestream DataFrame has no
+    JVM plan for it to read. The methods are wrapped, not replaced: any other argument goes to
+    PySpark's original."""
+    try:
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+    except ImportError:  # pragma: no cover - a PySpark without the classic DataFrame module
+        return
+
+    def reflected(original: Callable[..., Any], cross: bool) -> Callable[..., Any]:
+        def method(self: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(other, DataFrame):
+                if cross:
+                    return _join(_batch_relation(self), other._plan, None, None, other._session, cross=True)  # noqa: SLF001
+                bound = _join_arguments(original, self, other, args, kwargs)
+                return _join(_batch_relation(self), other._plan, bound["on"], bound["how"], other._session)  # noqa: SLF001
+            return original(self, other, *args, **kwargs)
+
+        method.__name__ = original.__name__
+        method.__qualname__ = original.__qualname__
+        method.__doc__ = original.__doc__
+        method.__wrapped__ = original  # type: ignore[attr-defined]
+        method._statestream_reflected = True  # type: ignore[attr-defined]  # noqa: SLF001
+        return method
+
+    for name, cross in (("join", False), ("crossJoin", True)):
+        original = getattr(ClassicDataFrame, name)
+        if not getattr(original, "_statestream_reflected", False):
+            setattr(ClassicDataFrame, name, reflected(original, cross))
+
+
+def _join_arguments(original: Callable[..., Any], self: Any, other: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``on`` and ``how`` of a call to PySpark's ``join``, as its signature binds them."""
+    import inspect
+
+    bound = inspect.signature(original).bind(self, other, *args, **kwargs)
+    bound.apply_defaults()
+    return {"on": bound.arguments.get("on"), "how": bound.arguments.get("how")}
+
+
 class DataFrame:
     """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
 
@@ -254,6 +340,24 @@ class DataFrame:
             template = self._plan.template.union(other_plan.template)
         node = L.Union(template=template, inputs=(self._plan, other_plan), by_name=by_name, allow_missing=allow_missing)
         return DataFrame(node, self._session)
+
+    # ------------------------------------------------------------------ joins
+    def join(self, other: Any, on: Any = None, how: str | None = None) -> "DataFrame":
+        """PySpark's ``join``: ``other`` is a static (PySpark batch) DataFrame of the same Spark
+        application, or another statestream stream. ``on`` is a column name, a list of names, a
+        ``Column`` condition or a list of them; ``how`` any of PySpark's join types.
+
+        A stream-static join keeps no state: every micro-batch joins its rows with the static
+        DataFrame, evaluated again in that batch, as Spark's engine does. Which join types Spark
+        accepts with which side streaming is checked at ``start()``, with Spark's errors; a join
+        of two streams is not supported yet (``NotSupportedYetError`` from ``start()``)."""
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        return _join(self._plan, other_plan, on, how, self._session)
+
+    def crossJoin(self, other: Any) -> "DataFrame":  # noqa: N802 - PySpark's name
+        """PySpark's ``crossJoin``: the Cartesian product of each micro-batch with ``other``."""
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        return _join(self._plan, other_plan, None, None, self._session, cross=True)
 
     def observe(self, observation: Any, *exprs: Column) -> "DataFrame":
         """Named metrics of each batch, in the progress' ``observedMetrics`` (Spark's
@@ -562,11 +666,9 @@ class DataFrame:
 
     # ------------------------------------------------------------------ not yet
     #: PySpark methods Spark runs on streams that statestream does not (each raises
-    #: ``NotSupportedYetError`` naming itself; joins are issue 12)
+    #: ``NotSupportedYetError`` naming itself)
     NOT_YET = {
-        "join": "stream joins are not built yet",
-        "crossJoin": "stream joins are not built yet",
-        "lateralJoin": "stream joins are not built yet",
+        "lateralJoin": "join the stream with a static DataFrame with join()",
         "exceptAll": "",
         "intersect": "",
         "intersectAll": "",
