@@ -274,10 +274,23 @@ class DataFrame:
         )
         return DataFrame(node, self._session)
 
+    def _bound_to_positions(self, cols: list[Any]) -> Callable[["SparkDataFrame"], list[Any]]:
+        """``cols`` as each DataFrame of this node's input (template or batch) needs them: a
+        column taken from a DataFrame below a join (``events.k``) whose name both join sides
+        have is bound to that DataFrame's attribute by its position, as Spark binds it
+        (``plan/bindings.py``); every other column is used as given."""
+        from statestream.plan.bindings import ambiguous_references, bind_positions
+
+        refs = [ambiguous_references(c, self._plan) if isinstance(c, Column) else () for c in cols]
+        if not any(refs):
+            return lambda df: cols
+        return lambda df: [bind_positions(c, r, df) if r else c for c, r in zip(cols, refs)]
+
     # ------------------------------------------------------------------ stateless
     def select(self, *cols: Any) -> "DataFrame":
         cs = _cols(cols)
-        return self._stateless("Project", _describe(cs), lambda df: df.select(*cs), [c for c in cs if isinstance(c, Column)])
+        bound = self._bound_to_positions(cs)
+        return self._stateless("Project", _describe(cs), lambda df: df.select(*bound(df)), [c for c in cs if isinstance(c, Column)])
 
     def selectExpr(self, *exprs: Any) -> "DataFrame":  # noqa: N802
         es = _cols(exprs)
@@ -285,18 +298,22 @@ class DataFrame:
 
     def filter(self, condition: Any) -> "DataFrame":
         cond = F.expr(condition) if isinstance(condition, str) else condition
-        return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(cond), [cond])
+        bound = self._bound_to_positions([cond])
+        return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(bound(df)[0]), [cond])
 
     where = filter
 
     def withColumn(self, colName: str, col: Column) -> "DataFrame":  # noqa: N802,N803
+        bound = self._bound_to_positions([col])
         return self._stateless(
-            "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, col), [col]
+            "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, bound(df)[0]), [col]
         )
 
     def withColumns(self, *colsMap: dict[str, Column]) -> "DataFrame":  # noqa: N802,N803
         mapping = dict(colsMap[0]) if colsMap else {}
-        return self._stateless("Project", _describe(list(mapping.values())), lambda df: df.withColumns(mapping), list(mapping.values()))
+        names, values = list(mapping), list(mapping.values())
+        bound = self._bound_to_positions(values)
+        return self._stateless("Project", _describe(values), lambda df: df.withColumns(dict(zip(names, bound(df)))), values)
 
     def withColumnRenamed(self, existing: str, new: str) -> "DataFrame":  # noqa: N802
         return self._stateless("Project", f"[{existing} AS {new}]", lambda df: df.withColumnRenamed(existing, new))
@@ -307,7 +324,8 @@ class DataFrame:
 
     def drop(self, *cols: Any) -> "DataFrame":
         cs = list(cols)
-        return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*cs))
+        bound = self._bound_to_positions(cs)
+        return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*bound(df)))
 
     def toDF(self, *cols: str) -> "DataFrame":  # noqa: N802
         names = list(cols)
@@ -532,19 +550,40 @@ class DataFrame:
         return DataFrame(node, self._session)
 
     # ------------------------------------------------------------------ stateful
+    def _refuse_join_side_names(self, cols: list[Any], member: str) -> None:
+        """A stateful operation replays its columns by name in every batch, so a column taken
+        from one side of a join whose name both sides have cannot be told apart there yet."""
+        from statestream.plan.bindings import ambiguous_references
+
+        for c in cols:
+            if isinstance(c, Column) and ambiguous_references(c, self._plan):
+                from statestream.errors import not_supported_yet
+
+                raise not_supported_yet(
+                    "DataFrame",
+                    member,
+                    f"{_describe([c])} names a column that both sides of the join have; select or rename it first",
+                )
+
     def groupBy(self, *cols: Any) -> "GroupedData":  # noqa: N802
-        return GroupedData(self, [_col(c) for c in _cols(cols)])
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "groupBy")
+        return GroupedData(self, keys)
 
     groupby = groupBy
 
     def cube(self, *cols: Any) -> "GroupedData":
         """Spark's ``cube``: one aggregation over every subset of the columns (an ``Expand``
         below the aggregation); the state key gains Spark's ``spark_grouping_id``."""
-        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="cube")
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "cube")
+        return GroupedData(self, keys, grouping_sets="cube")
 
     def rollup(self, *cols: Any) -> "GroupedData":
         """Spark's ``rollup``: one aggregation over every prefix of the columns."""
-        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="rollup")
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "rollup")
+        return GroupedData(self, keys, grouping_sets="rollup")
 
     def agg(self, *exprs: Any) -> "DataFrame":
         return self.groupBy().agg(*exprs)
@@ -745,6 +784,7 @@ class GroupedData:
         return group(*(bind_for_template(c, plan) for c in self._cols))
 
     def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
+        self._df._refuse_join_side_names(aggs, "agg")  # noqa: SLF001
         plan = self._df._plan  # noqa: SLF001
         node = L.Aggregate(
             template=template,

@@ -62,6 +62,14 @@ class BatchRelationExec(PhysicalOperator):
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         return in_session(self.df, ctx.spark)
 
+    def leaf_count(self) -> int:
+        """How many leaves (scans) the static DataFrame's plan has, for matching a batch's
+        executed plan to its sources (``operators/limit.py``); 1 if the plan cannot be read."""
+        try:
+            return int(self.df._jdf.queryExecution().optimizedPlan().collectLeaves().size())  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - not a classic DataFrame
+            return 1
+
     def simple_string(self) -> str:
         return f"Scan [{', '.join(self.df.columns)}]" if self.df is not None else "Scan"
 

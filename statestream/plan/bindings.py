@@ -56,6 +56,8 @@ __all__ = [
     "SideReference",
     "JoinCondition",
     "replace_at_paths",
+    "ambiguous_references",
+    "bind_positions",
 ]
 
 P = TypeVar("P")
@@ -362,3 +364,60 @@ def replace_at_paths(e: Any, new_at: Mapping[tuple[int, ...], Any], seq: Callabl
     if all(n is k for n, k in zip(new, kids)):
         return e
     return e.withNewChildren(seq(new))
+
+
+def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Where ``column`` holds a remembered name reference whose name ``child``'s output has more
+    than once (after a join: ``events.k`` next to ``users.k``): ``(path, position)`` pairs, the
+    position being that of the reference's DataFrame attribute in ``child``'s output.
+
+    Why: Spark binds ``events.k`` to ``events``'s attribute, which a join keeps in its output; a
+    name would be ambiguous there. The position is the same in the template and in every
+    micro-batch's DataFrame of ``child`` (``bind_positions``). Empty when no name repeats, when
+    no reference is remembered, or when the plans cannot be read (names are then used)."""
+    names = [n.lower() for n in child.schema.names]
+    if len(set(names)) == len(names) or not len(_REGISTRY):
+        return ()
+    try:
+        session = child.template.sparkSession
+        jvm = session._jvm  # noqa: SLF001
+        jss = session._jsparkSession  # noqa: SLF001
+        output = [int(a.exprId().id()) for a in _jseq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
+        found: list[tuple[tuple[int, ...], int]] = []
+
+        def visit(e: Any, path: tuple[int, ...]) -> None:
+            if _jclass(e) == "UnresolvedAttribute":
+                origin = e.origin()
+                binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
+                parts = [str(p) for p in _jseq(e.nameParts())]
+                if binding is not None and parts == [binding.name] and names.count(binding.name.lower()) > 1:
+                    attribute = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
+                    if _jclass(attribute) == "AttributeReference" and int(attribute.exprId().id()) in output:
+                        found.append((path, output.index(int(attribute.exprId().id()))))
+                return
+            for i, c in enumerate(_jseq(e.children())):
+                visit(c, (*path, i))
+
+        visit(jss.expression(column._jc), ())  # noqa: SLF001
+        return tuple(found)
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: the column resolves by name
+        logger.debug("cannot bind a column to its DataFrame's attribute after a join", exc_info=True)
+        return ()
+
+
+def bind_positions(column: "Column", positions: Sequence[tuple[tuple[int, ...], int]], df: "DataFrame") -> "Column":
+    """``column`` with the references found by ``ambiguous_references`` replaced by ``df``'s
+    output attributes at their positions."""
+    if not positions:
+        return column
+    from pyspark.sql import Column
+
+    session = df.sparkSession
+    jvm = session._jvm  # noqa: SLF001
+    conv = jvm.scala.jdk.javaapi.CollectionConverters
+    output = df._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+    new_at = {path: output.apply(pos) for path, pos in positions}
+    expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
+    rebuilt = replace_at_paths(expr, new_at, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
+    node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(rebuilt)
+    return Column(jvm.org.apache.spark.sql.Column(node))
