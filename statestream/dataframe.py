@@ -421,7 +421,13 @@ class DataFrame:
         return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
 
     def repartition(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N803
-        return self._stateless("Exchange", "RoundRobinPartitioning" if not cols else _describe(list(cols)), lambda df: df.repartition(numPartitions, *cols))
+        if isinstance(numPartitions, int) and not cols:  # Spark's text for the exchange
+            description = f"RoundRobinPartitioning({numPartitions}), REPARTITION_BY_NUM"
+        elif isinstance(numPartitions, int) and all(isinstance(c, str) for c in cols):
+            description = f"hashpartitioning({', '.join(cols)}, {numPartitions}), REPARTITION_BY_NUM"
+        else:
+            description = "RoundRobinPartitioning" if not cols else _describe(list(cols))
+        return self._stateless("Exchange", description, lambda df: df.repartition(numPartitions, *cols))
 
     def repartitionByRange(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N802,N803
         return self._stateless("Exchange", "rangepartitioning", lambda df: df.repartitionByRange(numPartitions, *cols))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
@@ -249,22 +250,25 @@ def _with_spark_display(join: "PhysicalOperator", mirror: MirrorNode, planned: t
             return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=m.stage_start, inputs=(inner,))
         return inner
 
-    def build(m: MirrorNode) -> "PhysicalOperator":
+    def build(m: MirrorNode, root: bool = False) -> "PhysicalOperator":
+        # the top of Spark's join plan starts a codegen stage only there: in the query it
+        # continues the stage of the operator above it, if that one is compiled too
+        stage_start = m.stage_start and not root
         if len(m.children) == 2 and any(c.holds_standin() for c in m.children):
             sides = []
             for i, c in enumerate(m.children):
                 standin = next(c.find_standins(), None)
                 sides.append(stream_path(c, standin.standin) if standin is not None else convert(c))
             return dataclasses.replace(
-                join, left=sides[0], right=sides[1], spark_text=m.text, codegen=m.codegen, stage_start=m.stage_start
+                join, left=sides[0], right=sides[1], spark_text=m.text, codegen=m.codegen, stage_start=stage_start
             )
         inner = next((c for c in m.children if c.holds_standin()), None)
         if inner is None:  # pragma: no cover - the join's node always holds a stand-in
             return join
-        return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=m.stage_start, inputs=(build(inner),))
+        return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=stage_start, inputs=(build(inner),))
 
     try:
-        return build(mirror)
+        return build(mirror, root=True)
     except StopIteration:  # pragma: no cover - a plan shape not foreseen: the plain join
         logger.debug("Spark's join plan has an unexpected shape; explain shows statestream's join")
         return join
@@ -286,11 +290,35 @@ def _planning_session(template: "DataFrame") -> Any:
     return session
 
 
+@contextmanager
+def _same_active_session(session: Any) -> Iterator[None]:
+    """PySpark's ``createDataFrame`` makes its session the active one (in PySpark and in the
+    JVM thread); a stand-in must not change which session the user's code sees as active."""
+    from pyspark.sql import SparkSession
+
+    jvm = session._jvm  # noqa: SLF001
+    previous_jvm = jvm.SparkSession.getActiveSession()
+    previous = SparkSession._activeSession  # noqa: SLF001
+    try:
+        yield
+    finally:
+        SparkSession._activeSession = previous  # noqa: SLF001
+        if previous_jvm.isDefined():
+            jvm.SparkSession.setActiveSession(previous_jvm.get())
+        else:
+            jvm.SparkSession.clearActiveSession()
+
+
 def standin_join(node: L.Join, session: Any = None) -> tuple["DataFrame", dict[int, list[int]]]:
     """The join with each streaming side replaced by a stand-in (see the module docstring), and
-    the stand-ins' attribute ids by side."""
-    assert node.transform is not None
+    the stand-ins' attribute ids by side. The active session stays what it was."""
     session = session or node.template.sparkSession
+    with _same_active_session(session):
+        return _standin_join(node, session)
+
+
+def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, list[int]]]:
+    assert node.transform is not None
     sides: list[Any] = []
     ids: dict[int, list[int]] = {}
     for i, child in enumerate(node.children):

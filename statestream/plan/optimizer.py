@@ -115,10 +115,13 @@ class ProjectStep:
 
 @dataclass(frozen=True)
 class FilterStep:
-    """A filter: its condition split on ``AND``, each conjunct over the filter's input."""
+    """A filter: its condition split on ``AND``, each conjunct over the filter's input.
+    ``inferred``: Spark's optimizer adds it (a join's ``isnotnull(k)``), so no node of the plan
+    holds it; it is written where Spark's ends up, however far that is."""
 
     conjuncts: tuple[Expr, ...] = ()
     deterministic: bool = True
+    inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,7 @@ class _Source:
     branch: int
     step: int
     conjuncts: tuple[Expr, ...]
+    inferred: bool = False
 
 
 def _sources(plan: LogicalPlan, inspector: PlanInspector) -> list[_Source]:
@@ -256,7 +260,7 @@ def _sources(plan: LogicalPlan, inspector: PlanInspector) -> list[_Source]:
         for b, steps in enumerate(facts.branches):
             for i, s in enumerate(steps):
                 if isinstance(s, FilterStep) and s.conjuncts:
-                    found.append(_Source(node, b, i, s.conjuncts))
+                    found.append(_Source(node, b, i, s.conjuncts, s.inferred))
     return found
 
 
@@ -271,10 +275,13 @@ def _sink(
     start: int,
     inspector: PlanInspector,
     best: Target | None,
+    lowest: bool = False,
 ) -> list[Target | None]:
     """Move ``expr`` (over the input of step ``start`` of ``node``'s branch) down as Spark would.
     Returns, for every path it can take, the copy to make (``None``: it crosses no watermark or
-    aggregation on that path, so the filter where it stands already does what Spark's would)."""
+    aggregation on that path, so the filter where it stands already does what Spark's would).
+    With ``lowest`` (an inferred filter, which stands nowhere yet) the copy goes where the
+    conjunct stops on each path, whatever it crossed."""
     facts = inspector.facts(node)
     if facts is None or branch >= len(facts.branches):
         return [best]
@@ -316,7 +323,7 @@ def _sink(
     children = node.children
     if branch >= len(children):
         return [best]
-    if crossed:
+    if crossed or lowest:
         best = Placement(node, branch, expr)
     child = children[branch]
     child_facts = inspector.facts(child)
@@ -324,7 +331,7 @@ def _sink(
         return [best]
     out: list[Target | None] = []
     for b in range(len(child_facts.branches)):
-        out.extend(_sink(expr, child, b, 0, inspector, best))
+        out.extend(_sink(expr, child, b, 0, inspector, best, lowest))
     return out
 
 
@@ -337,7 +344,7 @@ def find_pushdowns(plan: LogicalPlan, inspector: PlanInspector) -> tuple[list[Ta
     for src in _sources(plan, inspector):
         all_placed = True
         for conjunct in src.conjuncts:
-            for t in _sink(conjunct, src.node, src.branch, src.step + 1, inspector, None):
+            for t in _sink(conjunct, src.node, src.branch, src.step + 1, inspector, None, src.inferred):
                 if t is None:
                     all_placed = False
                     continue
@@ -818,7 +825,7 @@ class JvmPlanInspector:
                     renaming = {i: self._expr(a) for i, a in zip(standin_ids, output)}
                     conjuncts.append(self._expr(jexpr).substitute(renaming))
                 if conjuncts:
-                    steps.append(FilterStep(conjuncts=tuple(conjuncts)))
+                    steps.append(FilterStep(conjuncts=tuple(conjuncts), inferred=True))
             chain = self._chain(kid, target)
             branches.append(tuple([*steps, *chain]) if chain is not None else (OpaqueStep("Join"),))
         return NodeFacts(branches=tuple(branches))

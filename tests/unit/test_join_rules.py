@@ -317,7 +317,7 @@ def _watermarked_join(join_type: str, inferred: tuple = ()) -> tuple[Join, Event
     j = join(w, static(), join_type)
     side0 = [O.JoinStep(frozenset({1, 2}), 0 in O.join_pushable_sides(join_type))]
     if inferred:
-        side0.append(O.FilterStep(inferred))
+        side0.append(O.FilterStep(inferred, inferred=True))
     insp.add(j, side0, [O.JoinStep(frozenset({5, 6}), 1 in O.join_pushable_sides(join_type))])
     return j, w, insp
 
@@ -327,6 +327,17 @@ def test_a_filter_spark_infers_on_the_stream_side_goes_below_the_watermark():
     j, w, insp = _watermarked_join("Inner", inferred=(not_null_k,))
     targets, _ = O.find_pushdowns(j, insp)
     assert [(type(t), t.node, t.child_index, t.predicate) for t in targets] == [(O.Placement, w, 0, not_null_k)]
+
+
+def test_an_inferred_filter_is_written_where_it_stops_even_without_crossing_anything():
+    """No watermark on the stream side: Spark's inferred filter still stands right above the
+    source in its plan (and in its codegen stages), so statestream writes it there too."""
+    insp = FakePlanInspector()
+    src = stream()
+    j = join(src, static(), "Inner")
+    insp.add(j, [O.JoinStep(frozenset({1, 2}), True), O.FilterStep((E(frozenset({1})),), inferred=True)], [O.JoinStep(frozenset({5, 6}), True)])
+    targets, _ = O.find_pushdowns(j, insp)
+    assert [(t.node, t.child_index) for t in targets] == [(j, 0)]
 
 
 def test_a_filter_above_the_join_moves_into_the_side_spark_pushes_it_into():
