@@ -178,6 +178,17 @@ def test_join_then_windowed_aggregation_append(spark, ours, tmp_path, static):
     assert any(s["numRowsDroppedByWatermark"] for b in exp.batches for s in b.state), exp.describe()
 
 
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_join_then_aggregation_update_and_complete(spark, ours, tmp_path, static, mode):
+    """A stream-static join is allowed in every output mode; the aggregation above it keeps its
+    state by the static side's column (null for the unmatched rows of the left outer join)."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.join(static, "k", "left").groupBy("name").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+
+    assert_equivalent(spark, ours, build, INPUT, SCHEMA, mode, tmp_path)
+
+
 def test_join_then_drop_duplicates(spark, ours, tmp_path, static):
     """Join, then ``dropDuplicates`` on a static column (state keyed by it) and, with the
     watermark, ``dropDuplicatesWithinWatermark`` on the join key."""
