@@ -91,6 +91,92 @@ def _batch_relation(other: Any) -> L.BatchRelation:
     return L.BatchRelation(template=other)
 
 
+def _join(
+    left: L.LogicalPlan, right: L.LogicalPlan, on: Any, how: str | None, session: "StreamingSession", cross: bool = False
+) -> "DataFrame":
+    """The ``Join`` node of ``left.join(right, on, how)`` (or ``crossJoin``), whichever side is
+    the stream. The template join runs first, so an unknown ``how``, a missing column or an
+    ambiguous reference is Spark's own error, raised here as on Spark's engine."""
+    from functools import reduce
+
+    from statestream.plan.bindings import JoinCondition
+    from statestream.plan.joins import join_type_name
+
+    condition: JoinCondition | None = None
+    conditions = on if isinstance(on, list) else [on] if on is not None else []
+    if conditions and all(isinstance(c, Column) for c in conditions):
+        condition = JoinCondition(reduce(lambda a, b: a & b, conditions), left, right)
+
+    def transform(left_df: "SparkDataFrame", right_df: "SparkDataFrame") -> "SparkDataFrame":
+        if cross:
+            return left_df.crossJoin(right_df)
+        if condition is not None:
+            return left_df.join(right_df, condition.for_batch(left_df, right_df), how)
+        return left_df.join(right_df, on, how)
+
+    lt, rt = left.template, right.template
+    if cross:
+        template = lt.crossJoin(rt)
+    elif condition is not None:
+        template = lt.join(rt, condition.for_template(), how)
+    else:
+        template = lt.join(rt, on, how)
+    node = L.Join(
+        template=template,
+        left=left,
+        right=right,
+        join_type="Cross" if cross else join_type_name(how),
+        description="" if cross or not conditions else _describe(conditions),
+        transform=transform,
+    )
+    return DataFrame(node, session)
+
+
+def install_stream_on_the_right() -> None:
+    """Let PySpark's own ``join``/``crossJoin`` of a static DataFrame take a statestream stream
+    (``static_df.join(stream_df, "k", "right")``): they then build statestream's join, with the
+    static side on the left. Idempotent; called by ``StreamingSession``.
+
+    Why: Spark accepts a stream on the right of an inner or right outer join, and the user writes
+    that join on the static DataFrame, whose method is PySpark's; a statestream DataFrame has no
+    JVM plan for it to read. The methods are wrapped, not replaced: any other argument goes to
+    PySpark's original."""
+    try:
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+    except ImportError:  # pragma: no cover - a PySpark without the classic DataFrame module
+        return
+
+    def reflected(original: Callable[..., Any], cross: bool) -> Callable[..., Any]:
+        def method(self: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(other, DataFrame):
+                if cross:
+                    return _join(_batch_relation(self), other._plan, None, None, other._session, cross=True)  # noqa: SLF001
+                bound = _join_arguments(original, self, other, args, kwargs)
+                return _join(_batch_relation(self), other._plan, bound["on"], bound["how"], other._session)  # noqa: SLF001
+            return original(self, other, *args, **kwargs)
+
+        method.__name__ = original.__name__
+        method.__qualname__ = original.__qualname__
+        method.__doc__ = original.__doc__
+        method.__wrapped__ = original  # type: ignore[attr-defined]
+        method._statestream_reflected = True  # type: ignore[attr-defined]  # noqa: SLF001
+        return method
+
+    for name, cross in (("join", False), ("crossJoin", True)):
+        original = getattr(ClassicDataFrame, name)
+        if not getattr(original, "_statestream_reflected", False):
+            setattr(ClassicDataFrame, name, reflected(original, cross))
+
+
+def _join_arguments(original: Callable[..., Any], self: Any, other: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``on`` and ``how`` of a call to PySpark's ``join``, as its signature binds them."""
+    import inspect
+
+    bound = inspect.signature(original).bind(self, other, *args, **kwargs)
+    bound.apply_defaults()
+    return {"on": bound.arguments.get("on"), "how": bound.arguments.get("how")}
+
+
 class DataFrame:
     """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
 
@@ -188,10 +274,23 @@ class DataFrame:
         )
         return DataFrame(node, self._session)
 
+    def _bound_to_positions(self, cols: list[Any]) -> Callable[["SparkDataFrame"], list[Any]]:
+        """``cols`` as each DataFrame of this node's input (template or batch) needs them: a
+        column taken from a DataFrame below a join (``events.k``) whose name both join sides
+        have is bound to that DataFrame's attribute by its position, as Spark binds it
+        (``plan/bindings.py``); every other column is used as given."""
+        from statestream.plan.bindings import ambiguous_references, bind_positions
+
+        refs = [ambiguous_references(c, self._plan) if isinstance(c, Column) else () for c in cols]
+        if not any(refs):
+            return lambda df: cols
+        return lambda df: [bind_positions(c, r, df) if r else c for c, r in zip(cols, refs)]
+
     # ------------------------------------------------------------------ stateless
     def select(self, *cols: Any) -> "DataFrame":
         cs = _cols(cols)
-        return self._stateless("Project", _describe(cs), lambda df: df.select(*cs), [c for c in cs if isinstance(c, Column)])
+        bound = self._bound_to_positions(cs)
+        return self._stateless("Project", _describe(cs), lambda df: df.select(*bound(df)), [c for c in cs if isinstance(c, Column)])
 
     def selectExpr(self, *exprs: Any) -> "DataFrame":  # noqa: N802
         es = _cols(exprs)
@@ -199,18 +298,22 @@ class DataFrame:
 
     def filter(self, condition: Any) -> "DataFrame":
         cond = F.expr(condition) if isinstance(condition, str) else condition
-        return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(cond), [cond])
+        bound = self._bound_to_positions([cond])
+        return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(bound(df)[0]), [cond])
 
     where = filter
 
     def withColumn(self, colName: str, col: Column) -> "DataFrame":  # noqa: N802,N803
+        bound = self._bound_to_positions([col])
         return self._stateless(
-            "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, col), [col]
+            "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, bound(df)[0]), [col]
         )
 
     def withColumns(self, *colsMap: dict[str, Column]) -> "DataFrame":  # noqa: N802,N803
         mapping = dict(colsMap[0]) if colsMap else {}
-        return self._stateless("Project", _describe(list(mapping.values())), lambda df: df.withColumns(mapping), list(mapping.values()))
+        names, values = list(mapping), list(mapping.values())
+        bound = self._bound_to_positions(values)
+        return self._stateless("Project", _describe(values), lambda df: df.withColumns(dict(zip(names, bound(df)))), values)
 
     def withColumnRenamed(self, existing: str, new: str) -> "DataFrame":  # noqa: N802
         return self._stateless("Project", f"[{existing} AS {new}]", lambda df: df.withColumnRenamed(existing, new))
@@ -221,7 +324,8 @@ class DataFrame:
 
     def drop(self, *cols: Any) -> "DataFrame":
         cs = list(cols)
-        return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*cs))
+        bound = self._bound_to_positions(cs)
+        return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*bound(df)))
 
     def toDF(self, *cols: str) -> "DataFrame":  # noqa: N802
         names = list(cols)
@@ -254,6 +358,24 @@ class DataFrame:
             template = self._plan.template.union(other_plan.template)
         node = L.Union(template=template, inputs=(self._plan, other_plan), by_name=by_name, allow_missing=allow_missing)
         return DataFrame(node, self._session)
+
+    # ------------------------------------------------------------------ joins
+    def join(self, other: Any, on: Any = None, how: str | None = None) -> "DataFrame":
+        """PySpark's ``join``: ``other`` is a static (PySpark batch) DataFrame of the same Spark
+        application, or another statestream stream. ``on`` is a column name, a list of names, a
+        ``Column`` condition or a list of them; ``how`` any of PySpark's join types.
+
+        A stream-static join keeps no state: every micro-batch joins its rows with the static
+        DataFrame, evaluated again in that batch, as Spark's engine does. Which join types Spark
+        accepts with which side streaming is checked at ``start()``, with Spark's errors; a join
+        of two streams is not supported yet (``NotSupportedYetError`` from ``start()``)."""
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        return _join(self._plan, other_plan, on, how, self._session)
+
+    def crossJoin(self, other: Any) -> "DataFrame":  # noqa: N802 - PySpark's name
+        """PySpark's ``crossJoin``: the Cartesian product of each micro-batch with ``other``."""
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        return _join(self._plan, other_plan, None, None, self._session, cross=True)
 
     def observe(self, observation: Any, *exprs: Column) -> "DataFrame":
         """Named metrics of each batch, in the progress' ``observedMetrics`` (Spark's
@@ -299,7 +421,13 @@ class DataFrame:
         return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
 
     def repartition(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N803
-        return self._stateless("Exchange", "RoundRobinPartitioning" if not cols else _describe(list(cols)), lambda df: df.repartition(numPartitions, *cols))
+        if isinstance(numPartitions, int) and not cols:  # Spark's text for the exchange
+            description = f"RoundRobinPartitioning({numPartitions}), REPARTITION_BY_NUM"
+        elif isinstance(numPartitions, int) and all(isinstance(c, str) for c in cols):
+            description = f"hashpartitioning({', '.join(cols)}, {numPartitions}), REPARTITION_BY_NUM"
+        else:
+            description = "RoundRobinPartitioning" if not cols else _describe(list(cols))
+        return self._stateless("Exchange", description, lambda df: df.repartition(numPartitions, *cols))
 
     def repartitionByRange(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N802,N803
         return self._stateless("Exchange", "rangepartitioning", lambda df: df.repartitionByRange(numPartitions, *cols))
@@ -428,19 +556,40 @@ class DataFrame:
         return DataFrame(node, self._session)
 
     # ------------------------------------------------------------------ stateful
+    def _refuse_join_side_names(self, cols: list[Any], member: str) -> None:
+        """A stateful operation replays its columns by name in every batch, so a column taken
+        from one side of a join whose name both sides have cannot be told apart there yet."""
+        from statestream.plan.bindings import ambiguous_references
+
+        for c in cols:
+            if isinstance(c, Column) and ambiguous_references(c, self._plan):
+                from statestream.errors import not_supported_yet
+
+                raise not_supported_yet(
+                    "DataFrame",
+                    member,
+                    f"{_describe([c])} names a column that both sides of the join have; select or rename it first",
+                )
+
     def groupBy(self, *cols: Any) -> "GroupedData":  # noqa: N802
-        return GroupedData(self, [_col(c) for c in _cols(cols)])
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "groupBy")
+        return GroupedData(self, keys)
 
     groupby = groupBy
 
     def cube(self, *cols: Any) -> "GroupedData":
         """Spark's ``cube``: one aggregation over every subset of the columns (an ``Expand``
         below the aggregation); the state key gains Spark's ``spark_grouping_id``."""
-        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="cube")
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "cube")
+        return GroupedData(self, keys, grouping_sets="cube")
 
     def rollup(self, *cols: Any) -> "GroupedData":
         """Spark's ``rollup``: one aggregation over every prefix of the columns."""
-        return GroupedData(self, [_col(c) for c in _cols(cols)], grouping_sets="rollup")
+        keys = [_col(c) for c in _cols(cols)]
+        self._refuse_join_side_names(keys, "rollup")
+        return GroupedData(self, keys, grouping_sets="rollup")
 
     def agg(self, *exprs: Any) -> "DataFrame":
         return self.groupBy().agg(*exprs)
@@ -562,11 +711,9 @@ class DataFrame:
 
     # ------------------------------------------------------------------ not yet
     #: PySpark methods Spark runs on streams that statestream does not (each raises
-    #: ``NotSupportedYetError`` naming itself; joins are issue 12)
+    #: ``NotSupportedYetError`` naming itself)
     NOT_YET = {
-        "join": "stream joins are not built yet",
-        "crossJoin": "stream joins are not built yet",
-        "lateralJoin": "stream joins are not built yet",
+        "lateralJoin": "join the stream with a static DataFrame with join()",
         "exceptAll": "",
         "intersect": "",
         "intersectAll": "",
@@ -643,6 +790,7 @@ class GroupedData:
         return group(*(bind_for_template(c, plan) for c in self._cols))
 
     def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
+        self._df._refuse_join_side_names(aggs, "agg")  # noqa: SLF001
         plan = self._df._plan  # noqa: SLF001
         node = L.Aggregate(
             template=template,

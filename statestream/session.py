@@ -43,8 +43,11 @@ class StreamingSession:
     """
 
     def __init__(self, spark: "SparkSession") -> None:
+        from statestream.dataframe import install_stream_on_the_right
+
         self.sparkSession = spark
         use_driver_python(spark)
+        install_stream_on_the_right()
         self._streams = StreamingQueryManager()
         #: streaming temporary views of this session (lower-case name -> statestream DataFrame)
         self._views: dict[str, Any] = {}

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["StreamingRelationExec", "BatchRelationExec", "StatelessExec", "SortExec", "UnionExec"]
+__all__ = ["StreamingRelationExec", "BatchRelationExec", "StatelessExec", "SortExec", "UnionExec", "in_session"]
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,43 @@ class StreamingRelationExec(PhysicalOperator):
         return f"StreamingRelation {self.source_name}, [{', '.join(self.output)}]"
 
 
+def in_session(df: "DataFrame", session: Any) -> "DataFrame":
+    """``df``'s analysed plan as a DataFrame of ``session``.
+
+    Why: a static DataFrame belongs to the user's session; joined or unioned there, the result
+    would run with that session's confs (adaptive execution on, the session's number of shuffle
+    partitions) instead of the query's, and a stateful operator above needs the query's exact
+    partitioning. The analysed plan is the same object, so the static side reads what its
+    DataFrame reads (a file listing made when it was created stays that listing, as in Spark's
+    engine) and a cached DataFrame is still found in Spark's cache."""
+    from pyspark.sql import DataFrame
+
+    if df.sparkSession is session:
+        return df
+    jvm = session._jvm  # noqa: SLF001
+    plan = df._jdf.queryExecution().analyzed()  # noqa: SLF001
+    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, plan), session)  # noqa: SLF001
+
+
 @dataclass(frozen=True)
 class BatchRelationExec(PhysicalOperator):
-    """A batch DataFrame inside a streaming query, read whole in every micro-batch. Only reachable
-    with ``spark.sql.streaming.unsupportedOperationCheck=false`` (otherwise the analysis refuses
-    the query), where Spark's engine does the same."""
+    """A batch (static) DataFrame inside a streaming query, evaluated again in every micro-batch,
+    in the batch's session: the static side of a stream-static join, or (only with
+    ``spark.sql.streaming.unsupportedOperationCheck=false``, otherwise the analysis refuses the
+    query) the batch input of a union, where Spark's engine does the same."""
 
     df: Any = field(default=None, repr=False, compare=False)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
-        return self.df
+        return in_session(self.df, ctx.spark)
+
+    def leaf_count(self) -> int:
+        """How many leaves (scans) the static DataFrame's plan has, for matching a batch's
+        executed plan to its sources (``operators/limit.py``); 1 if the plan cannot be read."""
+        try:
+            return int(self.df._jdf.queryExecution().optimizedPlan().collectLeaves().size())  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - not a classic DataFrame
+            return 1
 
     def simple_string(self) -> str:
         return f"Scan [{', '.join(self.df.columns)}]" if self.df is not None else "Scan"

@@ -353,13 +353,16 @@ def input_rows_by_source(plan: PhysicalOperator, result: "DataFrame") -> dict[in
     """Input rows per source index from the scans' metrics (:func:`scan_input_rows`), when the
     executed plan has one leaf per leaf of ``plan`` (a source's batch, or an empty relation);
     ``None`` otherwise, like Spark, which then falls back to another count."""
-    from statestream.operators.basic import StreamingRelationExec
+    from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
 
-    leaves = [
-        n.source_index if isinstance(n, StreamingRelationExec) else None
-        for n in plan.walk()
-        if isinstance(n, (StreamingRelationExec, LocalTableScanExec))
-    ]
+    leaves: list[int | None] = []
+    for n in plan.walk():
+        if isinstance(n, StreamingRelationExec):
+            leaves.append(n.source_index)
+        elif isinstance(n, LocalTableScanExec):
+            leaves.append(None)
+        elif isinstance(n, BatchRelationExec):
+            leaves.extend([None] * n.leaf_count())  # a static side's own scans count for no source
     scanned = scan_input_rows(result)
     if scanned is None or len(scanned) != len(leaves):
         return None

@@ -14,7 +14,8 @@ only the first one is reported):
 3. a bottom-up walk (children before parents, inputs left to right) applying per-node rules:
    distinct aggregates, ``dropDuplicatesWithinWatermark`` without an event-time column, union of
    stream and batch, limit in update mode, offset, sort without complete data, sample, non-time
-   window functions, ``monotonically_increasing_id()``;
+   window functions, ``monotonically_increasing_id()``, joins (which join types a streaming side
+   allows, ``plan/joins.py``, and the watermark bound of stream-stream outer and semi joins);
 4. the "correctness" check on chained stateful operators (a warning only when
    ``spark.sql.streaming.statefulOperator.checkCorrectness.enabled`` is false).
 
@@ -37,12 +38,14 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from statestream.errors import StatestreamAnalysisException, analysis_error
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
+from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,
     Aggregate,
     Deduplicate,
     EventTimeWatermark,
+    Join,
     Limit,
     LogicalPlan,
     Sort,
@@ -78,6 +81,8 @@ __all__ = [
     "UNSUPPORTED_OPERATION_CHECK_CONF",
     "output_mode_error",
     "CHECK_CORRECTNESS_CONF",
+    "JoinConditionUse",
+    "stream_stream_bound_possible",
 ]
 
 UNSUPPORTED_OPERATION_CHECK_CONF = "spark.sql.streaming.unsupportedOperationCheck"
@@ -224,7 +229,18 @@ class UnsupportedExpressionUse:
     sqls: tuple[str, ...]
 
 
-ExpressionFact = WindowFunctionUse | DistinctAggregateUse | UnsupportedExpressionUse
+@dataclass(frozen=True)
+class JoinConditionUse:
+    """What the analysed condition of a ``Join`` says about the watermark bound a stream-stream
+    outer or semi join needs: whether an equi-join key is an event-time column, and whether some
+    conjunct compares (``<``, ``<=``, ``>``, ``>=``) columns of both sides (the only place a range
+    bound on event time can come from)."""
+
+    watermark_in_keys: bool
+    has_cross_side_comparison: bool
+
+
+ExpressionFact = WindowFunctionUse | DistinctAggregateUse | UnsupportedExpressionUse | JoinConditionUse
 
 
 class ExpressionInspector(Protocol):
@@ -331,6 +347,10 @@ def _jvm_operator_facts(operator: Any) -> list[ExpressionFact]:
             ]
             if sqls:
                 facts.append(DistinctAggregateUse(tuple(sqls)))
+    elif name == "Join":
+        fact = _jvm_join_condition_use(operator)
+        if fact is not None:
+            facts.append(fact)
     expressions = operator.expressions()
     if "monotonically_increasing_id" in str(expressions.toString()):  # cheap pre-filter
         sqls = []
@@ -342,6 +362,44 @@ def _jvm_operator_facts(operator: Any) -> list[ExpressionFact]:
         if sqls:
             facts.append(UnsupportedExpressionUse(tuple(sqls)))
     return facts
+
+
+_COMPARISONS = ("LessThan", "LessThanOrEqual", "GreaterThan", "GreaterThanOrEqual")
+
+
+def _jvm_join_condition_use(join: Any) -> JoinConditionUse | None:
+    """``JoinConditionUse`` of an analysed ``Join`` (equi-join keys as Spark's planner extracts
+    them: conjuncts ``a = b`` or ``a <=> b`` with ``a`` over one side and ``b`` over the other)."""
+    condition = join.condition()
+    if not condition.isDefined():
+        return JoinConditionUse(False, False)
+    left = {int(a.exprId().id()) for a in _jvm_seq(join.left().output())}
+    right = {int(a.exprId().id()) for a in _jvm_seq(join.right().output())}
+
+    def refs(e: Any) -> set[int]:
+        return {int(a.exprId().id()) for a in _jvm_seq(e.references().toSeq())}
+
+    def is_event_time(e: Any) -> bool:
+        return e.getClass().getSimpleName() == "AttributeReference" and bool(e.metadata().contains(WATERMARK_DELAY_KEY))
+
+    keys = False
+    compares = False
+    pending = [condition.get()]
+    while pending:
+        e = pending.pop()
+        kind = e.getClass().getSimpleName()
+        if kind == "And":
+            pending.extend([e.left(), e.right()])
+            continue
+        if kind not in ("EqualTo", "EqualNullSafe", *_COMPARISONS):
+            continue
+        a, b = refs(e.left()), refs(e.right())
+        across = bool(a) and bool(b) and ((a <= left and b <= right) or (a <= right and b <= left))
+        if kind in _COMPARISONS:
+            compares = compares or bool(refs(e) & left and refs(e) & right)
+        elif across and (is_event_time(e.left()) or is_event_time(e.right())):
+            keys = True
+    return JoinConditionUse(keys, compares)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,6 +525,8 @@ def is_stateful_operation(node: LogicalPlan) -> bool:
         return True
     if isinstance(node, Deduplicate):
         return node.within_watermark or dedup_has_event_time_key(node)
+    if isinstance(node, Join):
+        return all(is_streaming(c) for c in node.children)  # a stream-stream join keeps state
     return False
 
 
@@ -527,7 +587,26 @@ def _node_rule_message(node: LogicalPlan, output_mode: str) -> str | None:
             return MSG_SORT
     elif op == "Sample" and child_streaming:
         return MSG_SAMPLE
+    elif isinstance(node, Join) and node.left is not None and node.right is not None:
+        return stream_join_refusal(node.join_type, is_streaming(node.left), is_streaming(node.right), output_mode)
     return None
+
+
+def stream_stream_bound_possible(node: Join, use: JoinConditionUse) -> bool:
+    """Whether a stream-stream join may have the watermark bound Spark requires of it: an
+    event-time join key, or a watermark on the side whose event time bounds the other side's
+    rows and a comparison across the sides. ``False`` is Spark's refusal for sure; ``True`` only
+    means the condition may be solvable (Spark also solves the comparison for a constant, which
+    statestream does not do yet)."""
+    if not needs_stream_stream_bound(node.join_type, True, True) or use.watermark_in_keys:
+        return True
+    assert node.left is not None and node.right is not None
+    left_wm, right_wm = bool(node.left.event_time_columns()), bool(node.right.event_time_columns())
+    if node.join_type in ("LeftOuter", "LeftSemi"):
+        return right_wm and use.has_cross_side_comparison
+    if node.join_type == "RightOuter":
+        return left_wm and use.has_cross_side_comparison
+    return (left_wm or right_wm) and use.has_cross_side_comparison
 
 
 def _fact_error(fact: ExpressionFact, streaming: bool) -> StatestreamAnalysisException | None:
@@ -659,6 +738,14 @@ def check_for_streaming(
             _throw(message, node)
         streaming = is_streaming(node)
         for fact in inspector.facts(node):
+            if isinstance(fact, JoinConditionUse):
+                if (
+                    isinstance(node, Join)
+                    and all(is_streaming(c) for c in node.children)
+                    and not stream_stream_bound_possible(node, fact)
+                ):
+                    _throw(stream_stream_bound_message(node.join_type), node)
+                continue
             if isinstance(fact, DistinctAggregateUse) and _conf_flag(conf, DISTINCT_AGGREGATION_CONF):
                 continue  # statestream's opt-in: exact distinct aggregates (plan/aggregate_functions.py)
             error = _fact_error(fact, streaming)

@@ -53,6 +53,11 @@ __all__ = [
     "remember_binding",
     "bind_for_template",
     "mark_event_time_keeping_ids",
+    "SideReference",
+    "JoinCondition",
+    "replace_at_paths",
+    "ambiguous_references",
+    "bind_positions",
 ]
 
 P = TypeVar("P")
@@ -235,3 +240,184 @@ def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: in
     except Exception:  # noqa: BLE001 - py4j / internal API drift: the caller uses withMetadata
         logger.debug("cannot mark %r keeping attribute ids", column, exc_info=True)
         return None
+
+
+@dataclass(frozen=True)
+class SideReference:
+    """A name reference inside a join condition, handed out by a statestream DataFrame: where it
+    sits in the condition's expression tree (child indexes from the root), the column ``name``,
+    the DataFrame's plan and the join side that plan belongs to (0 left, 1 right, ``None``: on
+    neither side, so it stays a name)."""
+
+    path: tuple[int, ...]
+    name: str
+    plan: Any
+    side: int | None
+
+
+class JoinCondition:
+    """A join condition written with columns of statestream DataFrames (``s.k == t.k``).
+
+    Why: such a column is a *name* (``plan/bindings.py``), and in a join both sides often have a
+    column of that name, where Spark would have bound the user's column to the attribute of the
+    DataFrame it came from. The condition is converted once to Spark's expression tree, the
+    positions of the remembered references are recorded with their side, and each use rebuilds
+    it: the template join binds them to their DataFrames' template attributes (Spark's analyser
+    then decides, as it would for the user's own columns), each micro-batch binds them to that
+    batch's DataFrame of the side they came from. A condition whose references cannot be read
+    (py4j drift) is used as written (names).
+    """
+
+    def __init__(self, column: "Column", left: "LogicalPlan", right: "LogicalPlan") -> None:
+        self.column = column
+        self._expr: Any = None
+        self.references: tuple[SideReference, ...] = ()
+        try:
+            self._expr, self.references = _side_references(column, left, right)
+        except Exception:  # noqa: BLE001 - py4j / internal API drift: the condition resolves by names
+            logger.debug("cannot read the references of a join condition", exc_info=True)
+
+    def for_template(self) -> "Column":
+        """The condition with each remembered reference bound to its DataFrame's template
+        attribute (for the join's template)."""
+        if not self.references:
+            return self.column
+        return self._rebuilt(lambda ref, jss: jss.expression(ref.plan.template[ref.name]._jc))  # noqa: SLF001
+
+    def for_batch(self, left: "DataFrame", right: "DataFrame") -> "Column":
+        """The condition bound to one micro-batch's DataFrames of both sides (references from
+        neither side stay names)."""
+        if not any(r.side is not None for r in self.references):
+            return self.column
+        sides = (left, right)
+
+        def bound(ref: SideReference, jss: Any) -> Any:
+            if ref.side is None:
+                return None
+            return jss.expression(sides[ref.side][ref.name]._jc)  # noqa: SLF001
+
+        return self._rebuilt(bound, session=left.sparkSession)
+
+    def _rebuilt(self, replacement: Callable[[SideReference, Any], Any], session: Any = None) -> "Column":
+        from pyspark.sql import Column
+
+        try:
+            session = session or self.column_session()
+            jvm = session._jvm  # noqa: SLF001
+            jss = session._jsparkSession  # noqa: SLF001
+            conv = jvm.scala.jdk.javaapi.CollectionConverters
+            new_at = {}
+            for ref in self.references:
+                new = replacement(ref, jss)
+                if new is not None:
+                    new_at[ref.path] = new
+            if not new_at:
+                return self.column
+            rebuilt = replace_at_paths(self._expr, new_at, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
+            node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(rebuilt)
+            return Column(jvm.org.apache.spark.sql.Column(node))
+        except Exception:  # noqa: BLE001 - py4j / internal API drift: use the condition as written
+            logger.debug("cannot bind a join condition", exc_info=True)
+            return self.column
+
+    def column_session(self) -> Any:
+        """The session whose JVM converts the condition (any reference's template session)."""
+        return self.references[0].plan.template.sparkSession
+
+
+def _side_references(column: "Column", left: "LogicalPlan", right: "LogicalPlan") -> tuple[Any, tuple[SideReference, ...]]:
+    """The condition's expression tree and its remembered name references (see ``JoinCondition``)."""
+    if not len(_REGISTRY):
+        return None, ()
+    session = left.template.sparkSession
+    jvm = session._jvm  # noqa: SLF001
+    expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
+    left_ids = {id(n) for n in left.walk()}
+    right_ids = {id(n) for n in right.walk()}
+    found: list[SideReference] = []
+
+    def visit(e: Any, path: tuple[int, ...]) -> None:
+        if _jclass(e) == "UnresolvedAttribute":
+            origin = e.origin()
+            binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
+            if binding is not None and [str(p) for p in _jseq(e.nameParts())] == [binding.name]:
+                plan_id = id(binding.plan)
+                side = 0 if plan_id in left_ids else 1 if plan_id in right_ids else None
+                found.append(SideReference(path, binding.name, binding.plan, side))
+            return
+        for i, child in enumerate(_jseq(e.children())):
+            visit(child, (*path, i))
+
+    visit(expr, ())
+    return expr, tuple(found)
+
+
+def replace_at_paths(e: Any, new_at: Mapping[tuple[int, ...], Any], seq: Callable[[list[Any]], Any], path: tuple[int, ...] = ()) -> Any:
+    """A JVM expression tree with the nodes at the given paths (child indexes from the root)
+    replaced; subtrees holding no such path are kept as they are."""
+    if path in new_at:
+        return new_at[path]
+    if not any(p[: len(path)] == path for p in new_at):
+        return e
+    kids = _jseq(e.children())
+    new = [replace_at_paths(k, new_at, seq, (*path, i)) for i, k in enumerate(kids)]
+    if all(n is k for n, k in zip(new, kids)):
+        return e
+    return e.withNewChildren(seq(new))
+
+
+def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[tuple[int, ...], int], ...]:
+    """Where ``column`` holds a remembered name reference whose name ``child``'s output has more
+    than once (after a join: ``events.k`` next to ``users.k``): ``(path, position)`` pairs, the
+    position being that of the reference's DataFrame attribute in ``child``'s output.
+
+    Why: Spark binds ``events.k`` to ``events``'s attribute, which a join keeps in its output; a
+    name would be ambiguous there. The position is the same in the template and in every
+    micro-batch's DataFrame of ``child`` (``bind_positions``). Empty when no name repeats, when
+    no reference is remembered, or when the plans cannot be read (names are then used)."""
+    names = [n.lower() for n in child.schema.names]
+    if len(set(names)) == len(names) or not len(_REGISTRY):
+        return ()
+    try:
+        session = child.template.sparkSession
+        jvm = session._jvm  # noqa: SLF001
+        jss = session._jsparkSession  # noqa: SLF001
+        output = [int(a.exprId().id()) for a in _jseq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
+        found: list[tuple[tuple[int, ...], int]] = []
+
+        def visit(e: Any, path: tuple[int, ...]) -> None:
+            if _jclass(e) == "UnresolvedAttribute":
+                origin = e.origin()
+                binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
+                parts = [str(p) for p in _jseq(e.nameParts())]
+                if binding is not None and parts == [binding.name] and names.count(binding.name.lower()) > 1:
+                    attribute = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
+                    if _jclass(attribute) == "AttributeReference" and int(attribute.exprId().id()) in output:
+                        found.append((path, output.index(int(attribute.exprId().id()))))
+                return
+            for i, c in enumerate(_jseq(e.children())):
+                visit(c, (*path, i))
+
+        visit(jss.expression(column._jc), ())  # noqa: SLF001
+        return tuple(found)
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: the column resolves by name
+        logger.debug("cannot bind a column to its DataFrame's attribute after a join", exc_info=True)
+        return ()
+
+
+def bind_positions(column: "Column", positions: Sequence[tuple[tuple[int, ...], int]], df: "DataFrame") -> "Column":
+    """``column`` with the references found by ``ambiguous_references`` replaced by ``df``'s
+    output attributes at their positions."""
+    if not positions:
+        return column
+    from pyspark.sql import Column
+
+    session = df.sparkSession
+    jvm = session._jvm  # noqa: SLF001
+    conv = jvm.scala.jdk.javaapi.CollectionConverters
+    output = df._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+    new_at = {path: output.apply(pos) for path, pos in positions}
+    expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
+    rebuilt = replace_at_paths(expr, new_at, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
+    node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(rebuilt)
+    return Column(jvm.org.apache.spark.sql.Column(node))

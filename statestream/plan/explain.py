@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statestream.operators.base import PhysicalOperator
@@ -10,7 +11,63 @@ from statestream.operators.base import PhysicalOperator
 if TYPE_CHECKING:
     from statestream.plan.logical import LogicalPlan
 
-__all__ = ["tree_string", "explain_string", "codegen_stage_ids", "formatted_string", "logical_tree_string", "EXPLAIN_MODES"]
+__all__ = [
+    "tree_string",
+    "explain_string",
+    "codegen_stage_ids",
+    "formatted_string",
+    "logical_tree_string",
+    "EXPLAIN_MODES",
+    "AdaptiveSparkPlanExec",
+    "as_spark_explains",
+]
+
+
+@dataclass(frozen=True)
+class AdaptiveSparkPlanExec(PhysicalOperator):
+    """The root Spark's ``explain()`` shows over a streaming query with no stateful operator
+    whose plan has an exchange (a join's broadcast, a ``repartition``): adaptive execution then
+    applies to Spark's plan of the DataFrame, and its initial plan is shown without whole-stage
+    codegen. Explain only: a running query's batches are never adaptive."""
+
+    child: PhysicalOperator | None = None
+
+    def simple_string(self) -> str:
+        return "AdaptiveSparkPlan isFinalPlan=false"
+
+
+#: Spark's exchange nodes, by the name ``explain()`` shows
+_EXCHANGES = ("Exchange", "BroadcastExchange")
+
+
+def as_spark_explains(plan: PhysicalOperator) -> PhysicalOperator:
+    """``plan`` as Spark's ``explain()`` of the streaming DataFrame shows it: under
+    ``AdaptiveSparkPlan`` when no operator keeps state and some node is an exchange."""
+    from statestream.operators.base import StateStoreWriter
+
+    nodes = list(plan.walk())
+    if any(isinstance(n, StateStoreWriter) for n in nodes):
+        return plan
+    if not any(node_name(n) in _EXCHANGES for n in nodes):
+        return plan
+    return AdaptiveSparkPlanExec(child=plan.transform_up(_without_columnar_transitions))
+
+
+def _without_columnar_transitions(node: PhysicalOperator) -> PhysicalOperator:
+    """A node taken from Spark's plan minus the columnar-to-row transitions, which Spark inserts
+    only when it prepares a plan to run: its adaptive initial plan does not show them."""
+    from statestream.operators.join import SparkPlanNodeExec
+
+    if isinstance(node, SparkPlanNodeExec) and node.text in ("ColumnarToRow", "RowToColumnar") and len(node.inputs) == 1:
+        return node.inputs[0]
+    return node
+
+
+def _starts_stage(node: PhysicalOperator) -> bool:
+    """Whether Spark compiles ``node`` into a codegen stage of its own even below a codegen
+    parent (a sort-merge join's inputs, say); only nodes taken from Spark's own plan say so."""
+    starts = getattr(node, "starts_codegen_stage", None)
+    return bool(starts()) if callable(starts) else False
 
 
 def codegen_stage_ids(plan: PhysicalOperator) -> dict[int, int]:
@@ -18,14 +75,17 @@ def codegen_stage_ids(plan: PhysicalOperator) -> dict[int, int]:
 
     A stage is a maximal connected run of codegen-capable nodes; Spark numbers the stages in
     the order it finishes building them, children first, so the stage nearest the source is 1.
+    Under ``AdaptiveSparkPlan`` no node is marked (Spark shows the adaptive initial plan).
     """
     ids: dict[int, int] = {}
     counter = 0
+    if isinstance(plan, AdaptiveSparkPlanExec):
+        return ids
 
     def members(node: PhysicalOperator) -> list[PhysicalOperator]:
         out = [node]
         for c in node.children:
-            if c.supports_codegen():
+            if c.supports_codegen() and not _starts_stage(c):
                 out.extend(members(c))
         return out
 
@@ -33,7 +93,7 @@ def codegen_stage_ids(plan: PhysicalOperator) -> dict[int, int]:
         nonlocal counter
         for c in node.children:
             visit(c, node.supports_codegen())
-        if node.supports_codegen() and not parent_codegen:
+        if node.supports_codegen() and (not parent_codegen or _starts_stage(node)):
             counter += 1
             for m in members(node):
                 ids[id(m)] = counter

@@ -66,6 +66,8 @@ def max_rows(node: L.LogicalPlan) -> int | None:
     if isinstance(node, L.Union):
         bounds = [max_rows(c) for c in node.children]
         return None if any(b is None for b in bounds) else sum(b for b in bounds if b is not None)
+    if isinstance(node, L.Join) and node.join_type in ("LeftSemi", "LeftAnti") and node.left is not None:
+        return max_rows(node.left)  # a semi or anti join keeps some of its left rows
     return None
 
 
@@ -77,12 +79,7 @@ def push_projections_below_limits(node: L.LogicalPlan) -> L.LogicalPlan:
     children = node.children
     if not children:
         return node
-    new_children = tuple(push_projections_below_limits(c) for c in children)
-    if any(a is not b for a, b in zip(children, new_children)):
-        if isinstance(node, L.Union):
-            node = dataclasses.replace(node, inputs=new_children)
-        else:
-            node = dataclasses.replace(node, child=new_children[0])
+    node = node.with_new_children(tuple(push_projections_below_limits(c) for c in children))
     if (
         isinstance(node, L.Stateless)
         and node.op == "Project"

@@ -14,7 +14,7 @@ At run time the planner replays the nodes on each micro-batch's real data (see
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ __all__ = [
     "Limit",
     "Deduplicate",
     "Union",
+    "Join",
     "WATERMARK_DELAY_KEY",
     "TIME_WINDOW_KEY",
     "SESSION_WINDOW_KEY",
@@ -70,6 +71,14 @@ class LogicalPlan:
     def find(self, kind: type) -> list["LogicalPlan"]:
         return [n for n in self.walk() if isinstance(n, kind)]
 
+    def with_new_children(self, children: tuple["LogicalPlan", ...]) -> "LogicalPlan":
+        """This node over ``children`` (same count and order as ``children``): the one way plan
+        rewrites (filter pushdown, limits) rebuild a node, whatever its arity."""
+        if children:
+            msg = f"{self.node_name} has no children"
+            raise ValueError(msg)
+        return self
+
     def event_time_columns(self) -> list[str]:
         """Output columns carrying the event-time marker (``spark.watermarkDelayMs``)."""
         return [f.name for f in self.schema.fields if WATERMARK_DELAY_KEY in (f.metadata or {})]
@@ -105,6 +114,10 @@ class UnaryNode(LogicalPlan):
     @property
     def children(self) -> tuple[LogicalPlan, ...]:
         return (self.child,) if self.child is not None else ()
+
+    def with_new_children(self, children: tuple[LogicalPlan, ...]) -> LogicalPlan:
+        (child,) = children
+        return self if child is self.child else replace(self, child=child)
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,3 +227,34 @@ class Union(LogicalPlan):
     @property
     def children(self) -> tuple[LogicalPlan, ...]:
         return self.inputs
+
+    def with_new_children(self, children: tuple[LogicalPlan, ...]) -> LogicalPlan:
+        if len(children) != len(self.inputs):
+            raise ValueError("a union keeps its number of inputs")
+        return self if all(a is b for a, b in zip(children, self.inputs)) else replace(self, inputs=tuple(children))
+
+
+@dataclass(frozen=True, eq=False)
+class Join(LogicalPlan):
+    """``left.join(right, on, how)`` / ``crossJoin`` (Spark: ``Join``). Either side may be a
+    ``BatchRelation`` (a static DataFrame) or a streaming subtree.
+
+    ``join_type`` is Spark's name of the join type (``Inner``, ``Cross``, ``LeftOuter``,
+    ``RightOuter``, ``FullOuter``, ``LeftSemi``, ``LeftAnti``); ``description`` is the user's
+    ``on`` as text. ``transform(left_df, right_df)`` joins one micro-batch's DataFrames of both
+    sides as the user's call did (``on`` columns taken from a statestream DataFrame are bound to
+    that side's batch, see ``plan/bindings.py``)."""
+
+    left: LogicalPlan | None = None
+    right: LogicalPlan | None = None
+    join_type: str = "Inner"
+    description: str = ""
+    transform: Callable[["DataFrame", "DataFrame"], "DataFrame"] | None = field(default=None, repr=False)
+
+    @property
+    def children(self) -> tuple[LogicalPlan, ...]:
+        return tuple(c for c in (self.left, self.right) if c is not None)
+
+    def with_new_children(self, children: tuple[LogicalPlan, ...]) -> LogicalPlan:
+        left, right = children
+        return self if left is self.left and right is self.right else replace(self, left=left, right=right)

@@ -50,6 +50,7 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence
 from statestream.plan.logical import (
     Aggregate,
     EventTimeWatermark,
+    Join,
     LogicalPlan,
     Stateless,
     Union,
@@ -66,6 +67,8 @@ __all__ = [
     "WatermarkStep",
     "AggregateStep",
     "OpaqueStep",
+    "JoinStep",
+    "join_pushable_sides",
     "NodeFacts",
     "PlanInspector",
     "Placement",
@@ -112,10 +115,13 @@ class ProjectStep:
 
 @dataclass(frozen=True)
 class FilterStep:
-    """A filter: its condition split on ``AND``, each conjunct over the filter's input."""
+    """A filter: its condition split on ``AND``, each conjunct over the filter's input.
+    ``inferred``: Spark's optimizer adds it (a join's ``isnotnull(k)``), so no node of the plan
+    holds it; it is written where Spark's ends up, however far that is."""
 
     conjuncts: tuple[Expr, ...] = ()
     deterministic: bool = True
+    inferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,20 +154,45 @@ class AggregateStep:
 
 
 @dataclass(frozen=True)
+class JoinStep:
+    """Into one side of a join: a deterministic conjunct over that side's columns only passes
+    when the join type lets Spark push a filter above the join into that side
+    (``PushPredicateThroughJoin``); ``side_output``: that side's output attributes."""
+
+    side_output: frozenset[int] = frozenset()
+    pushable: bool = False
+
+
+def join_pushable_sides(join_type: str) -> tuple[int, ...]:
+    """The sides (0 left, 1 right) into which Spark pushes a filter standing above a join of this
+    type: both for inner and cross joins, the left side for left outer, semi and anti joins (the
+    side whose rows are kept), the right side for right outer joins, none for full outer joins."""
+    if join_type in ("Inner", "Cross"):
+        return (0, 1)
+    if join_type in ("LeftOuter", "LeftSemi", "LeftAnti"):
+        return (0,)
+    if join_type == "RightOuter":
+        return (1,)
+    return ()
+
+
+@dataclass(frozen=True)
 class OpaqueStep:
     """An operator no conjunct passes (deduplication, limit, sample, anything unknown)."""
 
     name: str = ""
 
 
-Step = ProjectStep | FilterStep | PassThroughStep | WatermarkStep | AggregateStep | OpaqueStep
+Step = ProjectStep | FilterStep | PassThroughStep | WatermarkStep | AggregateStep | JoinStep | OpaqueStep
 
 
 @dataclass(frozen=True)
 class NodeFacts:
-    """The analysed operators of one logical node, output side first, one list per child (only
-    a union has several). Each list ends where the child's own output begins: attributes are the
-    child's from there on (a renaming ``ProjectStep`` bridges differing ids)."""
+    """The analysed operators of one logical node, output side first, one list per child (a
+    union or a join has several). Each list ends where the child's own output begins: attributes
+    are the child's from there on (a renaming ``ProjectStep`` bridges differing ids). A join's
+    lists hold a ``JoinStep`` into their side, then the filters Spark's optimizer puts on that
+    side (inferred from the join) as a ``FilterStep``."""
 
     branches: tuple[tuple[Step, ...], ...]
 
@@ -213,6 +244,7 @@ class _Source:
     branch: int
     step: int
     conjuncts: tuple[Expr, ...]
+    inferred: bool = False
 
 
 def _sources(plan: LogicalPlan, inspector: PlanInspector) -> list[_Source]:
@@ -228,7 +260,7 @@ def _sources(plan: LogicalPlan, inspector: PlanInspector) -> list[_Source]:
         for b, steps in enumerate(facts.branches):
             for i, s in enumerate(steps):
                 if isinstance(s, FilterStep) and s.conjuncts:
-                    found.append(_Source(node, b, i, s.conjuncts))
+                    found.append(_Source(node, b, i, s.conjuncts, s.inferred))
     return found
 
 
@@ -243,10 +275,13 @@ def _sink(
     start: int,
     inspector: PlanInspector,
     best: Target | None,
+    lowest: bool = False,
 ) -> list[Target | None]:
     """Move ``expr`` (over the input of step ``start`` of ``node``'s branch) down as Spark would.
     Returns, for every path it can take, the copy to make (``None``: it crosses no watermark or
-    aggregation on that path, so the filter where it stands already does what Spark's would)."""
+    aggregation on that path, so the filter where it stands already does what Spark's would).
+    With ``lowest`` (an inferred filter, which stands nowhere yet) the copy goes where the
+    conjunct stops on each path, whatever it crossed."""
     facts = inspector.facts(node)
     if facts is None or branch >= len(facts.branches):
         return [best]
@@ -261,6 +296,9 @@ def _sink(
                 return [best]
         elif isinstance(step, PassThroughStep):
             if not (step.deterministic and expr.deterministic and expr.references <= step.child_output):
+                return [best]
+        elif isinstance(step, JoinStep):
+            if not (step.pushable and expr.deterministic and expr.references <= step.side_output):
                 return [best]
         elif isinstance(step, WatermarkStep):
             if not expr.deterministic or step.event_time in expr.references:
@@ -285,7 +323,7 @@ def _sink(
     children = node.children
     if branch >= len(children):
         return [best]
-    if crossed:
+    if crossed or lowest:
         best = Placement(node, branch, expr)
     child = children[branch]
     child_facts = inspector.facts(child)
@@ -293,7 +331,7 @@ def _sink(
         return [best]
     out: list[Target | None] = []
     for b in range(len(child_facts.branches)):
-        out.extend(_sink(expr, child, b, 0, inspector, best))
+        out.extend(_sink(expr, child, b, 0, inspector, best, lowest))
     return out
 
 
@@ -306,7 +344,7 @@ def find_pushdowns(plan: LogicalPlan, inspector: PlanInspector) -> tuple[list[Ta
     for src in _sources(plan, inspector):
         all_placed = True
         for conjunct in src.conjuncts:
-            for t in _sink(conjunct, src.node, src.branch, src.step + 1, inspector, None):
+            for t in _sink(conjunct, src.node, src.branch, src.step + 1, inspector, None, src.inferred):
                 if t is None:
                     all_placed = False
                     continue
@@ -356,6 +394,28 @@ def _describe(columns: Iterable[Any]) -> str:
     return " AND ".join(parts)
 
 
+def _spark_text(expr: Expr) -> str | None:
+    """A pushed conjunct as Spark's plan prints it (``isnotnull(k)``), attribute ids removed;
+    ``None`` for an expression that is not Spark's."""
+    import re
+
+    j = getattr(expr, "j", None)
+    if j is None:
+        return None
+    try:
+        return re.sub(r"#\d+L?", "", str(j.toString()))
+    except Exception:  # noqa: BLE001 - description only
+        return None
+
+
+def _and_text(texts: Sequence[str | None]) -> str:
+    """Conjuncts joined as Spark prints an ``And`` (``(a AND b)``, nested from the left)."""
+    out = str(texts[0])
+    for t in texts[1:]:
+        out = f"({out} AND {t})"
+    return out
+
+
 def _untangle(plan: LogicalPlan) -> LogicalPlan:
     """The plan as a tree: an inner node reached along two paths (a DataFrame used twice, as in
     ``w.union(w.select(...))``) is copied, so that a copy placed below it on one path does not
@@ -366,9 +426,9 @@ def _untangle(plan: LogicalPlan) -> LogicalPlan:
     def go(node: LogicalPlan) -> LogicalPlan:
         if not node.children:
             return node
-        if isinstance(node, Union):
-            kids = tuple(go(c) for c in node.inputs)
-            out: LogicalPlan = dataclasses.replace(node, inputs=kids)
+        if isinstance(node, (Union, Join)):
+            out: LogicalPlan = dataclasses.replace(node)  # a copy, even if no child changes
+            out = out.with_new_children(tuple(go(c) for c in node.children))
         elif isinstance(node, UnaryNode) and node.child is not None:
             out = dataclasses.replace(node, child=go(node.child))
         else:
@@ -403,6 +463,7 @@ def push_down_filters(plan: LogicalPlan, inspector: PlanInspector | None = None)
         return plan
 
     below: dict[tuple[int, int], list[Any]] = {}
+    shown: dict[tuple[int, int], list[str | None]] = {}
     keys: dict[int, list[Any]] = {}
     placed_everything = True
     for t in targets:
@@ -418,6 +479,7 @@ def push_down_filters(plan: LogicalPlan, inspector: PlanInspector | None = None)
                 placed_everything = False
                 continue
             below.setdefault((id(t.node), t.child_index), []).append(col)
+            shown.setdefault((id(t.node), t.child_index), []).append(_spark_text(t.predicate))
     if not placed_everything:
         removable = set()  # a copy could not be written: keep every filter where it was
     logger.debug("filter pushdown: %d copies below nodes, %d key filters, %d filters dropped", len(below), len(keys), len(removable))
@@ -432,14 +494,15 @@ def push_down_filters(plan: LogicalPlan, inspector: PlanInspector | None = None)
             nc = rebuild(c)
             cols = below.get((id(node), i))
             if cols:
-                nc = _filter_node(nc, cols, _describe(cols))
+                texts = shown.get((id(node), i), [])
+                described = _and_text(texts) if texts and all(texts) else _describe(cols)
+                nc = _filter_node(nc, cols, described)
             new_children.append(nc)
         out = node
         if id(node) in removable and isinstance(node, UnaryNode):
             out = new_children[0]
-        elif isinstance(node, Union):
-            if any(n is not o for n, o in zip(new_children, node.children)):
-                out = dataclasses.replace(node, inputs=tuple(new_children))
+        elif isinstance(node, (Union, Join)):
+            out = node.with_new_children(tuple(new_children))
         elif isinstance(node, UnaryNode) and node.child is not None:
             if new_children[0] is not node.child:
                 out = dataclasses.replace(node, child=new_children[0])
@@ -697,6 +760,8 @@ class JvmPlanInspector:
         targets = [self._an(c) for c in children]
         if top is None or any(t is None for t in targets):
             return None
+        if isinstance(node, Join):
+            return self._join_facts(node, top, targets)
         if isinstance(node, Union):
             if str(top.nodeName()) != "Union":
                 return NodeFacts(branches=tuple((OpaqueStep("Union"),) for _ in children))
@@ -726,6 +791,44 @@ class JvmPlanInspector:
             grouping_ids = frozenset(_attr_id(a) for a in _jseq(top.output())[:n])
             chain = [dataclasses.replace(s, grouping_output=grouping_ids) if isinstance(s, AggregateStep) else s for s in chain]
         return NodeFacts(branches=(tuple(chain),))
+
+    def _join_facts(self, node: Join, top: Any, targets: list[Any]) -> NodeFacts:
+        """A join's facts: from its output down to Spark's ``Join`` operator (a projection for
+        ``on=`` column names), then per side a ``JoinStep``, the filters Spark's optimizer puts
+        right above that side (``plan/joins.py``, renamed onto this template's attributes) and
+        the operators down to the side's own template."""
+        from statestream.plan.joins import stream_side_conjuncts
+
+        opaque = NodeFacts(branches=tuple((OpaqueStep("Join"),) for _ in targets))
+        join_op = top
+        while str(join_op.nodeName()) != "Join":
+            kids = _jseq(join_op.children())
+            if len(kids) != 1:
+                return opaque
+            join_op = kids[0]
+        above = self._chain(top, join_op)
+        kids = _jseq(join_op.children())
+        if above is None or len(kids) != len(targets):
+            return opaque
+        inferred = stream_side_conjuncts(node)
+        pushable = join_pushable_sides(node.join_type)
+        branches = []
+        for side, (kid, target) in enumerate(zip(kids, targets)):
+            output = _jseq(kid.output())
+            steps: list[Step] = [*above, JoinStep(frozenset(_attr_id(a) for a in output), side in pushable)]
+            found = inferred.get(side, [])
+            if found:
+                conjuncts = []
+                for jexpr, standin_ids in found:
+                    if len(standin_ids) != len(output):
+                        continue
+                    renaming = {i: self._expr(a) for i, a in zip(standin_ids, output)}
+                    conjuncts.append(self._expr(jexpr).substitute(renaming))
+                if conjuncts:
+                    steps.append(FilterStep(conjuncts=tuple(conjuncts), inferred=True))
+            chain = self._chain(kid, target)
+            branches.append(tuple([*steps, *chain]) if chain is not None else (OpaqueStep("Join"),))
+        return NodeFacts(branches=tuple(branches))
 
     def to_column(self, expr: Expr, output: LogicalPlan | Sequence[str]) -> Any | None:
         if not isinstance(expr, JvmExpr) or self._jvm is None:

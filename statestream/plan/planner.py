@@ -2,7 +2,7 @@
 
 Spark: ``IncrementalExecution``'s planner with its extra strategies (``StatefulAggregationStrategy``
 with ``AggUtils.planStreamingAggregation``, ``StreamingGlobalLimitStrategy`` in ``plan/limits.py``,
-``StreamingDeduplicationStrategy`` in ``plan/dedup.py``).
+``StreamingDeduplicationStrategy`` in ``plan/dedup.py``; joins in ``plan/joins.py``).
 The planner knows nothing about batches: per-batch fields (state info, watermarks, output mode)
 are filled in by ``plan/incremental.py``.
 """
@@ -30,6 +30,7 @@ from statestream.plan import logical as L
 from statestream.plan.aggregate_buffers import jvm_aggregate, share_equal_calls, spark_buffers
 from statestream.plan.aggregate_expressions import decompose_output
 from statestream.plan.aggregates import AggregateCall
+from statestream.plan.joins import plan_join
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
@@ -53,9 +54,12 @@ def plan_streaming_query(
     source_indexes: dict[int, int],
     store_conf=None,
     output_mode: str = "append",
+    for_explain: bool = False,
 ) -> "PhysicalOperator":
     """Plan ``plan``; ``source_indexes`` maps ``id(StreamingRelation)`` to the source's index in
-    the offset log. ``output_mode`` decides how a limit is planned (``plan/limits.py``)."""
+    the offset log. ``output_mode`` decides how a limit is planned (``plan/limits.py``);
+    ``for_explain`` asks for the nodes only ``explain()`` shows (Spark's own plan of a join's
+    static side, ``plan/joins.py``)."""
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
         if isinstance(node, L.StreamingRelation):
@@ -91,6 +95,8 @@ def plan_streaming_query(
             return UnionExec(inputs=tuple(go(i) for i in node.inputs), by_name=node.by_name, options=node.allow_missing)
         if isinstance(node, L.BatchRelation):
             return BatchRelationExec(df=node.template)
+        if isinstance(node, L.Join):
+            return plan_join(node, go, for_explain=for_explain)
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 

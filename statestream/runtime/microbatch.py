@@ -90,10 +90,12 @@ def plan_for_explain(logical: L.LogicalPlan, spark: "SparkSession", output_mode:
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
     relations = logical.find(L.StreamingRelation)
     indexes = {id(r): i for i, r in enumerate(relations)}
-    plan = plan_streaming_query(logical, n, indexes, output_mode=output_mode)
+    from statestream.plan.explain import as_spark_explains
+
+    plan = plan_streaming_query(logical, n, indexes, output_mode=output_mode, for_explain=True)
     # Before a query starts Spark shows both watermarks as Long.MinValue.
     inc = IncrementalExecution("<unknown>", str(uuid.uuid4()), 0, n, output_mode, _LONG_MIN, _LONG_MIN)
-    return inc.apply(plan)
+    return as_spark_explains(inc.apply(plan))
 
 
 @dataclass
@@ -169,14 +171,16 @@ class MicroBatchExecution:
         self._thread.start()
 
     def _prepare(self) -> None:
-        """Synchronous part of ``start()``: the aggregates are checked (an aggregate statestream
-        cannot run fails here, not later in the query's thread), then checkpoint metadata
-        (stable query id)."""
+        """Synchronous part of ``start()``: joins and aggregates are checked (a join or an
+        aggregate statestream cannot run fails here, not later in the query's thread), then
+        checkpoint metadata (stable query id)."""
         from statestream.checkpoint.metadata import StreamMetadata
         from statestream.plan.planner import aggregation_info
 
         from statestream.errors import StatestreamAnalysisException
+        from statestream.plan.joins import check_joins_supported
 
+        check_joins_supported(self.plan)
         for node in self.plan.find(L.Aggregate):
             try:
                 aggregation_info(node)

@@ -316,6 +316,7 @@ def run_stream(
     workdir: Path | str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     checkpoint_as_uri: bool = False,
+    before_file: Callable[[int], None] | None = None,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -354,6 +355,10 @@ def run_stream(
     checkpoint_as_uri
         Give ``checkpointLocation`` as a ``file://`` URI instead of a plain path (the form a
         cluster's shared storage takes: ``hdfs://``, ``s3://``, ...).
+    before_file
+        Called with the file's index (counted from this start's first file) right before each
+        input file is written in the incremental style, after the previous one was processed:
+        for changes the query should see between two batches (a static side gaining files).
     """
     from pyspark.sql.types import StructType
 
@@ -408,6 +413,8 @@ def run_stream(
                 # (§7.5) or a no-data batch owed to the restored watermark.
                 _wait_idle(query, timeout, name)
             for i, b in enumerate(batches, start=first):
+                if before_file is not None:
+                    before_file(i - first)
                 write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
                 _wait_idle(query, timeout, name)
     finally:

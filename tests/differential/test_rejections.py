@@ -113,7 +113,8 @@ def test_start_verdict_matches_spark(spark, ours, tmp_path, name):
 def test_batch_on_the_left_of_a_union_with_a_stream(spark, ours, tmp_path):
     """``batch.union(stream)``: Spark refuses it at ``start()``; statestream, whose stream PySpark's
     own ``union`` cannot take, raises the same error (class, condition, text) when the union is
-    built. Other PySpark methods given a statestream DataFrame say what to call instead."""
+    built. Other PySpark methods given a statestream DataFrame say what to call instead, except
+    ``join``/``crossJoin``, which statestream takes over for a statestream argument."""
     from pyspark.errors import AnalysisException
 
     static = spark.range(3).withColumnRenamed("id", "value")
@@ -125,5 +126,7 @@ def test_batch_on_the_left_of_a_union_with_a_stream(spark, ours, tmp_path):
         static.union(stream)
     assert actual.value.getCondition() == expected.value.getCondition() == "_LEGACY_ERROR_TEMP_3102"
     assert error_text(actual.value) == error_text(expected.value)
-    with pytest.raises(AttributeError, match=r"DataFrame\.join\(\).*stream_df\.<method>\(batch_df\)"):
-        static.join(stream, "value")
+    with pytest.raises(AttributeError, match=r"DataFrame\.exceptAll\(\).*stream_df\.<method>\(batch_df\)"):
+        static.exceptAll(stream)
+    # PySpark's own join of the static DataFrame takes the stream (a join Spark accepts)
+    assert static.join(stream, "value").isStreaming and type(static.join(stream, "value")).__module__ == "statestream.dataframe"

@@ -59,6 +59,15 @@ def _rate(reader: Any) -> Any:
     return reader.format("rate").option("rowsPerSecond", 10).load()
 
 
+def _static() -> Any:
+    """A small static DataFrame (``value``, ``name``) of the test session, for joins."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    return spark.range(3).selectExpr("id AS value", "CAST(id AS STRING) AS name")
+
+
 CASES: dict[str, Callable[[Any], Any]] = {
     "seed_query": lambda F: lambda r: (
         _rate(r)
@@ -130,6 +139,27 @@ CASES: dict[str, Callable[[Any], Any]] = {
         .groupBy(F.session_window("timestamp", "5 seconds"), "value")
         .agg(F.max("s"))
     ),
+    # stream-static joins: Spark's join node (strategy, keys, build side), its exchanges and the
+    # static side's plan; with a stateful operator above or below, in Spark's codegen stages
+    # (a condition, not on=: Spark's project for on= merges with the window's, which statestream
+    # does not show)
+    "join_then_windowed_aggregate": lambda F: lambda r: (
+        lambda stream, static: stream.withWatermark("timestamp", "20 seconds")
+        .join(static, stream.value == static.value)
+        .groupBy(F.window("timestamp", "5 seconds"), "name")
+        .agg(F.count("name"))
+    )(_rate(r), _static()),
+    "dedup_then_join": lambda F: lambda r: _rate(r).dropDuplicates(["value"]).join(_static(), "value", "left"),
+    "join_then_limit": lambda F: lambda r: _rate(r).join(_static(), "value", "left_semi").limit(3),
+    "join_then_dedup_sort_merge": lambda F: lambda r: (
+        _rate(r).join(_static().hint("merge"), "value").dropDuplicates(["name"])
+    ),
+    # no stateful operator: Spark shows the adaptive initial plan
+    "stateless_broadcast_join": lambda F: lambda r: _rate(r).join(_static(), "value"),
+    "stateless_sort_merge_join": lambda F: lambda r: _rate(r).join(_static().hint("merge"), "value", "left_anti"),
+    "stateless_stream_on_the_right": lambda F: lambda r: _static().join(_rate(r), "value", "right"),
+    "stateless_cross_join": lambda F: lambda r: _rate(r).crossJoin(_static().select("name")),
+    "stateless_repartition": lambda F: lambda r: _rate(r).repartition(3),
 }
 
 #: the aggregate node each case above is there for: Spark's explain must show it, or the case

@@ -279,3 +279,23 @@ def test_not_yet_members_are_listed_in_the_readme():
     readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
     missing = [m for m in DataFrame.NOT_YET if f"`{m}`" not in readme]
     assert missing == []
+
+
+def test_static_dataframe_join_takes_a_statestream_stream(streams):
+    """PySpark's ``join``/``crossJoin`` called on a static DataFrame with the stream as argument
+    (the stream on the right, as Spark allows for inner, cross and right outer joins): a
+    streaming DataFrame on both engines, with the same columns; other arguments still reach
+    PySpark's own method."""
+    theirs, ours, static = streams
+    calls = {
+        "join on a name": lambda s: static.join(s, "id"),
+        "right outer join": lambda s: static.join(s, on=["id"], how="right"),
+        "join on a condition": lambda s: static.join(s, static.id == s.id, "inner"),
+        "cross join": lambda s: static.crossJoin(s),
+    }
+    for name, call in calls.items():
+        expected, actual = call(theirs), call(ours)
+        assert actual.isStreaming and expected.isStreaming, name
+        assert actual.columns == expected.columns, name
+        assert type(actual).__module__ == "statestream.dataframe", name
+    assert not static.join(static, "id").isStreaming  # a static argument: PySpark's join as before
