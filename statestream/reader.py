@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statestream.plan import logical as L
-from statestream.sources.options import option_string
+from statestream.sources.options import default_source, option_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +32,8 @@ class SourceSpec:
     shared across runs, like Spark's."""
 
     format: str
-    options: dict[str, str] = field(default_factory=dict)
+    #: the reader's options; ``None`` for an option set to null
+    options: dict[str, str | None] = field(default_factory=dict)
     schema: Any = None
     path: str | None = None
     instance: Any = None
@@ -59,8 +60,9 @@ class DataStreamReader:
 
     def __init__(self, session: "StreamingSessionLike") -> None:
         self._session = session
-        self._format = "parquet"
-        self._options: dict[str, str] = {}
+        #: ``None`` until ``format`` is called: Spark's default is ``spark.sql.sources.default``
+        self._format: str | None = None
+        self._options: dict[str, str | None] = {}
         self._schema: Any = None
 
     def format(self, source: str) -> "DataStreamReader":
@@ -68,6 +70,9 @@ class DataStreamReader:
         return self
 
     def option(self, key: str, value: Any) -> "DataStreamReader":
+        """Set an option; ``None`` sets it to null, as PySpark does (a file source's own option
+        then reads as ``'null'``, a V2 source's takes its default, a file format's option goes
+        to Spark's reader as null)."""
         self._options[key] = option_string(value)
         return self
 
@@ -90,7 +95,8 @@ class DataStreamReader:
         if schema is not None:
             self.schema(schema)
         self.options(**options)
-        spec = SourceSpec(self._format.lower(), dict(self._options), self._schema, path)
+        fmt = self._format if self._format is not None else default_source(self._session.sparkSession)
+        spec = SourceSpec(fmt.lower(), dict(self._options), self._schema, path)
         return _relation(self._session, spec)
 
     def parquet(self, path: str, **options: Any) -> "DataFrame":

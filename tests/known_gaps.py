@@ -53,10 +53,16 @@ KNOWN_GAPS: dict[str, str] = {
         "statestream calls the function in-process and shows its own (foreach_batch.py:add_batch); the user's frames, "
         "the exception line and the rest of the message are Spark's"
     ),
-    "tests/differential/test_sinks_more.py::test_to_table_with_console_format_refused_like_spark": (
-        "format('console').toTable(name): Spark creates the table USING console and fails with "
-        "CANNOT_CREATE_DATA_SOURCE_TABLE.EXTERNAL_METADATA_UNSUPPORTED; statestream's writer defaults to console, "
-        "cannot tell it from no format, and creates and fills a table of spark.sql.sources.default (parquet)"
+    "tests/differential/test_sources_more.py::test_file_source_option_set_to_none[max-file-age]": (
+        "option('maxFileAge', None): both queries fail when they start, but Spark's file source dereferences the null "
+        "and fails with a JVM NullPointerException ('Cannot invoke \"String.toLowerCase(java.util.Locale)\" because "
+        "\"str\" is null'); statestream fails with its time-string error ('... Failed to parse time string: null')"
+    ),
+    "tests/differential/test_sources_more.py::test_file_source_option_set_to_none[clean-source]": (
+        "option('cleanSource', None): both queries fail when they start, but Spark's file source dereferences the null "
+        "and fails with a JVM NullPointerException ('Cannot invoke \"String.toUpperCase(java.util.Locale)\" because "
+        "\"v$1\" is null'); statestream fails with its invalid-mode error ('Invalid mode for clean source option "
+        "Some(null). Must be one of ARCHIVE,DELETE,OFF')"
     ),
 }
 
