@@ -772,6 +772,13 @@ class DataFrameNaFunctions:
     def replace(self, to_replace: Any, value: Any = _NoValue, subset: Any = None) -> DataFrame:
         return self._df.replace(to_replace, value, subset)
 
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.dataframe import DataFrameNaFunctions as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataFrameNaFunctions", _PySpark, name)
+
 
 class DataFrameStatFunctions:
     """``df.stat`` of a streaming DataFrame: ``sampleBy`` runs on each batch; the others are
@@ -797,3 +804,10 @@ class DataFrameStatFunctions:
 
     def freqItems(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
         return self._df.freqItems(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.dataframe import DataFrameStatFunctions as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataFrameStatFunctions", _PySpark, name)

@@ -52,6 +52,16 @@ def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetE
     return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))
 
 
+def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError:
+    """The error of ``obj.name`` when statestream's ``owner`` class has no such member: a
+    ``NotSupportedYetError`` naming it when PySpark's class has it (a member a newer PySpark
+    added), else the plain ``AttributeError`` of a typo. Both are ``AttributeError``s, so
+    ``hasattr`` and ``getattr(obj, name, default)`` keep working."""
+    if not name.startswith("_") and hasattr(pyspark_class, name):
+        return NotSupportedYetAttributeError(f"{owner}.{name}() is not supported by statestream yet")
+    return AttributeError(f"'{owner}' object has no attribute '{name}'")
+
+
 class _SparkShapedMixin:
     """Carries Spark's error class, SQLSTATE and message parameters."""
 

@@ -26,6 +26,13 @@ def _progress(values: dict) -> Any:
 class StreamingQuery:
     """A handle to a running (or terminated) query."""
 
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.query import StreamingQuery as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("StreamingQuery", _PySpark, name)
+
     def __init__(self, execution: "MicroBatchExecution") -> None:
         self._ex = execution
 
@@ -109,6 +116,13 @@ class StreamingQuery:
 
 class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("StreamingQueryManager", _PySpark, name)
 
     def __init__(self) -> None:
         from statestream.runtime.listener_bus import StreamingQueryListenerBus

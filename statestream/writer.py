@@ -28,6 +28,13 @@ __all__ = ["DataStreamWriter"]
 class DataStreamWriter:
     """``DataFrame.writeStream``."""
 
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.readwriter import DataStreamWriter as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataStreamWriter", _PySpark, name)
+
     def __init__(self, plan: "L.LogicalPlan", session: "StreamingSessionLike") -> None:
         self._plan = plan
         self._session = session
