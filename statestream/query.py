@@ -114,6 +114,12 @@ class StreamingQuery:
         return f"<StreamingQuery id={self.id} name={self.name}>"
 
 
+#: the active runs of every session by query id (Spark keeps them in the SharedState of the
+#: SparkContext: one query id runs once, whichever session started it)
+_ACTIVE_BY_ID: dict[str, StreamingQuery] = {}
+_ACTIVE_LOCK = threading.Lock()
+
+
 class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
@@ -129,18 +135,62 @@ class StreamingQueryManager:
 
         self._listeners = StreamingQueryListenerBus()
         self._queries: dict[str, StreamingQuery] = {}
+        #: runs started by this manager and not terminated yet, by run id (their names are taken)
+        self._running: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
         self._last_terminated: "MicroBatchExecution | None" = None
 
-    def _register(self, q: StreamingQuery) -> None:
+    def _start(self, q: StreamingQuery) -> None:
+        """Start ``q`` as Spark's ``StreamingQueryManager.startQuery`` does: its id comes from its
+        checkpoint; a name already active in this session is refused; an id already active (in
+        any session) stops that run first, or is refused when
+        ``spark.sql.streaming.stopActiveRunOnRestart`` is false. All of it before anything of
+        ``q`` runs: no thread, no batch, no listener event, no sink view."""
+        from statestream.errors import concurrent_query_error, duplicate_query_id_error, duplicate_query_name_error
+
+        ex = q._ex  # noqa: SLF001
+        ex.prepare()
+        try:
+            with self._lock:
+                if q.name is not None and any(other.name == q.name for other in self._running.values()):
+                    raise duplicate_query_name_error(q.name)
+            with _ACTIVE_LOCK:
+                old = _ACTIVE_BY_ID.get(q.id)
+            if old is not None:
+                conf = ex.session.sparkSession.conf.get("spark.sql.streaming.stopActiveRunOnRestart", "true")
+                if str(conf).strip().lower() != "true":
+                    raise duplicate_query_id_error(q.id)
+                logger.warning("stopping the active run %s of query %s: a new run of it is starting", old.runId, q.id)
+                old.stop()
+            with _ACTIVE_LOCK:
+                if _ACTIVE_BY_ID.get(q.id) is not None:
+                    raise concurrent_query_error()
+                _ACTIVE_BY_ID[q.id] = q
+            with self._lock:
+                self._running[q.runId] = q
+                self._queries[q.runId] = q
+        except BaseException:
+            ex.discard()
+            raise
+        try:
+            ex.start()
+        except BaseException:
+            self._forget(q)
+            raise
+
+    def _forget(self, q: StreamingQuery) -> None:
+        """``q`` is no longer active: its name and id are free again."""
         with self._lock:
-            for other in self._queries.values():
-                if other.isActive and other.id == q.id:
-                    msg = f"Cannot start query with id {q.id} as another query with same id is already active. Perhaps you are attempting to restart a query from checkpoint that is already active."
-                    raise RuntimeError(msg)
-            self._queries[q.runId] = q
+            self._running.pop(q.runId, None)
+        with _ACTIVE_LOCK:
+            if _ACTIVE_BY_ID.get(q.id) is q:
+                del _ACTIVE_BY_ID[q.id]
 
     def _notify_terminated(self, ex: "MicroBatchExecution") -> None:
+        with self._lock:
+            q = self._queries.get(ex.run_id)
+        if q is not None:
+            self._forget(q)
         with self._lock:
             self._last_terminated = ex
             self._lock.notify_all()

@@ -271,6 +271,5 @@ class DataStreamWriter:
             delete_checkpoint_on_stop=temporary_checkpoint,
         )
         query = StreamingQuery(ex)
-        ex.start()
-        self._session.streams._register(query)  # noqa: SLF001
+        self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts
         return query

@@ -53,6 +53,11 @@ KNOWN_GAPS: dict[str, str] = {
         "statestream calls the function in-process and shows its own (foreach_batch.py:add_batch); the user's frames, "
         "the exception line and the rest of the message are Spark's"
     ),
+    "tests/spark/test_query_lifecycle.py::test_duplicate_id_error_type_like_spark": (
+        "a second run of an active query id with spark.sql.streaming.stopActiveRunOnRestart=false: Spark's JVM "
+        "IllegalStateException reaches PySpark unconverted, as py4j's Py4JJavaError (a proxy of the JVM exception); "
+        "statestream raises StatestreamIllegalStateException (a RuntimeError) with the same message"
+    ),
     "tests/differential/test_sources_more.py::test_file_source_option_set_to_none[max-file-age]": (
         "option('maxFileAge', None): both queries fail when they start, but Spark's file source dereferences the null "
         "and fails with a JVM NullPointerException ('Cannot invoke \"String.toLowerCase(java.util.Locale)\" because "
