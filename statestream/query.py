@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
@@ -206,12 +207,32 @@ class StreamingQueryManager:
         return None
 
     def awaitAnyTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
-        with self._lock:
-            ok = self._lock.wait_for(lambda: self._last_terminated is not None, timeout)
-            ex = self._last_terminated
+        """Wait until a query of this session terminates (since the last ``resetTerminated``);
+        raise its exception if it failed. Ctrl-C while waiting stops this session's active
+        queries cleanly, as it does in ``query.awaitTermination()``, and the interrupt goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            with self._lock:
+                # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
+                while self._last_terminated is None:
+                    left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                    if left <= 0:
+                        break
+                    self._lock.wait(left)
+                ex = self._last_terminated
+        except KeyboardInterrupt:
+            self._stop_on_interrupt()
+            raise
         if ex is not None and ex.exception is not None:
             raise ex.exception
-        return ok if timeout is not None else None
+        return (ex is not None) if timeout is not None else None
+
+    def _stop_on_interrupt(self) -> None:
+        """Ctrl-C: every active query of this session stops, its batch in flight cancelled."""
+        for q in self.active:
+            logger.info("query %s: interrupted, stopping", q.name or q.id)
+            q._ex.interrupt()  # noqa: SLF001
+            logger.info("query %s stopped", q.name or q.id)
 
     def resetTerminated(self) -> None:  # noqa: N802
         with self._lock:

@@ -148,3 +148,28 @@ def test_add_listener_takes_a_streaming_query_listener(spark):
 
     with pytest.raises(TypeError, match="StreamingQueryListener"):
         StreamingSession(spark).streams.addListener(object())
+
+
+def test_ctrl_c_while_awaiting_any_termination_stops_the_queries_cleanly(spark, caplog):
+    """KeyboardInterrupt in ``streams.awaitAnyTermination()``: every active query of the session
+    stops (no failure, nothing logged as an error) and the interrupt reaches the caller, as with
+    ``query.awaitTermination()``."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    queries = []
+    try:
+        for i in range(2):
+            df = ss.readStream.format("rate").option("rowsPerSecond", 5).load().groupBy((F.col("value") % 2).alias("k")).count()
+            queries.append(df.writeStream.outputMode("update").format("memory").queryName(f"any_ctrl_c_{i}").start())
+        timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # what Ctrl-C sends
+        timer.start()
+        with caplog.at_level(logging.INFO, logger="statestream"), pytest.raises(KeyboardInterrupt):
+            ss.streams.awaitAnyTermination()
+        assert [q.isActive for q in queries] == [False, False]
+        assert [q.exception() for q in queries] == [None, None]
+        assert ss.streams.active == []
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("statestream")]
+    finally:
+        for q in queries:
+            q.stop()
