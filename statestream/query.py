@@ -246,3 +246,8 @@ class StreamingQueryManager:
 
     def removeListener(self, listener: Any) -> None:  # noqa: N802
         self._listeners.remove(listener)
+
+    def _wait_for_listener_bus(self, timeout: float = 30.0) -> bool:
+        """Internal (tests): wait until every listener event posted so far has been delivered
+        (events other than ``onQueryStarted`` arrive on the bus thread, after the fact)."""
+        return self._listeners.wait_until_empty(timeout)
