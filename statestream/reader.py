@@ -106,14 +106,16 @@ class DataStreamReader:
         spec = SourceSpec(fmt.lower(), dict(self._options), self._schema, path)
         return _relation(self._session, spec)
 
+    # PySpark's format methods name their options as arguments and leave those given as None
+    # unset (only option()/options()/load() set an option to null)
     def parquet(self, path: str, **options: Any) -> "DataFrame":
-        return self.format("parquet").load(path, **options)
+        return self.format("parquet").load(path, **_not_none(options))
 
     def json(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
-        return self.format("json").load(path, schema=schema, **options)
+        return self.format("json").load(path, schema=schema, **_not_none(options))
 
     def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
-        return self.format("csv").load(path, schema=schema, **options)
+        return self.format("csv").load(path, schema=schema, **_not_none(options))
 
     def text(
         self,
@@ -126,7 +128,7 @@ class DataStreamReader:
     ) -> "DataFrame":
         """Lines of text files as ``value STRING`` (no schema needed, as in Spark)."""
         given = dict(wholetext=wholetext, lineSep=lineSep, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
-        return self.format("text").load(path, **_not_none(given), **options)
+        return self.format("text").load(path, **_not_none({**options, **given}))
 
     def orc(
         self,
@@ -137,7 +139,7 @@ class DataStreamReader:
         **options: Any,
     ) -> "DataFrame":
         given = dict(mergeSchema=mergeSchema, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
-        return self.format("orc").load(path, **_not_none(given), **options)
+        return self.format("orc").load(path, **_not_none({**options, **given}))
 
     def xml(self, path: str, rowTag: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: N803
         """XML files (PySpark 4.0+); ``rowTag`` names the element that makes a row."""

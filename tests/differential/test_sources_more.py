@@ -512,13 +512,14 @@ def test_file_source_option_set_to_none(spark, ours, tmp_path, options):
 def test_format_option_set_to_none_reaches_spark_as_null(spark, ours, tmp_path):
     """An option of the file format set to None goes to Spark's reader as null: CSV's ``header``
     then reads as its default (no header line), CSV's ``sep`` fails the query with Spark's
-    error, as under Spark's engine."""
+    error, as under Spark's engine. An argument of ``csv(...)`` given as None is left unset, as
+    PySpark leaves it."""
 
     def scenario(engine: Any, work: Path) -> Run:
         src = work / "in"
         src.mkdir(parents=True)
         steps = [lambda: write_file(src / "a.csv", "k,s\n1,a\n2,b\n", T0)]
-        return drive(engine, lambda rs: rs.schema("k STRING, s STRING").option("header", None).csv(str(src)), work, steps)
+        return drive(engine, lambda rs: rs.schema("k STRING, s STRING").option("header", None).csv(str(src), sep=None), work, steps)
 
     expected, actual = both(spark, ours, tmp_path, scenario)
     assert_same(expected, actual)
