@@ -163,11 +163,12 @@ class StreamingQueryManager:
                     raise duplicate_query_id_error(q.id)
                 logger.warning("stopping the active run %s of query %s: a new run of it is starting", old.runId, q.id)
                 old.stop()
-            with _ACTIVE_LOCK:
+            with self._lock, _ACTIVE_LOCK:  # checked again with both held: a concurrent start
+                if q.name is not None and any(other.name == q.name for other in self._running.values()):
+                    raise duplicate_query_name_error(q.name)
                 if _ACTIVE_BY_ID.get(q.id) is not None:
                     raise concurrent_query_error()
                 _ACTIVE_BY_ID[q.id] = q
-            with self._lock:
                 self._running[q.runId] = q
                 self._queries[q.runId] = q
         except BaseException:
@@ -177,6 +178,7 @@ class StreamingQueryManager:
             ex.start()
         except BaseException:
             self._forget(q)
+            ex.discard()
             raise
 
     def _forget(self, q: StreamingQuery) -> None:
