@@ -27,15 +27,15 @@ def _progress(values: dict) -> Any:
 class StreamingQuery:
     """A handle to a running (or terminated) query."""
 
+    def __init__(self, execution: "MicroBatchExecution") -> None:
+        self._ex = execution
+
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.query import StreamingQuery as _PySpark
 
         from statestream.errors import missing_member
 
         raise missing_member("StreamingQuery", _PySpark, name)
-
-    def __init__(self, execution: "MicroBatchExecution") -> None:
-        self._ex = execution
 
     @property
     def id(self) -> str:
@@ -124,13 +124,6 @@ _ACTIVE_LOCK = threading.Lock()
 class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
-    def __getattr__(self, name: str) -> Any:
-        from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
-
-        from statestream.errors import missing_member
-
-        raise missing_member("StreamingQueryManager", _PySpark, name)
-
     def __init__(self) -> None:
         from statestream.runtime.listener_bus import StreamingQueryListenerBus
 
@@ -140,6 +133,13 @@ class StreamingQueryManager:
         self._running: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
         self._last_terminated: "MicroBatchExecution | None" = None
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("StreamingQueryManager", _PySpark, name)
 
     def _start(self, q: StreamingQuery) -> None:
         """Start ``q`` as Spark's ``StreamingQueryManager.startQuery`` does: its id comes from its

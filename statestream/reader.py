@@ -58,19 +58,19 @@ class SourceSpec:
 class DataStreamReader:
     """``StreamingSession.readStream``."""
 
-    def __getattr__(self, name: str) -> Any:
-        from pyspark.sql.streaming.readwriter import DataStreamReader as _PySpark
-
-        from statestream.errors import missing_member
-
-        raise missing_member("DataStreamReader", _PySpark, name)
-
     def __init__(self, session: "StreamingSessionLike") -> None:
         self._session = session
         #: ``None`` until ``format`` is called: Spark's default is ``spark.sql.sources.default``
         self._format: str | None = None
         self._options: dict[str, str | None] = {}
         self._schema: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.readwriter import DataStreamReader as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataStreamReader", _PySpark, name)
 
     def format(self, source: str) -> "DataStreamReader":
         self._format = source

@@ -28,13 +28,6 @@ __all__ = ["DataStreamWriter"]
 class DataStreamWriter:
     """``DataFrame.writeStream``."""
 
-    def __getattr__(self, name: str) -> Any:
-        from pyspark.sql.streaming.readwriter import DataStreamWriter as _PySpark
-
-        from statestream.errors import missing_member
-
-        raise missing_member("DataStreamWriter", _PySpark, name)
-
     def __init__(self, plan: "L.LogicalPlan", session: "StreamingSessionLike") -> None:
         self._plan = plan
         self._session = session
@@ -49,6 +42,13 @@ class DataStreamWriter:
         self._foreach_writer: Any = None
         self._partition_by: list[str] = []
         self._cluster_by: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.readwriter import DataStreamWriter as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataStreamWriter", _PySpark, name)
 
     def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
         mode = outputMode.lower() if isinstance(outputMode, str) else outputMode
@@ -217,9 +217,7 @@ class DataStreamWriter:
         from statestream.plan.analysis import check_for_streaming
         from statestream.query import StreamingQuery
         from statestream.runtime.microbatch import MicroBatchExecution, Trigger
-        from statestream.sinks import create_sink
-
-        from statestream.sinks import FILE_FORMATS
+        from statestream.sinks import FILE_FORMATS, create_sink
         from statestream.sources.options import default_source, illegal_argument
 
         self._set(format, outputMode, partitionBy, queryName, options)
