@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from pyspark import _NoValue  # PySpark's marker of an argument not given (replace's value)
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampNTZType, TimestampType
@@ -455,11 +456,10 @@ class DataFrame:
     def fillna(self, value: Any, subset: Any = None) -> "DataFrame":
         return self._stateless("Project", f"fillna({value!r})", lambda df: df.fillna(value, subset))
 
-    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> "DataFrame":
-        def fn(df: "SparkDataFrame") -> "SparkDataFrame":
-            return df.replace(to_replace, value, subset) if value is not None or isinstance(to_replace, dict) else df.replace(to_replace, subset=subset)
-
-        return self._stateless("Project", f"replace({to_replace!r})", fn)
+    def replace(self, to_replace: Any, value: Any = _NoValue, subset: Any = None) -> "DataFrame":
+        """PySpark's ``replace``: ``value=None`` replaces with null; ``value`` left out is
+        allowed only with a dict (PySpark's own ``_NoValue`` marker tells the two apart)."""
+        return self._stateless("Project", f"replace({to_replace!r})", lambda df: df.replace(to_replace, value, subset))
 
     def mapInPandas(self, func: Callable, schema: Any, barrier: bool = False, profile: Any = None) -> "DataFrame":  # noqa: N802
         return self._stateless("MapInPandas", getattr(func, "__name__", "func"), lambda df: df.mapInPandas(func, schema, barrier, profile))
@@ -917,8 +917,15 @@ class DataFrameNaFunctions:
     def fill(self, value: Any, subset: Any = None) -> DataFrame:
         return self._df.fillna(value, subset)
 
-    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> DataFrame:
+    def replace(self, to_replace: Any, value: Any = _NoValue, subset: Any = None) -> DataFrame:
         return self._df.replace(to_replace, value, subset)
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.dataframe import DataFrameNaFunctions as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataFrameNaFunctions", _PySpark, name)
 
 
 class DataFrameStatFunctions:
@@ -945,3 +952,10 @@ class DataFrameStatFunctions:
 
     def freqItems(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
         return self._df.freqItems(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.dataframe import DataFrameStatFunctions as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataFrameStatFunctions", _PySpark, name)

@@ -23,6 +23,7 @@ __all__ = [
     "StatestreamStreamingQueryException",
     "StateStoreError",
     "StatestreamIllegalArgumentException",
+    "StatestreamIllegalStateException",
     "StatestreamNumberFormatException",
     "StatestreamUnsupportedOperationException",
     "StatestreamArithmeticException",
@@ -50,6 +51,16 @@ class NotSupportedYetAttributeError(NotSupportedYetError, AttributeError):
 def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetError:
     """The error of ``owner.name()`` that statestream lacks (``hint``: what to use instead)."""
     return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))
+
+
+def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError:
+    """The error of ``obj.name`` when statestream's ``owner`` class has no such member: a
+    ``NotSupportedYetError`` naming it when PySpark's class has it (a member a newer PySpark
+    added), else the plain ``AttributeError`` of a typo. Both are ``AttributeError``s, so
+    ``hasattr`` and ``getattr(obj, name, default)`` keep working."""
+    if not name.startswith("_") and hasattr(pyspark_class, name):
+        return NotSupportedYetAttributeError(f"{owner}.{name}() is not supported by statestream yet")
+    return AttributeError(f"'{owner}' object has no attribute '{name}'")
 
 
 class _SparkShapedMixin:
@@ -163,6 +174,39 @@ class StatestreamNumberFormatException(
 ):
     """What PySpark raises for a JVM ``NumberFormatException`` (``For input string: "x"``), e.g. a
     numeric source option that is not a number."""
+
+
+class StatestreamIllegalStateException(_JvmShapedException, StatestreamError, RuntimeError):
+    """Spark's JVM ``IllegalStateException`` (and other JVM errors PySpark does not convert, which
+    reach Python as py4j's ``Py4JJavaError``): Spark's text, a ``RuntimeError``."""
+
+
+def duplicate_query_name_error(name: str) -> StatestreamIllegalArgumentException:
+    """``start()`` of a query whose name an active query of the same session has."""
+    return StatestreamIllegalArgumentException(
+        f"Cannot start query with name {name} as a query with that name is already active in this SparkSession"
+    )
+
+
+def duplicate_query_id_error(query_id: str) -> StatestreamIllegalStateException:
+    """``start()`` of a query whose checkpoint's id is running already, when
+    ``spark.sql.streaming.stopActiveRunOnRestart`` is false (otherwise that run is stopped)."""
+    return StatestreamIllegalStateException(
+        f"Cannot start query with id {query_id} as another query with same id is already active. "
+        "Perhaps you are attempting to restart a query from checkpoint that is already active. "
+        'You may stop the old query by setting the SQL configuration: spark.conf.set("spark.sql.streaming.stopActiveRunOnRestart", true) '
+        "and retry."
+    )
+
+
+def concurrent_query_error() -> StatestreamIllegalStateException:
+    """Two runs of one query id started at the same moment: the second one is refused."""
+    return StatestreamIllegalStateException(
+        "[CONCURRENT_QUERY] Another instance of this query was just started by a concurrent session. SQLSTATE: 0A000",
+        "CONCURRENT_QUERY",
+        None,
+        "0A000",
+    )
 
 
 def number_format_error(raw: Any) -> StatestreamNumberFormatException:

@@ -40,6 +40,13 @@ The module also holds the one other test-only hook, :func:`record_state_task`: w
 after its commit, saying which process (and which executor) served which store version and how
 its provider cache answered. ``tests/cluster`` uses it to show that state tasks ran in executor
 processes and that a partition moving between executors reloads from files.
+
+And :data:`ENV_WORKER_LOG`: with ``STATESTREAM_TEST_WORKER_LOG=<file>`` in a process's
+environment (a Spark Python worker gets it from ``SparkContext.environment``), statestream's log
+records at WARNING and above, and the Python warnings the default filters let through, are
+appended to ``<file>``. Why: a worker's stderr reaches the console through the JVM, where no test
+can read it; ``tests/spark/test_no_spurious_warnings.py`` checks that a healthy query's state
+tasks warn about nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ logger = logging.getLogger(__name__)
 ENV_CRASH_AT = "STATESTREAM_TEST_CRASH_AT"
 ENV_CRASH_PGID = "STATESTREAM_TEST_CRASH_PGID"
 ENV_TASK_LOG = "STATESTREAM_TEST_TASK_LOG"
+ENV_WORKER_LOG = "STATESTREAM_TEST_WORKER_LOG"
 
 CRASH_POINTS = (
     "before_offsets",
@@ -161,3 +169,19 @@ def record_state_task(
         os.write(fd, (json.dumps(record) + "\n").encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def _capture_warnings_to_file(path: str | None) -> None:
+    """Append statestream's WARNING-and-above records and the Python warnings shown by the
+    default filters to ``path`` (see :data:`ENV_WORKER_LOG`); nothing when ``path`` is unset."""
+    if not path:
+        return
+    handler = logging.FileHandler(path, mode="a", encoding="utf-8", delay=True)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(process)d %(name)s %(levelname)s: %(message)s"))
+    logging.getLogger("statestream").addHandler(handler)
+    logging.getLogger("py.warnings").addHandler(handler)
+    logging.captureWarnings(True)
+
+
+_capture_warnings_to_file(os.environ.get(ENV_WORKER_LOG))

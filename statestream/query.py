@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
@@ -28,6 +29,13 @@ class StreamingQuery:
 
     def __init__(self, execution: "MicroBatchExecution") -> None:
         self._ex = execution
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.query import StreamingQuery as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("StreamingQuery", _PySpark, name)
 
     @property
     def id(self) -> str:
@@ -107,6 +115,12 @@ class StreamingQuery:
         return f"<StreamingQuery id={self.id} name={self.name}>"
 
 
+#: the active runs of every session by query id (Spark keeps them in the SharedState of the
+#: SparkContext: one query id runs once, whichever session started it)
+_ACTIVE_BY_ID: dict[str, StreamingQuery] = {}
+_ACTIVE_LOCK = threading.Lock()
+
+
 class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
@@ -115,18 +129,71 @@ class StreamingQueryManager:
 
         self._listeners = StreamingQueryListenerBus()
         self._queries: dict[str, StreamingQuery] = {}
+        #: runs started by this manager and not terminated yet, by run id (their names are taken)
+        self._running: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
         self._last_terminated: "MicroBatchExecution | None" = None
 
-    def _register(self, q: StreamingQuery) -> None:
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("StreamingQueryManager", _PySpark, name)
+
+    def _start(self, q: StreamingQuery) -> None:
+        """Start ``q`` as Spark's ``StreamingQueryManager.startQuery`` does: its id comes from its
+        checkpoint; a name already active in this session is refused; an id already active (in
+        any session) stops that run first, or is refused when
+        ``spark.sql.streaming.stopActiveRunOnRestart`` is false. All of it before anything of
+        ``q`` runs: no thread, no batch, no listener event, no sink view."""
+        from statestream.errors import concurrent_query_error, duplicate_query_id_error, duplicate_query_name_error
+
+        ex = q._ex  # noqa: SLF001
+        ex.prepare()
+        try:
+            with self._lock:
+                if q.name is not None and any(other.name == q.name for other in self._running.values()):
+                    raise duplicate_query_name_error(q.name)
+            with _ACTIVE_LOCK:
+                old = _ACTIVE_BY_ID.get(q.id)
+            if old is not None:
+                conf = ex.session.sparkSession.conf.get("spark.sql.streaming.stopActiveRunOnRestart", "true")
+                if str(conf).strip().lower() != "true":
+                    raise duplicate_query_id_error(q.id)
+                logger.warning("stopping the active run %s of query %s: a new run of it is starting", old.runId, q.id)
+                old.stop()
+            with self._lock, _ACTIVE_LOCK:  # checked again with both held: a concurrent start
+                if q.name is not None and any(other.name == q.name for other in self._running.values()):
+                    raise duplicate_query_name_error(q.name)
+                if _ACTIVE_BY_ID.get(q.id) is not None:
+                    raise concurrent_query_error()
+                _ACTIVE_BY_ID[q.id] = q
+                self._running[q.runId] = q
+                self._queries[q.runId] = q
+        except BaseException:
+            ex.discard()
+            raise
+        try:
+            ex.start()
+        except BaseException:
+            self._forget(q)
+            ex.discard()
+            raise
+
+    def _forget(self, q: StreamingQuery) -> None:
+        """``q`` is no longer active: its name and id are free again."""
         with self._lock:
-            for other in self._queries.values():
-                if other.isActive and other.id == q.id:
-                    msg = f"Cannot start query with id {q.id} as another query with same id is already active. Perhaps you are attempting to restart a query from checkpoint that is already active."
-                    raise RuntimeError(msg)
-            self._queries[q.runId] = q
+            self._running.pop(q.runId, None)
+        with _ACTIVE_LOCK:
+            if _ACTIVE_BY_ID.get(q.id) is q:
+                del _ACTIVE_BY_ID[q.id]
 
     def _notify_terminated(self, ex: "MicroBatchExecution") -> None:
+        with self._lock:
+            q = self._queries.get(ex.run_id)
+        if q is not None:
+            self._forget(q)
         with self._lock:
             self._last_terminated = ex
             self._lock.notify_all()
@@ -142,12 +209,32 @@ class StreamingQueryManager:
         return None
 
     def awaitAnyTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
-        with self._lock:
-            ok = self._lock.wait_for(lambda: self._last_terminated is not None, timeout)
-            ex = self._last_terminated
+        """Wait until a query of this session terminates (since the last ``resetTerminated``);
+        raise its exception if it failed. Ctrl-C while waiting stops this session's active
+        queries cleanly, as it does in ``query.awaitTermination()``, and the interrupt goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            with self._lock:
+                # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
+                while self._last_terminated is None:
+                    left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                    if left <= 0:
+                        break
+                    self._lock.wait(left)
+                ex = self._last_terminated
+        except KeyboardInterrupt:
+            self._stop_on_interrupt()
+            raise
         if ex is not None and ex.exception is not None:
             raise ex.exception
-        return ok if timeout is not None else None
+        return (ex is not None) if timeout is not None else None
+
+    def _stop_on_interrupt(self) -> None:
+        """Ctrl-C: every active query of this session stops, its batch in flight cancelled."""
+        for q in self.active:
+            logger.info("query %s: interrupted, stopping", q.name or q.id)
+            q._ex.interrupt()  # noqa: SLF001
+            logger.info("query %s stopped", q.name or q.id)
 
     def resetTerminated(self) -> None:  # noqa: N802
         with self._lock:
@@ -161,3 +248,8 @@ class StreamingQueryManager:
 
     def removeListener(self, listener: Any) -> None:  # noqa: N802
         self._listeners.remove(listener)
+
+    def _wait_for_listener_bus(self, timeout: float = 30.0) -> bool:
+        """Internal (tests): wait until every listener event posted so far has been delivered
+        (events other than ``onQueryStarted`` arrive on the bus thread, after the fact)."""
+        return self._listeners.wait_until_empty(timeout)

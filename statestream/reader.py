@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statestream.plan import logical as L
-from statestream.sources.options import option_string
+from statestream.sources.options import default_source, option_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +32,8 @@ class SourceSpec:
     shared across runs, like Spark's."""
 
     format: str
-    options: dict[str, str] = field(default_factory=dict)
+    #: the reader's options; ``None`` for an option set to null
+    options: dict[str, str | None] = field(default_factory=dict)
     schema: Any = None
     path: str | None = None
     instance: Any = None
@@ -59,15 +60,26 @@ class DataStreamReader:
 
     def __init__(self, session: "StreamingSessionLike") -> None:
         self._session = session
-        self._format = "parquet"
-        self._options: dict[str, str] = {}
+        #: ``None`` until ``format`` is called: Spark's default is ``spark.sql.sources.default``
+        self._format: str | None = None
+        self._options: dict[str, str | None] = {}
         self._schema: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.readwriter import DataStreamReader as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataStreamReader", _PySpark, name)
 
     def format(self, source: str) -> "DataStreamReader":
         self._format = source
         return self
 
     def option(self, key: str, value: Any) -> "DataStreamReader":
+        """Set an option; ``None`` sets it to null, as PySpark does (a file source's own option
+        then reads as ``'null'``, a V2 source's takes its default, a file format's option goes
+        to Spark's reader as null)."""
         self._options[key] = option_string(value)
         return self
 
@@ -90,17 +102,20 @@ class DataStreamReader:
         if schema is not None:
             self.schema(schema)
         self.options(**options)
-        spec = SourceSpec(self._format.lower(), dict(self._options), self._schema, path)
+        fmt = self._format if self._format is not None else default_source(self._session.sparkSession)
+        spec = SourceSpec(fmt.lower(), dict(self._options), self._schema, path)
         return _relation(self._session, spec)
 
+    # PySpark's format methods name their options as arguments and leave those given as None
+    # unset (only option()/options()/load() set an option to null)
     def parquet(self, path: str, **options: Any) -> "DataFrame":
-        return self.format("parquet").load(path, **options)
+        return self.format("parquet").load(path, **_not_none(options))
 
     def json(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
-        return self.format("json").load(path, schema=schema, **options)
+        return self.format("json").load(path, schema=schema, **_not_none(options))
 
     def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
-        return self.format("csv").load(path, schema=schema, **options)
+        return self.format("csv").load(path, schema=schema, **_not_none(options))
 
     def text(
         self,
@@ -113,7 +128,7 @@ class DataStreamReader:
     ) -> "DataFrame":
         """Lines of text files as ``value STRING`` (no schema needed, as in Spark)."""
         given = dict(wholetext=wholetext, lineSep=lineSep, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
-        return self.format("text").load(path, **_not_none(given), **options)
+        return self.format("text").load(path, **_not_none({**options, **given}))
 
     def orc(
         self,
@@ -124,7 +139,7 @@ class DataStreamReader:
         **options: Any,
     ) -> "DataFrame":
         given = dict(mergeSchema=mergeSchema, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
-        return self.format("orc").load(path, **_not_none(given), **options)
+        return self.format("orc").load(path, **_not_none({**options, **given}))
 
     def xml(self, path: str, rowTag: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: N803
         """XML files (PySpark 4.0+); ``rowTag`` names the element that makes a row."""

@@ -32,13 +32,23 @@ class DataStreamWriter:
         self._plan = plan
         self._session = session
         self._mode = "append"
-        self._format = "console"
-        self._options: dict[str, str] = {}
+        #: ``None`` until ``format`` (or ``foreach``/``foreachBatch``) is called: Spark's default
+        #: is then ``spark.sql.sources.default``, and ``toTable`` tells it from an explicit format
+        self._format: str | None = None
+        self._options: dict[str, str | None] = {}
         self._query_name: str | None = None
         self._trigger: Any = None
         self._foreach_batch: Callable | None = None
         self._foreach_writer: Any = None
         self._partition_by: list[str] = []
+        self._cluster_by: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        from pyspark.sql.streaming.readwriter import DataStreamWriter as _PySpark
+
+        from statestream.errors import missing_member
+
+        raise missing_member("DataStreamWriter", _PySpark, name)
 
     def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
         mode = outputMode.lower() if isinstance(outputMode, str) else outputMode
@@ -57,6 +67,8 @@ class DataStreamWriter:
         return self
 
     def option(self, key: str, value: Any) -> "DataStreamWriter":
+        """Set an option; ``None`` sets it to null, as PySpark does (``checkpointLocation`` set to
+        null then fails ``start()`` as in Spark, a V2 sink's option takes its default)."""
         self._options[key] = option_string(value)
         return self
 
@@ -67,6 +79,13 @@ class DataStreamWriter:
 
     def partitionBy(self, *cols: str) -> "DataStreamWriter":  # noqa: N802
         self._partition_by = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else list(cols)
+        return self
+
+    def clusterBy(self, *cols: str) -> "DataStreamWriter":  # noqa: N802
+        """Clustering columns. As in Spark, they must not be combined with ``partitionBy``; a file
+        sink and ``toTable`` check that they are columns of the stream, and a table that
+        ``toTable`` creates records them (``CLUSTER BY``); the files written are the same."""
+        self._cluster_by = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else list(cols)
         return self
 
     def queryName(self, queryName: str) -> "DataStreamWriter":  # noqa: N802,N803
@@ -89,7 +108,9 @@ class DataStreamWriter:
         if len(given) != 1:
             raise ValueError("[ONLY_ALLOW_SINGLE_TRIGGER] Only a single trigger is allowed.")
         if continuous is not None:
-            raise NotImplementedError("statestream runs micro-batches only: the continuous trigger is not supported")
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("DataStreamWriter", "trigger", "statestream runs micro-batches only, not continuous processing")
         if processingTime is not None:
             from statestream.runtime.intervals import parse_trigger_interval_ms
 
@@ -141,13 +162,48 @@ class DataStreamWriter:
         from statestream.sinks.table import prepare_table
 
         self._set(format, outputMode, partitionBy, queryName, options)
-        # this writer's default format is console; Spark's is spark.sql.sources.default
-        requested = None if self._format == "console" else self._format
+        clustering = self._clustering_columns(check_names=True)
         target = prepare_table(
-            self._session.sparkSession, tableName, requested, dict(self._options), self._partition_by, self._plan.schema
+            self._session.sparkSession, tableName, self._format, dict(self._options), self._partition_by, self._plan.schema, clustering
         )
         self._format = target.format
         return self.start(path=target.path)
+
+    def _clustering_columns(self, check_names: bool) -> list[str]:
+        """The ``clusterBy`` columns; Spark refuses them together with ``partitionBy``, and
+        where it uses them (file sinks, tables) each must name a top-level column of the stream
+        (case-insensitively; the stream's spelling is kept)."""
+        from statestream.errors import analysis_error
+
+        if self._cluster_by and self._partition_by:
+            raise analysis_error(
+                "SPECIFY_CLUSTER_BY_WITH_PARTITIONED_BY_IS_NOT_ALLOWED",
+                "[SPECIFY_CLUSTER_BY_WITH_PARTITIONED_BY_IS_NOT_ALLOWED] Cannot specify both CLUSTER BY and PARTITIONED BY. SQLSTATE: 42908",
+                "42908",
+            )
+        if not check_names:
+            return list(self._cluster_by)
+        names = list(self._plan.schema.names)
+        resolved = []
+        for col in self._cluster_by:
+            match = [n for n in names if n.lower() == str(col).lower()]
+            if not match:
+                raise analysis_error(
+                    "_LEGACY_ERROR_TEMP_1196",
+                    f"Clustering column {col} not found in existing columns ({', '.join(names)}).",
+                    colType="Clustering",
+                    colName=str(col),
+                    validColumnNames=", ".join(names),
+                )
+            resolved.append(match[0])
+        return resolved
+
+    def _option_set(self, name: str) -> tuple[bool, str | None]:
+        """Whether option ``name`` was set (any case, as Spark's options are), and its value."""
+        for key, value in self._options.items():
+            if key.lower() == name.lower():
+                return True, value
+        return False, None
 
     def start(
         self,
@@ -161,16 +217,19 @@ class DataStreamWriter:
         from statestream.plan.analysis import check_for_streaming
         from statestream.query import StreamingQuery
         from statestream.runtime.microbatch import MicroBatchExecution, Trigger
-        from statestream.sinks import create_sink
+        from statestream.sinks import FILE_FORMATS, create_sink
+        from statestream.sources.options import default_source, illegal_argument
 
         self._set(format, outputMode, partitionBy, queryName, options)
         if path is not None:
             self._options["path"] = path
         spark = self._session.sparkSession
+        fmt = self._format if self._format is not None else default_source(spark)
+        self._clustering_columns(check_names=fmt in FILE_FORMATS)
         conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
         check_for_streaming(self._plan, self._mode, conf)
         sink = create_sink(
-            self._format,
+            fmt,
             dict(self._options),
             self._query_name,
             spark,
@@ -179,14 +238,16 @@ class DataStreamWriter:
             output_mode=self._mode,
             partition_by=self._partition_by,
         )
-        checkpoint = self._options.get("checkpointLocation")
+        given, checkpoint = self._option_set("checkpointLocation")
+        if given and checkpoint is None:
+            raise illegal_argument("Can not create a Path from a null string")  # Hadoop's Path, as in Spark
         temporary_checkpoint = False
         if checkpoint is None:
             root = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
             if root:
                 checkpoint = os.path.join(root, self._query_name or __import__("uuid").uuid4().hex)
         if checkpoint is None:
-            if self._format in ("parquet", "json", "csv", "orc", "text"):
+            if fmt in FILE_FORMATS:
                 from statestream.errors import analysis_error
 
                 raise analysis_error(
@@ -208,6 +269,5 @@ class DataStreamWriter:
             delete_checkpoint_on_stop=temporary_checkpoint,
         )
         query = StreamingQuery(ex)
-        ex.start()
-        self._session.streams._register(query)  # noqa: SLF001
+        self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts
         return query

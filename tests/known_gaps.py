@@ -47,10 +47,21 @@ KNOWN_GAPS: dict[str, str] = {
         "statestream calls the function in-process and shows its own (foreach_batch.py:add_batch); the user's frames, "
         "the exception line and the rest of the message are Spark's"
     ),
-    "tests/differential/test_sinks_more.py::test_to_table_with_console_format_refused_like_spark": (
-        "format('console').toTable(name): Spark creates the table USING console and fails with "
-        "CANNOT_CREATE_DATA_SOURCE_TABLE.EXTERNAL_METADATA_UNSUPPORTED; statestream's writer defaults to console, "
-        "cannot tell it from no format, and creates and fills a table of spark.sql.sources.default (parquet)"
+    "tests/spark/test_query_lifecycle.py::test_duplicate_id_error_type_like_spark": (
+        "a second run of an active query id with spark.sql.streaming.stopActiveRunOnRestart=false: Spark's JVM "
+        "IllegalStateException reaches PySpark unconverted, as py4j's Py4JJavaError (a proxy of the JVM exception); "
+        "statestream raises StatestreamIllegalStateException (a RuntimeError) with the same message"
+    ),
+    "tests/differential/test_sources_more.py::test_file_source_option_set_to_none[max-file-age]": (
+        "option('maxFileAge', None): both queries fail when they start, but Spark's file source dereferences the null "
+        "and fails with a JVM NullPointerException ('Cannot invoke \"String.toLowerCase(java.util.Locale)\" because "
+        "\"str\" is null'); statestream fails with its time-string error ('... Failed to parse time string: null')"
+    ),
+    "tests/differential/test_sources_more.py::test_file_source_option_set_to_none[clean-source]": (
+        "option('cleanSource', None): both queries fail when they start, but Spark's file source dereferences the null "
+        "and fails with a JVM NullPointerException ('Cannot invoke \"String.toUpperCase(java.util.Locale)\" because "
+        "\"v$1\" is null'); statestream fails with its invalid-mode error ('Invalid mode for clean source option "
+        "Some(null). Must be one of ARCHIVE,DELETE,OFF')"
     ),
     "tests/differential/test_joins.py::test_stream_stream_outer_join_with_watermarks_and_an_unsolvable_comparison": (
         "a stream-stream outer or semi join whose sides both have watermarks and whose condition compares "

@@ -17,13 +17,13 @@ __all__ = ["QueryRegistry", "StreamingSessionLike"]
 
 
 class QueryRegistry(Protocol):
-    """``StreamingQueryManager`` (``session.streams``) as seen from below it: a started query
-    registers its handle, and its execution reports the end of its run."""
+    """``StreamingQueryManager`` (``session.streams``) as seen from below it: a query is started
+    through it (its checks come first), and its execution reports the end of its run."""
 
     #: the ``StreamingQueryListenerBus`` of the manager's listeners
     _listeners: Any
 
-    def _register(self, q: Any) -> None: ...
+    def _start(self, q: Any) -> None: ...
 
     def _notify_terminated(self, ex: Any) -> None: ...
 

@@ -1,17 +1,27 @@
 """StreamingQueryListener events of statestream's queries (Spark: ``StreamingQueryListenerBus``).
 
 Listeners are PySpark's own ``StreamingQueryListener`` subclasses and receive PySpark's own
-event classes, built from the same JSON Spark's JVM sends to Python: ``QueryStartedEvent``
-(synchronously in ``start()``, before it returns, as Spark documents), ``QueryProgressEvent``
-after each batch, ``QueryIdleEvent`` when an idle trigger is reported, and
-``QueryTerminatedEvent`` when the run ends (with the exception text and its error class). A
-listener that raises is logged and skipped, as Spark's bus does; the query goes on.
+event classes, built from the same JSON Spark's JVM sends to Python.
+
+Delivery follows Spark's: ``QueryStartedEvent`` is delivered synchronously in ``start()``, before
+it returns (Spark documents it so); ``QueryProgressEvent`` (after each batch),
+``QueryIdleEvent`` (an idle trigger reported) and ``QueryTerminatedEvent`` (the run ended, with
+the exception text and its error class) are queued and delivered, in the order they were posted,
+by one bus thread per session. Why: the query thread never waits for a listener, so a listener
+may call ``query.stop()`` or ``query.awaitTermination()`` from ``onQueryProgress`` without
+deadlocking the query, as on Spark. The bus thread runs only while events are queued.
+
+A listener that raises is logged and skipped, as Spark's bus does; the query goes on. Tests that
+expect an event after ``processAllAvailable()`` wait for the queue to drain
+(:meth:`StreamingQueryListenerBus.wait_until_empty`, like Spark's tests' ``waitUntilEmpty``).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 from typing import Any
 
 __all__ = ["StreamingQueryListenerBus"]
@@ -20,11 +30,16 @@ logger = logging.getLogger(__name__)
 
 
 class StreamingQueryListenerBus:
-    """The listeners of one ``StreamingQueryManager`` and the posting of events to them."""
+    """The listeners of one ``StreamingQueryManager`` and the delivery of events to them."""
 
     def __init__(self) -> None:
         self._listeners: list[Any] = []
         self._lock = threading.Lock()
+        #: queued (method, event) pairs, delivered in order by the bus thread
+        self._queue: collections.deque[tuple[str, Any]] = collections.deque()
+        #: notified when the queue is empty and no event is being delivered
+        self._idle = threading.Condition(self._lock)
+        self._worker: threading.Thread | None = None
 
     def add(self, listener: Any) -> None:
         from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -43,30 +58,64 @@ class StreamingQueryListenerBus:
         with self._lock:
             return list(self._listeners)
 
-    def _post(self, method: str, event: Any) -> None:
+    def wait_until_empty(self, timeout: float = 30.0) -> bool:
+        """Wait until every event posted so far has been delivered; ``False`` on timeout.
+        Internal (tests): Spark's tests wait for its listener bus the same way."""
+        if threading.current_thread() is self._worker:
+            return False  # a listener waiting for its own bus would wait forever
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._queue or self._worker is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.2))
+        return True
+
+    def _deliver(self, method: str, event: Any) -> None:
         for listener in self.listeners:
             try:
                 getattr(listener, method)(event)
             except Exception:  # noqa: BLE001 - Spark's bus logs a failing listener and goes on
                 logger.warning("StreamingQueryListener %s.%s failed", type(listener).__name__, method, exc_info=True)
 
+    def _enqueue(self, method: str, event: Any) -> None:
+        """Queue an event; start the bus thread if none is running."""
+        with self._lock:
+            self._queue.append((method, event))
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._drain, name="statestream-listener-bus", daemon=True)
+                self._worker.start()
+
+    def _drain(self) -> None:
+        """The bus thread: deliver queued events in order, then end when the queue is empty."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._worker = None
+                    self._idle.notify_all()
+                    return
+                method, event = self._queue.popleft()
+            self._deliver(method, event)
+
     def post_started(self, query_id: str, run_id: str, name: str | None, timestamp: str) -> None:
+        """Synchronous, on the caller's thread (``start()``)."""
         from pyspark.sql.streaming.listener import QueryStartedEvent
 
         if self._listeners:
-            self._post("onQueryStarted", QueryStartedEvent.fromJson({"id": query_id, "runId": run_id, "name": name, "timestamp": timestamp}))
+            self._deliver("onQueryStarted", QueryStartedEvent.fromJson({"id": query_id, "runId": run_id, "name": name, "timestamp": timestamp}))
 
     def post_progress(self, progress: dict[str, Any]) -> None:
         from pyspark.sql.streaming.listener import QueryProgressEvent
 
         if self._listeners:
-            self._post("onQueryProgress", QueryProgressEvent.fromJson({"progress": progress}))
+            self._enqueue("onQueryProgress", QueryProgressEvent.fromJson({"progress": progress}))
 
     def post_idle(self, query_id: str, run_id: str, timestamp: str) -> None:
         from pyspark.sql.streaming.listener import QueryIdleEvent
 
         if self._listeners:
-            self._post("onQueryIdle", QueryIdleEvent.fromJson({"id": query_id, "runId": run_id, "timestamp": timestamp}))
+            self._enqueue("onQueryIdle", QueryIdleEvent.fromJson({"id": query_id, "runId": run_id, "timestamp": timestamp}))
 
     def post_terminated(self, query_id: str, run_id: str, exception: BaseException | None) -> None:
         from pyspark.sql.streaming.listener import QueryTerminatedEvent
@@ -82,4 +131,4 @@ class StreamingQueryListenerBus:
                 condition = None
         text = None if exception is None else str(exception)
         event = QueryTerminatedEvent.fromJson({"id": query_id, "runId": run_id, "exception": text, "errorClassOnException": condition})
-        self._post("onQueryTerminated", event)
+        self._enqueue("onQueryTerminated", event)

@@ -160,20 +160,11 @@ class MicroBatchExecution:
         """The StreamingQueryListener bus of the manager that started the query."""
         return self.session.streams._listeners  # noqa: SLF001
 
-    def start(self) -> None:
-        from statestream.runtime.progress import format_timestamp_ms
-
-        self._prepare()
-        # Spark: onQueryStarted runs on every listener before start() returns
-        self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
-        self._active = True
-        self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
-        self._thread.start()
-
-    def _prepare(self) -> None:
-        """Synchronous part of ``start()``: joins and aggregates are checked (a join or an
-        aggregate statestream cannot run fails here, not later in the query's thread), then
-        checkpoint metadata (stable query id)."""
+    def prepare(self) -> None:
+        """What ``start()`` does before the query manager's checks: joins and aggregates are checked
+        (a join or an aggregate statestream cannot run fails here, not later in the query's thread), and
+        the checkpoint's metadata is read or written, which gives the query its id (the
+        manager refuses a second active run of the same id, as Spark does). Nothing runs yet."""
         from statestream.checkpoint.metadata import StreamMetadata
         from statestream.plan.planner import aggregation_info
 
@@ -192,7 +183,26 @@ class MicroBatchExecution:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
             meta.write(self.fm)
         self.query_id = meta.id
+
+    def start(self) -> None:
+        """Start the run, once ``prepare()`` is done and the manager accepted the query: the sink
+        is told (a memory sink registers its view only now, so a refused query leaves the view
+        of the query it clashed with alone), listeners hear ``onQueryStarted`` before this
+        returns (as Spark documents), then the query thread starts."""
+        from statestream.runtime.progress import format_timestamp_ms
+
         self.sink.on_query_start(self.checkpoint_location, self.plan)
+        self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
+        self._active = True
+        self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
+        self._thread.start()
+
+    def discard(self) -> None:
+        """A query the manager refused: nothing ran; a temporary checkpoint made for it goes."""
+        if self.delete_checkpoint_on_stop:
+            import shutil
+
+            shutil.rmtree(self.checkpoint_location, ignore_errors=True)
 
     @property
     def job_tag(self) -> str:

@@ -92,6 +92,8 @@ def create_sink(
     IllegalArgumentException
         File sink without a path (Spark: ``'path' is not specified.``).
     """
+    from statestream.sources.options import present_options
+
     name = fmt.lower()
     opts = dict(options or {})
     if partition_by and name in _UNPARTITIONED:
@@ -109,7 +111,7 @@ def create_sink(
     if name == "console":
         from statestream.sinks.console import ConsoleSink
 
-        return ConsoleSink(opts)
+        return ConsoleSink(present_options(opts))  # a V2 sink: an option set to None takes its default
     if name == "noop":
         from statestream.sinks.noop import NoopSink
 
@@ -126,9 +128,9 @@ def create_sink(
         lowered = {str(k).lower(): v for k, v in opts.items()}
         target = path if path is not None else lowered.get("path")
         if not target:
-            from statestream.sources.options import illegal_argument
+            from statestream.errors import StatestreamIllegalArgumentException
 
-            raise illegal_argument("'path' is not specified.")
+            raise StatestreamIllegalArgumentException("'path' is not specified.", "_LEGACY_ERROR_TEMP_2047", {})
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)
     from statestream.errors import StatestreamError
 

@@ -356,7 +356,8 @@ class FileStreamSink(Sink):
         if output_mode is not None and output_mode.lower() != "append":
             raise file_sink_output_mode_error(fmt, output_mode)
         skip = {"path", "checkpointlocation", "queryname"}
-        self.options = {str(k): str(v) for k, v in (options or {}).items() if str(k).lower() not in skip}
+        # an option set to None reaches Spark's writer as null, as PySpark passes it
+        self.options = {str(k): (None if v is None else str(v)) for k, v in (options or {}).items() if str(k).lower() not in skip}
         self.partition_by = list(partition_by or [])
         self._out = CheckpointFileManager(path)
         self._out.mkdirs()

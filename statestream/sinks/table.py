@@ -5,9 +5,9 @@ Spark: ``DataStreamWriter.toTable``. What is mirrored, in Spark's order:
 1. A temporary view of that name is refused.
 2. A table that does not exist is created, as a ``CREATE TABLE`` would: the stream's columns (all
    nullable), ``USING`` the writer's format (``spark.sql.sources.default``, i.e. ``parquet``, when
-   none was given), ``PARTITIONED BY`` the writer's ``partitionBy`` columns, and at the writer's
-   ``path`` option when there is one (an external table) or else in the warehouse (managed). The
-   writer's other options are not stored on the table.
+   none was given), ``PARTITIONED BY`` the writer's ``partitionBy`` columns or ``CLUSTER BY`` its
+   ``clusterBy`` columns, and at the writer's ``path`` option when there is one (an external table)
+   or else in the warehouse (managed). The writer's other options are not stored on the table.
 3. A view is refused; a table whose provider is not the writer's format is refused.
 4. The query then runs as the file sink of the table's provider, writing into the table's location
    (with the ``_spark_metadata`` log, through which ``spark.table(name)`` reads the committed files
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from statestream.errors import StatestreamError, analysis_error
+from statestream.sources.options import default_source
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,11 +41,6 @@ class TableTarget:
     format: str
     path: str
     created: bool
-
-
-def default_source(spark: "SparkSession") -> str:
-    """Spark's default data source (``spark.sql.sources.default``)."""
-    return str(spark.conf.get("spark.sql.sources.default", "parquet") or "parquet")
 
 
 def _temp_view_error(name: str) -> Exception:
@@ -84,7 +80,13 @@ def _sql_string(value: str) -> str:
 
 
 def _create_table(
-    spark: "SparkSession", name: str, source: str, schema: "StructType", partition_by: Sequence[str], path: str | None
+    spark: "SparkSession",
+    name: str,
+    source: str,
+    schema: "StructType",
+    partition_by: Sequence[str],
+    path: str | None,
+    cluster_by: Sequence[str] = (),
 ) -> None:
     from pyspark.sql.types import StructField, StructType
 
@@ -92,6 +94,10 @@ def _create_table(
     sql = f"CREATE TABLE {name} ({nullable.toDDL()}) USING {_quote(source)}"
     if partition_by:
         sql += " PARTITIONED BY (" + ", ".join(_quote(c) for c in partition_by) + ")"
+    if cluster_by:
+        # Spark's toTable also keeps the writer's clustering option as a table property
+        sql += " CLUSTER BY (" + ", ".join(_quote(c) for c in cluster_by) + ")"
+        sql += f" TBLPROPERTIES ('__clustering_columns' = {_sql_string(json.dumps(list(cluster_by), separators=(',', ':')))})"
     if path:
         sql += f" LOCATION {_sql_string(path)}"
     spark.sql(sql)
@@ -104,6 +110,7 @@ def prepare_table(
     options: Mapping[str, Any],
     partition_by: Sequence[str],
     schema: "StructType",
+    cluster_by: Sequence[str] = (),
 ) -> TableTarget:
     """Steps 1 to 3 of the module's docstring: the table ``name`` exists afterwards, and the
     returned target says what to write where.
@@ -114,6 +121,9 @@ def prepare_table(
         The writer's format, ``None`` for Spark's default source.
     options:
         The writer's options; ``path`` (any case) becomes the location of a new table.
+    cluster_by:
+        The writer's ``clusterBy`` columns (checked, in the stream's spelling): a new table is
+        created ``CLUSTER BY`` them.
     """
     from statestream.sinks import FILE_FORMATS
 
@@ -125,7 +135,7 @@ def prepare_table(
     if entry is None:
         lowered = {str(k).lower(): v for k, v in options.items()}
         path = lowered.get("path")
-        _create_table(spark, name, fmt, schema, partition_by, None if path is None else str(path))
+        _create_table(spark, name, fmt, schema, partition_by, None if path is None else str(path), cluster_by)
         created = True
     elif (entry.tableType or "").upper() == "VIEW":
         raise _view_error(name)

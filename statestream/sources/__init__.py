@@ -42,7 +42,8 @@ def create_source(
     fmt:
         Format name, case-insensitive.
     options:
-        Reader options as given by the user (string values; keys case-insensitive).
+        Reader options as given by the user (string values, or ``None`` for an option set to
+        null, as PySpark sets it; keys case-insensitive).
     schema:
         User schema (``StructType`` or DDL); required by file sources, refused by ``rate``.
     path:
@@ -63,10 +64,12 @@ def create_source(
     StatestreamError
         An unknown format (Spark: ``[DATA_SOURCE_NOT_FOUND]``).
     """
-    from statestream.sources.options import unsupported_operation
+    from statestream.sources.options import present_options, unsupported_operation
 
     name = fmt.lower()
     opts = dict(options or {})
+    if name in ("rate", "rate-micro-batch", "socket"):
+        opts = present_options(opts)  # V2 sources: an option set to None takes its default
     if name == "rate":
         if schema is not None:
             raise unsupported_operation("RateStreamProvider source does not support user-specified schema.")

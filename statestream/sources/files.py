@@ -310,7 +310,10 @@ class FileStreamSource(Source):
         metadata_dir: str | None = None,
     ) -> None:
         raw_opts = {str(k): v for k, v in (options or {}).items()}
-        opts = {k.lower(): v for k, v in raw_opts.items()}
+        # an option set to None is null in Spark's options map: the source's own options then
+        # read it as the text "null" (Spark: "Invalid value 'null' for option ..."), the batch
+        # reader gets it as null (PySpark passes None through)
+        opts = {k.lower(): ("null" if v is None and k.lower() not in ("path", "pathglobfilter") else v) for k, v in raw_opts.items()}
         parsed = parse_schema(schema)
         infer = fmt == "text" or (
             spark is not None and str(spark.conf.get(SCHEMA_INFERENCE_CONF, "false")).strip().lower() == "true"
@@ -362,8 +365,8 @@ class FileStreamSource(Source):
                 "'latestFirst' is true: new files are processed first, which may affect the watermark; "
                 "'maxFileAge' is ignored when maxFilesPerTrigger is set."
             )
-        self.reader_options: dict[str, str] = {
-            k: str(v) for k, v in raw_opts.items() if k.lower() != "path"
+        self.reader_options: dict[str, str | None] = {
+            k: (None if v is None else str(v)) for k, v in raw_opts.items() if k.lower() != "path"
         }
         if not self._is_glob(self.path):
             self.reader_options.setdefault("basePath", self._spark_path(self.path))
@@ -395,7 +398,7 @@ class FileStreamSource(Source):
         what a batch read of the files there now gives (partition columns last), or Spark's
         ``UNABLE_TO_INFER_SCHEMA`` error when there is nothing to infer it from."""
         assert spark is not None
-        opts = {k: str(v) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
+        opts = {k: (None if v is None else str(v)) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
         return spark.read.format(self.fmt).options(**opts).load(self._spark_path(self.path)).schema
 
     @staticmethod
@@ -416,7 +419,7 @@ class FileStreamSource(Source):
         local = self._spark_path(self.path)
         if not _is_remote(local) and not os.path.isdir(local):
             return schema
-        opts = {k: str(v) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
+        opts = {k: (None if v is None else str(v)) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
         try:
             found = spark.read.schema(schema).format(self.fmt).options(**opts).load(local).schema
         except Exception as exc:  # noqa: BLE001 - no listing, no partition columns

@@ -9,7 +9,7 @@ A module of its own so that ``files.py`` and ``rate.py`` both import it instead 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from statestream.errors import (
     StatestreamArithmeticException,
@@ -17,7 +17,15 @@ from statestream.errors import (
     StatestreamUnsupportedOperationException,
 )
 
-__all__ = ["illegal_argument", "unsupported_operation", "arithmetic_error", "TIME_SUFFIX_MS", "option_string"]
+__all__ = [
+    "illegal_argument",
+    "unsupported_operation",
+    "arithmetic_error",
+    "TIME_SUFFIX_MS",
+    "option_string",
+    "present_options",
+    "default_source",
+]
 
 #: Milliseconds per unit of a time string (Spark's ``JavaUtils`` suffixes).
 TIME_SUFFIX_MS = {
@@ -43,8 +51,25 @@ def arithmetic_error(message: str) -> StatestreamArithmeticException:
     return StatestreamArithmeticException(message)
 
 
-def option_string(value: Any) -> str:
-    """An option value as Spark keeps it: a string, booleans as ``"true"`` / ``"false"``."""
+def option_string(value: Any) -> str | None:
+    """An option value as Spark keeps it: a string, booleans as ``"true"`` / ``"false"``, and
+    ``None`` as ``None``. PySpark hands ``None`` to the JVM as a null value (not the text
+    ``"None"``): the option is *set*, to null, and what that means is up to whoever reads it."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if value is None:
+        return None
     return str(value)
+
+
+def present_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options whose value is not null. Spark's V2 sources and sinks (``rate``, ``socket``,
+    ``console``, ``memory``, ...) read options from a ``CaseInsensitiveStringMap``, where an
+    option set to null reads as absent, so there it takes its default."""
+    return {k: v for k, v in (options or {}).items() if v is not None}
+
+
+def default_source(spark: Any) -> str:
+    """Spark's default data source (``spark.sql.sources.default``, ``parquet`` unless set): the
+    format of a reader or writer whose ``format`` was never called."""
+    return str(spark.conf.get("spark.sql.sources.default", "parquet") or "parquet")

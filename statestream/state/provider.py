@@ -278,8 +278,11 @@ class StateStoreProvider:
             return None
         table, stamp = entry
         if self._stamp(version) != stamp:
-            log.warning(
-                "%s: %s changed since version %d was cached (rewritten by another process?); reloading",
+            # Expected, not a fault: a task that runs again rewrites its version (a retried or
+            # speculative task, or the sampling job of a sort above the aggregation, which runs
+            # the state step once more), so info, not a warning on every such batch
+            log.info(
+                "%s: %s was rewritten since version %d was cached (its task ran again); reloading",
                 self.store_id,
                 self._display(self.file_name(version, _DELTA)),
                 version,

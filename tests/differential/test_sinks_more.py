@@ -467,8 +467,8 @@ def test_to_table_refusals_like_spark(spark, ours, tmp_path, db, case):
 
 
 def test_to_table_with_console_format_refused_like_spark(spark, ours, tmp_path, db):
-    """Declared in ``tests/known_gaps.py``: statestream's writer cannot tell ``format("console")``
-    from no format at all."""
+    """``format("console")`` is not a table provider: Spark refuses to create the table (an
+    explicit format is told apart from no format, which is ``spark.sql.sources.default``)."""
     got = []
     for engine in (spark, ours()):
         name = f"{db}.tt_console_{engine_name(engine).lower()}"
@@ -481,6 +481,107 @@ def test_to_table_with_console_format_refused_like_spark(spark, ours, tmp_path, 
             got.append(None)
     assert got[0] == "CANNOT_CREATE_DATA_SOURCE_TABLE.EXTERNAL_METADATA_UNSUPPORTED"
     assert got[1] == got[0]
+
+
+def test_to_table_cluster_by_like_spark(spark, ours, tmp_path, db):
+    """``clusterBy`` with ``toTable``: a new table is created clustered by those columns (the
+    stream's spelling), with Spark's table properties; an unknown column, or ``partitionBy`` as
+    well, is refused with Spark's errors and no table is created."""
+    from pyspark.errors import AnalysisException
+
+    got = []
+    for engine in (spark, ours()):
+        tag = engine_name(engine).lower()
+        name = f"{db}.tt_cluster_{tag}"
+        q = _run(engine, tmp_path / f"cl-{tag}", lambda df: df, INPUT[:2], lambda w: w.clusterBy("K", "v").toTable(name))
+        info = json.loads(spark.sql(f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
+        kept = {k: info.get(k) for k in ("provider", "clustering_columns", "partition_columns", "table_properties", "columns")}
+        refusals = []
+        for setup in (lambda w: w.clusterBy("nope"), lambda w: w.clusterBy("k").partitionBy("v")):
+            bad = f"{db}.tt_cluster_bad_{tag}"
+            w = engine.readStream.format("parquet").schema(KV).load(str(tmp_path / f"cl-{tag}" / "input")).writeStream
+            with pytest.raises(AnalysisException) as err:
+                setup(w.option("checkpointLocation", str(tmp_path / f"cl-bad-{tag}"))).toTable(bad).stop()
+            refusals.append((err.value.getCondition(), error_text(err.value), spark.catalog.tableExists(bad)))
+        got.append((kept, _table_rows(spark, name), _sink_brief(q)[0][3], refusals))
+    assert got[0][0]["clustering_columns"] == ["k", "v"]
+    assert got[1] == got[0]
+
+
+@pytest.mark.parametrize("sink", ["parquet", "noop", "memory", "foreachBatch"])
+def test_cluster_by_with_a_sink_like_spark(spark, ours, tmp_path, sink):
+    """``clusterBy`` and ``start()``: every sink refuses it together with ``partitionBy``; a file
+    sink checks the column names (and writes the same files as without), the others ignore them."""
+    from pyspark.errors import AnalysisException
+
+    got = []
+    for engine in (spark, ours()):
+        tag = engine_name(engine)
+
+        def writer(w: Any, n: int) -> Any:
+            if sink == "foreachBatch":
+                return w.foreachBatch(lambda df, batch_id: None)
+            w = w.format(sink).queryName(f"cluster_{sink}_{tag}_{n}")
+            return w.option("path", str(tmp_path / f"out-{tag}-{n}")) if sink == "parquet" else w
+
+        outcomes = []
+        for n, setup in enumerate((lambda w: w.clusterBy("nope"), lambda w: w.clusterBy("k").partitionBy("k"), lambda w: w.clusterBy(["K"]))):
+            try:
+                q = _run(engine, tmp_path / f"{sink}-{tag}-{n}", lambda df: df, INPUT[:1], lambda w: setup(writer(w, n)).start())
+            except AnalysisException as exc:
+                outcomes.append((exc.getCondition(), error_text(exc)))
+            else:
+                outcomes.append([(b, r) for b, _, _, r in _sink_brief(q)])
+        if sink == "parquet":
+            outcomes.append(_files_as_rows(spark, tmp_path / f"out-{tag}-2", "parquet", "v BIGINT")["batches"])
+        got.append(outcomes)
+    assert got[1] == got[0]
+
+
+def test_writer_without_format_is_spark_sql_sources_default(spark, ours, tmp_path):
+    """A writer whose format was never set writes with ``spark.sql.sources.default`` (parquet), as
+    Spark's does: without a path ``start()`` fails as a file sink does, with one it writes the
+    same files; the conf is read when the query starts."""
+    from pyspark.errors import IllegalArgumentException
+
+    refused = []
+    for engine in (spark, ours()):
+        w = engine.readStream.format("rate").load().writeStream
+        with pytest.raises(IllegalArgumentException) as err:
+            w.option("checkpointLocation", str(tmp_path / f"nopath-{engine_name(engine)}")).start().stop()
+        refused.append((err.value.getCondition(), error_text(err.value)))
+    assert refused[0] == ("_LEGACY_ERROR_TEMP_2047", "'path' is not specified.")
+    assert refused[1] == refused[0]
+    got = []
+    spark.conf.set("spark.sql.sources.default", "json")
+    try:
+        for engine in (spark, ours()):
+            out = tmp_path / f"default-{engine_name(engine)}" / "out"
+            _run(engine, tmp_path / f"default-{engine_name(engine)}", lambda df: df, INPUT, lambda w: w.start(str(out)))
+            got.append(_files_as_rows(spark, out, "json", "v BIGINT")["batches"])
+    finally:
+        spark.conf.unset("spark.sql.sources.default")
+    assert got[0][0]["files"][0].endswith(".json")
+    assert got[1] == got[0]
+
+
+def test_writer_option_set_to_none_is_null_like_pyspark(spark, ours, tmp_path):
+    """PySpark hands ``option(k, None)`` to Spark as null, not the text ``"None"``: a null
+    ``checkpointLocation`` fails ``start()`` with Hadoop's error, and a console sink option
+    (a V2 sink's) set to None takes its default."""
+    from pyspark.errors import IllegalArgumentException
+
+    refused, ran = [], []
+    for engine in (spark, ours()):
+        w = engine.readStream.format("rate").load().writeStream.format("noop")
+        with pytest.raises(IllegalArgumentException) as err:
+            w.option("checkpointLocation", None).start().stop()
+        refused.append((err.value.getCondition(), error_text(err.value)))
+        q = _run(engine, tmp_path / f"console-{engine_name(engine)}", lambda df: df, INPUT[:1], lambda w: w.format("console").options(numRows=None, truncate=None).start())
+        ran.append([(b, r) for b, _, _, r in _sink_brief(q)])
+    assert refused[0] == (None, "Can not create a Path from a null string")
+    assert refused[1] == refused[0]
+    assert ran[1] == ran[0] == [(0, 3)]
 
 
 def test_memory_sink_without_query_name_refused_like_spark(spark, ours):

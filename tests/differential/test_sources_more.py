@@ -493,6 +493,45 @@ def test_schema_inference(spark, ours, tmp_path):
     assert_same(expected, actual)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"maxFilesPerTrigger": None}, {"latestFirst": None}, {"maxFileAge": None}, {"cleanSource": None}],
+    ids=["max-files", "latest-first", "max-file-age", "clean-source"],
+)
+def test_file_source_option_set_to_none(spark, ours, tmp_path, options):
+    """PySpark hands ``option(k, None)`` to Spark as null (not the text ``"None"``): the file
+    source's own options read it as ``null``, and the query fails (or not) as Spark's does."""
+    results = []
+    for engine in (spark, ours()):
+        src = tmp_path / engine_name(engine) / "in"
+        write_file(src / "a.json", json.dumps({"v": 1}) + "\n", T0)
+        results.append(start_failure(engine, lambda rs: rs.schema("v INT").options(**options).json(str(src)), tmp_path))
+    assert results[0] == results[1]
+
+
+def test_format_option_set_to_none_reaches_spark_as_null(spark, ours, tmp_path):
+    """An option of the file format set to None goes to Spark's reader as null: CSV's ``header``
+    then reads as its default (no header line), CSV's ``sep`` fails the query with Spark's
+    error, as under Spark's engine. An argument of ``csv(...)`` given as None is left unset, as
+    PySpark leaves it."""
+
+    def scenario(engine: Any, work: Path) -> Run:
+        src = work / "in"
+        src.mkdir(parents=True)
+        steps = [lambda: write_file(src / "a.csv", "k,s\n1,a\n2,b\n", T0)]
+        return drive(engine, lambda rs: rs.schema("k STRING, s STRING").option("header", None).csv(str(src), sep=None), work, steps)
+
+    expected, actual = both(spark, ours, tmp_path, scenario)
+    assert_same(expected, actual)
+    failures = []
+    for engine in (spark, ours()):
+        src = tmp_path / f"sep-{engine_name(engine)}" / "in"
+        write_file(src / "a.csv", "1,a\n", T0)
+        failures.append(start_failure(engine, lambda rs: rs.schema("k STRING, s STRING").options(sep=None).csv(str(src)), tmp_path))
+    assert failures[0] is not None and "INVALID_DELIMITER_VALUE.NULL_VALUE" in failures[0][1]
+    assert failures[1] == failures[0]
+
+
 # ------------------------------------------------------------------------------------------------
 # rate-micro-batch
 # ------------------------------------------------------------------------------------------------
@@ -536,6 +575,18 @@ def test_rate_micro_batch_available_now_and_defaults(spark, ours, tmp_path):
 
     expected = drive(spark, with_partition, tmp_path, trigger={"availableNow": True})
     actual = drive(ours(), with_partition, tmp_path, trigger={"availableNow": True})
+    assert len(expected.rows) == 1
+    assert_same(expected, actual)
+
+
+def test_rate_micro_batch_option_set_to_none_takes_its_default(spark, ours, tmp_path):
+    """A V2 source reads an option set to None (null) as absent, so it takes its default."""
+
+    def make(rs: Any) -> Any:
+        return rs.format("rate-micro-batch").option("rowsPerBatch", 5).option("numPartitions", None).options(startTimestamp=None).load().withColumn("p", F.spark_partition_id())
+
+    expected = drive(spark, make, tmp_path, trigger={"availableNow": True})
+    actual = drive(ours(), make, tmp_path, trigger={"availableNow": True})
     assert len(expected.rows) == 1
     assert_same(expected, actual)
 

@@ -92,6 +92,30 @@ def test_more_stateless_operations(spark, ours, tmp_path, mode):
     assert_equivalent(spark, ours, _more_operations, INPUT, SCHEMA, mode, tmp_path)
 
 
+def _replace_with_null(df: DataFrame) -> DataFrame:
+    """``value=None`` replaces with null (PySpark tells it from a value left out)."""
+    return df.replace("a", None).na.replace([-2, 8], None, subset=["x"]).replace({"b": None}, subset=["k"])
+
+
+def test_replace_with_null(spark, ours, tmp_path):
+    assert_equivalent(spark, ours, _replace_with_null, INPUT, SCHEMA, "append", tmp_path)
+
+
+def test_replace_without_value_refused_like_pyspark(spark, ours):
+    """A value left out is PySpark's own error unless ``to_replace`` is a dict."""
+    from pyspark.errors import PySparkTypeError
+
+    errors = []
+    for engine in (spark, ours()):
+        df = engine.readStream.format("rate").load()
+        for call in (lambda: df.replace(1), lambda: df.na.replace(1)):
+            with pytest.raises(PySparkTypeError) as info:
+                call()
+            errors.append((info.value.getCondition(), str(info.value)))
+    assert errors[2:] == errors[:2]
+    assert errors[0][0] == "ARGUMENT_REQUIRED"
+
+
 def _reshape(df: DataFrame) -> DataFrame:
     from pyspark.sql.types import StructType
 

@@ -148,3 +148,99 @@ def test_add_listener_takes_a_streaming_query_listener(spark):
 
     with pytest.raises(TypeError, match="StreamingQueryListener"):
         StreamingSession(spark).streams.addListener(object())
+
+
+def test_ctrl_c_while_awaiting_any_termination_stops_the_queries_cleanly(spark, caplog):
+    """KeyboardInterrupt in ``streams.awaitAnyTermination()``: every active query of the session
+    stops (no failure, nothing logged as an error) and the interrupt reaches the caller, as with
+    ``query.awaitTermination()``."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    queries = []
+    try:
+        for i in range(2):
+            df = ss.readStream.format("rate").option("rowsPerSecond", 5).load().groupBy((F.col("value") % 2).alias("k")).count()
+            queries.append(df.writeStream.outputMode("update").format("memory").queryName(f"any_ctrl_c_{i}").start())
+        timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))  # what Ctrl-C sends
+        timer.start()
+        with caplog.at_level(logging.INFO, logger="statestream"), pytest.raises(KeyboardInterrupt):
+            ss.streams.awaitAnyTermination()
+        assert [q.isActive for q in queries] == [False, False]
+        assert [q.exception() for q in queries] == [None, None]
+        assert ss.streams.active == []
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR and r.name.startswith("statestream")]
+    finally:
+        for q in queries:
+            q.stop()
+
+
+class StopsItsQuery(StreamingQueryListener):
+    """Stops the query from ``onQueryProgress`` and waits for its end there: on Spark's engine
+    events come on the listener bus thread, so this does not block the query."""
+
+    def __init__(self, streams: Any) -> None:
+        self.streams = streams
+        self.threads: list[str] = []
+        self.returned = threading.Event()
+
+    def onQueryStarted(self, event):  # noqa: N802
+        pass
+
+    def onQueryProgress(self, event):  # noqa: N802
+        self.threads.append(threading.current_thread().name)
+        query = self.streams.get(str(event.progress.id))
+        if query is not None:
+            query.stop()
+            query.awaitTermination()
+            self.returned.set()
+
+    def onQueryIdle(self, event):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event):  # noqa: N802
+        pass
+
+
+@pytest.mark.parametrize("engine", ["spark", "ours"])
+def test_a_listener_may_stop_and_await_the_query(spark, tmp_path, engine):
+    from statestream import StreamingSession
+
+    session = spark if engine == "spark" else StreamingSession(spark)
+    listener = StopsItsQuery(session.streams)
+    session.streams.addListener(listener)
+    try:
+        df = session.readStream.schema(SCHEMA).parquet(_input(spark, tmp_path))
+        query = df.writeStream.format("noop").queryName(f"stops_itself_{engine}").start()
+        ended = query.awaitTermination(60)
+        if not ended:  # a query blocked in its listener cannot be stopped from here either
+            threading.Thread(target=query.stop, daemon=True).start()
+        assert ended and listener.returned.wait(30)
+        assert query.exception() is None
+    finally:
+        session.streams.removeListener(listener)
+    if engine == "ours":
+        assert listener.threads and all(name == "statestream-listener-bus" for name in listener.threads)
+
+
+def test_events_after_process_all_available_once_the_bus_drained(spark, tmp_path):
+    """Events after onQueryStarted are delivered on the bus thread, in order; a test waits for
+    the bus to drain (as Spark's tests do) instead of sleeping."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    recorder = Recorder()
+    ss.streams.addListener(recorder)
+    try:
+        query = ss.readStream.schema(SCHEMA).parquet(_input(spark, tmp_path)).writeStream.format("noop").start()
+        try:
+            query.processAllAvailable()
+            assert ss.streams._wait_for_listener_bus(30)  # noqa: SLF001
+            assert _kinds(recorder)[:2] == ["started", "progress"]
+            assert [e for kind, e in recorder.events if kind == "progress"][0].progress.batchId == 0
+        finally:
+            query.stop()
+        assert ss.streams._wait_for_listener_bus(30)  # noqa: SLF001
+        assert _kinds(recorder)[-1] == "terminated"
+    finally:
+        ss.streams.removeListener(recorder)

@@ -1,11 +1,14 @@
-"""Every public member of PySpark's DataFrame and GroupedData, called on a streaming DataFrame of
-Spark's engine and on one of statestream, with the same arguments.
+"""Every public member of PySpark's streaming surface, called on Spark's engine and on statestream
+with the same arguments: ``DataFrame`` and ``GroupedData`` of a streaming DataFrame,
+``DataStreamReader`` (``readStream``), ``DataStreamWriter`` (``writeStream``), ``StreamingQuery``
+(a started query), ``StreamingQueryManager`` (``streams``), ``DataFrameNaFunctions`` (``df.na``)
+and ``DataFrameStatFunctions`` (``df.stat``).
 
 Each member must do one of three things on statestream: what it does on Spark's engine (a
 DataFrame, a Column, ... of the same kind), Spark's own error where Spark refuses it on a stream
 (the same error condition), or a ``NotSupportedYetError`` that names it. Never ``AttributeError``.
 A member a future PySpark adds fails ``test_every_member_is_classified`` until it gets a row
-in ``DATAFRAME_CALLS`` / ``GROUPED_CALLS``.
+in the table of its class (``DATAFRAME_CALLS``, ``GROUPED_CALLS``, ``READER_CALLS``, ...).
 """
 
 from __future__ import annotations
@@ -16,6 +19,13 @@ import pytest
 from pyspark.sql import DataFrame as SparkDataFrame
 from pyspark.sql import GroupedData as SparkGroupedData
 from pyspark.sql import functions as F
+from pyspark.sql.dataframe import DataFrameNaFunctions as SparkNaFunctions
+from pyspark.sql.dataframe import DataFrameStatFunctions as SparkStatFunctions
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.query import StreamingQuery as SparkStreamingQuery
+from pyspark.sql.streaming.query import StreamingQueryManager as SparkStreamingQueryManager
+from pyspark.sql.streaming.readwriter import DataStreamReader as SparkDataStreamReader
+from pyspark.sql.streaming.readwriter import DataStreamWriter as SparkDataStreamWriter
 from pyspark.sql.types import StructType
 
 SCHEMA = "id LONG, v DOUBLE, s STRING, ts TIMESTAMP"
@@ -168,6 +178,125 @@ GROUPED_CALLS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+
+class Side:
+    """What the calls of one engine need: the engine (``spark`` or a ``StreamingSession``), its
+    streaming DataFrame, a started query, and places of its own (directories, table names)."""
+
+    def __init__(self, tag: str, engine: Any, stream: Any, root: Any, table: str) -> None:
+        self.tag = tag
+        self.engine = engine
+        self.stream = stream
+        self.root = root
+        #: a parquet table of the session catalog that ``readStream.table`` can stream
+        self.table = table
+        self.query: Any = None
+
+    def dir(self, name: str) -> str:
+        """An empty directory of this engine (input of the file readers)."""
+        path = self.root / self.tag / name
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def checkpoint(self, name: str) -> str:
+        return str(self.root / self.tag / f"checkpoint-{name}")
+
+
+#: DataStreamReader member -> function of (a new ``readStream``, Side)
+READER_CALLS: dict[str, Callable[[Any, Side], Any]] = {
+    "csv": lambda r, s: r.csv(s.dir("csv"), schema=SCHEMA),
+    "format": lambda r, s: r.format("rate"),
+    "json": lambda r, s: r.json(s.dir("json"), schema=SCHEMA),
+    "load": lambda r, s: r.format("rate").load(),
+    "option": lambda r, s: r.option("rowsPerSecond", 5),
+    "options": lambda r, s: r.options(rowsPerSecond=5, numPartitions=1),
+    "orc": lambda r, s: r.schema(SCHEMA).orc(s.dir("orc")),
+    "parquet": lambda r, s: r.schema(SCHEMA).parquet(s.dir("parquet")),
+    "schema": lambda r, s: r.schema(SCHEMA),
+    "table": lambda r, s: r.table(s.table),
+    "text": lambda r, s: r.text(s.dir("text")),
+    "xml": lambda r, s: r.xml(s.dir("xml"), rowTag="row", schema=SCHEMA),
+}
+
+#: DataStreamWriter member -> function of (a new ``stream.writeStream``, Side); a query it starts
+#: is stopped after the comparison
+WRITER_CALLS: dict[str, Callable[[Any, Side], Any]] = {
+    "clusterBy": lambda w, s: w.clusterBy("id"),
+    "foreach": lambda w, s: w.foreach(lambda row: None),
+    "foreachBatch": lambda w, s: w.foreachBatch(lambda df, batch_id: None),
+    "format": lambda w, s: w.format("noop"),
+    "option": lambda w, s: w.option("checkpointLocation", s.checkpoint("option")),
+    "options": lambda w, s: w.options(checkpointLocation=s.checkpoint("options"), numRows=5),
+    "outputMode": lambda w, s: w.outputMode("append"),
+    "partitionBy": lambda w, s: w.partitionBy("s"),
+    "queryName": lambda w, s: w.queryName(f"surface_name_{s.tag}"),
+    "start": lambda w, s: w.format("noop").option("checkpointLocation", s.checkpoint("start")).start(),
+    "toTable": lambda w, s: w.option("checkpointLocation", s.checkpoint("toTable")).toTable(f"surface_to_table_{s.tag}"),
+    "trigger": lambda w, s: w.trigger(processingTime="1 second"),
+}
+
+#: StreamingQuery member -> function of (the side's started query, Side); ``None``: a property.
+#: ``stop`` is called last.
+QUERY_CALLS: dict[str, Callable[[Any, Side], Any] | None] = {
+    "awaitTermination": lambda q, s: q.awaitTermination(0.2),
+    "exception": lambda q, s: q.exception(),
+    "explain": lambda q, s: q.explain(),
+    "id": None,
+    "isActive": None,
+    "lastProgress": None,
+    "name": None,
+    "processAllAvailable": lambda q, s: q.processAllAvailable(),
+    "recentProgress": None,
+    "runId": None,
+    "status": None,
+    "stop": lambda q, s: q.stop(),
+}
+
+
+class _Listener(StreamingQueryListener):
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        pass
+
+
+_LISTENER = _Listener()
+
+#: StreamingQueryManager member -> function of (``streams``, Side); ``None``: a property
+MANAGER_CALLS: dict[str, Callable[[Any, Side], Any] | None] = {
+    "active": None,
+    "addListener": lambda m, s: m.addListener(_LISTENER),
+    "awaitAnyTermination": lambda m, s: (m.resetTerminated(), m.awaitAnyTermination(0.2))[1],
+    "get": lambda m, s: m.get(s.query.id),
+    "removeListener": lambda m, s: m.removeListener(_LISTENER),
+    "resetTerminated": lambda m, s: m.resetTerminated(),
+}
+
+#: DataFrameNaFunctions member -> function of the streaming DataFrame's ``na``
+NA_CALLS: dict[str, Callable[[Any], Any]] = {
+    "drop": lambda na: na.drop(),
+    "fill": lambda na: na.fill(0),
+    "replace": lambda na: na.replace(1.0, 2.0),
+}
+
+#: DataFrameStatFunctions member -> function of the streaming DataFrame's ``stat``
+STAT_CALLS: dict[str, Callable[[Any], Any]] = {
+    "approxQuantile": lambda st: st.approxQuantile("v", [0.5], 0.1),
+    "corr": lambda st: st.corr("v", "id"),
+    "cov": lambda st: st.cov("v", "id"),
+    "crosstab": lambda st: st.crosstab("s", "id"),
+    "freqItems": lambda st: st.freqItems(["s"]),
+    "sampleBy": lambda st: st.sampleBy("s", {"0": 0.5}, 3),
+}
+
+
 def _members(cls: type) -> list[str]:
     return sorted(n for n in dir(cls) if not n.startswith("_"))
 
@@ -207,7 +336,8 @@ def _check(member: str, spark_outcome: tuple[str, Any], our_outcome: tuple[str, 
     if o_kind == "error" and isinstance(o_value, NotSupportedYetError):
         if s_kind == "error" and _condition(s_value):
             return f"{member}: Spark refuses it with {_condition(s_value)}, statestream says not supported yet"
-        return None if member in str(o_value) else f"{member}: the message does not name the member: {o_value}"
+        name = member.split(" ")[0].rsplit(".", 1)[-1]  # "na.replace" -> "replace", "stop (active)" -> "stop"
+        return None if name in str(o_value) else f"{member}: the message does not name the member: {o_value}"
     if s_kind == "error":
         if o_kind != "error":
             return f"{member}: Spark raises {type(s_value).__name__} ({_condition(s_value)}: {s_value}), statestream returns {_kind(o_value)}"
@@ -232,9 +362,22 @@ def streams(spark, tmp_path_factory):
     return theirs, ours, _static(spark)
 
 
-def test_every_member_is_classified():
-    assert sorted(set(_members(SparkDataFrame)) - set(DATAFRAME_CALLS)) == []
-    assert sorted(set(_members(SparkGroupedData)) - set(GROUPED_CALLS)) == []
+#: every PySpark class of the surface and the table that classifies its members
+SURFACE: dict[type, dict[str, Any]] = {
+    SparkDataFrame: DATAFRAME_CALLS,
+    SparkGroupedData: GROUPED_CALLS,
+    SparkDataStreamReader: READER_CALLS,
+    SparkDataStreamWriter: WRITER_CALLS,
+    SparkStreamingQuery: QUERY_CALLS,
+    SparkStreamingQueryManager: MANAGER_CALLS,
+    SparkNaFunctions: NA_CALLS,
+    SparkStatFunctions: STAT_CALLS,
+}
+
+
+@pytest.mark.parametrize("cls", list(SURFACE), ids=lambda c: c.__name__)
+def test_every_member_is_classified(cls):
+    assert sorted(set(_members(cls)) - set(SURFACE[cls])) == []
 
 
 def test_dataframe_members_match_spark_or_say_not_supported(streams, capsys):
@@ -299,3 +442,115 @@ def test_static_dataframe_join_takes_a_statestream_stream(streams):
         assert actual.columns == expected.columns, name
         assert type(actual).__module__ == "statestream.dataframe", name
     assert not static.join(static, "id").isStreaming  # a static argument: PySpark's join as before
+
+
+# -- readStream, writeStream, the query and its manager, df.na and df.stat -------------------------
+
+
+@pytest.fixture(scope="module")
+def sides(spark, streams, tmp_path_factory):
+    """One ``Side`` per engine, each with a started query (memory sink) that has run its batch."""
+    from statestream import StreamingSession
+
+    theirs, ours, _ = streams
+    root = tmp_path_factory.mktemp("surface-sides")
+    table = "surface_stream_table"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.range(2).selectExpr("id", "CAST(id AS DOUBLE) AS v").write.format("parquet").saveAsTable(table)
+    out = []
+    for tag, engine, stream in (("spark", spark, theirs), ("ours", StreamingSession(spark), ours)):
+        side = Side(tag, engine, stream, root, table)
+        side.query = stream.writeStream.format("memory").queryName(f"surface_query_{tag}").start()
+        side.query.processAllAvailable()
+        out.append(side)
+    yield out
+    for side in out:
+        side.query.stop()
+    for tag in ("spark", "ours"):
+        spark.sql(f"DROP TABLE IF EXISTS surface_to_table_{tag}")
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+
+
+def _stop_started(outcome: tuple[str, Any]) -> None:
+    """Stop a query that a call started (``start``, ``toTable``)."""
+    kind, value = outcome
+    if kind == "ok" and type(value).__name__ == "StreamingQuery" and value.isActive:
+        value.stop()
+
+
+def _compare(member: str, call: Callable[[Side], Any], sides: list[Side]) -> str | None:
+    theirs, ours = sides
+    spark_outcome = _outcome(lambda: call(theirs))
+    _stop_started(spark_outcome)
+    our_outcome = _outcome(lambda: call(ours))
+    _stop_started(our_outcome)
+    return _check(member, spark_outcome, our_outcome)
+
+
+def test_reader_members_match_spark_or_say_not_supported(sides):
+    problems = [_compare(m, lambda s: READER_CALLS[m](s.engine.readStream, s), sides) for m in _members(SparkDataStreamReader)]
+    assert [p for p in problems if p] == []
+
+
+def test_writer_members_match_spark_or_say_not_supported(sides):
+    problems = [_compare(m, lambda s: WRITER_CALLS[m](s.stream.writeStream, s), sides) for m in _members(SparkDataStreamWriter)]
+    assert [p for p in problems if p] == []
+
+
+def test_query_members_match_spark_or_say_not_supported(sides, capsys):
+    """Every member of a started query; ``stop`` last, and then the members again on the stopped
+    query (Spark answers them after the end too)."""
+    members = sorted(_members(SparkStreamingQuery), key=lambda m: m == "stop")
+    problems = []
+    for when in ("active", "stopped"):
+        for m in members:
+            call = QUERY_CALLS[m]
+            if call is None:
+                problems.append(_compare(f"{m} ({when})", lambda s: getattr(s.query, m), sides))
+            else:
+                problems.append(_compare(f"{m} ({when})", lambda s: call(s.query, s), sides))
+    capsys.readouterr()  # explain's output
+    assert [p for p in problems if p] == []
+
+
+def test_manager_members_match_spark_or_say_not_supported(sides):
+    problems = []
+    for m in _members(SparkStreamingQueryManager):
+        call = MANAGER_CALLS[m]
+        if call is None:
+            problems.append(_compare(m, lambda s: getattr(s.engine.streams, m), sides))
+        else:
+            problems.append(_compare(m, lambda s: call(s.engine.streams, s), sides))
+    assert [p for p in problems if p] == []
+
+
+def test_na_and_stat_members_match_spark_or_say_not_supported(streams):
+    theirs, ours, _ = streams
+    problems = []
+    for m in _members(SparkNaFunctions):
+        problems.append(_check(f"na.{m}", _outcome(lambda: NA_CALLS[m](theirs.na)), _outcome(lambda: NA_CALLS[m](ours.na))))
+    for m in _members(SparkStatFunctions):
+        problems.append(_check(f"stat.{m}", _outcome(lambda: STAT_CALLS[m](theirs.stat)), _outcome(lambda: STAT_CALLS[m](ours.stat))))
+    assert [p for p in problems if p] == []
+
+
+@pytest.mark.parametrize(
+    "cls, get",
+    [
+        (SparkDataStreamReader, lambda s: s.engine.readStream),
+        (SparkDataStreamWriter, lambda s: s.stream.writeStream),
+        (SparkStreamingQuery, lambda s: s.query),
+        (SparkStreamingQueryManager, lambda s: s.engine.streams),
+        (SparkNaFunctions, lambda s: s.stream.na),
+        (SparkStatFunctions, lambda s: s.stream.stat),
+    ],
+    ids=lambda x: x.__name__ if isinstance(x, type) else "",
+)
+def test_a_member_pyspark_may_add_later_is_named_on_every_class(sides, monkeypatch, cls, get):
+    from statestream.errors import NotSupportedYetError
+
+    ours = get(sides[1])
+    monkeypatch.setattr(cls, "brandNewMethod", lambda self: None, raising=False)
+    with pytest.raises(NotSupportedYetError, match=rf"{cls.__name__}\.brandNewMethod\(\) is not supported by statestream yet"):
+        ours.brandNewMethod()
+    assert not hasattr(ours, "no_such_member")  # a typo stays PySpark's plain AttributeError

@@ -5,6 +5,7 @@ without ``checkpointLocation`` is removed when the query stops cleanly and kept 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -41,3 +42,145 @@ def test_temporary_checkpoint_kept_after_failure(spark):
     assert os.path.isdir(location)
     q.stop()
     assert os.path.isdir(location)
+
+
+# -- a second start of a name or id that is active: Spark's checks, before anything runs ------------
+
+
+class _StartedRecorder:
+    """Run ids of the ``onQueryStarted`` events a statestream session delivered."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        runs: list[str] = []
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):  # noqa: N802
+                runs.append(str(event.runId))
+
+            def onQueryProgress(self, event):  # noqa: N802
+                pass
+
+            def onQueryIdle(self, event):  # noqa: N802
+                pass
+
+            def onQueryTerminated(self, event):  # noqa: N802
+                pass
+
+        self.runs = runs
+        self.listener = Listener()
+
+
+def _query_threads() -> set[str]:
+    import threading
+
+    return {t.name for t in threading.enumerate() if t.name.startswith("statestream-") and t.name != "statestream-listener-bus"}
+
+
+def _rate_query(engine, name: str | None, checkpoint: str):
+    w = engine.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream.format("memory" if name else "noop")
+    if name:
+        w = w.queryName(name)
+    return w.option("checkpointLocation", checkpoint).start()
+
+
+def _text(exc: BaseException) -> str:
+    """The message Spark's JVM exception carries (py4j's ``Py4JJavaError`` wraps it) or ours."""
+    java = getattr(exc, "java_exception", None)
+    return str(java.getMessage()) if java is not None else str(exc).split("\n\nJVM stacktrace:")[0]
+
+
+def test_duplicate_name_refused_before_anything_starts(spark, tmp_path):
+    """A name active in the session: Spark's IllegalArgumentException, and on statestream no
+    thread, no listener event, no batch, and the memory sink's view of the active query kept."""
+    from pyspark.errors import IllegalArgumentException
+
+    ss = StreamingSession(spark)
+    recorder = _StartedRecorder()
+    ss.streams.addListener(recorder.listener)
+    texts = []
+    for engine, tag in ((spark, "spark"), (ss, "ours")):
+        name = f"dup_name_{tag}"
+        first = _rate_query(engine, name, str(tmp_path / f"{tag}-a"))
+        try:
+            deadline = time.monotonic() + 60
+            while spark.table(name).count() == 0 and time.monotonic() < deadline:  # the rate source's first row
+                first.processAllAvailable()
+            threads = _query_threads()
+            with pytest.raises(IllegalArgumentException) as err:
+                _rate_query(engine, name, str(tmp_path / f"{tag}-b")).stop()
+            texts.append(_text(err.value).replace(name, "<name>"))
+            assert [q.runId for q in engine.streams.active] == [first.runId]
+            if engine is ss:
+                assert _query_threads() == threads
+                assert recorder.runs == [first.runId]
+                assert spark.table(name).count() > 0  # the active query's view, not a new empty one
+        finally:
+            first.stop()
+    assert texts[1] == texts[0] == "Cannot start query with name <name> as a query with that name is already active in this SparkSession"
+
+
+def test_duplicate_id_refused_before_anything_starts(spark, tmp_path):
+    """``spark.sql.streaming.stopActiveRunOnRestart=false``: a second run of an active query id
+    (same checkpoint) is refused with Spark's text, before any thread, event or batch."""
+    ss = StreamingSession(spark)
+    recorder = _StartedRecorder()
+    ss.streams.addListener(recorder.listener)
+    texts = []
+    spark.conf.set("spark.sql.streaming.stopActiveRunOnRestart", "false")
+    try:
+        for engine, tag in ((spark, "spark"), (ss, "ours")):
+            checkpoint = str(tmp_path / tag)
+            first = _rate_query(engine, None, checkpoint)
+            try:
+                threads = _query_threads()
+                with pytest.raises(Exception) as err:  # noqa: PT011 - Spark's is py4j's Py4JJavaError
+                    _rate_query(engine, None, checkpoint).stop()
+                texts.append(_text(err.value).replace(first.id, "<id>"))
+                assert first.isActive and [q.runId for q in engine.streams.active] == [first.runId]
+                if engine is ss:
+                    assert _query_threads() == threads
+                    assert recorder.runs == [first.runId]
+            finally:
+                first.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stopActiveRunOnRestart")
+    assert texts[0].startswith("Cannot start query with id <id> as another query with same id is already active.")
+    assert texts[1] == texts[0]
+
+
+def test_duplicate_id_error_type_like_spark(spark, tmp_path):
+    """Declared in ``tests/known_gaps.py``: the type of the error above."""
+    ss = StreamingSession(spark)
+    types = []
+    spark.conf.set("spark.sql.streaming.stopActiveRunOnRestart", "false")
+    try:
+        for engine, tag in ((spark, "spark"), (ss, "ours")):
+            first = _rate_query(engine, None, str(tmp_path / tag))
+            try:
+                with pytest.raises(Exception) as err:  # noqa: PT011
+                    _rate_query(engine, None, str(tmp_path / tag)).stop()
+                types.append(type(err.value).__name__)
+            finally:
+                first.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stopActiveRunOnRestart")
+    assert types[1] == types[0]
+
+
+def test_second_run_of_an_active_id_stops_the_first_by_default(spark, tmp_path):
+    """By default (``stopActiveRunOnRestart``) Spark stops the active run of the id, then
+    starts the new one."""
+    outcomes = []
+    for engine, tag in ((spark, "spark"), (StreamingSession(spark), "ours")):
+        checkpoint = str(tmp_path / tag)
+        first = _rate_query(engine, None, checkpoint)
+        second = _rate_query(engine, None, checkpoint)
+        try:
+            outcomes.append((first.isActive, first.exception(), second.isActive, second.id == first.id, [q.runId for q in engine.streams.active] == [second.runId]))
+        finally:
+            second.stop()
+            first.stop()
+    assert outcomes[0] == (False, None, True, True, True)
+    assert outcomes[1] == outcomes[0]
