@@ -656,8 +656,18 @@ class DataFrame:
         from statestream.runtime.microbatch import plan_for_explain
 
         schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
+        logical: str | dict[str, str] | None = None
+        if (mode or ("extended" if extended else "simple")).lower() in ("extended", "cost"):
+            # Spark's own logical plans where statestream can ask for them (a stateless query)
+            from statestream.plan.spark_text import logical_sections
+
+            logical = logical_sections(self._plan)
         return explain_string(
-            plan_for_explain(self._plan, self.sparkSession, "append"), extended=extended, logical=logical_tree_string(self._plan), mode=mode, schema_line=schema_line
+            plan_for_explain(self._plan, self.sparkSession, "append"),
+            extended=extended,
+            logical=logical or logical_tree_string(self._plan),
+            mode=mode,
+            schema_line=schema_line,
         )
 
     # ------------------------------------------------------------------ batch actions are errors

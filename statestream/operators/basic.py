@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["StreamingRelationExec", "BatchRelationExec", "StatelessExec", "SortExec", "UnionExec", "in_session"]
+__all__ = ["StreamingRelationExec", "BatchRelationExec", "StatelessExec", "SparkStatelessExec", "SortExec", "UnionExec", "in_session"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,15 @@ class StreamingRelationExec(PhysicalOperator):
     source_index: int = 0
     source_name: str = "source"
     output: tuple[str, ...] = ()
+    #: the columns as ``explain()`` shows them, with Spark's attribute ids (``value#1L``); set
+    #: by the planner for explain only (``plan/spark_text.py``)
+    display_output: tuple[str, ...] = ()
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         return ctx.source_batches[self.source_index]
 
     def simple_string(self) -> str:
-        return f"StreamingRelation {self.source_name}, [{', '.join(self.output)}]"
+        return f"StreamingRelation {self.source_name}, [{', '.join(self.display_output or self.output)}]"
 
 
 def in_session(df: "DataFrame", session: Any) -> "DataFrame":
@@ -92,6 +95,28 @@ class StatelessExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         return f"{self.op} {self.description}".rstrip()
+
+
+@dataclass(frozen=True)
+class SparkStatelessExec(StatelessExec):
+    """A node of Spark's own plan of a chain of stateless steps, shown by ``explain()`` as
+    Spark shows it (``Project [timestamp#0, (value#1L * 2) AS x#2L]``; ``plan/spark_text.py``).
+    A ``StatelessExec`` so that planning decisions that look through stateless steps (is the
+    input one partition? sorted?) see the same plan as a run does. Explain only: it hands on
+    its input if executed, the steps themselves run as the user's operations."""
+
+    text: str = ""
+    codegen: bool = False
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        assert self.child is not None
+        return self.child.execute(ctx)
+
+    def supports_codegen(self) -> bool:
+        return self.codegen
+
+    def simple_string(self) -> str:
+        return self.text
 
 
 #: ``BatchContext.extra`` key of the batch's ``(name, Observation)`` pairs

@@ -187,12 +187,18 @@ def codegen_string(plan: PhysicalOperator) -> str:
 
 
 def explain_string(
-    plan: PhysicalOperator, extended: bool = False, logical: str | None = None, mode: str | None = None, schema_line: str = ""
+    plan: PhysicalOperator,
+    extended: bool = False,
+    logical: "str | dict[str, str] | None" = None,
+    mode: str | None = None,
+    schema_line: str = "",
 ) -> str:
     """The text of ``explain()`` in one of Spark's modes (``simple``, ``extended``,
     ``formatted``, ``cost``, ``codegen``); ``extended=True`` means ``extended``. ``logical`` is
-    the logical plan's tree (``logical_tree_string``) for the modes that show it, and
-    ``schema_line`` the output's ``name: type, ...`` line Spark prints above the analysed plan."""
+    the logical plan's tree (``logical_tree_string``) for the modes that show it, or Spark's own
+    trees by section (``parsed``, ``analyzed``, ``optimized``, ``cost``: see
+    ``plan/spark_text.py``), and ``schema_line`` the output's ``name: type, ...`` line Spark
+    prints above the analysed plan."""
     mode = (mode or ("extended" if extended else "simple")).lower()
     if mode not in EXPLAIN_MODES:
         from statestream.errors import StatestreamIllegalArgumentException
@@ -205,12 +211,13 @@ def explain_string(
     if mode == "codegen":
         return codegen_string(plan) + "\n"
     out = []
+    sections = logical if isinstance(logical, dict) else dict.fromkeys(("parsed", "analyzed", "optimized", "cost"), logical)
     if mode == "extended" and logical:
-        out.append("== Parsed Logical Plan ==\n" + logical + "\n")
-        out.append("== Analyzed Logical Plan ==\n" + (schema_line + "\n" if schema_line else "") + logical + "\n")
-        out.append("== Optimized Logical Plan ==\n" + logical + "\n")
+        out.append("== Parsed Logical Plan ==\n" + sections["parsed"] + "\n")
+        out.append("== Analyzed Logical Plan ==\n" + (schema_line + "\n" if schema_line else "") + sections["analyzed"] + "\n")
+        out.append("== Optimized Logical Plan ==\n" + sections["optimized"] + "\n")
     if mode == "cost" and logical:
-        out.append("== Optimized Logical Plan ==\n" + logical + "\n")
+        out.append("== Optimized Logical Plan ==\n" + sections["cost"] + "\n")
     out.append("== Physical Plan ==\n" + tree_string(plan))
     return "\n".join(out) + "\n"
 

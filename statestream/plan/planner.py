@@ -62,6 +62,23 @@ def plan_streaming_query(
     static side, ``plan/joins.py``)."""
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
+        if for_explain and isinstance(node, (L.Stateless, L.StreamingRelation)):
+            shown = _spark_region(node)
+            if shown is not None:
+                return shown
+        return plan_node(node)
+
+    def _spark_region(node: L.LogicalPlan) -> "PhysicalOperator | None":
+        """For ``explain()``: a chain of stateless operations (or a bare source) as Spark
+        plans it, with attribute ids (``plan/spark_text.py``)."""
+        from statestream.plan.spark_text import region_plan, stateless_chain
+
+        chain, bottom = stateless_chain(node)
+        if not chain and not isinstance(bottom, L.StreamingRelation):
+            return None
+        return region_plan(chain, bottom, plan_node if not chain else go)
+
+    def plan_node(node: L.LogicalPlan) -> "PhysicalOperator":
         if isinstance(node, L.StreamingRelation):
             spec = node.source_spec
             name = getattr(spec, "short_name", None) or getattr(spec, "format", "source")
