@@ -170,9 +170,17 @@ def logical_region_text(region: SparkRegion, relation_text: str) -> dict[str, st
         "analyzed": qe.analyzed().treeString(),
         "optimized": optimized.treeString(),
         # Spark's cost mode: each node with its statistics (the stand-in's size is a stream's)
-        "cost": optimized.treeString(False, True, region.max_fields, False),
+        "cost": _optimized_with_stats(qe),
     }
     return {key: _streaming_tree(str(text).rstrip("\n"), relation_text) for key, text in trees.items()}
+
+
+def _optimized_with_stats(qe: Any) -> str:
+    """The optimised plan with each node's statistics, as Spark's ``cost`` mode prints it (the
+    first section of ``QueryExecution.stringWithStats``)."""
+    text = str(qe.stringWithStats())
+    head, _, rest = text.partition("== Optimized Logical Plan ==\n")
+    return rest.split("\n\n== Physical Plan ==", 1)[0] if rest else text
 
 
 def logical_sections(plan: L.LogicalPlan) -> dict[str, str] | None:

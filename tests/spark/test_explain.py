@@ -290,3 +290,56 @@ def test_explain_modes_have_sparks_sections(spark, mode):
 def test_explain_unknown_mode_is_sparks_error(spark):
     with pytest.raises(Exception, match="Unknown explain mode: nope"):  # noqa: PT011
         StreamingSession(spark).readStream.format("rate").load().explain("nope")
+
+
+def _with_ids_normalised(text: str) -> list[str]:
+    """The whole explain text, line for line, with the numbers Spark draws from global counters
+    replaced: attribute ids (``value#12L`` -> ``value#NL``) and the hash codes of the source's
+    provider and table objects in the logical plans (``RateStreamProvider@1f2e3d`` -> ``@H``)."""
+    text = re.sub(r"#\d+", "#N", text.strip())
+    text = re.sub(r"@[0-9a-f]+\b", "@H", text)
+    return text.splitlines()
+
+
+#: stateless queries: Spark's engine shows its own resolved, optimised plan (projections
+#: collapsed, filters pushed through projections with inferred ``isnotnull``, attribute ids)
+STATELESS_CASES: dict[str, Callable[[Any], Any]] = {
+    "project_filter_with_column": lambda F: lambda r: (
+        r.format("rate").load().withColumn("x", F.col("value") * 2).filter("x > 3").select("timestamp", "x")
+    ),
+    "select_with_expressions": lambda F: lambda r: (
+        _rate(r).select((F.col("value") + 1).alias("v1"), F.hour("timestamp").alias("h"), F.lit("a").alias("s"))
+    ),
+    "filter_pushed_through_projections": lambda F: lambda r: (
+        _rate(r)
+        .selectExpr("value", "value * 10 AS big", "timestamp")
+        .select("big", "value")
+        .where("value % 2 = 0 AND big > 5")
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended"])
+@pytest.mark.parametrize("case", sorted(STATELESS_CASES))
+def test_explain_stateless_is_sparks_text(spark, case, mode):
+    """Stateless plans: Spark's own text, ids normalised, in the physical and logical sections."""
+    from pyspark.sql import functions as F
+
+    build = STATELESS_CASES[case](F)
+    theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), mode))
+    ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
+    assert any("#N" in line for line in theirs), theirs
+    assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+
+
+def test_explain_stateful_children_show_ids(spark):
+    """Below a stateful operator, the stateless steps and the source are Spark's text with ids
+    (the stateful nodes keep statestream's own rendering)."""
+    from pyspark.sql import functions as F
+
+    build = CASES["column_key_without_watermark"](F)
+    theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), "simple"))
+    ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), "simple"))
+    assert "StreamingRelation rate, [timestamp#N, value#NL]" in ours[-1]
+    assert re.search(r"Project \[\(value#NL % 3\) AS k#NL, value#NL\]", ours[-2]), ours
+    assert ours[-2:] == theirs[-2:], "\n".join(["statestream:", *ours, "Spark:", *theirs])
