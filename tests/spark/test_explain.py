@@ -1,7 +1,8 @@
 """``explain()`` of a streaming DataFrame that has not started, compared with Spark's.
 
-Spark prints attribute ids (``value#1L``), event-time markers (``-T20000ms``), plan ids and
-random run ids that statestream does not reproduce; window() and computed grouping keys also add
+Spark prints attribute ids (``value#1L``) from a global counter, event-time markers
+(``-T20000ms``), plan ids and random run ids that statestream does not reproduce (its stateless
+steps show ids too, other numbers: the stateless tests compare with ids normalised); window() and computed grouping keys also add
 ``Project``/``Filter``/``Expand`` nodes inside Spark's first codegen stage. After removing exactly those,
 the two texts must be equal line for line: node names, tree layout, codegen stage numbers,
 state info (operator id, version, partitions, unknown checkpoint), output mode, watermarks and
@@ -319,7 +320,7 @@ STATELESS_CASES: dict[str, Callable[[Any], Any]] = {
 }
 
 
-@pytest.mark.parametrize("mode", ["simple", "extended"])
+@pytest.mark.parametrize("mode", ["simple", "extended", "cost"])
 @pytest.mark.parametrize("case", sorted(STATELESS_CASES))
 def test_explain_stateless_is_sparks_text(spark, case, mode):
     """Stateless plans: Spark's own text, ids normalised, in the physical and logical sections."""
