@@ -179,7 +179,7 @@ def _optimized_with_stats(qe: Any) -> str:
     """The optimised plan with each node's statistics, as Spark's ``cost`` mode prints it (the
     first section of ``QueryExecution.stringWithStats``)."""
     text = str(qe.stringWithStats())
-    head, _, rest = text.partition("== Optimized Logical Plan ==\n")
+    _, _, rest = text.partition("== Optimized Logical Plan ==\n")
     return rest.split("\n\n== Physical Plan ==", 1)[0] if rest else text
 
 
