@@ -290,6 +290,13 @@ def _planning_session(template: "DataFrame") -> Any:
     return session
 
 
+def spark_output_ids(p: Any) -> tuple[int, ...]:
+    """The expression ids of a Spark physical plan node's output (how a stand-in leaf is found
+    again in the plan Spark built over it)."""
+    out = p.output()
+    return tuple(int(out.apply(j).exprId().id()) for j in range(out.size()))
+
+
 @contextmanager
 def _same_active_session(session: Any) -> Iterator[None]:
     """PySpark's ``createDataFrame`` makes its session the active one (in PySpark and in the
@@ -351,10 +358,7 @@ def spark_join_plan(node: L.Join) -> MirrorNode | None:
         max_fields = int(session.conf.get("spark.sql.debug.maxToStringFields", "25"))
         plan = joined._jdf.queryExecution().executedPlan()  # noqa: SLF001
         by_ids = {tuple(v): k for k, v in ids.items()}
-
-        def output_ids(p: Any) -> tuple[int, ...]:
-            out = p.output()
-            return tuple(int(out.apply(j).exprId().id()) for j in range(out.size()))
+        output_ids = spark_output_ids
 
         def visit(p: Any, codegen: bool, stage_start: bool) -> MirrorNode:
             name = str(p.nodeName())

@@ -114,11 +114,9 @@ def physical_region(region: SparkRegion, below: "PhysicalOperator") -> "Physical
     folded into the nodes' codegen flags, as for a join's plan (``plan/joins.py``)."""
     from statestream.operators.basic import SparkStatelessExec
 
-    max_fields = region.max_fields
+    from statestream.plan.joins import spark_output_ids as output_ids
 
-    def output_ids(p: Any) -> tuple[int, ...]:
-        out = p.output()
-        return tuple(int(out.apply(j).exprId().id()) for j in range(out.size()))
+    max_fields = region.max_fields
 
     def visit(p: Any, codegen: bool, stage_start: bool) -> "PhysicalOperator":
         name = str(p.nodeName())
