@@ -107,6 +107,11 @@ class SparkStatelessExec(StatelessExec):
 
     text: str = ""
     codegen: bool = False
+    #: Spark's verbose line (``explain(extended=True)``), formatted-mode details, output attributes
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
@@ -117,6 +122,15 @@ class SparkStatelessExec(StatelessExec):
 
     def simple_string(self) -> str:
         return self.text
+
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.text
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
 
 
 #: ``BatchContext.extra`` key of the batch's ``(name, Observation)`` pairs

@@ -39,6 +39,11 @@ class StreamStaticJoinExec(PhysicalOperator):
     spark_text: str = ""
     codegen: bool = False
     stage_start: bool = False
+    #: explain only: Spark's verbose line, formatted-mode details and output attributes
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.left is not None and self.right is not None and self.transform is not None
@@ -53,6 +58,15 @@ class StreamStaticJoinExec(PhysicalOperator):
     def simple_string(self) -> str:
         return self.spark_text or f"StreamStaticJoin {self.join_type}, {self.description}".rstrip(", ")
 
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.simple_string()
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
+
 
 @dataclass(frozen=True)
 class SparkPlanNodeExec(PhysicalOperator):
@@ -65,6 +79,11 @@ class SparkPlanNodeExec(PhysicalOperator):
     codegen: bool = False
     stage_start: bool = False
     inputs: tuple[PhysicalOperator, ...] = ()
+    #: Spark's verbose line, formatted-mode details and output attributes
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         if len(self.inputs) != 1:
@@ -80,3 +99,12 @@ class SparkPlanNodeExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         return self.text
+
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.text
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
