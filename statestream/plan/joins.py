@@ -26,13 +26,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from statestream.operators.basic import in_session
 from statestream.plan import logical as L
-from statestream.plan.spark_text import IdMap, node_texts, planning_session, same_active_session, shown_output, spark_output_ids
+from statestream.plan.spark_text import (
+    IdMap,
+    node_texts,
+    planning_session,
+    shown_output,
+    spark_output_ids,
+    standin_join,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from statestream.operators.base import PhysicalOperator
 
 logger = logging.getLogger(__name__)
@@ -310,29 +314,6 @@ def _with_spark_display(
 # ---------------------------------------------------------------------------------------------
 # Asking Spark about a join (py4j)
 # ---------------------------------------------------------------------------------------------
-
-
-def standin_join(node: L.Join, session: Any = None) -> tuple["DataFrame", dict[int, list[int]]]:
-    """The join with each streaming side replaced by a stand-in (see the module docstring), and
-    the stand-ins' attribute ids by side. The active session stays what it was."""
-    session = session or node.template.sparkSession
-    with same_active_session(session):
-        return _standin_join(node, session)
-
-
-def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, list[int]]]:
-    assert node.transform is not None
-    sides: list[Any] = []
-    ids: dict[int, list[int]] = {}
-    for i, child in enumerate(node.children):
-        if _streaming(child):
-            standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
-            output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
-            ids[i] = [int(output.apply(j).exprId().id()) for j in range(output.size())]
-            sides.append(standin)
-        else:
-            sides.append(in_session(child.template, session))
-    return node.transform(sides[0], sides[1]), ids
 
 
 def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | None:

@@ -42,12 +42,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "plan_streaming_query",
+    "optimized_plan",
     "plan_streaming_aggregation",
     "plan_streaming_aggregation_for_session",
     "aggregation_info",
     "session_window_info",
     "spark_aggregate_node",
 ]
+
+
+def optimized_plan(plan: L.LogicalPlan) -> L.LogicalPlan:
+    """The logical plan as statestream's optimizer rewrites it before planning, as Spark's
+    does: filters pushed down (below a watermark, into an aggregation's keys), projections
+    below limits."""
+    from statestream.plan.optimizer import push_down_filters
+
+    return push_projections_below_limits(push_down_filters(plan))
 
 
 def plan_streaming_query(
@@ -145,9 +155,7 @@ def plan_streaming_query(
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    from statestream.plan.optimizer import push_down_filters
-
-    top = push_projections_below_limits(push_down_filters(plan))
+    top = optimized_plan(plan)
     if not for_explain:
         return go(top)
     from statestream.plan.spark_text import dress_with_ids

@@ -42,6 +42,7 @@ __all__ = [
     "planning_session",
     "same_active_session",
     "spark_output_ids",
+    "standin_join",
     "IdMap",
     "shown_output",
     "aggregate_region",
@@ -228,6 +229,31 @@ def same_active_session(session: Any) -> Iterator[None]:
             jvm.SparkSession.setActiveSession(previous_jvm.get())
         else:
             jvm.SparkSession.clearActiveSession()
+
+
+def standin_join(node: L.Join, session: Any = None) -> tuple["DataFrame", dict[int, list[int]]]:
+    """The join with each streaming side replaced by a stand-in (see the module docstring), and
+    the stand-ins' attribute ids by side. The active session stays what it was."""
+    session = session or node.template.sparkSession
+    with same_active_session(session):
+        return _standin_join(node, session)
+
+
+def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, list[int]]]:
+    assert node.transform is not None
+    sides: list[Any] = []
+    ids: dict[int, list[int]] = {}
+    for i, child in enumerate(node.children):
+        if any(isinstance(n, L.StreamingRelation) for n in child.walk()):
+            standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
+            output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+            ids[i] = [int(output.apply(j).exprId().id()) for j in range(output.size())]
+            sides.append(standin)
+        else:
+            from statestream.operators.basic import in_session
+
+            sides.append(in_session(child.template, session))
+    return node.transform(sides[0], sides[1]), ids
 
 
 def stateless_chain(node: L.LogicalPlan) -> tuple[list[L.Stateless], L.LogicalPlan]:
@@ -615,12 +641,42 @@ def logical_relation_text(source: L.StreamingRelation, columns: tuple[str, ...])
     name = str(getattr(spec, "short_name", None) or getattr(spec, "format", "source"))
     cols = ", ".join(columns)
     provider = _V2_SOURCES.get(name)
+    if provider is None and name.startswith("FileSource["):
+        described = _file_data_source(source)
+        if described:
+            return f"~StreamingRelation {described}, {name}, [{cols}]"
     if provider is None:
         return f"~StreamingRelation {name}, [{cols}]"
     options = getattr(spec, "options", None) or {}
     shown = ", ".join(f"{k}={v}" for k, v in sorted(dict(options).items()) if k.lower() != "path")
     h = f"{id(spec) & 0xFFFFFFF:x}"
     return f"~StreamingRelationV2 {_SOURCES_PACKAGE}{provider}@{h}, {name}, {_SOURCES_PACKAGE}{_V2_TABLES[name]}@{h}, [{shown}], [{cols}]"
+
+
+def _file_data_source(source: L.StreamingRelation) -> str:
+    """A file source's ``DataSource(...)`` as Spark's logical plans print it: the session, the
+    format, no partition columns, the user's schema (``None`` when inferred), no bucketing, the
+    options with the path, no catalog table. ``""`` when it cannot be written."""
+    spec = source.source_spec
+    try:
+        jsession = source.template.sparkSession._jsparkSession  # noqa: SLF001
+        session = f"{jsession.getClass().getName()}@{int(jsession.hashCode()) & 0xFFFFFFFF:x}"
+        schema = "None"
+        if getattr(spec, "schema", None) is not None:
+            user = spec.schema
+            json = user.json() if hasattr(user, "json") else None
+            if json is None:  # a DDL string
+                json = source.template.sparkSession.createDataFrame([], user).schema.json()
+            jvm = source.template.sparkSession._jvm  # noqa: SLF001
+            schema = f"Some({jvm.org.apache.spark.sql.types.DataType.fromJson(json).toString()})"
+        options = {k: v for k, v in dict(getattr(spec, "options", None) or {}).items() if v is not None}
+        if getattr(spec, "path", None):
+            options["path"] = spec.path
+        shown = ", ".join(f"{k} -> {v}" for k, v in options.items())
+        return f"DataSource({session},{spec.format},List(),{schema},List(),None,Map({shown}),None)"
+    except Exception:  # noqa: BLE001 - py4j / internal API drift
+        logger.debug("cannot describe the file source as Spark's DataSource", exc_info=True)
+        return ""
 
 
 def logical_region_text(region: SparkRegion, relation_text: str) -> dict[str, str]:
@@ -648,21 +704,280 @@ def _optimized_with_stats(qe: Any) -> str:
     return rest.split("\n\n== Physical Plan ==", 1)[0] if rest else text
 
 
-def logical_sections(plan: L.LogicalPlan) -> dict[str, str] | None:
-    """Spark's logical plans of a streaming DataFrame that is a chain of stateless operations
-    over one source (``logical_region_text``); ``None`` for any other plan (explain then shows
-    statestream's logical tree)."""
-    chain, bottom = stateless_chain(plan)
-    if not isinstance(bottom, L.StreamingRelation):
+def logical_sections(plan: L.LogicalPlan, optimized_plan: L.LogicalPlan | None = None) -> dict[str, str] | None:
+    """Spark's parsed, analysed and optimised logical plans of a streaming DataFrame (and the
+    optimised one with statistics, ``cost``), composed region by region (``logical_text``);
+    ``None`` when a part of the plan cannot be shown so (explain then shows statestream's
+    logical outline). A section that cannot be composed (``cost`` over a limit, whose
+    statistics Spark derives across the whole plan) is left out and shows the outline.
+    ``optimized_plan``: the plan as statestream's optimizer leaves it (``planner.optimized_plan``)."""
+    try:
+        # the parsed and analysed plans are the user's operations; the optimised ones are
+        # composed from the plan as statestream's optimizer leaves it (filters pushed below an
+        # aggregation or a watermark, projections below a limit), as Spark's optimizer does
+        written = logical_text(plan)
+        optimized = logical_text(optimized_plan) if optimized_plan is not None else written
+    except Exception:  # noqa: BLE001 - py4j / internal API drift / an unforeseen plan shape
+        logger.debug("cannot compose Spark's logical plans", exc_info=True)
         return None
-    region = spark_region(chain, bottom)
+    out = {}
+    for key, text in (("parsed", written), ("analyzed", written), ("optimized", optimized), ("cost", optimized)):
+        lines = text.trees.get(key) if text is not None else None
+        if lines is not None:
+            out[key] = "\n".join(lines)
+    return out or None
+
+
+#: the logical plan sections, and which section of a node's input each one shows below it
+#: (Spark's parsed plan holds its inputs already analysed: each DataFrame operation is built
+#: over the analysed plan of the one before)
+_SECTIONS = {"parsed": "analyzed", "analyzed": "analyzed", "optimized": "optimized", "cost": "cost"}
+_STATS = re.compile(r", (Statistics\(.*\))$")
+
+
+@dataclass
+class LogicalText:
+    """Spark's logical trees of a part of the plan, line by line per section (``None``: that
+    section cannot be shown), and the attributes it outputs (with ids)."""
+
+    trees: dict[str, list[str] | None]
+    output: tuple[str, ...]
+
+    def stats(self) -> str:
+        """The root's statistics in the ``cost`` section (``Statistics(sizeInBytes=8.0 EiB)``)."""
+        cost = self.trees.get("cost")
+        m = _STATS.search(cost[0]) if cost else None
+        return m.group(1) if m else ""
+
+
+def logical_text(node: L.LogicalPlan) -> LogicalText | None:
+    """Spark's logical trees of ``node`` and what is below it. A chain of stateless steps (with
+    the aggregation above it, if any) or a stream-static join is Spark's plan of it over
+    stand-ins, each stand-in's leaf replaced by the trees of what it stands for and its ids
+    renamed to theirs; the nodes Spark's batch plans do not keep (watermark, deduplication,
+    limit, union) are written in Spark's words."""
+    if isinstance(node, L.EventTimeWatermark):
+        child = _child_text(node.child)
+        if child is None:
+            return None
+        column = next((t for t in child.output if attribute_name(t) == node.column), node.column)
+        kind = node.schema[node.column].dataType.simpleString() if node.column in node.schema.names else ""
+        line = f"~EventTimeWatermark {node.node_id}, {with_delay(column, None)}: {kind}, {node.delay_text}"
+        output = tuple(with_delay(t, node.delay_ms if attribute_name(t) == node.column else None) for t in child.output)
+        return _unary(line, child, output)
+    if isinstance(node, L.Deduplicate):
+        child = _child_text(node.child)
+        if child is None:
+            return None
+        from statestream.plan.dedup import analysed_key_names
+
+        names = analysed_key_names(node.template) or node.keys or tuple(attribute_name(t) for t in child.output)
+        by_name = {attribute_name(t).lower(): t for t in child.output}
+        keys = [by_name[n.lower()] for n in names if n.lower() in by_name]
+        name = "DeduplicateWithinWatermark" if node.within_watermark else "Deduplicate"
+        return _unary(f"~{name} [{', '.join(keys)}]", child, child.output)
+    if isinstance(node, L.Limit):
+        child = _child_text(node.child)
+        if child is None:
+            return None
+        inner = _unary(f"~LocalLimit {node.n}", child, child.output, cost=False)
+        text = _unary(f"~GlobalLimit {node.n}", inner, child.output, cost=False)
+        if node.n == 0:  # Spark's optimizer replaces limit(0) and its input with an empty relation
+            text.trees["optimized"] = [f"~LocalRelation <empty>, [{', '.join(child.output)}]"]
+        return text
+    if isinstance(node, L.Union):
+        kids = [_child_text(i) for i in node.inputs]
+        if any(k is None for k in kids):
+            return None
+        return _nary(f"~Union {str(node.by_name).lower()}, {str(node.allow_missing).lower()}", kids)  # type: ignore[arg-type]
+    if isinstance(node, L.Join):
+        return _join_text(node)
+    if isinstance(node, (L.Stateless, L.Aggregate, L.StreamingRelation)):
+        return _region_text(node)
+    return None
+
+
+def _child_text(node: L.LogicalPlan | None) -> LogicalText | None:
+    return logical_text(node) if node is not None else None
+
+
+def _prefixed(lines: list[str], last: bool) -> list[str]:
+    """A subtree's lines under a parent: ``+- `` (the last input) or ``:- `` before its root."""
+    head, rest = ("+- ", "   ") if last else (":- ", ":  ")
+    return [head + lines[0], *(rest + line for line in lines[1:])]
+
+
+def _unary(line: str, child: LogicalText, output: tuple[str, ...], cost: bool = True) -> LogicalText:
+    """A node written in Spark's words over ``child``; in the ``cost`` section it takes its
+    input's statistics (Spark's estimate of a node that keeps its input's columns)."""
+    trees: dict[str, list[str] | None] = {}
+    for key, below in _SECTIONS.items():
+        lines = child.trees.get(below)
+        if lines is None or (key == "cost" and (not cost or not child.stats())):
+            trees[key] = None
+            continue
+        head = f"{line}, {child.stats()}" if key == "cost" else line
+        trees[key] = [head, *_prefixed(lines, True)]
+    return LogicalText(trees, output)
+
+
+def _nary(line: str, kids: list[LogicalText]) -> LogicalText:
+    """A union in Spark's words (its statistics: the inputs' sizes added up, which needs them
+    all to be in bytes of one unit, so the ``cost`` section is left out otherwise)."""
+    trees: dict[str, list[str] | None] = {}
+    for key, below in _SECTIONS.items():
+        parts = [k.trees.get(below) for k in kids]
+        if any(p is None for p in parts) or key == "cost":
+            trees[key] = None
+            continue
+        lines = [line]
+        for i, p in enumerate(parts):
+            lines.extend(_prefixed(p, i == len(parts) - 1))  # type: ignore[arg-type]
+        trees[key] = lines
+    return LogicalText(trees, kids[0].output)
+
+
+def _region_text(node: L.LogicalPlan) -> LogicalText | None:
+    """A chain of stateless steps, with the aggregation above it when ``node`` is one."""
+    if isinstance(node, L.Aggregate):
+        assert node.child is not None
+        chain, bottom = stateless_chain(node.child)
+        region = aggregate_region(node, chain, bottom)
+    else:
+        chain, bottom = stateless_chain(node)
+        region = spark_region(chain, bottom)
     if region is None:
         return None
-    try:
-        return logical_region_text(region, logical_relation_text(bottom, region.output_text))
-    except Exception:  # noqa: BLE001 - py4j / internal API drift
-        logger.debug("cannot read Spark's logical plans of a stateless region", exc_info=True)
-        return None
+    inputs = bottom.inputs if isinstance(bottom, L.Union) else (bottom,)
+    if isinstance(bottom, L.StreamingRelation):
+        leaf = logical_relation_text(bottom, region.output_text)
+        below = {region.standin_ids: LogicalText(dict.fromkeys(_SECTIONS, [leaf]), region.output_text)}
+    else:
+        kids = [logical_text(i) for i in inputs]
+        if any(k is None for k in kids) or len(kids) != len(region.standins):
+            return None
+        below = {ids: k for (ids, _), k in zip(region.standins, kids)}  # type: ignore[misc]
+        mapping: dict[int, int] = {}
+        for ids, k in below.items():
+            mapping.update(IdMap.between(ids, k.output).mapping)  # type: ignore[union-attr]
+        region.ids = IdMap(mapping)
+    return _composed(region.query_execution, region.ids, below)  # type: ignore[arg-type]
+
+
+def _join_text(node: L.Join) -> LogicalText | None:
+    """A stream-static join: Spark's plan of it over stand-ins for its streaming sides."""
+    session = planning_session(node.template)
+    joined, ids = standin_join(node, session)
+    below = {}
+    mapping: dict[int, int] = {}
+    for side, side_ids in ids.items():
+        child = logical_text(node.children[side])
+        if child is None:
+            return None
+        below[tuple(side_ids)] = child
+        mapping.update(IdMap.between(tuple(side_ids), child.output).mapping)
+    # Spark's optimizer pushes filters to the streaming sides of the stand-in join; statestream's
+    # optimizer has put the same filters into each streaming side's plan, so the optimised
+    # trees show them there, once
+    return _composed(joined._jdf.queryExecution(), IdMap(mapping), below, collapse=True)  # noqa: SLF001
+
+
+def _collapse_above_standins(parsed: list[tuple[str, str]], below: dict[tuple[int, ...], LogicalText]) -> list[tuple[str, str]]:
+    """The tree without the chains of single-input nodes directly above each stand-in leaf
+    (each such chain is a run of consecutive lines, the leaf last); the leaf takes the place of
+    the chain's top."""
+    depth = [len(p) // 3 for p, _ in parsed]
+
+    def single_input(k: int) -> bool:
+        kids = [j for j in range(k + 1, len(parsed)) if depth[j] == depth[k] + 1 and all(depth[m] > depth[k] for m in range(k + 1, j + 1))]
+        return len(kids) == 1
+
+    drop: set[int] = set()
+    moved: dict[int, str] = {}
+    for i, (_, body) in enumerate(parsed):
+        rdd = _LOGICAL_RDD.match(body)
+        if not rdd or tuple(int(x) for x in re.findall(r"#(\d+)", rdd.group("cols"))) not in below:
+            continue
+        top = i
+        while top > 0 and depth[top - 1] == depth[top] - 1 and single_input(top - 1) and depth[top - 1] > 0:
+            top -= 1
+        if top != i:
+            drop.update(range(top, i))
+            moved[i] = parsed[top][0]
+    return [(moved.get(i, p), b) for i, (p, b) in enumerate(parsed) if i not in drop]
+
+
+_TREE_LINE = re.compile(r"^(?P<prefix>[ :|+-]*)(?P<body>.*)$")
+
+
+def _composed(qe: Any, ids: IdMap, below: dict[tuple[int, ...], LogicalText], collapse: bool = False) -> LogicalText:
+    """Spark's trees of ``qe`` with each stand-in leaf replaced by the trees of what it stands
+    for, ids renamed, ``~`` before each resolved node that reads a stream. ``collapse``: in the
+    optimised trees, the single-input nodes Spark put right above a stand-in are left out."""
+    trees = {
+        "parsed": str(qe.logical().treeString()),
+        "analyzed": str(qe.analyzed().treeString()),
+        "optimized": str(qe.optimizedPlan().treeString()),
+        "cost": _optimized_with_stats(qe),
+    }
+    out: dict[str, list[str] | None] = {}
+    for key, text in trees.items():
+        lines = text.rstrip("\n").splitlines()
+        section = _SECTIONS[key] if key != "parsed" else "analyzed"
+        out[key] = _replace_leaves(lines, ids, below, section, collapse and key in ("optimized", "cost"))
+    output = qe.analyzed().output()
+    shown = ids.all(str(output.apply(j).toString()) for j in range(output.size()))
+    return LogicalText(out, shown)
+
+
+def _replace_leaves(
+    lines: list[str], ids: IdMap, below: dict[tuple[int, ...], LogicalText], section: str, collapse: bool = False
+) -> list[str] | None:
+    parsed = []
+    for line in lines:
+        m = _TREE_LINE.match(line)
+        assert m is not None
+        parsed.append((m.group("prefix"), m.group("body")))
+    if collapse:
+        parsed = _collapse_above_standins(parsed, below)
+    depth = [len(p) // 3 for p, _ in parsed]
+    leaves: dict[int, LogicalText] = {}
+    suffixes: dict[int, str] = {}
+    for i, (_, body) in enumerate(parsed):
+        rdd = _LOGICAL_RDD.match(body)
+        if rdd:
+            found = tuple(int(x) for x in re.findall(r"#(\d+)", rdd.group("cols")))
+            if found in below:
+                leaves[i] = below[found]
+                suffixes[i] = rdd.group("suffix") or ""
+    streaming = [False] * len(parsed)
+    for i in range(len(parsed)):
+        j = i + 1
+        while j < len(parsed) and depth[j] > depth[i]:
+            j += 1
+        streaming[i] = any(k in leaves for k in range(i, j))
+    out: list[str] = []
+    for i, (prefix, body) in enumerate(parsed):
+        if i in leaves:
+            sub = leaves[i].trees.get(section)
+            if sub is None:
+                return None
+            indent = prefix[:-3] + ("   " if prefix.endswith("+- ") else ":  ") if prefix else ""
+            head = sub[0]
+            if suffixes[i] and not _STATS.search(head):  # a source's scan: the stand-in's size
+                head += suffixes[i]
+            found = _STATS.search(head)
+            if section == "cost" and (found is None or f", {found.group(1)}" != suffixes[i]):
+                # Spark estimated the nodes above the stand-in from the stand-in's size (a
+                # stream's default); another size below would change their statistics
+                return None
+            out.append(prefix + head)
+            out.extend(indent + line for line in sub[1:])
+            continue
+        if streaming[i] and not body.startswith(("'", "~")):
+            body = "~" + body
+        out.append(prefix + ids(body))
+    return out
 
 
 def _streaming_tree(text: str, relation_text: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from statestream import StreamingSession
-from tests.spark.test_explain import _explain_mode_text, _physical_section, _rate
+from tests.spark.test_explain import _explain_mode_text, _rate, _with_ids_normalised
 
 CASES: dict[str, Callable[[Any], Any]] = {
     "drop_duplicates_all_columns": lambda r: _rate(r).dropDuplicates(),
@@ -22,7 +22,7 @@ CASES: dict[str, Callable[[Any], Any]] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dedup_explain_matches_spark(spark, case):
     build = CASES[case]
-    for mode in ("simple", "extended", "formatted"):
-        theirs = _physical_section(_explain_mode_text(build(spark.readStream), mode), mode)
-        ours = _physical_section(_explain_mode_text(build(StreamingSession(spark).readStream), mode), mode)
+    for mode in ("simple", "extended", "cost", "formatted"):
+        theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), mode))
+        ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
         assert ours == theirs, "\n".join([f"mode {mode}", "statestream:", *ours, "Spark:", *theirs])

@@ -217,9 +217,22 @@ AGGREGATE_NODE = {
 }
 
 
-#: the modes compared line for line (extended and cost: their physical plan section; the logical
-#: sections of a stateful query are statestream's own, see README)
+#: the modes compared line for line, logical and physical plans
 STRICT_MODES = ("simple", "extended", "cost", "formatted")
+
+#: cases whose ``cost``-mode logical plan is statestream's outline: Spark's statistics there come
+#: from the whole plan (a limit's row count, a size grown by a projection below the node), which
+#: the parts statestream asks Spark about one at a time do not see; their physical plan is compared
+COST_OUTLINE = {
+    "join_then_limit",
+    "limit",
+    "limit_after_dedup",
+    "limit_after_windowed_aggregate",
+    "limit_before_aggregate",
+    "limit_zero",
+    "session_window_sort_aggregate",
+    "two_limits_apart",
+}
 
 
 def _physical_section(text: str, mode: str) -> list[str]:
@@ -231,16 +244,21 @@ def _physical_section(text: str, mode: str) -> list[str]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_explain_matches_spark(spark, case):
-    """Spark's physical plan text, line for line in every mode (attribute ids, plan ids and
-    random ids normalised): node names and arguments, keys and functions with attribute ids,
+    """Spark's explain text, line for line in every mode (attribute ids, plan ids and random ids
+    normalised): the parsed, analysed and optimised logical plans (``cost``: with statistics),
+    and the physical plan's node names and arguments, keys and functions with attribute ids,
     event-time markers, the window's Project/Filter/Expand, codegen stages, state info, and the
     formatted mode's numbered nodes with their details."""
     from pyspark.sql import functions as F
 
     build = CASES[case](F)
     for mode in STRICT_MODES:
-        theirs = _physical_section(_explain_mode_text(build(spark.readStream), mode), mode)
-        ours = _physical_section(_explain_mode_text(build(StreamingSession(spark).readStream), mode), mode)
+        theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), mode))
+        ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
+        if mode == "cost" and case in COST_OUTLINE:
+            outline = ours[: ours.index("== Physical Plan ==")]
+            assert not any("#N" in line for line in outline), outline
+            theirs, ours = theirs[theirs.index("== Physical Plan ==") :], ours[ours.index("== Physical Plan ==") :]
         assert ours == theirs, "\n".join([f"mode {mode}", "statestream:", *ours, "Spark:", *theirs])
     theirs = _normalise(_explain_text(build(spark.readStream)))
     if case in AGGREGATE_NODE:
@@ -411,3 +429,20 @@ def test_explain_stateful_children_show_ids(spark):
     assert "StreamingRelation rate, [timestamp#N, value#NL]" in ours[-1]
     assert re.search(r"Project \[\(value#NL % 3\) AS k#NL, value#NL\]", ours[-2]), ours
     assert ours[-2:] == theirs[-2:], "\n".join(["statestream:", *ours, "Spark:", *theirs])
+
+
+def test_explain_file_source_is_sparks_text(spark, tmp_path):
+    """A file source's query: its logical plans name the source as Spark's ``DataSource(...)``
+    with its options, and the whole explain equals Spark's in every mode."""
+    from pyspark.sql import functions as F
+
+    def build(reader: Any) -> Any:
+        df = reader.format("json").schema("k STRING, value LONG, ts TIMESTAMP").option("maxFilesPerTrigger", 1).load(str(tmp_path))
+        return df.withWatermark("ts", "5 seconds").where("value > 0").groupBy("k", F.window("ts", "10 seconds")).agg(F.sum("value"))
+
+    for mode in STRICT_MODES:
+        theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), mode))
+        ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
+        if mode == "extended":
+            assert any("~StreamingRelation DataSource(" in line and "maxFilesPerTrigger -> 1" in line for line in theirs), theirs
+        assert ours == theirs, "\n".join([f"mode {mode}", "statestream:", *ours, "Spark:", *theirs])
