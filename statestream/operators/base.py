@@ -135,6 +135,35 @@ class PhysicalOperator:
         return False
 
 
+@dataclass(frozen=True)
+class ShownAsSpark:
+    """A node whose ``explain()`` text was taken from Spark's own plan: its line, verbose line,
+    formatted-mode details, output attributes and formatted tree name (``plan/spark_text.py``).
+    Mixed in before the operator class it dresses."""
+
+    text: str = ""
+    codegen: bool = False
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
+
+    def supports_codegen(self) -> bool:
+        return self.codegen
+
+    def simple_string(self) -> str:
+        return self.text
+
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.text
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
+
+
 class ExecutedByParent:
     """Mixin for a node that ``explain()`` shows but whose work runs inside another one (the
     fused state step above it, or Spark's own grouping and shuffle): ``execute`` hands on its

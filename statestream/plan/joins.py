@@ -34,6 +34,7 @@ from statestream.plan.spark_text import (
     shown_output,
     spark_output_ids,
     standin_join,
+    unwrap_codegen,
 )
 
 if TYPE_CHECKING:
@@ -331,12 +332,8 @@ def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | N
         same = IdMap({})
 
         def visit(p: Any, codegen: bool, stage_start: bool) -> MirrorNode:
-            name = str(p.nodeName())
+            p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
             kids = [p.children().apply(j) for j in range(p.children().size())]
-            if name.startswith("WholeStageCodegen"):
-                return visit(kids[0], True, True)
-            if name == "InputAdapter":
-                return visit(kids[0], False, False)
             t = node_texts(p, max_fields, same)
             texts = {
                 "verbose": t["verbose_text"],

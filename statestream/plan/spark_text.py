@@ -44,6 +44,7 @@ __all__ = [
     "spark_output_ids",
     "standin_join",
     "IdMap",
+    "unwrap_codegen",
     "shown_output",
     "aggregate_region",
     "aggregate_text",
@@ -345,12 +346,9 @@ def physical_region(
 
     output_ids = spark_output_ids
     def visit(p: Any, codegen: bool, stage_start: bool) -> "PhysicalOperator":
+        p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
         name = str(p.nodeName())
         kids = [p.children().apply(j) for j in range(p.children().size())]
-        if name.startswith("WholeStageCodegen"):
-            return visit(kids[0], True, True)
-        if name == "InputAdapter":
-            return visit(kids[0], False, False)
         if not kids and output_ids(p) in belows:
             return belows[output_ids(p)]
         if not kids:
@@ -412,16 +410,23 @@ def aggregate_region(node: L.Aggregate, chain: list[L.Stateless], bottom: L.Logi
     return spark_region(chain, bottom, aggregate)
 
 
-def _unwrap(p: Any, codegen: bool) -> tuple[Any, bool]:
-    """``p`` without whole-stage codegen wrappers, and whether it runs in codegen."""
+def unwrap_codegen(p: Any, codegen: bool = False, stage_start: bool = False) -> tuple[Any, bool, bool]:
+    """``p`` without Spark's whole-stage codegen wrappers, whether it runs in codegen and
+    whether it starts a codegen stage (``WholeStageCodegen`` starts one, ``InputAdapter`` ends
+    the one above): ``explain()`` folds the wrappers into the nodes' ``*(n)`` markers."""
     while True:
         name = str(p.nodeName())
         if name.startswith("WholeStageCodegen"):
-            p, codegen = p.children().apply(0), True
+            p, codegen, stage_start = p.children().apply(0), True, True
         elif name == "InputAdapter":
-            p, codegen = p.children().apply(0), False
+            p, codegen, stage_start = p.children().apply(0), False, False
         else:
-            return p, codegen
+            return p, codegen, stage_start
+
+
+def _unwrap(p: Any, codegen: bool) -> tuple[Any, bool]:
+    node, codegen, _ = unwrap_codegen(p, codegen)
+    return node, codegen
 
 
 def _only_child(p: Any) -> Any:
