@@ -281,6 +281,11 @@ class MicroBatchExecution:
         try:
             self._run_stream()
         except BaseException as exc:  # noqa: BLE001 - the query terminates with it
+            if not self._stop.is_set() and _cancelled_by_interrupt(exc):
+                # Ctrl-C: PySpark's SIGINT handler cancels every job of the context before the
+                # KeyboardInterrupt reaches the thread waiting on the queries, which then stops
+                # them; this batch's job may fail first, so wait for that stop to arrive
+                self._stop.wait(SIGINT_STOP_GRACE_S)
             if self._stop.is_set() and _is_cancellation(exc):
                 # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
                 logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
@@ -607,6 +612,16 @@ class MicroBatchExecution:
         self._last_plan = plan
         self._last_execution = inc
 
+
+
+#: how long a batch cancelled by PySpark's Ctrl-C handler waits for the stop that follows it
+SIGINT_STOP_GRACE_S = 10.0
+
+
+def _cancelled_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a job cancelled by ``SparkContext.cancelAllJobs``, which PySpark's
+    SIGINT handler calls on Ctrl-C (a query's own stop cancels its jobs by their tag)."""
+    return "cancellation of all jobs" in str(exc)
 
 
 def _is_cancellation(exc: BaseException) -> bool:
