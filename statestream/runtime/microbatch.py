@@ -76,7 +76,22 @@ class Trigger:
     interval_ms: int = 0
 
 
+#: The clock the batch timestamps (``batchTimestampMs``: processing time, processing-time
+#: timeouts, ``current_timestamp()``) are read from; tests replace it with ``set_batch_clock``.
+_batch_clock: Any = None
+
+
+def set_batch_clock(clock: Any) -> Any:
+    """Make new batches read their timestamp (ms) from ``clock()`` (``None``: the wall clock);
+    returns the previous clock. Process-wide; meant for tests."""
+    global _batch_clock
+    previous, _batch_clock = _batch_clock, clock
+    return previous
+
+
 def _now_ms() -> int:
+    if _batch_clock is not None:
+        return int(_batch_clock())
     return int(time.time() * 1000)
 
 
@@ -560,6 +575,7 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             late_watermark_ms=prev_wm if record.batch_id > 0 else 0,
             eviction_watermark_ms=record.watermark_ms,
+            batch_timestamp_ms=record.timestamp_ms,
         )
         assert self._physical is not None
         plan = inc.apply(self._physical)

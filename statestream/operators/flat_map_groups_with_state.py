@@ -1,0 +1,402 @@
+"""``groupBy(keys).applyInPandasWithState(...)``: Spark's ``FlatMapGroupsInPandasWithStateExec``
+(a ``FlatMapGroupsWithStateExec`` whose function is a Python one; progress name
+``applyInPandasWithState``).
+
+How a batch runs here: the exchange is Spark's own ``repartition(N, *keys)`` (the same
+``pmod(murmur3(keys), N)`` placement as Spark's stateful exchange), then ``mapInArrow`` hands each
+task the rows of one state partition and :class:`FlatMapGroupsWithStateStep` does, in the task:
+
+1. with an event-time timeout only, rows at or below the late-event watermark are dropped
+   (``numRowsDroppedByWatermark``), as Spark filters them only in that timeout mode;
+2. the rows are grouped by key (one Arrow ``group_by``), the partition is converted to pandas once
+   with PySpark's own Arrow-to-pandas conversion and sliced per key; the stored state of all
+   those keys comes from one ``lookup``;
+3. the user function runs per key with PySpark's own ``GroupState`` and PySpark's own wrapper
+   (which checks what the function returns, with PySpark's errors); the state decisions are
+   Spark's: removed without a timeout -> the key is removed; otherwise the row is written when the
+   state was updated, removed, or a timeout is set;
+4. after every key with data, the keys whose stored timeout is set and below the threshold
+   (the batch timestamp for processing-time timeouts, the eviction watermark for event-time
+   ones) are called with ``hasTimedOut`` true and an empty DataFrame;
+5. all writes go to the store as one ``put`` and one ``remove``, then version N+1 is committed.
+   If the user function raises, nothing is committed and the task fails with the user's traceback.
+
+State rows follow Spark's state format version 2 of this operator: the key columns, then the value
+``groupState`` (the user's state struct, nullable) and, when a timeout is configured,
+``timeoutTimestamp`` (long, -1 when none is set).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.stateful import older_than_watermark
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "NO_TIMEOUT",
+    "PROCESSING_TIME_TIMEOUT",
+    "EVENT_TIME_TIMEOUT",
+    "GROUP_STATE_FIELD",
+    "TIMEOUT_TIMESTAMP_FIELD",
+    "FlatMapGroupsWithStateInfo",
+    "FlatMapGroupsWithStateExec",
+    "FlatMapGroupsWithStateStep",
+    "timeout_threshold",
+    "timed_out_mask",
+    "state_write_action",
+]
+
+NO_TIMESTAMP = -1
+NO_TIMEOUT = "NoTimeout"
+PROCESSING_TIME_TIMEOUT = "ProcessingTimeTimeout"
+EVENT_TIME_TIMEOUT = "EventTimeTimeout"
+#: value fields of Spark's state format version 2 for this operator
+GROUP_STATE_FIELD = "groupState"
+TIMEOUT_TIMESTAMP_FIELD = "timeoutTimestamp"
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure rules (no Spark)
+# ----------------------------------------------------------------------------------------------
+
+
+def timeout_threshold(timeout_conf: str, batch_timestamp_ms: int | None, eviction_watermark_ms: int | None) -> int | None:
+    """The time a stored timeout must be below to fire in this batch, or ``None`` (no timeouts)."""
+    if timeout_conf == PROCESSING_TIME_TIMEOUT:
+        return batch_timestamp_ms
+    if timeout_conf == EVENT_TIME_TIMEOUT:
+        return eviction_watermark_ms
+    return None
+
+
+def timed_out_mask(timeouts: np.ndarray, threshold: int) -> np.ndarray:
+    """Which stored rows time out: a timeout is set (not -1) and strictly below the threshold."""
+    t = np.asarray(timeouts, dtype=np.int64)
+    return (t != NO_TIMESTAMP) & (t < threshold)
+
+
+def state_write_action(removed: bool, updated: bool, timeout_ms: int) -> str | None:
+    """What happens to a key's stored row after a call (Spark's rule): ``"remove"`` when the state
+    was removed and no timeout is set, ``"put"`` when it was updated, removed (with a timeout) or
+    a timeout is set (each call starts with none), else ``None`` (the stored row stays as is)."""
+    if removed and timeout_ms == NO_TIMESTAMP:
+        return "remove"
+    if updated or removed or timeout_ms != NO_TIMESTAMP:
+        return "put"
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Planning record and physical operator
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlatMapGroupsWithStateInfo:
+    """What the exchange and the operator of one ``applyInPandasWithState`` share."""
+
+    key_indices: tuple[int, ...]
+    key_names: tuple[str, ...]
+    func: Any = field(repr=False)
+    output_schema: Any = field(repr=False)  # StructType of the function's output
+    state_schema: Any = field(repr=False)  # StructType of the user's state
+    func_output_mode: str = "update"
+    timeout_conf: str = NO_TIMEOUT
+    event_time_index: int | None = None
+    event_time_is_struct: bool = False
+    watermark_present: bool = False
+    key_schema_json: dict = field(default_factory=dict, repr=False)
+    value_schema_json: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class FlatMapGroupsWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
+    """``applyInPandasWithState`` on a stream (Spark: ``FlatMapGroupsInPandasWithStateExec``)."""
+
+    child: PhysicalOperator | None = None
+    info: FlatMapGroupsWithStateInfo | None = None
+    state_info: StatefulOperatorStateInfo | None = None
+    event_time_watermark_for_late_events: int | None = None
+    event_time_watermark_for_eviction: int | None = None
+    batch_timestamp_ms: int | None = None
+    store_conf: Any = None
+
+    operator_name = "applyInPandasWithState"
+
+    def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
+        """Spark: always with a processing-time timeout; with an event-time timeout once the
+        watermark moved past the one this batch evicted with; never otherwise."""
+        assert self.info is not None
+        if self.info.timeout_conf == PROCESSING_TIME_TIMEOUT:
+            return True
+        if self.info.timeout_conf == EVENT_TIME_TIMEOUT:
+            return self.watermark_passed_eviction(new_input_watermark_ms)
+        return False
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert self.child is not None and self.info is not None
+        df = self.child.execute(ctx)
+        step = FlatMapGroupsWithStateStep(
+            **self.state_step_args(ctx),
+            info=self.info,
+            input_schema=to_arrow_schema(df.schema, timestamp_utc=True),
+            data_names=tuple(n for n in df.columns if n != PARTITION_ID_COLUMN),
+            w_late_ms=self.event_time_watermark_for_late_events,
+            w_evict_ms=self.event_time_watermark_for_eviction,
+            batch_timestamp_ms=self.batch_timestamp_ms,
+            timezone=ctx.spark.conf.get("spark.sql.session.timeZone"),
+        )
+        return df.mapInArrow(step, self.info.output_schema)
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        si = self.state_info
+        return (
+            f"FlatMapGroupsInPandasWithState [{', '.join(self.info.key_names)}], "
+            f"{self.info.func_output_mode.capitalize()}, {self.info.timeout_conf}, "
+            f"{si if si else 'state info [ <unknown> ]'}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The per-partition state step
+# ----------------------------------------------------------------------------------------------
+
+
+def _group_rows(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(row order grouping equal keys together, start offset of each group + the end)."""
+    n = keys.num_rows
+    if n == 0:
+        return np.empty(0, np.int64), np.zeros(1, np.int64)
+    t = keys.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
+    grouped = t.group_by(list(keys.column_names), use_threads=False).aggregate([("__row", "list")])
+    lists = grouped.column("__row_list").combine_chunks()
+    order = lists.flatten().to_numpy()
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    return order, offsets - offsets[0]
+
+
+@dataclass(frozen=True)
+class FlatMapGroupsWithStateStep(StateStep):
+    """The state step of one partition, picklable for Spark's Python workers; ``__call__`` is the
+    ``mapInArrow`` function, ``process`` the part that runs without a task."""
+
+    state_root: str
+    run_id: str
+    operator_id: int
+    version: int
+    info: FlatMapGroupsWithStateInfo
+    input_schema: pa.Schema
+    data_names: tuple[str, ...]
+    w_late_ms: int | None
+    w_evict_ms: int | None
+    batch_timestamp_ms: int | None
+    timezone: str | None = None
+    store_conf: Any = None
+    accumulator: Any = field(default=None, compare=False)
+
+    # -- schemas ---------------------------------------------------------------------------------
+
+    def _timeout_enabled(self) -> bool:
+        return self.info.timeout_conf != NO_TIMEOUT
+
+    def _state_arrow_type(self) -> pa.DataType:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        return to_arrow_type(self.info.state_schema, timestamp_utc=True)
+
+    def _value_schema(self) -> pa.Schema:
+        fields = [pa.field(GROUP_STATE_FIELD, self._state_arrow_type(), nullable=True)]
+        if self._timeout_enabled():
+            fields.append(pa.field(TIMEOUT_TIMESTAMP_FIELD, pa.int64(), nullable=False))
+        return pa.schema(fields)
+
+    # -- the step --------------------------------------------------------------------------------
+
+    def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
+        from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
+        from pyspark.sql.pandas.types import to_arrow_type
+        from pyspark.sql.streaming.state import GroupState
+        from pyspark.sql.types import Row
+        from pyspark.worker import wrap_grouped_map_pandas_udf_with_state
+
+        info = self.info
+        table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
+        m = self.new_metrics(partition)
+        if (
+            info.timeout_conf == EVENT_TIME_TIMEOUT
+            and self.w_late_ms is not None
+            and info.event_time_index is not None
+            and table.num_rows
+        ):
+            late = older_than_watermark(table, info.event_time_index, info.event_time_is_struct, self.w_late_ms)
+            n_late = int(pc.sum(late).as_py() or 0)
+            if n_late:
+                table = table.filter(pc.invert(late))
+            m["numRowsDroppedByWatermark"] = n_late
+
+        key_names = list(info.key_names)
+        keys = pa.Table.from_arrays([table.column(i) for i in info.key_indices], names=key_names)
+        key_schema = keys.schema
+        value_schema = self._value_schema()
+        provider, store = self.open_store(partition, key_schema, value_schema)
+        ser = ArrowStreamPandasUDFSerializer(self.timezone, False, True, arrow_cast=True)
+        out_type = to_arrow_type(info.output_schema, timestamp_utc=True)
+        wrapped = wrap_grouped_map_pandas_udf_with_state(info.func, info.output_schema, {})
+        timeout_on = self._timeout_enabled()
+        watermark = self.w_evict_ms if self.w_evict_ms is not None else NO_TIMESTAMP
+        batch_ts = self.batch_timestamp_ms if self.batch_timestamp_ms is not None else NO_TIMESTAMP
+        state_names = list(info.state_schema.names)
+
+        outputs: list[pa.RecordBatch] = []
+        puts: list[tuple[Any, Any, int]] = []  # (key row index in its table, state tuple or None, timeout)
+        put_keys: list[pa.Table] = []
+        removes: list[pa.Table] = []
+        n_updated = 0
+        n_removed = 0
+
+        def to_pandas(t: pa.Table):
+            import pandas as pd
+
+            cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(t.columns)]
+            if not cols:
+                return pd.DataFrame(index=range(t.num_rows))
+            frame = pd.concat(cols, axis=1)
+            frame.columns = t.column_names
+            return frame
+
+        def call(key_pdf, value_iter, stored, timeout_stored, timed_out: bool):
+            """Call the function for one key; returns the GroupState after the call."""
+            nonlocal n_updated, n_removed
+            state = GroupState(
+                optionalValue=Row(**stored) if stored is not None else None,
+                batchProcessingTimeMs=batch_ts,
+                eventTimeWatermarkMs=watermark,
+                timeoutConf=info.timeout_conf,
+                hasTimedOut=timed_out,
+                watermarkPresent=info.watermark_present,
+                defined=stored is not None,
+                updated=False,
+                removed=False,
+                timeoutTimestamp=NO_TIMESTAMP,
+                keyAsUnsafe=b"",
+                valueSchema=info.state_schema,
+            )
+            key_series = [key_pdf[c] for c in key_pdf.columns]
+            ((result_iter, state), _arrow_type), = wrapped(key_series, value_iter, state)
+            for pdf in result_iter:
+                if len(pdf) == 0:
+                    continue
+                batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+                outputs.append(pa.RecordBatch.from_struct_array(batch.column(0)))
+            timeout = int(state._timeout_timestamp) if timeout_on else NO_TIMESTAMP  # noqa: SLF001
+            action = state_write_action(state._removed, state._updated, timeout)  # noqa: SLF001
+            return state, action, timeout
+
+        try:
+            t0 = time.perf_counter()
+            order, offsets = _group_rows(keys)
+            sorted_table = table.take(pa.array(order, type=pa.int64())) if table.num_rows else table
+            data = sorted_table.select(list(self.data_names))
+            pdf_all = to_pandas(data)
+            starts = offsets[:-1]
+            group_keys = keys.take(pa.array(order[starts] if len(starts) else np.empty(0, np.int64), type=pa.int64()))
+            stored = store.lookup(group_keys) if group_keys.num_rows else None
+            stored_state = stored.column(GROUP_STATE_FIELD).to_pylist() if stored is not None else []
+            found = stored.column("__found").to_pylist() if stored is not None else []
+            key_pdf_all = pdf_all[[data.column_names[data.column_names.index(k)] for k in key_names]] if len(pdf_all.columns) else pdf_all
+            for g, start in enumerate(starts):
+                end = int(offsets[g + 1])
+                chunk = pdf_all.iloc[int(start) : end].reset_index(drop=True)
+                value = stored_state[g] if found[g] else None
+                _state, action, timeout = call(
+                    key_pdf_all.iloc[int(start) : int(start) + 1].reset_index(drop=True), iter([[chunk[c] for c in chunk.columns]]),
+                    value, None, False,
+                )
+                self._record(action, _state, timeout, group_keys.slice(g, 1), puts, put_keys, removes, state_names)
+                if action == "remove":
+                    n_removed += 1
+                elif action == "put":
+                    n_updated += 1
+            self._apply(store, puts, put_keys, removes, key_schema, value_schema)
+            puts.clear(), put_keys.clear(), removes.clear()
+            updates_ms = (time.perf_counter() - t0) * 1000
+
+            r0 = time.perf_counter()
+            threshold = timeout_threshold(info.timeout_conf, self.batch_timestamp_ms, self.w_evict_ms)
+            if threshold is not None:
+                current = store.table()
+                if current.num_rows:
+                    mask = timed_out_mask(current.column(TIMEOUT_TIMESTAMP_FIELD).to_numpy(), threshold)
+                    due = current.filter(pa.array(mask))
+                    if due.num_rows:
+                        due_keys = due.select(key_names)
+                        due_states = due.column(GROUP_STATE_FIELD).to_pylist()
+                        empty = data.schema.empty_table()
+                        nulls = pa.Table.from_arrays(
+                            [pa.nulls(1, f.type) for f in data.schema], schema=pa.schema([f.with_nullable(True) for f in data.schema])
+                        )
+                        for i in range(due.num_rows):
+                            key_row = due_keys.slice(i, 1)
+                            row = nulls
+                            for k in key_names:
+                                row = row.set_column(row.column_names.index(k), pa.field(k, key_row.schema.field(k).type), key_row.column(k))
+                            row_pdf = to_pandas(row)
+                            key_pdf = row_pdf[key_names]
+                            _state, action, timeout = call(
+                                key_pdf, iter([[to_pandas(empty)[c] for c in empty.column_names]]), due_states[i], None, True,
+                            )
+                            self._record(action, _state, timeout, key_row, puts, put_keys, removes, state_names)
+                            if action == "remove":
+                                n_removed += 1
+                            elif action == "put":
+                                n_updated += 1
+                        self._apply(store, puts, put_keys, removes, key_schema, value_schema)
+            removal_ms = (time.perf_counter() - r0) * 1000
+            m["numUpdatedStateRows"] = n_updated
+            m["numRemovedStateRows"] = n_removed
+            commit_ms = commit_state(store, provider, self.version, partition)
+        except BaseException:
+            store.abort()
+            raise
+        out = pa.Table.from_batches(outputs, schema=pa.schema(list(out_type))) if outputs else pa.schema(list(out_type)).empty_table()
+        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=out.num_rows)
+        return out, m
+
+    def _record(self, action, state, timeout, key_row, puts, put_keys, removes, state_names) -> None:
+        if action == "remove":
+            removes.append(key_row)
+        elif action == "put":
+            value = None
+            if state.exists:
+                value = dict(zip(state_names, tuple(state._value)))  # noqa: SLF001
+            puts.append((value, timeout))
+            put_keys.append(key_row)
+
+    def _apply(self, store, puts, put_keys, removes, key_schema, value_schema) -> None:
+        if put_keys:
+            keys = pa.concat_tables(put_keys).cast(key_schema)
+            cols = list(keys.columns)
+            cols.append(pa.array([p[0] for p in puts], type=value_schema.field(GROUP_STATE_FIELD).type))
+            if self._timeout_enabled():
+                cols.append(pa.array([p[1] for p in puts], type=pa.int64()))
+            store.put(pa.Table.from_arrays(cols, schema=pa.schema(list(key_schema) + list(value_schema))))
+        if removes:
+            store.remove(pa.concat_tables(removes).cast(key_schema))
