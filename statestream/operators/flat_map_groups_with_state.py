@@ -148,6 +148,10 @@ class FlatMapGroupsWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSu
             return self.watermark_passed_eviction(new_input_watermark_ms)
         return False
 
+    def runs_batches_on_processing_time(self) -> bool:
+        """Whether the operator asks for a batch on every trigger (a processing-time timeout)."""
+        return self.info is not None and self.info.timeout_conf == PROCESSING_TIME_TIMEOUT
+
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.pandas.types import to_arrow_schema
 

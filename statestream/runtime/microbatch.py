@@ -501,6 +501,14 @@ class MicroBatchExecution:
             self.progress.record_duration("commitOffsets", t)
             crash_point("after_commit", record.batch_id)
             self.progress.finish_batch(record)
+            if record.start == record.end and self._last_plan is not None and any(
+                getattr(w, "runs_batches_on_processing_time", lambda: False)() for w in state_writers(self._last_plan)
+            ):
+                # a processing-time timeout wants a batch on every trigger, so the query is never
+                # idle; a batch without new data then means everything available was processed
+                with self._lock:
+                    self._no_new_data = True
+                    self._lock.notify_all()
             self._purge(record.batch_id)
             prev_wm = record.watermark_ms
             start = list(record.end)
