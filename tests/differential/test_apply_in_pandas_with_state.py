@@ -156,10 +156,15 @@ def counts(run, key: str) -> list[Any]:
 
 def test_running_count_update(spark, ours, tmp_path):
     r = lambda k, c, t: {"k": k, "count": c, "total": t}  # noqa: E731
-    exp, _ = assert_equivalent(
+    exp, act = assert_equivalent(
         spark, ours, q_running_count, RUNNING, KV, "update", tmp_path,
         reference=[[r("a", 2, 4), r("b", 1, 2)], [r("a", 3, 8)], [r("c", 1, 5), r("b", 3, 15)]],
     )
+    shape = lambda run: [  # noqa: E731
+        [(o["numShufflePartitions"], o["numStateStoreInstances"]) for o in (b.progress or {}).get("stateOperators", [])]
+        for b in run.batches
+    ]
+    assert shape(act) == shape(exp)
     assert [b.state[0]["operatorName"] for b in exp.batches] == ["applyInPandasWithState"] * 3
     assert counts(exp, "numRowsTotal") == [2, 2, 3]
     assert counts(exp, "numRowsUpdated") == [2, 1, 2]
@@ -324,3 +329,37 @@ def test_processing_time_timeout_with_a_manual_clock(ours, tmp_path):
     # at 1_009_000; a keeps getting data every 3 s until 1_009_000 and fires at 1_015_000 never (run ends at 1_012_000)
     assert timed_out == [("b", 1, 1_009_000)]
     assert sorted((r["k"], r["count"]) for r in rows if not r["timedOut"]) == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("c", 1)]
+
+
+# ------------------------------------------------------------------------------------------------
+# State schema changed on restart
+# ------------------------------------------------------------------------------------------------
+
+
+def running_count_text(key, pdfs, state):
+    n = sum(len(p) for p in pdfs)
+    state.update((n, "x"))
+    yield pd.DataFrame({"k": [key[0]], "count": [n], "total": [0]})
+
+
+def test_changed_state_schema_on_restart_fails_like_spark(spark, ours, tmp_path):
+    """The second start declares ``total`` as a string: both engines refuse the checkpoint's state
+    with the same error, naming the value schemas."""
+
+    def changed(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").applyInPandasWithState(
+            running_count_text, "k STRING, count LONG, total LONG", "count LONG, total STRING", "Update", "NoTimeout"
+        )
+
+    texts = {}
+    for name in ("spark", "ours"):
+        eng = spark if name == "spark" else ours()
+        work = tmp_path / f"{name}-work"
+        run_stream(eng, q_running_count, RUNNING[:1], KV, "update", tmp_path, workdir=work)
+        with pytest.raises(Exception) as info:  # noqa: PT011 - compared by text below
+            run_stream(eng, changed, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
+        texts[name] = str(info.value)
+    cause = lambda t: t[t.index("[STATE_STORE") :].split(" SQLSTATE")[0]  # noqa: E731
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in texts["spark"]
+    assert "StructField(total,StringType,true)" in cause(texts["spark"])
+    assert cause(texts["ours"]) == cause(texts["spark"])
