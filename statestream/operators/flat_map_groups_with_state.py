@@ -304,12 +304,18 @@ class FlatMapGroupsWithStateStep(StateStep):
                 valueSchema=info.state_schema,
             )
             key_series = [key_pdf[c] for c in key_pdf.columns]
-            ((result_iter, state), _arrow_type), = wrapped(key_series, value_iter, state)
-            for pdf in result_iter:
-                if len(pdf) == 0:
-                    continue
-                batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
-                outputs.append(pa.RecordBatch.from_struct_array(batch.column(0)))
+            try:
+                ((result_iter, state), _arrow_type), = wrapped(key_series, value_iter, state)
+                for pdf in result_iter:
+                    if len(pdf) == 0:
+                        continue
+                    batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+                    outputs.append(pa.RecordBatch.from_struct_array(batch.column(0)))
+            except Exception as exc:
+                # beyond Spark: say which key the function failed on (shown under the traceback)
+                key = tuple(s.iloc[0] for s in key_series)
+                exc.add_note(f"applyInPandasWithState: the function failed for key {key!r}{' (timed out)' if timed_out else ''}")
+                raise
             timeout = int(state._timeout_timestamp) if timeout_on else NO_TIMESTAMP  # noqa: SLF001
             action = state_write_action(state._removed, state._updated, timeout)  # noqa: SLF001
             return state, action, timeout
