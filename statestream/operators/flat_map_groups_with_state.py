@@ -235,11 +235,11 @@ class FlatMapGroupsWithStateStep(StateStep):
     # -- the step --------------------------------------------------------------------------------
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
+        import pandas as pd
         from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
         from pyspark.sql.pandas.types import to_arrow_type
         from pyspark.sql.streaming.state import GroupState
         from pyspark.sql.types import Row
-        from pyspark.worker import wrap_grouped_map_pandas_udf_with_state
 
         info = self.info
         table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
@@ -263,22 +263,19 @@ class FlatMapGroupsWithStateStep(StateStep):
         provider, store = self.open_store(partition, key_schema, value_schema)
         ser = ArrowStreamPandasUDFSerializer(self.timezone, False, True, arrow_cast=True)
         out_type = to_arrow_type(info.output_schema, timestamp_utc=True)
-        wrapped = wrap_grouped_map_pandas_udf_with_state(info.func, info.output_schema, {})
+        n_out_cols = len(info.output_schema.fields)
         timeout_on = self._timeout_enabled()
         watermark = self.w_evict_ms if self.w_evict_ms is not None else NO_TIMESTAMP
         batch_ts = self.batch_timestamp_ms if self.batch_timestamp_ms is not None else NO_TIMESTAMP
         state_names = list(info.state_schema.names)
 
-        outputs: list[pa.RecordBatch] = []
-        puts: list[tuple[Any, Any, int]] = []  # (key row index in its table, state tuple or None, timeout)
-        put_keys: list[pa.Table] = []
-        removes: list[pa.Table] = []
-        n_updated = 0
-        n_removed = 0
+        frames: list[Any] = []  # the function's non-empty DataFrames, converted once at the end
+        puts: list[tuple[Any, int]] = []
+        put_rows: list[int] = []  # row of each put in the phase's key table
+        remove_rows: list[int] = []
+        counts = {"put": 0, "remove": 0}
 
         def to_pandas(t: pa.Table):
-            import pandas as pd
-
             cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(t.columns)]
             if not cols:
                 return pd.DataFrame(index=range(t.num_rows))
@@ -286,9 +283,13 @@ class FlatMapGroupsWithStateStep(StateStep):
             frame.columns = t.column_names
             return frame
 
-        def call(key_pdf, value_iter, stored, timeout_stored, timed_out: bool):
-            """Call the function for one key; returns the GroupState after the call."""
-            nonlocal n_updated, n_removed
+        def key_tuples(t: pa.Table) -> list[tuple]:
+            """Each key row as the tuple PySpark passes (the first value of each key Series)."""
+            kp = to_pandas(t)
+            columns = [kp[c].values for c in kp.columns]
+            return list(zip(*columns)) if columns else [()] * t.num_rows
+
+        def call(key: tuple, values, stored, timed_out: bool, row: int) -> None:
             state = GroupState(
                 optionalValue=Row(**stored) if stored is not None else None,
                 batchProcessingTimeMs=batch_ts,
@@ -303,22 +304,25 @@ class FlatMapGroupsWithStateStep(StateStep):
                 keyAsUnsafe=b"",
                 valueSchema=info.state_schema,
             )
-            key_series = [key_pdf[c] for c in key_pdf.columns]
             try:
-                ((result_iter, state), _arrow_type), = wrapped(key_series, value_iter, state)
-                for pdf in result_iter:
-                    if len(pdf) == 0:
-                        continue
-                    batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
-                    outputs.append(pa.RecordBatch.from_struct_array(batch.column(0)))
+                result_iter = info.func(key, values, state)
+                for pdf in _checked_results(result_iter, n_out_cols):
+                    if len(pdf):
+                        frames.append(pdf)
             except Exception as exc:
                 # beyond Spark: say which key the function failed on (shown under the traceback)
-                key = tuple(s.iloc[0] for s in key_series)
                 exc.add_note(f"applyInPandasWithState: the function failed for key {key!r}{' (timed out)' if timed_out else ''}")
                 raise
             timeout = int(state._timeout_timestamp) if timeout_on else NO_TIMESTAMP  # noqa: SLF001
             action = state_write_action(state._removed, state._updated, timeout)  # noqa: SLF001
-            return state, action, timeout
+            if action == "remove":
+                remove_rows.append(row)
+            elif action == "put":
+                value = dict(zip(state_names, tuple(state._value))) if state.exists else None  # noqa: SLF001
+                puts.append((value, timeout))
+                put_rows.append(row)
+            if action is not None:
+                counts[action] += 1
 
         try:
             t0 = time.perf_counter()
@@ -328,25 +332,17 @@ class FlatMapGroupsWithStateStep(StateStep):
             pdf_all = to_pandas(data)
             starts = offsets[:-1]
             group_keys = keys.take(pa.array(order[starts] if len(starts) else np.empty(0, np.int64), type=pa.int64()))
-            stored = store.lookup(group_keys) if group_keys.num_rows else None
-            stored_state = stored.column(GROUP_STATE_FIELD).to_pylist() if stored is not None else []
-            found = stored.column("__found").to_pylist() if stored is not None else []
-            key_pdf_all = pdf_all[[data.column_names[data.column_names.index(k)] for k in key_names]] if len(pdf_all.columns) else pdf_all
-            for g, start in enumerate(starts):
-                end = int(offsets[g + 1])
-                chunk = pdf_all.iloc[int(start) : end].reset_index(drop=True)
-                value = stored_state[g] if found[g] else None
-                _state, action, timeout = call(
-                    key_pdf_all.iloc[int(start) : int(start) + 1].reset_index(drop=True), iter([[chunk[c] for c in chunk.columns]]),
-                    value, None, False,
-                )
-                self._record(action, _state, timeout, group_keys.slice(g, 1), puts, put_keys, removes, state_names)
-                if action == "remove":
-                    n_removed += 1
-                elif action == "put":
-                    n_updated += 1
-            self._apply(store, puts, put_keys, removes, key_schema, value_schema)
-            puts.clear(), put_keys.clear(), removes.clear()
+            if group_keys.num_rows:
+                stored = store.lookup(group_keys)
+                stored_state = stored.column(GROUP_STATE_FIELD).to_pylist()
+                found = stored.column("__found").to_pylist()
+                tuples = key_tuples(group_keys)
+                for g in range(group_keys.num_rows):
+                    lo, hi = int(offsets[g]), int(offsets[g + 1])
+                    chunk = pdf_all.iloc[lo:hi]
+                    chunk.index = pd.RangeIndex(hi - lo)
+                    call(tuples[g], iter([chunk]), stored_state[g] if found[g] else None, False, g)
+            self._apply(store, group_keys, puts, put_rows, remove_rows, value_schema)
             updates_ms = (time.perf_counter() - t0) * 1000
 
             r0 = time.perf_counter()
@@ -357,56 +353,91 @@ class FlatMapGroupsWithStateStep(StateStep):
                     mask = timed_out_mask(current.column(TIMEOUT_TIMESTAMP_FIELD).to_numpy(), threshold)
                     due = current.filter(pa.array(mask))
                     if due.num_rows:
+                        puts, put_rows, remove_rows = [], [], []
                         due_keys = due.select(key_names)
                         due_states = due.column(GROUP_STATE_FIELD).to_pylist()
-                        empty = data.schema.empty_table()
-                        nulls = pa.Table.from_arrays(
-                            [pa.nulls(1, f.type) for f in data.schema], schema=pa.schema([f.with_nullable(True) for f in data.schema])
-                        )
+                        tuples = key_tuples(due_keys)
+                        empty = to_pandas(data.schema.empty_table())
                         for i in range(due.num_rows):
-                            key_row = due_keys.slice(i, 1)
-                            row = nulls
-                            for k in key_names:
-                                row = row.set_column(row.column_names.index(k), pa.field(k, key_row.schema.field(k).type), key_row.column(k))
-                            row_pdf = to_pandas(row)
-                            key_pdf = row_pdf[key_names]
-                            _state, action, timeout = call(
-                                key_pdf, iter([[to_pandas(empty)[c] for c in empty.column_names]]), due_states[i], None, True,
-                            )
-                            self._record(action, _state, timeout, key_row, puts, put_keys, removes, state_names)
-                            if action == "remove":
-                                n_removed += 1
-                            elif action == "put":
-                                n_updated += 1
-                        self._apply(store, puts, put_keys, removes, key_schema, value_schema)
+                            call(tuples[i], iter([empty.copy()]), due_states[i], True, i)
+                        self._apply(store, due_keys, puts, put_rows, remove_rows, value_schema)
             removal_ms = (time.perf_counter() - r0) * 1000
-            m["numUpdatedStateRows"] = n_updated
-            m["numRemovedStateRows"] = n_removed
+            m["numUpdatedStateRows"] = counts["put"]
+            m["numRemovedStateRows"] = counts["remove"]
+            out = self._output(ser, frames, out_type)
             commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
-        out = pa.Table.from_batches(outputs, schema=pa.schema(list(out_type))) if outputs else pa.schema(list(out_type)).empty_table()
         finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=out.num_rows)
         return out, m
 
-    def _record(self, action, state, timeout, key_row, puts, put_keys, removes, state_names) -> None:
-        if action == "remove":
-            removes.append(key_row)
-        elif action == "put":
-            value = None
-            if state.exists:
-                value = dict(zip(state_names, tuple(state._value)))  # noqa: SLF001
-            puts.append((value, timeout))
-            put_keys.append(key_row)
+    @staticmethod
+    def _output(ser, frames: list, out_type: pa.DataType) -> pa.Table:
+        """The function's DataFrames as one Arrow table, converted by PySpark's own code; frames
+        with the same columns are concatenated first, so the conversion runs a few times, not
+        once per key."""
+        import pandas as pd
 
-    def _apply(self, store, puts, put_keys, removes, key_schema, value_schema) -> None:
-        if put_keys:
-            keys = pa.concat_tables(put_keys).cast(key_schema)
+        schema = pa.schema(list(out_type))
+        tables = []
+        i = 0
+        while i < len(frames):
+            cols = list(frames[i].columns)
+            j = i + 1
+            while j < len(frames) and list(frames[j].columns) == cols:
+                j += 1
+            run = frames[i:j]
+            pdf = run[0] if len(run) == 1 else pd.concat(run, ignore_index=True)
+            if len(run) > 1:
+                # a concatenated column of pandas' string dtype holds several Arrow chunks, which
+                # PySpark's conversion does not take: hand it the same strings as objects
+                back = {c: object for c in pdf.columns if isinstance(pdf[c].dtype, pd.StringDtype)}
+                if back:
+                    pdf = pdf.astype(back)
+            batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+            tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
+            i = j
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def _apply(self, store, key_table: pa.Table, puts, put_rows, remove_rows, value_schema: pa.Schema) -> None:
+        """Write one phase's decisions: one ``put`` of the changed rows, one ``remove``."""
+        if put_rows:
+            keys = key_table.take(pa.array(put_rows, type=pa.int64()))
             cols = list(keys.columns)
             cols.append(pa.array([p[0] for p in puts], type=value_schema.field(GROUP_STATE_FIELD).type))
             if self._timeout_enabled():
                 cols.append(pa.array([p[1] for p in puts], type=pa.int64()))
-            store.put(pa.Table.from_arrays(cols, schema=pa.schema(list(key_schema) + list(value_schema))))
-        if removes:
-            store.remove(pa.concat_tables(removes).cast(key_schema))
+            store.put(pa.Table.from_arrays(cols, schema=pa.schema(list(keys.schema) + list(value_schema))))
+        if remove_rows:
+            store.remove(key_table.take(pa.array(remove_rows, type=pa.int64())))
+
+
+def _checked_results(result_iter: Any, n_columns: int):
+    """The function's result checked as PySpark's worker checks it (same error classes)."""
+    import pandas as pd
+    from pyspark.errors import PySparkRuntimeError, PySparkTypeError
+
+    if isinstance(result_iter, pd.DataFrame):
+        raise PySparkTypeError(
+            errorClass="UDF_RETURN_TYPE",
+            messageParameters={"expected": "iterable of pandas.DataFrame", "actual": type(result_iter).__name__},
+        )
+    try:
+        it = iter(result_iter)
+    except TypeError:
+        raise PySparkTypeError(
+            errorClass="UDF_RETURN_TYPE", messageParameters={"expected": "iterable", "actual": type(result_iter).__name__}
+        ) from None
+    for result in it:
+        if not isinstance(result, pd.DataFrame):
+            raise PySparkTypeError(
+                errorClass="UDF_RETURN_TYPE",
+                messageParameters={"expected": "iterator of pandas.DataFrame", "actual": f"iterator of {type(result).__name__}"},
+            )
+        if not (len(result.columns) == n_columns or (len(result.columns) == 0 and result.empty)):
+            raise PySparkRuntimeError(
+                errorClass="RESULT_COLUMN_SCHEMA_MISMATCH",
+                messageParameters={"expected": str(n_columns), "actual": str(len(result.columns))},
+            )
+        yield result
