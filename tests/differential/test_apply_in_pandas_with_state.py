@@ -366,3 +366,28 @@ def test_changed_state_schema_on_restart_fails_like_spark(spark, ours, tmp_path)
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in texts["spark"]
     assert "StructField(total,StringType,true)" in cause(texts["spark"])
     assert cause(texts["ours"]) == cause(texts["spark"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Several keys, null keys, the values the function sees
+# ------------------------------------------------------------------------------------------------
+
+
+def describe_calls(key, pdfs, state):
+    """Reports the key tuple, the columns and dtypes it was given and the state it found."""
+    seen = [(list(p.columns), [str(t) for t in p.dtypes], len(p)) for p in pdfs]
+    before = state.getOption
+    state.update(((before[0] if before else 0) + sum(n for _, _, n in seen),))
+    yield pd.DataFrame({"key": [repr(tuple(None if v is None else v for v in key))], "seen": [repr(seen)], "before": [repr(before)]})
+
+
+def test_two_keys_with_nulls_and_what_the_function_sees(spark, ours, tmp_path):
+    batches = [
+        [("a", 1, "x"), ("a", 2, None), (None, 3, "x"), (None, 4, None), ("a", 5, "x")],
+        [("a", 6, None), (None, 7, None), ("b", 8, "y")],
+    ]
+    assert_equivalent(
+        spark, ours,
+        lambda df: df.groupBy("k", "g").applyInPandasWithState(describe_calls, "key STRING, seen STRING, before STRING", "n LONG", "Update", "NoTimeout"),
+        batches, "k STRING, v LONG, g STRING", "update", tmp_path,
+    )
