@@ -324,6 +324,17 @@ class FlatMapGroupsWithStateStep(StateStep):
             if action is not None:
                 counts[action] += 1
 
+        state_type = value_schema.field(GROUP_STATE_FIELD).type
+        zone = _zone(self.timezone)
+
+        def stored_values(column: Any) -> list:
+            """Stored states as dicts, timestamps as naive wall-clock datetimes of the session time
+            zone (what Spark's JVM hands PySpark), not Arrow's UTC-aware ones."""
+            values = column.to_pylist()
+            if not _has_timestamp(state_type):
+                return values
+            return [None if v is None else _naive_timestamps(v, state_type, zone) for v in values]
+
         try:
             t0 = time.perf_counter()
             order, offsets = _group_rows(keys)
@@ -334,7 +345,7 @@ class FlatMapGroupsWithStateStep(StateStep):
             group_keys = keys.take(pa.array(order[starts] if len(starts) else np.empty(0, np.int64), type=pa.int64()))
             if group_keys.num_rows:
                 stored = store.lookup(group_keys)
-                stored_state = stored.column(GROUP_STATE_FIELD).to_pylist()
+                stored_state = stored_values(stored.column(GROUP_STATE_FIELD))
                 found = stored.column("__found").to_pylist()
                 tuples = key_tuples(group_keys)
                 for g in range(group_keys.num_rows):
@@ -355,7 +366,7 @@ class FlatMapGroupsWithStateStep(StateStep):
                     if due.num_rows:
                         puts, put_rows, remove_rows = [], [], []
                         due_keys = due.select(key_names)
-                        due_states = due.column(GROUP_STATE_FIELD).to_pylist()
+                        due_states = stored_values(due.column(GROUP_STATE_FIELD))
                         tuples = key_tuples(due_keys)
                         empty = to_pandas(data.schema.empty_table())
                         for i in range(due.num_rows):
@@ -405,12 +416,72 @@ class FlatMapGroupsWithStateStep(StateStep):
         if put_rows:
             keys = key_table.take(pa.array(put_rows, type=pa.int64()))
             cols = list(keys.columns)
-            cols.append(pa.array([p[0] for p in puts], type=value_schema.field(GROUP_STATE_FIELD).type))
+            state_type = value_schema.field(GROUP_STATE_FIELD).type
+            values = [p[0] for p in puts]
+            if _has_timestamp(state_type):
+                zone = _zone(self.timezone)
+                values = [_aware_timestamps(v, state_type, zone) for v in values]
+            cols.append(pa.array(values, type=state_type))
             if self._timeout_enabled():
                 cols.append(pa.array([p[1] for p in puts], type=pa.int64()))
             store.put(pa.Table.from_arrays(cols, schema=pa.schema(list(keys.schema) + list(value_schema))))
         if remove_rows:
             store.remove(key_table.take(pa.array(remove_rows, type=pa.int64())))
+
+
+def _zone(name: str | None) -> Any:
+    from zoneinfo import ZoneInfo
+
+    try:
+        return ZoneInfo(name) if name else None
+    except Exception:  # noqa: BLE001 - an offset id Python does not know: the process's zone
+        return None
+
+
+def _has_timestamp(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_timestamp(t.value_type)
+    return False
+
+
+def _naive_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
+    """``value`` (from ``to_pylist``) with its UTC-aware timestamps turned into naive datetimes of
+    ``zone`` (``None``: the process's local zone)."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t):
+        if getattr(value, "tzinfo", None) is None:
+            return value
+        return value.astimezone(zone).replace(tzinfo=None)
+    if pa.types.is_struct(t):
+        return {f.name: _naive_timestamps(value[f.name], f.type, zone) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_naive_timestamps(v, t.value_type, zone) for v in value]
+    return value
+
+
+def _aware_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
+    """The inverse of :func:`_naive_timestamps` for a state the function wrote: a naive datetime
+    is a wall-clock time of ``zone``, as Spark reads it."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t):
+        if not hasattr(value, "tzinfo") or value.tzinfo is not None:
+            return value
+        return value.replace(tzinfo=zone) if zone is not None else value.astimezone()
+    if pa.types.is_struct(t):
+        if isinstance(value, dict):
+            return {f.name: _aware_timestamps(value.get(f.name), f.type, zone) for f in t}
+        if isinstance(value, (tuple, list)):  # a Row or tuple for a nested struct: by position
+            return {f.name: _aware_timestamps(v, f.type, zone) for f, v in zip(t, value)}
+        return value
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [_aware_timestamps(v, t.value_type, zone) for v in value]
+    return value
 
 
 def _checked_results(result_iter: Any, n_columns: int):

@@ -391,3 +391,23 @@ def test_two_keys_with_nulls_and_what_the_function_sees(spark, ours, tmp_path):
         lambda df: df.groupBy("k", "g").applyInPandasWithState(describe_calls, "key STRING, seen STRING, before STRING", "n LONG", "Update", "NoTimeout"),
         batches, "k STRING, v LONG, g STRING", "update", tmp_path,
     )
+
+
+def latest_time(key, pdfs, state):
+    """Keeps the latest event time in the state; outputs it as a timestamp and the stored value's repr."""
+    before = state.getOption
+    latest = max(p["eventTime"].max() for p in pdfs)
+    if before is not None and before[0] is not None:
+        latest = max(latest, pd.Timestamp(before[0]))
+    state.update((latest,))
+    yield pd.DataFrame({"k": [key[0]], "latest": [latest], "before": [repr(before)]})
+
+
+def test_timestamps_in_data_state_and_output(spark, ours, tmp_path):
+    assert_equivalent(
+        spark, ours,
+        lambda df: df.withColumn("eventTime", F.timestamp_seconds("v")).groupBy("k").applyInPandasWithState(
+            latest_time, "k STRING, latest TIMESTAMP, before STRING", "t TIMESTAMP", "Update", "NoTimeout"
+        ),
+        [[("a", 10), ("a", 20), ("b", 5)], [("a", 15), ("b", 30)]], KV, "update", tmp_path,
+    )

@@ -196,3 +196,21 @@ def test_user_error_commits_nothing(tmp_path):
     with pytest.raises(ValueError, match="user failure"):
         step(tmp_path, 0, 10_000).process(0, [batch(("a", 1), ("boom", 2))])
     assert not glob.glob(str(tmp_path / "0" / "0" / "*.delta"))
+
+
+def test_state_timestamps_round_trip_as_session_wall_clock():
+    """A state's timestamps reach the function as naive wall-clock times of the session zone (as
+    Spark's JVM sends them) and a naive time the function stores is read in that zone."""
+    import datetime as dt
+
+    from statestream.operators.flat_map_groups_with_state import _aware_timestamps, _naive_timestamps, _zone
+
+    t = pa.struct([("at", pa.timestamp("us", tz="UTC")), ("inner", pa.struct([("t", pa.timestamp("us", tz="UTC"))]))])
+    zone = _zone("America/New_York")
+    stored = {"at": dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc), "inner": {"t": dt.datetime(2024, 7, 1, 12, tzinfo=dt.timezone.utc)}}
+    naive = _naive_timestamps(stored, t, zone)
+    assert naive == {"at": dt.datetime(2024, 1, 1, 7), "inner": {"t": dt.datetime(2024, 7, 1, 8)}}
+    back = pa.array([_aware_timestamps(naive, t, zone)], type=t).to_pylist()[0]
+    assert back == stored
+    # a nested struct given as a tuple (a Row) keeps its values
+    assert _aware_timestamps({"at": None, "inner": (dt.datetime(2024, 7, 1, 8),)}, t, zone)["inner"]["t"] == dt.datetime(2024, 7, 1, 8, tzinfo=zone)
