@@ -411,3 +411,16 @@ def test_timestamps_in_data_state_and_output(spark, ours, tmp_path):
         ),
         [[("a", 10), ("a", 20), ("b", 5)], [("a", 15), ("b", 30)]], KV, "update", tmp_path,
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# explain()
+# ------------------------------------------------------------------------------------------------
+
+
+def test_explain_matches_spark(spark, ours, tmp_path):
+    from tests.spark.test_explain import _explain_text, _with_ids_normalised
+
+    theirs = _with_ids_normalised(_explain_text(q_sessions(spark.readStream.schema("k STRING, t LONG").parquet(str(tmp_path)))))
+    mine = _with_ids_normalised(_explain_text(q_sessions(ours().readStream.schema("k STRING, t LONG").parquet(str(tmp_path)))))
+    assert mine == theirs, "\n".join(["statestream:", *mine, "Spark:", *theirs])
