@@ -33,6 +33,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     )
 
 
+@pytest.mark.slow  # about 45 s: three engines' runs and a killed child
 def test_apply_in_pandas_sigkill_after_sink_then_restart(spark, tmp_path):
     """Batch 2 dies after its sink write, before its commit: the re-run must rebuild the same
     sessions from state version 2 and the sink must not hold them twice."""
