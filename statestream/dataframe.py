@@ -889,9 +889,40 @@ class GroupedData:
         method.__name__ = name
         return method
 
+    def applyInPandasWithState(  # noqa: N802
+        self,
+        func: Callable[..., Any],
+        outputStructType: Any,  # noqa: N803
+        stateStructType: Any,  # noqa: N803
+        outputMode: str,  # noqa: N803
+        timeoutConf: str,  # noqa: N803
+    ) -> DataFrame:
+        """PySpark's ``applyInPandasWithState``: the same call on the template checks the
+        arguments with PySpark's own errors and gives the output schema; the node keeps the
+        function, both schemas and the modes (``plan/flat_map_groups_with_state.py`` plans it)."""
+        template = self._template().applyInPandasWithState(func, outputStructType, stateStructType, outputMode, timeoutConf)
+        if isinstance(stateStructType, str):
+            stateStructType = self._df._plan.template.sparkSession._parse_ddl(stateStructType)  # noqa: SLF001
+        keys = _grouping_attribute_names(template)
+        if keys is None:
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("GroupedData", "applyInPandasWithState", "grouping by expressions (group by column names)")
+        node = L.FlatMapGroupsWithState(
+            template=template,
+            child=self._df._plan,  # noqa: SLF001
+            keys=tuple(keys),
+            func=func,
+            output_schema=template.schema,
+            state_schema=stateStructType,
+            output_mode=str(outputMode).lower(),
+            timeout_conf=timeoutConf,
+        )
+        return DataFrame(node, self._df._session)  # noqa: SLF001
+
     #: grouped operations on Python state and co-grouping (issue 13)
     for _name in (
-        "apply", "applyInArrow", "applyInPandas", "applyInPandasWithState", "cogroup",
+        "apply", "applyInArrow", "applyInPandas", "cogroup",
         "transformWithState", "transformWithStateInPandas",
     ):  # fmt: skip
         locals()[_name] = _not_yet(_name, "")
@@ -903,6 +934,27 @@ class GroupedData:
 
             raise NotSupportedYetAttributeError(f"GroupedData.{name}() is not supported by statestream yet")
         raise AttributeError(f"'GroupedData' object has no attribute '{name}'")
+
+
+def _grouping_attribute_names(template: Any) -> list[str] | None:
+    """The grouping columns of an analysed ``FlatMapGroupsInPandasWithState`` template, as names
+    of its input's columns; ``None`` when a grouping key is an expression, not an input column."""
+    try:
+        node = template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        if node.nodeName() != "FlatMapGroupsInPandasWithState":
+            return None
+        out = node.child().output()
+        ids = {out.apply(i).exprId().id(): out.apply(i).name() for i in range(out.size())}
+        grouping = node.groupingAttributes()
+        names = []
+        for i in range(grouping.size()):
+            attr = grouping.apply(i)
+            if attr.exprId().id() not in ids:
+                return None
+            names.append(ids[attr.exprId().id()])
+        return names
+    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame
+        return None
 
 
 def _dict_aggregate(column: str, function: str) -> Column:

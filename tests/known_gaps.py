@@ -7,6 +7,13 @@ still reported, and a gap that gets fixed fails the run until its entry is remov
 from __future__ import annotations
 
 KNOWN_GAPS: dict[str, str] = {
+    "tests/differential/test_apply_in_pandas_with_state.py::test_explain_matches_spark": (
+        "explain() of applyInPandasWithState: Spark shows '!FlatMapGroupsInPandasWithState <udf>(<input "
+        "attributes>), [keys], [output attributes], [state fields], state info [...] stateStoreCkptIds = None, 2, "
+        "Append, EventTimeTimeout, 0, <late wm>, <eviction wm>, false' over '*(2) Sort [k ASC NULLS FIRST], false, 0'; "
+        "statestream shows its own line 'FlatMapGroupsInPandasWithState [k], Append, EventTimeTimeout, state info "
+        "[...]' and no Sort (its step groups with Arrow, no sort); the exchange and the nodes below are Spark's"
+    ),
     "tests/spark/test_explain.py::test_explain_matches_spark[join_then_windowed_aggregate]": (
         "explain() of a window aggregation over a stream-static join: Spark's optimizer pushes the window's "
         "Filter isnotnull(timestamp#N-T20000ms) through the join to the streaming side (just above the "

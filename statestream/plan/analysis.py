@@ -44,6 +44,7 @@ from statestream.plan.logical import (
     WATERMARK_DELAY_KEY,
     Aggregate,
     Deduplicate,
+    FlatMapGroupsWithState,
     EventTimeWatermark,
     Join,
     Limit,
@@ -592,6 +593,28 @@ def _node_rule_message(node: LogicalPlan, output_mode: str) -> str | None:
     return None
 
 
+def apply_in_pandas_with_state_message(node: FlatMapGroupsWithState, plan: LogicalPlan, output_mode: str) -> str | None:
+    """Spark's checks of a streaming ``applyInPandasWithState``: the function's output mode
+    against the query's and the aggregations in the query, then the watermark an event-time
+    timeout needs."""
+    shown = output_mode.capitalize()  # Spark prints its OutputMode objects: Append, Update, Complete
+    if not aggregates_in(plan):
+        if node.output_mode == "update" and output_mode != "update":
+            return f"applyInPandasWithState in update mode is not supported with {shown} output mode on a streaming DataFrame/Dataset"
+        if node.output_mode == "append" and output_mode != "append":
+            return f"applyInPandasWithState in append mode is not supported with {shown} output mode on a streaming DataFrame/Dataset"
+    elif node.output_mode == "update":
+        return "applyInPandasWithState in update mode is not supported with aggregation on a streaming DataFrame/Dataset"
+    elif node.child is not None and aggregates_in(node.child):
+        return "applyInPandasWithState in append mode is not supported after aggregation on a streaming DataFrame/Dataset"
+    if node.timeout_conf == "EventTimeTimeout" and (node.child is None or not node.child.event_time_columns()):
+        return (
+            "Watermark must be specified in the query using '[Dataset/DataFrame].withWatermark()' for using "
+            "event-time timeout in a applyInPandasWithState. Event-time timeout not supported without watermark."
+        )
+    return None
+
+
 def stream_stream_bound_possible(node: Join, use: JoinConditionUse) -> bool:
     """Whether a stream-stream join may have the watermark bound Spark requires of it: an
     event-time join key, or a watermark on the side whose event time bounds the other side's
@@ -734,6 +757,8 @@ def check_for_streaming(
 
     for node in _post_order(plan):
         message = _node_rule_message(node, mode)
+        if message is None and isinstance(node, FlatMapGroupsWithState) and is_streaming(node):
+            message = apply_in_pandas_with_state_message(node, plan, mode)
         if message is not None:
             _throw(message, node)
         streaming = is_streaming(node)

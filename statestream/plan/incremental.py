@@ -46,6 +46,8 @@ class IncrementalExecution:
     output_mode: str
     late_watermark_ms: int | None
     eviction_watermark_ms: int | None
+    #: the batch's processing time (``batchTimestampMs``), for processing-time timeouts
+    batch_timestamp_ms: int | None = None
 
     def apply(self, plan: PhysicalOperator) -> PhysicalOperator:
         ids: dict[object, int] = {}
@@ -86,6 +88,8 @@ class IncrementalExecution:
                 if isinstance(node, WatermarkSupport):
                     changes["event_time_watermark_for_late_events"] = self.late_watermark_ms
                     changes["event_time_watermark_for_eviction"] = self.eviction_watermark_ms
+                if hasattr(node, "batch_timestamp_ms"):
+                    changes["batch_timestamp_ms"] = self.batch_timestamp_ms
                 return dataclasses.replace(node, **changes)
             return node
 

@@ -32,6 +32,7 @@ __all__ = [
     "Sort",
     "Limit",
     "Deduplicate",
+    "FlatMapGroupsWithState",
     "Union",
     "Join",
     "WATERMARK_DELAY_KEY",
@@ -213,6 +214,24 @@ class Deduplicate(UnaryNode):
 
     keys: tuple[str, ...] = ()
     within_watermark: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class FlatMapGroupsWithState(UnaryNode):
+    """``groupBy(keys).applyInPandasWithState(func, outputStructType, stateStructType,
+    outputMode, timeoutConf)``; ``output_mode`` is the function's (lower case), ``timeout_conf``
+    one of PySpark's ``GroupStateTimeout`` names."""
+
+    keys: tuple[str, ...] = ()
+    func: Any = None
+    output_schema: Any = None
+    state_schema: Any = None
+    output_mode: str = "update"
+    timeout_conf: str = "NoTimeout"
+
+    @property
+    def node_name(self) -> str:
+        return "FlatMapGroupsInPandasWithState"
 
 
 @dataclass(frozen=True, eq=False)

@@ -76,7 +76,22 @@ class Trigger:
     interval_ms: int = 0
 
 
+#: The clock the batch timestamps (``batchTimestampMs``: processing time, processing-time
+#: timeouts, ``current_timestamp()``) are read from; tests replace it with ``set_batch_clock``.
+_batch_clock: Any = None
+
+
+def set_batch_clock(clock: Any) -> Any:
+    """Make new batches read their timestamp (ms) from ``clock()`` (``None``: the wall clock);
+    returns the previous clock. Process-wide; meant for tests."""
+    global _batch_clock
+    previous, _batch_clock = _batch_clock, clock
+    return previous
+
+
 def _now_ms() -> int:
+    if _batch_clock is not None:
+        return int(_batch_clock())
     return int(time.time() * 1000)
 
 
@@ -491,6 +506,14 @@ class MicroBatchExecution:
             self.progress.record_duration("commitOffsets", t)
             crash_point("after_commit", record.batch_id)
             self.progress.finish_batch(record)
+            if record.start == record.end and self._last_plan is not None and any(
+                getattr(w, "runs_batches_on_processing_time", lambda: False)() for w in state_writers(self._last_plan)
+            ):
+                # a processing-time timeout wants a batch on every trigger, so the query is never
+                # idle; a batch without new data then means everything available was processed
+                with self._lock:
+                    self._no_new_data = True
+                    self._lock.notify_all()
             self._purge(record.batch_id)
             prev_wm = record.watermark_ms
             start = list(record.end)
@@ -565,6 +588,7 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             late_watermark_ms=prev_wm if record.batch_id > 0 else 0,
             eviction_watermark_ms=record.watermark_ms,
+            batch_timestamp_ms=record.timestamp_ms,
         )
         assert self._physical is not None
         plan = inc.apply(self._physical)

@@ -89,6 +89,42 @@ def object_hash_query(df):
     )
 
 
+def _value_sessions(key, pdfs, state):
+    """Sessions per key closing 10 s after their last event (event-time timeout)."""
+    import pandas as pd
+
+    if state.hasTimedOut:
+        n, first, last = state.get
+        state.remove()
+        yield pd.DataFrame({"k": [int(key[0])], "n": [n], "first": [first], "last": [last]})
+        return
+    n, first, last = state.get if state.exists else (0, None, None)
+    for pdf in pdfs:
+        secs = pdf["ts"].astype("int64") // 10**9 if str(pdf["ts"].dtype).startswith("datetime64[ns") else pdf["ts"].map(lambda t: int(t.timestamp()))
+        n += len(pdf)
+        first = int(secs.min()) if first is None else min(first, int(secs.min()))
+        last = int(secs.max()) if last is None else max(last, int(secs.max()))
+    state.update((n, first, last))
+    state.setTimeoutTimestamp(max(last * 1000 + 10_000, state.getCurrentWatermarkMs() + 1))
+    return
+    yield
+
+
+def apply_in_pandas_query(df):
+    """applyInPandasWithState sessions keyed by ``value``, emitted when they time
+    out (``test_crash_apply_in_pandas_with_state.py``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .withColumn("k", F.col("value"))
+        .groupBy("k")
+        .applyInPandasWithState(
+            _value_sessions, "k LONG, n LONG, first LONG, last LONG", "n LONG, first LONG, last LONG", "Append", "EventTimeTimeout"
+        )
+    )
+
+
 #: ``job["query"]`` -> the query builder (default ``seed``)
 QUERIES = {
     "seed": seed_query,
@@ -96,6 +132,7 @@ QUERIES = {
     "limit": limit_query,
     "session": session_query,
     "object_hash": object_hash_query,
+    "apply_in_pandas": apply_in_pandas_query,
 }
 
 
