@@ -66,7 +66,7 @@ STORE_NAMES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNu
 SIDE = "__side"
 KIND = "__kind"  # 0: a new row, 1: a marker (the row took part in an emitted pair)
 PID = PARTITION_ID_COLUMN
-RID = "__rid"  # a new row's number within its task
+RID = "__rid"  # a new row's id (unique within the batch)
 IDX = "__idx"  # a stored row's index under its key
 LATE = "__late"
 PRE = "__pre"
@@ -96,19 +96,28 @@ class StreamJoinExchangeExec(ExecutedByParent, PhysicalOperator):
     num_partitions: int = 0
 
     def simple_string(self) -> str:
-        return f"Exchange hashpartitioning({self.keys_text}, {self.num_partitions}), ENSURE_REQUIREMENTS"
+        return f"Exchange hashpartitioning({self.keys_text}, {self.num_partitions}), REQUIRED_BY_STATEFUL_OPERATOR"
 
 
 def _state_text(pred: tuple[str, int] | None, info: Any, side: int) -> str:
+    """One side of Spark's ``state cleanup [ ... ]``: ``= null``, or the predicate that removes
+    the side's stored rows (``key predicate`` on a join key, ``value predicate`` on the side's
+    event-time column, the watermark in microseconds)."""
     if pred is None:
-        return "None"
+        return "= null"
     kind, w = pred
     if kind == "key":
-        return f"Some(JoinStateKeyWatermarkPredicate(boundreference() <= {w * 1000},{w}))"
+        j = info.key_watermark_ordinal
+        dt = info.key_types[j].simpleString() if j is not None and j < len(info.key_types) else "timestamp"
+        nullable = str(info.key_nullable[j]).lower() if j is not None and j < len(info.key_nullable) else "true"
+        return f"key predicate: (input[{j}, {dt}, {nullable}] <= {w * 1000})"
     et = info.left_event_time if side == 0 else info.right_event_time
-    names = info.left_names if side == 0 else info.right_names
-    name = names[et] if et is not None else "?"
-    return f"Some(JoinStateValueWatermarkPredicate({name} <= {w * 1000},{w}))"
+    schema = info.left_schema if side == 0 else info.right_schema
+    name = schema.fields[et].name if et is not None else "?"
+    delay = (schema.fields[et].metadata or {}).get("spark.watermarkDelayMs") if et is not None else None
+    if delay is not None:
+        name = f"{name}-T{int(delay)}ms"
+    return f"value predicate: ({name} <= {w * 1000})"
 
 
 @dataclass(frozen=True)
@@ -147,13 +156,13 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             f"both = {_null(info.both_text)}, full = {_null(info.full_text)} ]"
         )
         cleanup = (
-            f"state cleanup [ left = {_null(_state_text(self.state_watermarks[0], info, 0))}, "
-            f"right = {_null(_state_text(self.state_watermarks[1], info, 1))} ]"
+            f"state cleanup [ left {_state_text(self.state_watermarks[0], info, 0)}, "
+            f"right {_state_text(self.state_watermarks[1], info, 1)} ]"
         )
         return (
             f"StreamingSymmetricHashJoin [{info.left_keys_text}], [{info.right_keys_text}], {info.join_type}, {cond}, "
-            f"{si if si else 'state info [ <unknown> ]'}, {late if late is not None else 'None'}, "
-            f"{evict if evict is not None else 'None'}, {cleanup}, 2"
+            f"{si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, "
+            f"{late if late is not None else 'None'}, {evict if evict is not None else 'None'}, {cleanup}, 2"
         )
 
     # ---------------------------------------------------------------- execution
@@ -211,9 +220,9 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
 
         new = tagged(0).unionByName(tagged(1))
         new = new.withColumn(PID, F.pmod(F.hash(*[F.col(c) for c in kcols]), F.lit(n)).cast("int") if nkeys else F.lit(0))
-        new = new.repartition(n, *[F.col(c) for c in kcols]) if nkeys else new.repartition(1)
-        numbered_schema = StructType(new.schema.fields + [StructField(RID, LongType(), False)])
-        new = new.mapInArrow(_number_rows, numbered_schema).localCheckpoint(eager=True)
+        # materialised once: the row numbers below are then the same wherever the rest of the
+        # batch reads them (an id over the checkpointed partitions is deterministic)
+        new = new.localCheckpoint(eager=True).withColumn(RID, F.monotonically_increasing_id())
 
         # the stored rows of both sides, partition by partition (read only)
         key_fields = [f for f in new.schema.fields if f.name in kcols]
@@ -320,15 +329,6 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
 
 def _null(text: str) -> str:
     return "null" if text == "None" else text.removeprefix("Some(").removesuffix(")") if text.startswith("Some(") else text
-
-
-def _number_rows(batches):
-    """``mapInArrow``: each task's rows numbered 0, 1, ... (``__rid``)."""
-    start = 0
-    for b in batches:
-        ids = pa.array(np.arange(start, start + b.num_rows, dtype=np.int64))
-        start += b.num_rows
-        yield pa.RecordBatch.from_arrays(list(b.columns) + [ids], schema=b.schema.append(pa.field(RID, pa.int64(), False)))
 
 
 # ----------------------------------------------------------------------------------------------
