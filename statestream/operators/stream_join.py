@@ -110,14 +110,19 @@ def _state_text(pred: tuple[str, int] | None, info: Any, side: int) -> str:
         j = info.key_watermark_ordinal
         dt = info.key_types[j].simpleString() if j is not None and j < len(info.key_types) else "timestamp"
         nullable = str(info.key_nullable[j]).lower() if j is not None and j < len(info.key_nullable) else "true"
-        return f"key predicate: (input[{j}, {dt}, {nullable}] <= {w * 1000})"
+        return f"key predicate: (input[{j}, {dt}, {nullable}] <= {_micros(w)})"
     et = info.left_event_time if side == 0 else info.right_event_time
     schema = info.left_schema if side == 0 else info.right_schema
     name = schema.fields[et].name if et is not None else "?"
     delay = (schema.fields[et].metadata or {}).get("spark.watermarkDelayMs") if et is not None else None
     if delay is not None:
         name = f"{name}-T{int(delay)}ms"
-    return f"value predicate: ({name} <= {w * 1000})"
+    return f"value predicate: ({name} <= {_micros(w)})"
+
+
+def _micros(ms: int) -> int:
+    """``ms * 1000`` as Spark computes it on a long (wrapping around on overflow)."""
+    return (ms * 1000 + 2**63) % 2**64 - 2**63
 
 
 @dataclass(frozen=True)
@@ -595,7 +600,7 @@ class JoinStateStep(StateStep):
             vals = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
             t = pa.table({"t": vals.field(et)})
             micros = event_time_micros(t, "t", is_struct)
-        mask = pc.fill_null(pc.less_equal(micros, w * 1000), False)
+        mask = pc.fill_null(pc.less_equal(micros, pa.scalar(_micros(w), pa.int64())), False)
         return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
 
     def _write_counts(self, store, schema: pa.Schema, keys: pa.Table, groups: np.ndarray, keep: np.ndarray, nk: int) -> None:

@@ -49,6 +49,8 @@ __all__ = [
     "join_state_watermark",
     "join_output_watermark",
     "condition_terms",
+    "double_to_long",
+    "wrap_long",
     "StreamJoinInfo",
     "stream_join_info",
     "plan_stream_stream_join",
@@ -194,9 +196,28 @@ def _less_than_bound(lhs: Term, rhs: Term, find_side: int, watermark_ms: int) ->
             assert isinstance(x, Lit) and x.micros is not None
             value = x.micros
         total += -value if neg else value
-    if math.isnan(total) or math.isinf(total):
-        return None
-    return int(total / 1000.0)  # Scala's Double.toLong truncates towards zero
+    return double_to_long(total / 1000.0)
+
+
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def double_to_long(x: float) -> int:
+    """Scala's ``Double.toLong``: truncated towards zero, clamped to the long range, NaN is 0."""
+    if math.isnan(x):
+        return 0
+    if x >= LONG_MAX:
+        return LONG_MAX
+    if x <= LONG_MIN:
+        return LONG_MIN
+    return int(x)
+
+
+def wrap_long(x: int) -> int:
+    """``x`` as a JVM long computes it (two's complement, 64 bits): Spark's ``watermark - 1`` and
+    ``watermark * 1000`` overflow this way (seen in ``explain()`` before a query starts, where
+    the watermark is ``Long.MinValue``)."""
+    return (x + 2**63) % 2**64 - 2**63
 
 
 def state_value_watermark(
@@ -215,18 +236,18 @@ def state_value_watermark(
                 v = _less_than_bound(c.left, c.right, find_side, watermark_ms)
             elif c.op == "<=":
                 v = _less_than_bound(c.left, c.right, find_side, watermark_ms)
-                v = None if v is None else v - 1
+                v = None if v is None else wrap_long(v - 1)
             elif c.op == ">":
                 v = _less_than_bound(c.right, c.left, find_side, watermark_ms)
             elif c.op == ">=":
                 v = _less_than_bound(c.right, c.left, find_side, watermark_ms)
-                v = None if v is None else v - 1
+                v = None if v is None else wrap_long(v - 1)
         elif isinstance(c, Between):
             v = _less_than_bound(c.lower, c.input, find_side, watermark_ms)
-            v = None if v is None else v - 1
+            v = None if v is None else wrap_long(v - 1)
             if v is None:
                 v = _less_than_bound(c.input, c.upper, find_side, watermark_ms)
-                v = None if v is None else v - 1
+                v = None if v is None else wrap_long(v - 1)
         if v is not None:
             found.append(v)
     return min(found) if found else None

@@ -274,6 +274,34 @@ def test_progress_and_explain_show_spark_s_operator(spark, ours, tmp_path):
     assert shown(actual_plan) == shown(expected_plan), "\n".join(["spark:", *expected_plan, "ours:", *actual_plan])
 
 
+def test_explain_before_start(spark, ours, tmp_path):
+    """``df.explain()`` of a streaming join before it starts: the same join node (state info with
+    an unknown checkpoint, both watermarks ``Long.MinValue`` and Spark's state cleanup
+    predicates computed, with its long overflow, from them) and exchanges."""
+    import contextlib
+    import io
+    import re
+
+    root = Path(tmp_path) / "in"
+    root.mkdir()
+
+    def lines(engine: Any) -> list[str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            _range_join("left")(engine.readStream.schema(SCHEMA).parquet(str(root))).explain()
+        shown = []
+        for line in out.getvalue().splitlines():
+            line = re.sub(r"#\d+L?|, \[plan_id=\d+\]|runId = [0-9a-f-]+", "", line)
+            line = re.sub(r"^[\s:+-]*(\*\(\d+\) )?", "", line)
+            if line.startswith(("StreamingSymmetricHashJoin", "Exchange")):
+                shown.append(line)
+        return shown
+
+    expected = lines(spark)
+    assert len(expected) == 3 and "state cleanup [ left value predicate" in expected[0]
+    assert lines(ours()) == expected
+
+
 # ------------------------------------------------------------------------------------------
 # Refused joins
 # ------------------------------------------------------------------------------------------

@@ -102,6 +102,14 @@ def test_conditions_the_solver_cannot_read_give_no_bound():
     assert state_value_watermark(RANGE, 0, W, other_has_watermark=False) is None
 
 
+def test_long_overflow_as_on_the_jvm():
+    # before a query starts Spark plans with Long.MinValue: the bound clamps to Long.MinValue and
+    # `- 1` wraps around to Long.MaxValue (Spark's explain then shows `lts <= -1000`)
+    lo = -(2**63)
+    assert state_value_watermark(RANGE, 0, lo) == 2**63 - 1
+    assert state_value_watermark(RANGE, 1, lo) == 2**63 - 1
+
+
 def test_between_is_solved_on_its_lower_bound_first():
     cond = (Between(RTS, LTS, Add(LTS, Lit(5 * SEC))),)
     assert state_value_watermark(cond, 1, W) == W - 1
