@@ -211,3 +211,104 @@ def test_a_join_without_watermarks_gets_none():
     assert planned.event_time_watermark_for_eviction is None
     assert planned.state_watermarks == (None, None)
     assert not planned.should_run_another_batch(10)
+
+
+# ------------------------------------------------------------------------------ the state step
+
+
+def _step_input(rows: list[dict]):
+    import pyarrow as pa
+
+    from statestream.operators.aggregate import PARTITION_ID_COLUMN
+
+    ts = pa.timestamp("us", tz="UTC")
+    side_row = lambda s: pa.struct([pa.field(f"__s{s}_0", pa.int64()), pa.field(f"__s{s}_1", ts)])  # noqa: E731
+    schema = pa.schema(
+        [
+            pa.field("__kind", pa.int32()), pa.field("__side", pa.int32()), pa.field("__k0", pa.int64()),
+            pa.field("__l", side_row(0)), pa.field("__r", side_row(1)), pa.field("__late", pa.bool_()),
+            pa.field("__pre", pa.bool_()), pa.field(PARTITION_ID_COLUMN, pa.int32()), pa.field("__rid", pa.int64()),
+            pa.field("__idx", pa.int64()), pa.field("__pnew", pa.bool_()),
+        ]
+    )
+    full = []
+    for r in rows:
+        row = {f.name: None for f in schema}
+        row.update(r)
+        row[PARTITION_ID_COLUMN] = 0
+        full.append(row)
+    return schema, side_row, pa.Table.from_pylist(full, schema=schema)
+
+
+def _new(side: int, k: int, seconds: int, rid: int, late: bool = False) -> dict:
+    import datetime as dt
+
+    t = dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=seconds)
+    row = {f"__s{side}_0": k, f"__s{side}_1": t}
+    return {"__kind": 0, "__side": side, "__k0": k, "__l" if side == 0 else "__r": row, "__late": late, "__pre": True, "__rid": rid}
+
+
+def _marker(side: int, k: int, rid: int | None = None, idx: int | None = None, partner_new: bool = True) -> dict:
+    return {"__kind": 1, "__side": side, "__k0": k, "__rid": rid, "__idx": idx, "__pnew": partner_new}
+
+
+def test_join_state_step_keeps_matches_and_pads_evicted_unmatched_rows(tmp_path):
+    """Left outer, two batches without Spark: new rows and the markers of emitted pairs go into
+    the stores (``matched`` from the markers), then the state watermarks evict: the unmatched left
+    row comes out padded with nulls, the evicted right row is counted as removed."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from statestream.operators.stream_join import JoinStateStep
+
+    rows = [_new(0, 1, 0, 0), _new(0, 2, 1, 1), _new(1, 1, 2, 2), _new(1, 3, 0, 3, late=True), _marker(0, 1, rid=0), _marker(1, 1, rid=2)]
+    schema, side_row, table = _step_input(rows)
+    key_schema = pa.schema([pa.field("__k0", pa.int64())])
+    row_schemas = (pa.schema(list(side_row(0))), pa.schema(list(side_row(1))))
+    out_schema = pa.schema(list(side_row(0)) + list(side_row(1)))
+    step = JoinStateStep(
+        state_root=str(tmp_path), run_id="r", operator_id=0, version=0, join_type="LeftOuter", input_schema=schema,
+        key_schema=key_schema, row_schemas=row_schemas, output_schema=out_schema,
+        event_times=((1, False), (1, False)),
+    )
+    out, m = step.process(0, table.to_batches())
+    assert out.num_rows == 0
+    assert (m["numUpdatedStateRows"], m["numTotalStateRows"], m["numRowsDroppedByWatermark"], m["numRemovedStateRows"]) == (3, 3, 1, 0)
+    assert m["numStateStoreInstances"] == 4
+
+    second = JoinStateStep(**{**step.__dict__, "version": 1, "state_watermarks": (("value", 1_714_521_601_500), ("value", 1_714_521_605_000))})
+    _, _, empty = _step_input([])
+    out, m = second.process(0, empty.to_batches())
+    assert out.to_pylist() == [
+        {"__s0_0": 2, "__s0_1": dt.datetime(2024, 5, 1, 0, 0, 1, tzinfo=dt.timezone.utc), "__s1_0": None, "__s1_1": None}
+    ]
+    assert (m["numUpdatedStateRows"], m["numTotalStateRows"], m["numRemovedStateRows"]) == (0, 0, 1)
+
+
+def test_join_state_step_indexes_stay_dense_per_key(tmp_path):
+    """Three rows of one key, the middle one evicted: the two left keep indexes 0 and 1 and
+    ``keyToNumValues`` says 2 (Spark's layout of the two stores)."""
+    import pyarrow as pa
+
+    from statestream.operators.stream_join import JoinStateStep, _providers
+
+    rows = [_new(0, 7, 10, 0), _new(0, 7, 0, 1), _new(0, 7, 20, 2)]
+    schema, side_row, table = _step_input(rows)
+    key_schema = pa.schema([pa.field("__k0", pa.int64())])
+    row_schemas = (pa.schema(list(side_row(0))), pa.schema(list(side_row(1))))
+    step = JoinStateStep(
+        state_root=str(tmp_path), run_id="r", operator_id=0, version=0, join_type="Inner", input_schema=schema,
+        key_schema=key_schema, row_schemas=row_schemas, output_schema=pa.schema(list(side_row(0)) + list(side_row(1))),
+        event_times=((1, False), (1, False)),
+    )
+    step.process(0, table.to_batches())
+    _, _, empty = _step_input([])
+    evicting = JoinStateStep(**{**step.__dict__, "version": 1, "state_watermarks": (("value", 1_714_521_600_000), None)})
+    _, m = evicting.process(0, empty.to_batches())
+    assert (m["numRemovedStateRows"], m["numTotalStateRows"]) == (1, 2)
+    providers = _providers(str(tmp_path), "r", 0, 0, key_schema, row_schemas, None)
+    kwi = providers["left-keyWithIndexToValue"].get_read_store(2).table()
+    assert sorted(zip(kwi.column("index").to_pylist(), [v["__s0_0"] for v in kwi.column("value").to_pylist()])) == [(0, 7), (1, 7)]
+    k2n = providers["left-keyToNumValues"].get_read_store(2).table()
+    assert k2n.to_pylist() == [{"__k0": 7, "value": 2}]
