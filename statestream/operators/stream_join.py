@@ -58,6 +58,7 @@ __all__ = [
     "JoinStateStep",
     "JoinStateScan",
     "JOIN_OPERATOR_NAME",
+    "partition_routes",
 ]
 
 JOIN_OPERATOR_NAME = "symmetricHashJoin"
@@ -291,8 +292,20 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             F.lit(0).cast("int").alias(KIND), F.col(SIDE), *[F.col(c) for c in kcols], F.col(LROW), F.col(RROW),
             F.col(LATE), F.col(PRE), F.col(PID), F.col(RID), F.lit(None).cast("long").alias(IDX), F.lit(None).cast("boolean").alias(PNEW),
         )
-        step_in = rows_in.unionByName(markers(0)).unionByName(markers(1))
-        step_in = step_in.repartition(n, *[F.col(c) for c in kcols]) if nkeys else step_in.repartition(1)
+        # one row per state partition, so that every task of the step sees its partition in its
+        # data (a task's own id is not the partition when the join sits below a union's second
+        # input), then all rows go to the task of their state partition
+        beats = spark.range(0, n, 1, n).select(
+            F.lit(2).cast("int").alias(KIND), F.lit(0).cast("int").alias(SIDE),
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in key_fields],
+            F.lit(None).cast(left_struct).alias(LROW), F.lit(None).cast(right_struct).alias(RROW),
+            F.lit(None).cast("boolean").alias(LATE), F.lit(None).cast("boolean").alias(PRE),
+            F.col("id").cast("int").alias(PID), F.lit(None).cast("long").alias(RID), F.lit(None).cast("long").alias(IDX),
+            F.lit(None).cast("boolean").alias(PNEW),
+        )
+        step_in = rows_in.unionByName(markers(0)).unionByName(markers(1)).unionByName(beats)
+        routes = F.array(*[F.lit(r) for r in partition_routes(n)])
+        step_in = step_in.repartition(n, F.element_at(routes, F.col(PID) + 1))
         out_struct = StructType(left_struct.fields + right_struct.fields)
         step = JoinStateStep(
             **step_args,
@@ -321,7 +334,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
         if info.join_type in ("RightOuter", "FullOuter"):
             failed = new.filter((F.col(SIDE) == 1) & ~F.col(LATE) & ~F.col(PRE))
             parts.append(failed.select(*null_left, *[F.col(RROW).getField(c).alias(c) for c in rcols]))
-        result = parts[0]  # first: its tasks' ids are the state partitions (see StateStep.__call__)
+        result = parts[0]
         for p in parts[1:]:
             result = result.unionByName(p)
         out = result.select(*[col(e) for e in info.output])
@@ -330,6 +343,36 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             if f.metadata:
                 out = out.withMetadata(f.name, dict(f.metadata))
         return out
+
+
+def _murmur3_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an int (Murmur3 x86 32-bit, seed 42), as a signed int."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = rotl(seed ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def partition_routes(n: int) -> list[int]:
+    """For each partition p < n, an int that Spark's ``repartition(n, int_column)`` sends to
+    partition p (``pmod(hash(int), n) == p``): routes rows to the partition they name."""
+    routes: dict[int, int] = {}
+    candidate = 0
+    while len(routes) < n:
+        routes.setdefault(_murmur3_int(candidate) % n, candidate)
+        candidate += 1
+    return [routes[p] for p in range(n)]
 
 
 def _null(text: str) -> str:
@@ -422,8 +465,20 @@ class JoinStateStep(StateStep):
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
 
+    def __call__(self, batches):
+        """``mapInArrow``: the task's state partition is the one its rows name (each task gets
+        one row of its own partition at least, see ``execute``)."""
+        batches = [b for b in batches if b.num_rows]
+        if not batches:  # pragma: no cover - every task receives its partition's row
+            return
+        partition = int(batches[0].column(PID)[0].as_py())
+        out, metrics = self.process(partition, batches)
+        if self.accumulator is not None:
+            self.accumulator.add([metrics])
+        yield from out.to_batches(max_chunksize=1 << 16)
+
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
-        table = self.partition_input(batches, partition, "the exchange did not partition by the join keys", drop_partition_column=False)
+        table = self.partition_input(batches, partition, "the exchange did not route the rows by state partition", drop_partition_column=False)
         nk = len(self.key_schema)
         kcols = [key_column(j) for j in range(nk)]
         providers = _providers(self.state_root, self.run_id, self.operator_id, partition, self.key_schema, self.row_schemas, self.store_conf)

@@ -111,6 +111,19 @@ def test_outer_join_short(spark, ours, tmp_path, how):
     assert padded, "the input no longer exercises the null-padded rows"
 
 
+def test_join_as_the_second_input_of_a_union(spark, ours, tmp_path):
+    """A join below the second input of a union: Spark runs the union's inputs as one stage whose
+    task ids continue after the first input's, and the state must still be found by partition."""
+
+    def build(df: DataFrame) -> DataFrame:
+        first = df.filter("side = 'L'").select(
+            "k", F.col("ts").alias("lts"), F.col("v").alias("lv"), F.col("k").alias("rk"), F.col("ts").alias("rts"), F.col("v").alias("rv")
+        )
+        return first.union(_range_join("left")(df))
+
+    _compare(spark, ours, tmp_path, build, SHORT_INPUT)
+
+
 #: an inner join on the key only, no watermark: the state keeps everything
 NO_WATERMARK_INPUT = [
     [L(1, 0, 10), L(1, 1, 11), R(1, 2, 100), L(None, 3, 12), R(None, 3, 102), R(3, 4, 103)],

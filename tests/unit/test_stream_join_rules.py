@@ -252,6 +252,16 @@ def _marker(side: int, k: int, rid: int | None = None, idx: int | None = None, p
     return {"__kind": 1, "__side": side, "__k0": k, "__rid": rid, "__idx": idx, "__pnew": partner_new}
 
 
+def test_partition_routes_follow_spark_s_hash():
+    from statestream.operators.stream_join import _murmur3_int, partition_routes
+
+    # Spark: SELECT hash(0), hash(1), hash(42), hash(-1)
+    assert [_murmur3_int(v) for v in (0, 1, 42, -1)] == [933211791, -559580957, 29417773, -1604776387]
+    for n in (1, 2, 5, 200):
+        routes = partition_routes(n)
+        assert [_murmur3_int(r) % n for r in routes] == list(range(n))
+
+
 def test_join_state_step_keeps_matches_and_pads_evicted_unmatched_rows(tmp_path):
     """Left outer, two batches without Spark: new rows and the markers of emitted pairs go into
     the stores (``matched`` from the markers), then the state watermarks evict: the unmatched left
