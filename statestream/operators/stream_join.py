@@ -22,8 +22,8 @@ matching, the state step only reads and writes state.
    keys (null-safe, as Spark's state matches binary key rows) and the rest of the condition,
    without stored-with-stored pairs: exactly the pairs Spark's operator emits, with Spark's
    condition semantics;
-4. *state step*: the new rows and, for every emitted pair, one marker per side, go to partition
-   p; ``JoinStateStep`` appends the new rows, sets ``matched``, evicts with the state watermarks,
+4. *state step*: the new rows, one marker per side of every emitted pair and one row per state
+   partition go to the task of their partition; ``JoinStateStep`` appends the new rows, sets ``matched``, evicts with the state watermarks,
    emits the null-padded (outer) and semi rows, and commits the four stores.
 """
 
