@@ -516,11 +516,16 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     the condition."""
     from pyspark.sql.types import BooleanType, StructField, StructType
 
-    from statestream.plan.joins import _planning_session, standin_join
+    from pyspark.sql import SparkSession
+
+    from statestream.plan.joins import standin_join
     from statestream.plan.logical import WATERMARK_DELAY_KEY
 
     assert node.left is not None and node.right is not None
-    session = _planning_session(node.template)
+    # a clone of the template's session with adaptive execution off, as in a micro-batch
+    user = node.template.sparkSession
+    session = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    session.conf.set("spark.sql.adaptive.enabled", "false")
     joined, ids = standin_join(node, session)
     jvm = session._jvm  # noqa: SLF001
     qe = joined._jdf.queryExecution()  # noqa: SLF001
