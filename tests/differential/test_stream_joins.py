@@ -102,7 +102,7 @@ SHORT_INPUT = [
 ]
 
 
-@pytest.mark.parametrize("how", ["left", pytest.param("full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("how", ["left", "full"])
 def test_outer_join_short(spark, ours, tmp_path, how):
     """The quick version of ``test_time_range_join`` (three batches): outer rows padded with
     nulls in the no-data batch where the watermark passes them."""
@@ -132,7 +132,6 @@ NO_WATERMARK_INPUT = [
 ]
 
 
-@pytest.mark.slow
 def test_inner_join_without_watermarks_keeps_all_state(spark, ours, tmp_path):
     """An inner join of two streams without any watermark (Spark accepts it): every row stays in
     the state and matches rows of the other side arriving later; null keys never match."""
