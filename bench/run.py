@@ -33,6 +33,9 @@ Workloads:
   percentile_approx, approx_count_distinct and max_by of ``amount`` over W2's kind of input
   (1,000,000 users, one hour-aligned window): the buffers Spark keeps as moments, a hash set, a
   quantile digest and HyperLogLog registers.
+* W6: a stream-stream join, impressions with clicks (Spark's guide's example): each side
+  watermarked, inner join on the ad id with the click within one minute after the impression;
+  100,000 ads, 1,000,000 rows a side a batch, event time 10 minutes a file.
 * W4: sessions, ``groupBy("user", session_window("timestamp", "5 minutes"))`` with count and
   sum of ``amount``, append mode with a 1 minute watermark, over (timestamp, user, amount);
   100,000 users, each active for two 3-minute files out of four, so sessions grow across
@@ -59,17 +62,20 @@ RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
 NUM_SESSION_USERS = 100_000
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+NUM_ADS = 100_000
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
     "W4": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W5": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
+    "W6": "adId LONG, impressionTime TIMESTAMP",
+    "W6-clicks": "clickAdId LONG, clickTime TIMESTAMP",
 }
 W3_DUPLICATE_RATE = 0.10
 #: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
-OUTPUT_MODES = {"W4": "append"}
+OUTPUT_MODES = {"W4": "append", "W6": "append"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,7 +103,7 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
     if (out / "_DONE").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.parquet"):
+    for old in out.rglob("*.parquet"):
         old.unlink()
     rng = np.random.default_rng(seed)
     mtime0 = time.time() - 10 * files - 60
@@ -128,6 +134,14 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
             )
         elif workload == "W3":
             table = _w3_file(rng, i, rows)
+        elif workload == "W6":
+            impressions, clicks = _w6_files(rng, i, rows)
+            for side, side_table in (("impressions", impressions), ("clicks", clicks)):
+                (out / side).mkdir(exist_ok=True)
+                side_path = out / side / f"part-{i:05d}.parquet"
+                pq.write_table(side_table, side_path)
+                os.utime(side_path, (mtime0 + i, mtime0 + i))
+            continue
         elif workload == "W4":
             # File i spans event time [3 i, 3 i + 3) minutes. User u is active in file i when
             # (u + i) % 4 < 2: two files on, two files (6 minutes, more than the 5 minute gap)
@@ -153,6 +167,26 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
         os.utime(path, (mtime0 + i, mtime0 + i))
     (out / "_DONE").write_text(json.dumps({"rows": rows, "files": files, "seed": seed}))
     return out
+
+
+def _w6_files(rng: Any, i: int, rows: int) -> tuple[Any, Any]:
+    """File ``i`` of W6's two inputs: ``rows`` impressions of ads drawn from 100,000, at event
+    times in [600 i, 600 i + 600) s, and ``rows`` clicks, each on the ad of a random impression of
+    the same file, 0 to 50 s after it. An ad has about ten impressions per file, a minute apart on
+    average, so a click falls in the one-minute range of one or two of them."""
+    import numpy as np
+    import pyarrow as pa
+
+    span_us = 600 * 1_000_000
+    ads = rng.integers(0, NUM_ADS, rows)
+    t_us = (BASE_EPOCH_S + 600 * i) * 1_000_000 + rng.integers(0, span_us, rows)
+    pick = rng.integers(0, rows, rows)
+    click_us = t_us[pick] + rng.integers(0, 50_000_000, rows)
+    impressions = pa.table({"adId": pa.array(ads, pa.int64()), "impressionTime": pa.array(t_us, pa.timestamp("us", tz="UTC"))})
+    clicks = pa.table(
+        {"clickAdId": pa.array(ads[pick], pa.int64()), "clickTime": pa.array(np.asarray(click_us), pa.timestamp("us", tz="UTC"))}
+    )
+    return impressions, clicks
 
 
 def _w3_file(rng: Any, i: int, rows: int) -> Any:
@@ -210,6 +244,16 @@ def build_query(workload: str) -> Callable[[Any], Any]:
             )
 
         return w1
+
+    if workload == "W6":
+
+        def w6(impressions: Any, clicks: Any) -> Any:
+            return impressions.withWatermark("impressionTime", "2 minutes").join(
+                clicks.withWatermark("clickTime", "3 minutes"),
+                F.expr("clickAdId = adId AND clickTime >= impressionTime AND clickTime <= impressionTime + interval 1 minute"),
+            )
+
+        return w6
 
     if workload == "W3":
 
@@ -311,16 +355,17 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
             last[0] = now
 
         checkpoint = tempfile.mkdtemp(prefix=f"bench-{workload}-{engine_kind}-")
-        df = (
-            engine.readStream.format("parquet")
-            .schema(SCHEMAS[workload])
-            .option("maxFilesPerTrigger", 1)
-            .load(str(input_dir))
-        )
+        def read(schema: str, path: Path) -> Any:
+            return engine.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", 1).load(str(path))
+
+        if workload == "W6":
+            built = build_query(workload)(read(SCHEMAS["W6"], input_dir / "impressions"), read(SCHEMAS["W6-clicks"], input_dir / "clicks"))
+        else:
+            built = build_query(workload)(read(SCHEMAS[workload], input_dir))
         t0 = time.perf_counter()
         last[0] = t0
         query = (
-            build_query(workload)(df)
+            built
             .writeStream.outputMode(OUTPUT_MODES.get(workload, "update"))
             .foreachBatch(sink)
             .option("checkpointLocation", checkpoint)
@@ -336,6 +381,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
         durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
         last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}
+        state_bytes = last_state.get("memoryUsedBytes")
         result.update(
             ok=True,
             batches=len(progress),
@@ -347,6 +393,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
             sink_wall_ms=[round(wall[k] * 1000) for k in sorted(wall)],
             total_s=round(total, 2),
             state_rows=last_state.get("numRowsTotal"),
+            state_memory_bytes=state_bytes,
         )
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:4]

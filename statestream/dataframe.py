@@ -656,16 +656,19 @@ class DataFrame:
         from statestream.runtime.microbatch import plan_for_explain
 
         schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
-        logical: str | dict[str, str] | None = None
+        logical: str | dict[str, str] = logical_tree_string(self._plan)
         if (mode or ("extended" if extended else "simple")).lower() in ("extended", "cost"):
-            # Spark's own logical plans where statestream can ask for them (a stateless query)
+            # Spark's own logical plans, section by section where they can be composed
+            # (statestream's outline for the others)
+            from statestream.plan.planner import optimized_plan
             from statestream.plan.spark_text import logical_sections
 
-            logical = logical_sections(self._plan)
+            composed = logical_sections(self._plan, optimized_plan(self._plan)) or {}
+            logical = {key: composed.get(key, logical) for key in ("parsed", "analyzed", "optimized", "cost")}
         return explain_string(
             plan_for_explain(self._plan, self.sparkSession, "append"),
             extended=extended,
-            logical=logical or logical_tree_string(self._plan),
+            logical=logical,
             mode=mode,
             schema_line=schema_line,
         )

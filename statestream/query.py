@@ -105,7 +105,7 @@ class StreamingQuery:
     def explain(self, extended: bool = False) -> None:
         from statestream.plan.explain import explain_string
 
-        plan = self._ex._last_plan or self._ex._physical  # noqa: SLF001
+        plan = self._ex.explained_plan()
         if plan is None:
             print("N/A")  # noqa: T201 - like PySpark, explain prints
             return

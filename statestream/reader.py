@@ -42,7 +42,12 @@ class SourceSpec:
 
     @property
     def short_name(self) -> str:
-        return "MemoryStream" if self.instance is not None else self.format
+        """The source's name in Spark's plans: ``FileSource[<path>]`` for a file source."""
+        if self.instance is not None:
+            return "MemoryStream"
+        if self.format.lower() in ("parquet", "json", "csv", "orc", "text") and self.path:
+            return f"FileSource[{self.path}]"
+        return self.format
 
     def create(self, spark: "SparkSession", metadata_dir: str | None) -> "Source":
         if self.instance is not None:

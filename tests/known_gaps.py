@@ -7,6 +7,13 @@ still reported, and a gap that gets fixed fails the run until its entry is remov
 from __future__ import annotations
 
 KNOWN_GAPS: dict[str, str] = {
+    "tests/spark/test_explain.py::test_explain_matches_spark[join_then_windowed_aggregate]": (
+        "explain() of a window aggregation over a stream-static join: Spark's optimizer pushes the window's "
+        "Filter isnotnull(timestamp#N-T20000ms) through the join to the streaming side (just above the "
+        "EventTimeWatermark); statestream asks Spark for the aggregation's text over the join's output, so the "
+        "filter shows above the join, in the optimised logical plan (~Filter over ~Join) and in the physical "
+        "plan (Filter over BroadcastHashJoin); every other line is Spark's"
+    ),
     "tests/differential/test_aggregation.py::test_complete_mode_order_by": (
         "Spark's state metrics double: the range-partitioning sample of the Sort above the aggregation "
         "runs its stateful stage twice and the SQL metrics add up; statestream reports each row once (rows match)"

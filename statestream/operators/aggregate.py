@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AggregationInfo",
+    "AggregateExplainText",
     "StreamingAggregateExec",
     "HashAggregateExec",
     "AggregateSortExec",
@@ -45,6 +46,34 @@ GROUPING_ID_NAME = "spark_grouping_id"
 HASH_AGGREGATE = "HashAggregate"
 OBJECT_HASH_AGGREGATE = "ObjectHashAggregate"
 SORT_AGGREGATE = "SortAggregate"
+
+
+@dataclass(frozen=True)
+class AggregateExplainText:
+    """Spark's own ``explain()`` text for the steps of one streaming aggregation, attribute ids
+    included, read from Spark's batch plan of the same aggregation over a stand-in input
+    (``plan/spark_text.py``). Explain only; ``lines``, ``verbose`` and ``details`` are keyed by
+    the step's mode (``Partial``, ``PartialMerge``, ``Final``)."""
+
+    lines: dict[str, str]
+    verbose: dict[str, str]
+    details: dict[str, str]
+    #: the grouping attributes (``window#9-T10000ms, _groupingexpression#12L``), as the state
+    #: store nodes list them
+    keys: str
+    #: the stateful exchange's line (``Exchange hashpartitioning(...), REQUIRED_BY_STATEFUL_OPERATOR, [plan_id=n]``)
+    exchange: str
+    #: the local sort below a sort-based step (``""``: a hash-based aggregation)
+    sort: str
+    #: the buffer rows' attributes (output of the partial and merge steps)
+    buffer_output: tuple[str, ...]
+    #: the final step's output attributes
+    output: tuple[str, ...]
+    #: a session-window aggregation's extra lines: ``keys`` (the keys without the session),
+    #: ``session`` (the session attribute, ``session_window#8``), ``merging`` /
+    #: ``merging_local`` (``MergingSessions`` after the restore / inside each input partition),
+    #: ``merging_details`` and ``sort`` (the sort by keys and session)
+    session: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -75,6 +104,8 @@ class AggregationInfo:
     aggregate_node: str = HASH_AGGREGATE
     #: whether that node runs inside whole-stage codegen (explain's ``*(n)`` prefix)
     aggregate_codegen: bool = True
+    #: Spark's text of the steps for ``explain()`` (``None``: statestream's own rendering)
+    spark_text: AggregateExplainText | None = field(default=None, repr=False, compare=False)
 
     @property
     def spark_key_names(self) -> tuple[str, ...]:
@@ -109,6 +140,8 @@ class AggregationInfo:
         return tuple(n for c in self.calls for n in c.partial_names())
 
     def key_sql(self) -> str:
+        if self.spark_text is not None:
+            return self.spark_text.keys
         return ", ".join(self.grouping_names)
 
     def functions_sql(self, prefix: str) -> str:
@@ -195,8 +228,20 @@ class StreamingAggregateExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         assert self.info is not None
+        if self.info.spark_text is not None:
+            return self.info.spark_text.lines[self.mode]
         prefix = {"Partial": "partial_", "PartialMerge": "merge_", "Final": ""}[self.mode]
         return aggregate_string(self.info, prefix)
+
+    def verbose_string(self) -> str:
+        assert self.info is not None
+        if self.info.spark_text is not None:
+            return self.info.spark_text.verbose[self.mode]
+        return self.simple_string()
+
+    def formatted_details(self) -> str | None:
+        assert self.info is not None
+        return self.info.spark_text.details[self.mode] if self.info.spark_text is not None else None
 
 
 #: the name this class had when every step was shown as a HashAggregate
@@ -221,11 +266,15 @@ class AggregateSortExec(ExecutedByParent, PhysicalOperator):
 
     child: PhysicalOperator | None = None
     keys: tuple[str, ...] = ()
+    #: explain only: Spark's line (attribute ids), when known
+    spark_text: str = ""
 
     def supports_codegen(self) -> bool:
         return True
 
     def simple_string(self) -> str:
+        if self.spark_text:
+            return self.spark_text
         return "Sort [" + ", ".join(f"{k} ASC NULLS FIRST" for k in self.keys) + "], false, 0"
 
 
@@ -234,7 +283,7 @@ def sorted_for_aggregate(info: AggregationInfo, child: PhysicalOperator) -> Phys
     input ordered by its grouping keys), or ``child`` itself when the aggregation is hash-based
     or has no keys (no ordering required)."""
     if info.aggregate_node == SORT_AGGREGATE and info.key_columns:
-        return AggregateSortExec(child=child, keys=info.spark_key_names)
+        return AggregateSortExec(child=child, keys=info.spark_key_names, spark_text=info.spark_text.sort if info.spark_text else "")
     return child
 
 
@@ -300,8 +349,13 @@ class ShuffleExchangeExec(ExecutedByParent, PhysicalOperator):
     child: PhysicalOperator | None = None
     keys: tuple[str, ...] = ()
     num_partitions: int | None = None
+    #: explain only: Spark's line for this exchange (attribute and plan ids), when known
+    spark_text: str = ""
 
     def simple_string(self) -> str:
+        if self.spark_text:
+            return self.spark_text
         if not self.keys:
-            return "Exchange SinglePartition, REQUIRED_BY_STATEFUL_OPERATOR"
+            # Spark's streaming plan keeps the batch requirement for a single partition
+            return "Exchange SinglePartition, ENSURE_REQUIREMENTS"
         return f"Exchange hashpartitioning({', '.join(self.keys)}, {self.num_partitions}), REQUIRED_BY_STATEFUL_OPERATOR"

@@ -112,10 +112,56 @@ class PhysicalOperator:
         """One line of ``explain()`` for this node."""
         return type(self).__name__.removesuffix("Exec")
 
+    def verbose_string(self) -> str:
+        """The node's line in ``explain(extended=True)`` (Spark's ``verboseString``: the same as
+        the simple line except for a few nodes, e.g. an aggregate also lists its output)."""
+        return self.simple_string()
+
+    def formatted_name(self) -> str | None:
+        """The node's name in the tree of ``explain(mode="formatted")`` when Spark's own plan
+        gave it (a join adds its type and build side: ``BroadcastHashJoin Inner BuildRight``);
+        ``None``: the head of its line."""
+        return None
+
+    def formatted_details(self) -> str | None:
+        """The lines under the node's header in ``explain(mode="formatted")`` when they were
+        taken from Spark's own plan (``Input [n]: [...]``, ``Condition : ...``); ``None``: the
+        formatter writes Spark's default (input or output, then the arguments)."""
+        return None
+
     def supports_codegen(self) -> bool:
         """Whether Spark runs this node inside whole-stage code generation, which ``explain()``
         shows as a ``*(n)`` prefix (n = the codegen stage)."""
         return False
+
+
+@dataclass(frozen=True)
+class ShownAsSpark:
+    """A node whose ``explain()`` text was taken from Spark's own plan: its line, verbose line,
+    formatted-mode details, output attributes and formatted tree name (``plan/spark_text.py``).
+    Mixed in before the operator class it dresses."""
+
+    text: str = ""
+    codegen: bool = False
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
+
+    def supports_codegen(self) -> bool:
+        return self.codegen
+
+    def simple_string(self) -> str:
+        return self.text
+
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.text
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
 
 
 class ExecutedByParent:
@@ -186,3 +232,9 @@ class WatermarkSupport:
         this batch evicted with."""
         prev = self.event_time_watermark_for_eviction
         return prev is not None and new_input_watermark_ms > prev
+
+
+def node_name(node: PhysicalOperator) -> str:
+    """The operator's name as Spark's explain lists it (the head of its line)."""
+    match = re.match(r"[A-Za-z]+", node.simple_string())
+    return match.group(0) if match else type(node).__name__

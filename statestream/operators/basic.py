@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from statestream.operators.base import PhysicalOperator
+from statestream.operators.base import PhysicalOperator, ShownAsSpark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -98,25 +98,16 @@ class StatelessExec(PhysicalOperator):
 
 
 @dataclass(frozen=True)
-class SparkStatelessExec(StatelessExec):
+class SparkStatelessExec(ShownAsSpark, StatelessExec):
     """A node of Spark's own plan of a chain of stateless steps, shown by ``explain()`` as
     Spark shows it (``Project [timestamp#0, (value#1L * 2) AS x#2L]``; ``plan/spark_text.py``).
     A ``StatelessExec`` so that planning decisions that look through stateless steps (is the
     input one partition? sorted?) see the same plan as a run does. Explain only: it hands on
     its input if executed, the steps themselves run as the user's operations."""
 
-    text: str = ""
-    codegen: bool = False
-
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
         return self.child.execute(ctx)
-
-    def supports_codegen(self) -> bool:
-        return self.codegen
-
-    def simple_string(self) -> str:
-        return self.text
 
 
 #: ``BatchContext.extra`` key of the batch's ``(name, Observation)`` pairs

@@ -282,6 +282,8 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
     event_time_watermark_for_late_events: int | None = None
     event_time_watermark_for_eviction: int | None = None
     store_conf: Any = None
+    #: explain only: the keys as the input shows them, with attribute ids (``value#1L``)
+    keys_text: str = ""
 
     operator_name = "dedupe"
     #: Spark does not validate the value schema of this operator's state (the dummy value).
@@ -327,7 +329,7 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
         late = self.event_time_watermark_for_late_events
         evict = self.event_time_watermark_for_eviction
         return (
-            f"{self._spark_name()} [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} "
+            f"{self._spark_name()} [{self.keys_text or self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} "
             f"stateStoreCkptIds = None, {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from statestream.operators.base import PhysicalOperator
+from statestream.operators.base import PhysicalOperator, ShownAsSpark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,6 +39,11 @@ class StreamStaticJoinExec(PhysicalOperator):
     spark_text: str = ""
     codegen: bool = False
     stage_start: bool = False
+    #: explain only: Spark's verbose line, formatted-mode details and output attributes
+    verbose_text: str = ""
+    details: str = ""
+    output_text: tuple[str, ...] = ()
+    formatted_tree_name: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.left is not None and self.right is not None and self.transform is not None
@@ -53,16 +58,23 @@ class StreamStaticJoinExec(PhysicalOperator):
     def simple_string(self) -> str:
         return self.spark_text or f"StreamStaticJoin {self.join_type}, {self.description}".rstrip(", ")
 
+    def verbose_string(self) -> str:
+        return self.verbose_text or self.simple_string()
+
+    def formatted_details(self) -> str | None:
+        return self.details or None
+
+    def formatted_name(self) -> str | None:
+        return self.formatted_tree_name or None
+
 
 @dataclass(frozen=True)
-class SparkPlanNodeExec(PhysicalOperator):
+class SparkPlanNodeExec(ShownAsSpark, PhysicalOperator):
     """A node of Spark's own physical plan, shown by ``explain()`` as Spark shows it: the
     exchange or sort Spark's join planning puts above a streaming side (which hands on its input
     when executed), or a node of a static side's plan (explain only: the static side runs as the
     user's DataFrame)."""
 
-    text: str = ""
-    codegen: bool = False
     stage_start: bool = False
     inputs: tuple[PhysicalOperator, ...] = ()
 
@@ -72,11 +84,5 @@ class SparkPlanNodeExec(PhysicalOperator):
             raise RuntimeError(msg)
         return self.inputs[0].execute(ctx)
 
-    def supports_codegen(self) -> bool:
-        return self.codegen
-
     def starts_codegen_stage(self) -> bool:
         return self.stage_start
-
-    def simple_string(self) -> str:
-        return self.text

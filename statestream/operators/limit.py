@@ -157,6 +157,8 @@ class SinglePartitionExchangeExec(PhysicalOperator):
     below already did the exchange."""
 
     child: PhysicalOperator | None = None
+    #: explain only: the plan id Spark's explain shows on an exchange
+    plan_id: int | None = None
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         assert self.child is not None
@@ -166,7 +168,8 @@ class SinglePartitionExchangeExec(PhysicalOperator):
         return df.repartition(1)
 
     def simple_string(self) -> str:
-        return "Exchange SinglePartition, ENSURE_REQUIREMENTS"
+        text = "Exchange SinglePartition, ENSURE_REQUIREMENTS"
+        return text if self.plan_id is None else f"{text}, [plan_id={self.plan_id}]"
 
 
 @dataclass(frozen=True)

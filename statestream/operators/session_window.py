@@ -129,6 +129,16 @@ class SessionWindowInfo:
     def session_grouping(self) -> Any:
         return self.agg.grouping[self.session_index]
 
+    def shown_keys(self) -> str:
+        """The state store nodes' keys and session as ``explain()`` shows them
+        (``[value#1L], session_window#8: struct<start: timestamp, end: timestamp>``; the ids when
+        Spark's text of the aggregation is known)."""
+        spark = self.agg.spark_text
+        if spark is not None and spark.session:
+            session = spark.session["session"] + self.session_type_string()[len(self.session_name) :]
+            return f"[{spark.session['keys']}], {session}"
+        return f"[{', '.join(self.key_names)}], {self.session_type_string()}"
+
     def session_type_string(self) -> str:
         t = self.agg.output_schema[self.session_name].dataType
         inner = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in t.fields)
@@ -196,7 +206,19 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
     def simple_string(self) -> str:
         """Shown as the Partial step of the aggregate node Spark picks (``AggregationInfo``)."""
         assert self.info is not None
+        if self.info.agg.spark_text is not None:
+            return self.info.agg.spark_text.lines["Partial"]
         return aggregate_string(self.info.agg, "partial_")
+
+    def verbose_string(self) -> str:
+        assert self.info is not None
+        spark = self.info.agg.spark_text
+        return spark.verbose["Partial"] if spark is not None else self.simple_string()
+
+    def formatted_details(self) -> str | None:
+        assert self.info is not None
+        spark = self.info.agg.spark_text
+        return spark.details["Partial"] if spark is not None else None
 
 
 @dataclass(frozen=True)
@@ -213,6 +235,8 @@ class MergingSessionsExec(ExecutedByParent, PhysicalOperator):
     def simple_string(self) -> str:
         assert self.info is not None
         agg = self.info.agg
+        if agg.spark_text is not None and agg.spark_text.session:
+            return agg.spark_text.session["merging" if self.step == "state" else "merging_local"]
         # Spark prints the node's fields: required distribution (only after the exchange),
         # isStreaming, shuffle partitions, grouping, session, functions, their results, the
         # buffer offset and the output (grouping columns, then the buffers).
@@ -224,6 +248,11 @@ class MergingSessionsExec(ExecutedByParent, PhysicalOperator):
             f"MergingSessions {required}true, {self.num_partitions}, [{agg.key_sql()}], {self.info.session_type_string()}, "
             f"[{agg.functions_sql('merge_')}], [{results}], {len(agg.grouping_names)}, [{output}]"
         )
+
+    def formatted_details(self) -> str | None:
+        assert self.info is not None
+        spark = self.info.agg.spark_text
+        return spark.session.get("merging_details") if spark is not None and spark.session else None
 
 
 @dataclass(frozen=True)
@@ -240,6 +269,9 @@ class SessionWindowSortExec(ExecutedByParent, PhysicalOperator):
 
     def simple_string(self) -> str:
         assert self.info is not None
+        spark = self.info.agg.spark_text
+        if spark is not None and spark.session.get("sort"):
+            return spark.session["sort"]
         cols = [*self.info.key_names, self.info.session_name]
         return "Sort [" + ", ".join(f"{c} ASC NULLS FIRST" for c in cols) + "], false, 0"
 
@@ -269,7 +301,7 @@ class SessionWindowStateStoreRestoreExec(ExecutedByParent, PhysicalOperator, Sta
         assert self.info is not None
         si = self.state_info if self.state_info else "state info [ <unknown> ]"
         return (
-            f"SessionWindowStateStoreRestore [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si} "
+            f"SessionWindowStateStoreRestore {self.info.shown_keys()}, {si} "
             f"stateStoreCkptIds = None, {_watermarks(self.event_time_watermark_for_late_events, self.event_time_watermark_for_eviction)}, "
             f"{SESSION_STATE_FORMAT_VERSION}"
         )
@@ -353,7 +385,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
         mode = (self.output_mode or "<unknown>").capitalize()
         wm = _watermarks(self.event_time_watermark_for_late_events, self.event_time_watermark_for_eviction)
         return (
-            f"SessionWindowStateStoreSave [{', '.join(self.info.key_names)}], {self.info.session_type_string()}, {si} "
+            f"SessionWindowStateStoreSave {self.info.shown_keys()}, {si} "
             f"stateStoreCkptIds = None, {mode}, {wm}, {SESSION_STATE_FORMAT_VERSION}"
         )
 

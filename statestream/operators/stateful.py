@@ -54,7 +54,7 @@ class StateStoreRestoreExec(ExecutedByParent, PhysicalOperator, StateStoreWriter
     def simple_string(self) -> str:
         assert self.info is not None
         si = self.state_info
-        return f"StateStoreRestore [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {STATE_FORMAT_VERSION}"
+        return f"StateStoreRestore {_keys(self.info)}{si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {STATE_FORMAT_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,14 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         late = self.event_time_watermark_for_late_events
         evict = self.event_time_watermark_for_eviction
         wm = f", {late if late is not None else 'None'}, {evict if evict is not None else 'None'}"
-        return f"StateStoreSave [{self.info.key_sql()}], {si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {mode}{wm}, {STATE_FORMAT_VERSION}"
+        return f"StateStoreSave {_keys(self.info)}{si if si else 'state info [ <unknown> ]'} stateStoreCkptIds = None, {mode}{wm}, {STATE_FORMAT_VERSION}"
+
+
+def _keys(info: AggregationInfo) -> str:
+    """The state store node's keys as Spark prints them, ``[k#1L], ``; nothing for a global
+    aggregation (Spark leaves an empty list out of a node's line)."""
+    keys = info.key_sql()
+    return f"[{keys}], " if keys else ""
 
 
 def _arrow_schema(struct) -> pa.Schema:

@@ -44,6 +44,8 @@ class EventTimeWatermarkExec(PhysicalOperator):
     delay_text: str = ""
     node_id: str = ""
     column_type: str = ""
+    #: explain only: the column as its input shows it, with its attribute id (``timestamp#0``)
+    column_text: str = ""
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import Observation
@@ -64,7 +66,8 @@ class EventTimeWatermarkExec(PhysicalOperator):
         return df
 
     def simple_string(self) -> str:
-        typed = f"{self.column}: {self.column_type}" if self.column_type else self.column
+        column = self.column_text or self.column
+        typed = f"{column}: {self.column_type}" if self.column_type else column
         return f"EventTimeWatermark {self.node_id}, {typed}, {self.delay_text}"
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from statestream.operators.base import PhysicalOperator
+from statestream.operators.base import PhysicalOperator, node_name
 
 if TYPE_CHECKING:
     from statestream.plan.logical import LogicalPlan
@@ -34,6 +33,14 @@ class AdaptiveSparkPlanExec(PhysicalOperator):
 
     def simple_string(self) -> str:
         return "AdaptiveSparkPlan isFinalPlan=false"
+
+    def formatted_details(self) -> str | None:
+        """Spark lists the adaptive root's output (not its input) above its arguments."""
+        from statestream.plan.spark_text import shown_output
+
+        shown = shown_output(self.child)
+        head = f"Output [{len(shown)}]: [{', '.join(shown)}]\n" if shown is not None else ""
+        return head + "Arguments: isFinalPlan=false"
 
 
 #: Spark's exchange nodes, by the name ``explain()`` shows
@@ -102,16 +109,17 @@ def codegen_stage_ids(plan: PhysicalOperator) -> dict[int, int]:
     return ids
 
 
-def tree_string(plan: PhysicalOperator) -> str:
+def tree_string(plan: PhysicalOperator, verbose: bool = False) -> str:
     """Spark's tree layout: ``+- `` before the last child, ``:- `` before the others, and
-    ``*(n) `` before the nodes of whole-stage codegen stage n."""
+    ``*(n) `` before the nodes of whole-stage codegen stage n; ``verbose``: each node's verbose
+    line (Spark's extended explain)."""
     lines: list[str] = []
     stages = codegen_stage_ids(plan)
 
     def go(node: PhysicalOperator, prefix: str, marker: str, last: bool) -> None:
         stage = stages.get(id(node))
         star = f"*({stage}) " if stage is not None else ""
-        lines.append(prefix + marker + star + node.simple_string())
+        lines.append(prefix + marker + star + (node.verbose_string() if verbose else node.simple_string()))
         kids = node.children
         child_prefix = prefix + ("" if not marker else ("   " if last else ":  "))
         for i, c in enumerate(kids):
@@ -120,12 +128,6 @@ def tree_string(plan: PhysicalOperator) -> str:
 
     go(plan, "", "", True)
     return "\n".join(lines)
-
-
-def node_name(node: PhysicalOperator) -> str:
-    """The operator's name as Spark's formatted explain lists it (the head of its line)."""
-    match = re.match(r"[A-Za-z]+", node.simple_string())
-    return match.group(0) if match else type(node).__name__
 
 
 def formatted_string(plan: PhysicalOperator) -> str:
@@ -146,7 +148,7 @@ def formatted_string(plan: PhysicalOperator) -> str:
 
     def go(node: PhysicalOperator, prefix: str, marker: str, last: bool) -> None:
         star = "* " if id(node) in stages else ""
-        lines.append(f"{prefix}{marker}{star}{node_name(node)} ({numbers[id(node)]})")
+        lines.append(f"{prefix}{marker}{star}{node.formatted_name() or node_name(node)} ({numbers[id(node)]})")
         kids = node.children
         child_prefix = prefix + ("" if not marker else ("   " if last else ":  "))
         for i, c in enumerate(kids):
@@ -158,10 +160,28 @@ def formatted_string(plan: PhysicalOperator) -> str:
         head = f"({numbers[id(node)]}) {node_name(node)}"
         if id(node) in stages:
             head += f" [codegen id : {stages[id(node)]}]"
-        text = node.simple_string()
-        arguments = text[len(node_name(node)) :].strip() if text.startswith(node_name(node)) else text
-        details.append(head + (f"\nArguments: {arguments}" if arguments else "") + "\n")
+        body = node.formatted_details()
+        if body is None:
+            body = _default_details(node)
+        details.append(head + (f"\n{body}" if body else "") + "\n")
     return "\n".join(lines) + "\n\n\n" + "\n".join(details)
+
+
+def _default_details(node: PhysicalOperator) -> str:
+    """The details Spark's formatted explain writes for a node without its own: the input's
+    attributes (a leaf: its output's), when known, then the arguments of its line."""
+    from statestream.plan.spark_text import shown_output
+
+    lines = []
+    kids = node.children
+    attributes = shown_output(kids[0]) if len(kids) == 1 else (shown_output(node) if not kids else None)
+    if attributes is not None:
+        lines.append(f"{'Input' if kids else 'Output'} [{len(attributes)}]: [{', '.join(attributes)}]")
+    text = node.simple_string()
+    arguments = text[len(node_name(node)) :].strip() if text.startswith(node_name(node)) else text
+    if arguments:
+        lines.append(f"Arguments: {arguments}")
+    return "\n".join(lines)
 
 
 def codegen_string(plan: PhysicalOperator) -> str:
@@ -218,7 +238,7 @@ def explain_string(
         out.append("== Optimized Logical Plan ==\n" + sections["optimized"] + "\n")
     if mode == "cost" and logical:
         out.append("== Optimized Logical Plan ==\n" + sections["cost"] + "\n")
-    out.append("== Physical Plan ==\n" + tree_string(plan))
+    out.append("== Physical Plan ==\n" + tree_string(plan, verbose=mode in ("extended", "cost")))
     return "\n".join(out) + "\n"
 
 

@@ -22,17 +22,21 @@ empty and which has the default (unknown, huge) size Spark gives a stream before
 from __future__ import annotations
 
 import logging
-import re
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from statestream.operators.basic import in_session
 from statestream.plan import logical as L
+from statestream.plan.spark_text import (
+    IdMap,
+    node_texts,
+    planning_session,
+    shown_output,
+    spark_output_ids,
+    standin_join,
+    unwrap_codegen,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from statestream.operators.base import PhysicalOperator
 
 logger = logging.getLogger(__name__)
@@ -51,6 +55,7 @@ __all__ = [
     "stream_side_conjuncts",
     "MirrorNode",
     "spark_join_plan",
+    "spark_output_ids",
 ]
 
 #: PySpark's ``how`` values, lower-cased without underscores, to Spark's join type names
@@ -192,16 +197,17 @@ def plan_join(
     )
     if not for_explain:
         return join
-    mirror = spark_join_plan(node)
-    if mirror is None:
+    found = spark_join_plan(node)
+    if found is None:
         return join
-    return _with_spark_display(join, mirror, (left, right))
+    mirror, standin_ids = found
+    return _with_spark_display(join, mirror, (left, right), standin_ids)
 
 
 @dataclass
 class MirrorNode:
-    """One node of a Spark physical plan, as ``explain()`` shows it: its text (attribute ids and
-    plan ids removed), whether it runs in whole-stage codegen, whether it starts a codegen stage
+    """One node of a Spark physical plan, as ``explain()`` shows it: its text (with Spark's
+    attribute and plan ids; the stand-ins' ids are renamed when the plan is shown), whether it runs in whole-stage codegen, whether it starts a codegen stage
     of its own, and whether it is (or sits above) a streaming side's stand-in."""
 
     text: str
@@ -209,6 +215,11 @@ class MirrorNode:
     stage_start: bool = False
     children: list["MirrorNode"] = field(default_factory=list)
     standin: int | None = None  # the streaming side this stand-in scan replaces
+    #: Spark's verbose line, formatted-mode details and output attributes (``node_texts``)
+    verbose: str = ""
+    details: str = ""
+    output: tuple[str, ...] = ()
+    formatted_name: str = ""
 
     def find_standins(self) -> Iterator["MirrorNode"]:
         if self.standin is not None:
@@ -225,16 +236,33 @@ class MirrorNode:
 _PLANNING_NODES = ("Exchange", "ShuffleExchange", "BroadcastExchange", "Sort")
 
 
-def _with_spark_display(join: "PhysicalOperator", mirror: MirrorNode, planned: tuple["PhysicalOperator", ...]) -> "PhysicalOperator":
+def _with_spark_display(
+    join: "PhysicalOperator", mirror: MirrorNode, planned: tuple["PhysicalOperator", ...], standin_ids: dict[int, list[int]]
+) -> "PhysicalOperator":
     """``join`` dressed as Spark's plan ``mirror``: the nodes above Spark's join node wrap it,
     the join shows Spark's text, each streaming side gets Spark's exchange/sort nodes above
-    statestream's own planned subtree, and each static side is Spark's plan of it."""
+    statestream's own planned subtree, and each static side is Spark's plan of it. The
+    stand-ins' attribute ids are renamed to those each streaming side shows."""
     import dataclasses
 
     from statestream.operators.join import SparkPlanNodeExec
+    mapping: dict[int, int] = {}
+    for side, ids in standin_ids.items():
+        mapping.update(IdMap.between(tuple(ids), shown_output(planned[side])).mapping)
+    rename = IdMap(mapping)
+
+    def shown(m: MirrorNode) -> dict[str, Any]:
+        return {
+            "text": rename(m.text),
+            "codegen": m.codegen,
+            "verbose_text": rename(m.verbose),
+            "details": rename(m.details),
+            "output_text": rename.all(m.output),
+            "formatted_tree_name": m.formatted_name,
+        }
 
     def convert(m: MirrorNode) -> "PhysicalOperator":
-        return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=m.stage_start, inputs=tuple(convert(c) for c in m.children))
+        return SparkPlanNodeExec(stage_start=m.stage_start, inputs=tuple(convert(c) for c in m.children), **shown(m))
 
     def stream_path(m: MirrorNode, side: int) -> "PhysicalOperator":
         if m.standin is not None:
@@ -242,7 +270,7 @@ def _with_spark_display(join: "PhysicalOperator", mirror: MirrorNode, planned: t
         below = next(c for c in m.children if c.holds_standin())
         inner = stream_path(below, side)
         if m.text.split(" ", 1)[0] in _PLANNING_NODES:
-            return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=m.stage_start, inputs=(inner,))
+            return SparkPlanNodeExec(stage_start=m.stage_start, inputs=(inner,), **shown(m))
         return inner
 
     def build(m: MirrorNode, root: bool = False) -> "PhysicalOperator":
@@ -254,13 +282,23 @@ def _with_spark_display(join: "PhysicalOperator", mirror: MirrorNode, planned: t
             for i, c in enumerate(m.children):
                 standin = next(c.find_standins(), None)
                 sides.append(stream_path(c, standin.standin) if standin is not None else convert(c))
+            texts = shown(m)
             return dataclasses.replace(
-                join, left=sides[0], right=sides[1], spark_text=m.text, codegen=m.codegen, stage_start=stage_start
+                join,
+                left=sides[0],
+                right=sides[1],
+                spark_text=texts["text"],
+                codegen=m.codegen,
+                stage_start=stage_start,
+                verbose_text=texts["verbose_text"],
+                details=texts["details"],
+                output_text=texts["output_text"],
+                formatted_tree_name=texts["formatted_tree_name"],
             )
         inner = next((c for c in m.children if c.holds_standin()), None)
         if inner is None:  # pragma: no cover - the join's node always holds a stand-in
             return join
-        return SparkPlanNodeExec(text=m.text, codegen=m.codegen, stage_start=stage_start, inputs=(build(inner),))
+        return SparkPlanNodeExec(stage_start=stage_start, inputs=(build(inner),), **shown(m))
 
     try:
         return build(mirror, root=True)
@@ -274,100 +312,35 @@ def _with_spark_display(join: "PhysicalOperator", mirror: MirrorNode, planned: t
 # ---------------------------------------------------------------------------------------------
 
 
-def _planning_session(template: "DataFrame") -> Any:
-    """A clone of the template's session with adaptive execution off, as in a micro-batch (the
-    plan Spark shows before a stateful query starts is not adaptive either)."""
-    from pyspark.sql import SparkSession
-
-    user = template.sparkSession
-    session = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
-    session.conf.set("spark.sql.adaptive.enabled", "false")
-    return session
-
-
-def spark_output_ids(p: Any) -> tuple[int, ...]:
-    """The expression ids of a Spark physical plan node's output (how a stand-in leaf is found
-    again in the plan Spark built over it)."""
-    out = p.output()
-    return tuple(int(out.apply(j).exprId().id()) for j in range(out.size()))
-
-
-@contextmanager
-def _same_active_session(session: Any) -> Iterator[None]:
-    """PySpark's ``createDataFrame`` makes its session the active one (in PySpark and in the
-    JVM thread); a stand-in must not change which session the user's code sees as active."""
-    from pyspark.sql import SparkSession
-
-    jvm = session._jvm  # noqa: SLF001
-    previous_jvm = jvm.SparkSession.getActiveSession()
-    previous = SparkSession._activeSession  # noqa: SLF001
-    try:
-        yield
-    finally:
-        SparkSession._activeSession = previous  # noqa: SLF001
-        if previous_jvm.isDefined():
-            jvm.SparkSession.setActiveSession(previous_jvm.get())
-        else:
-            jvm.SparkSession.clearActiveSession()
-
-
-def standin_join(node: L.Join, session: Any = None) -> tuple["DataFrame", dict[int, list[int]]]:
-    """The join with each streaming side replaced by a stand-in (see the module docstring), and
-    the stand-ins' attribute ids by side. The active session stays what it was."""
-    session = session or node.template.sparkSession
-    with _same_active_session(session):
-        return _standin_join(node, session)
-
-
-def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, list[int]]]:
-    assert node.transform is not None
-    sides: list[Any] = []
-    ids: dict[int, list[int]] = {}
-    for i, child in enumerate(node.children):
-        if _streaming(child):
-            standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
-            output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
-            ids[i] = [int(output.apply(j).exprId().id()) for j in range(output.size())]
-            sides.append(standin)
-        else:
-            sides.append(in_session(child.template, session))
-    return node.transform(sides[0], sides[1]), ids
-
-
-_IDS = re.compile(r"#\d+L?")
-_PLAN_IDS = re.compile(r", \[plan_id=\d+\]")
-
-
-def _clean(text: str) -> str:
-    """A Spark plan line as statestream shows plans: without attribute and plan ids."""
-    return _PLAN_IDS.sub("", _IDS.sub("", text))
-
-
-def spark_join_plan(node: L.Join) -> MirrorNode | None:
+def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | None:
     """Spark's physical plan of the stand-in join (``standin_join``) as a ``MirrorNode`` tree,
-    whole-stage codegen markers folded into the nodes; ``None`` when Spark's plan cannot be read
-    (then ``explain()`` shows statestream's own join node)."""
+    whole-stage codegen markers folded into the nodes, and the stand-ins' attribute ids by side;
+    ``None`` when Spark's plan cannot be read (then ``explain()`` shows statestream's own join
+    node)."""
     try:
-        session = _planning_session(node.template)
+        session = planning_session(node.template)
         joined, ids = standin_join(node, session)
         max_fields = int(session.conf.get("spark.sql.debug.maxToStringFields", "25"))
         plan = joined._jdf.queryExecution().executedPlan()  # noqa: SLF001
         by_ids = {tuple(v): k for k, v in ids.items()}
         output_ids = spark_output_ids
+        same = IdMap({})
 
         def visit(p: Any, codegen: bool, stage_start: bool) -> MirrorNode:
-            name = str(p.nodeName())
+            p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
             kids = [p.children().apply(j) for j in range(p.children().size())]
-            if name.startswith("WholeStageCodegen"):
-                return visit(kids[0], True, True)
-            if name == "InputAdapter":
-                return visit(kids[0], False, False)
-            text = _clean(str(p.simpleString(max_fields)))
+            t = node_texts(p, max_fields, same)
+            texts = {
+                "verbose": t["verbose_text"],
+                "details": t["details"],
+                "output": t["output_text"],
+                "formatted_name": t["formatted_tree_name"],
+            }
             if not kids and output_ids(p) in by_ids:
-                return MirrorNode(text, codegen, stage_start, [], by_ids[output_ids(p)])
-            return MirrorNode(text, codegen, stage_start, [visit(k, codegen, False) for k in kids])
+                return MirrorNode(t["text"], codegen, stage_start, [], by_ids[output_ids(p)], **texts)
+            return MirrorNode(t["text"], codegen, stage_start, [visit(k, codegen, False) for k in kids], **texts)
 
-        return visit(plan, False, False)
+        return visit(plan, False, False), ids
     except Exception:  # noqa: BLE001 - py4j / internal API drift: explain shows statestream's node
         logger.debug("cannot read Spark's plan of a stream-static join", exc_info=True)
         return None

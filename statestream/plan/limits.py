@@ -155,8 +155,11 @@ def plan_limit(
     output_mode: str,
     store_conf: Any = None,
     root: bool = False,
+    for_explain: bool = False,
 ) -> "PhysicalOperator":
-    """Plan ``node`` (see the module docstring); ``plan_child`` plans a logical subtree."""
+    """Plan ``node`` (see the module docstring); ``plan_child`` plans a logical subtree.
+    ``for_explain``: the plan is only shown (an empty relation then shows the attribute ids of
+    what it replaces, as Spark's does)."""
     from statestream.operators.limit import (
         CollectLimitExec,
         LocalTableScanExec,
@@ -172,7 +175,12 @@ def plan_limit(
         return plan_child(node.child)
     n, child = combine_limits(node)
     if n == 0:
-        return LocalTableScanExec(schema=node.schema, output=tuple(node.schema.names))
+        shown = None
+        if for_explain:
+            from statestream.plan.spark_text import shown_output
+
+            shown = shown_output(plan_child(child))
+        return LocalTableScanExec(schema=node.schema, output=shown or tuple(node.schema.names))
     if generates_streaming_appends(child, output_mode):
         planned = plan_child(child)
         local: PhysicalOperator = StreamingLocalLimitExec(child=planned, n=n)

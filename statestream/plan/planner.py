@@ -9,11 +9,13 @@ are filled in by ``plan/incremental.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statestream.operators.aggregate import (
     GROUPING_ID_NAME,
+    AggregateExplainText,
     HASH_AGGREGATE,
     OBJECT_HASH_AGGREGATE,
     SORT_AGGREGATE,
@@ -41,12 +43,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "plan_streaming_query",
+    "optimized_plan",
     "plan_streaming_aggregation",
     "plan_streaming_aggregation_for_session",
     "aggregation_info",
     "session_window_info",
     "spark_aggregate_node",
 ]
+
+
+def optimized_plan(plan: L.LogicalPlan) -> L.LogicalPlan:
+    """The logical plan as statestream's optimizer rewrites it before planning, as Spark's
+    does: filters pushed down (below a watermark, into an aggregation's keys), projections
+    below limits."""
+    from statestream.plan.optimizer import push_down_filters
+
+    return push_projections_below_limits(push_down_filters(plan))
 
 
 def plan_streaming_query(
@@ -67,7 +79,33 @@ def plan_streaming_query(
             shown = _spark_region(node)
             if shown is not None:
                 return shown
+        if for_explain and isinstance(node, L.Aggregate):
+            shown = _spark_aggregate(node)
+            if shown is not None:
+                return shown
         return plan_node(node)
+
+    def _spark_aggregate(node: L.Aggregate) -> "PhysicalOperator | None":
+        """For ``explain()``: the aggregation's steps with Spark's text (attribute ids), over
+        Spark's plan of the stateless steps below it (``plan/spark_text.py``)."""
+        from statestream.plan.spark_text import aggregate_region, aggregate_text, stateless_chain
+
+        assert node.child is not None
+        chain, bottom = stateless_chain(node.child)
+        region = aggregate_region(node, chain, bottom)
+        if region is None:
+            return None
+        parts = aggregate_text(region, bottom, go(bottom), num_partitions)
+        if parts is None:
+            return None
+        text, child = parts
+        if node.is_session_window():
+            if not text.session:
+                return None
+            return plan_streaming_aggregation_for_session(node, child, num_partitions, store_conf, spark_text=text)
+        if text.session:
+            return None
+        return plan_streaming_aggregation(node, child, num_partitions, store_conf, spark_text=text)
 
     def _spark_region(node: L.LogicalPlan) -> "PhysicalOperator | None":
         """For ``explain()``: a chain of stateless operations (or a bare source) as Spark
@@ -102,7 +140,7 @@ def plan_streaming_query(
         if isinstance(node, L.Deduplicate):
             return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=top)
         if isinstance(node, L.Limit):
-            return plan_limit(node, go, output_mode, store_conf, root=node is top)
+            return plan_limit(node, go, output_mode, store_conf, root=node is top, for_explain=for_explain)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.child), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
@@ -120,10 +158,12 @@ def plan_streaming_query(
         msg = f"statestream cannot plan {node.node_name} yet"
         raise NotImplementedError(msg)
 
-    from statestream.plan.optimizer import push_down_filters
+    top = optimized_plan(plan)
+    if not for_explain:
+        return go(top)
+    from statestream.plan.spark_text import dress_with_ids
 
-    top = push_projections_below_limits(push_down_filters(plan))
-    return go(top)
+    return dress_with_ids(go(top))
 
 
 def aggregation_info(node: L.Aggregate) -> AggregationInfo:
@@ -429,15 +469,26 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
 
 
 def plan_streaming_aggregation(
-    node: L.Aggregate, child: "PhysicalOperator", num_partitions: int, store_conf=None
+    node: L.Aggregate,
+    child: "PhysicalOperator",
+    num_partitions: int,
+    store_conf=None,
+    spark_text: "AggregateExplainText | None" = None,
 ) -> "PhysicalOperator":
     """Spark's seven-step chain: Partial, Exchange, PartialMerge, StateStoreRestore,
     PartialMerge, StateStoreSave, Final (with a Sort below each step when Spark's planner picks
-    the sort-based aggregate)."""
+    the sort-based aggregate). ``spark_text``: Spark's own lines for the steps (explain only)."""
     info = aggregation_info(node)
+    if spark_text is not None:
+        info = dataclasses.replace(info, spark_text=spark_text)
     # sorted_for_aggregate: the Sort Spark puts below each step of a sort-based aggregation
     partial = StreamingAggregateExec(child=sorted_for_aggregate(info, child), info=info, mode="Partial")
-    exchange = ShuffleExchangeExec(child=partial, keys=info.partition_key_names, num_partitions=num_partitions)
+    exchange = ShuffleExchangeExec(
+        child=partial,
+        keys=info.partition_key_names,
+        num_partitions=num_partitions,
+        spark_text=spark_text.exchange if spark_text is not None else "",
+    )
     merge1 = StreamingAggregateExec(
         child=sorted_for_aggregate(info, exchange),
         info=info,
@@ -512,7 +563,11 @@ def _is_plain_column(col, child_names: set[str]) -> bool:
 
 
 def plan_streaming_aggregation_for_session(
-    node: L.Aggregate, child: "PhysicalOperator", num_partitions: int, store_conf=None
+    node: L.Aggregate,
+    child: "PhysicalOperator",
+    num_partitions: int,
+    store_conf=None,
+    spark_text: "AggregateExplainText | None" = None,
 ) -> "PhysicalOperator":
     """Spark's ``planStreamingAggregationForSession``: Partial, optional local merge, Exchange
     on the keys without the session, Sort, SessionWindowStateStoreRestore, MergingSessions,
@@ -527,12 +582,19 @@ def plan_streaming_aggregation_for_session(
     )
 
     info = session_window_info(node)
+    if spark_text is not None:
+        info = dataclasses.replace(info, agg=dataclasses.replace(info.agg, spark_text=spark_text))
     partial_input = sorted_for_aggregate(info.agg, child)
     plan: "PhysicalOperator" = SessionWindowPartialAggregateExec(child=partial_input, info=info, num_partitions=num_partitions)
     if info.merge_local:
         plan = SessionWindowSortExec(child=plan, info=info)
         plan = MergingSessionsExec(child=plan, info=info, step="local", num_partitions=num_partitions)
-    plan = ShuffleExchangeExec(child=plan, keys=info.key_names, num_partitions=num_partitions)
+    plan = ShuffleExchangeExec(
+        child=plan,
+        keys=info.key_names,
+        num_partitions=num_partitions,
+        spark_text=spark_text.exchange if spark_text is not None else "",
+    )
     plan = SessionWindowSortExec(child=plan, info=info)
     plan = SessionWindowStateStoreRestoreExec(child=plan, info=info)
     plan = MergingSessionsExec(child=plan, info=info, step="state", num_partitions=num_partitions)

@@ -151,6 +151,9 @@ class MicroBatchExecution:
             no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
         )
         self._last_plan: "PhysicalOperator" | None = None
+        #: the last batch's per-batch planning (state info, watermarks), for ``explain()``
+        self._last_execution: IncrementalExecution | None = None
+        self._source_indexes: dict[int, int] = {}
         self._physical: "PhysicalOperator" | None = None
         self.fm = CheckpointFileManager(self.checkpoint_location)
 
@@ -159,6 +162,18 @@ class MicroBatchExecution:
     def listeners(self) -> Any:
         """The StreamingQueryListener bus of the manager that started the query."""
         return self.session.streams._listeners  # noqa: SLF001
+
+    def explained_plan(self) -> "PhysicalOperator | None":
+        """The last batch's plan as ``StreamingQuery.explain()`` shows it: planned for explain
+        (Spark's text, attribute ids) with that batch's state info and watermarks; before the
+        first batch, the plan as a DataFrame's explain shows it."""
+        inc = self._last_execution
+        if inc is None:
+            return self._physical
+        shown = plan_streaming_query(
+            self.plan, self.num_partitions, self._source_indexes, self.store_conf, output_mode=self.output_mode, for_explain=True
+        )
+        return inc.apply(shown)
 
     def prepare(self) -> None:
         """What ``start()`` does before the query manager's checks: joins and aggregates are checked
@@ -266,6 +281,11 @@ class MicroBatchExecution:
         try:
             self._run_stream()
         except BaseException as exc:  # noqa: BLE001 - the query terminates with it
+            if not self._stop.is_set() and _cancelled_by_interrupt(exc):
+                # Ctrl-C: PySpark's SIGINT handler cancels every job of the context before the
+                # KeyboardInterrupt reaches the thread waiting on the queries, which then stops
+                # them; this batch's job may fail first, so wait for that stop to arrive
+                self._stop.wait(SIGINT_STOP_GRACE_S)
             if self._stop.is_set() and _is_cancellation(exc):
                 # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
                 logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
@@ -398,6 +418,7 @@ class MicroBatchExecution:
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
         )
+        self._source_indexes = indexes
         self._physical = plan_streaming_query(
             self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
@@ -602,7 +623,18 @@ class MicroBatchExecution:
         self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
         self.tracker.update_watermark_from(stats, delays)
         self._last_plan = plan
+        self._last_execution = inc
 
+
+
+#: how long a batch cancelled by PySpark's Ctrl-C handler waits for the stop that follows it
+SIGINT_STOP_GRACE_S = 10.0
+
+
+def _cancelled_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a job cancelled by ``SparkContext.cancelAllJobs``, which PySpark's
+    SIGINT handler calls on Ctrl-C (a query's own stop cancels its jobs by their tag)."""
+    return "cancellation of all jobs" in str(exc)
 
 
 def _is_cancellation(exc: BaseException) -> bool:

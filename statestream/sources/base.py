@@ -15,8 +15,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from statestream.checkpoint.files import CheckpointFileManager
-
 __all__ = ["Source", "ReadLimit", "empty_batch"]
 
 Offset = Any  # JSON-serialisable

@@ -1,7 +1,7 @@
 """State store: Arrow tables per operator partition, delta/snapshot files, schema + operator metadata.
 
-Pure Python + pyarrow; nothing here imports pyspark (``tasks.py``, the bridge into Spark tasks,
-is the exception and is not imported by this package).
+Pure Python + pyarrow; nothing here imports pyspark (the operators' state steps open stores
+inside Spark tasks).
 """
 
 from statestream.state.provider import (

@@ -1,5 +1,5 @@
-"""``explain()`` of unstarted deduplication queries, compared with Spark's (same normalisation as
-``test_explain.py``: attribute ids, event-time markers, plan ids and run ids removed)."""
+"""``explain()`` of unstarted deduplication queries, compared with Spark's line for line (as in
+``test_explain.py``: attribute ids, plan ids and random ids normalised)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from statestream import StreamingSession
-from tests.spark.test_explain import _explain_text, _normalise, _rate
+from tests.spark.test_explain import _explain_mode_text, _rate, _with_ids_normalised
 
 CASES: dict[str, Callable[[Any], Any]] = {
     "drop_duplicates_all_columns": lambda r: _rate(r).dropDuplicates(),
@@ -22,6 +22,7 @@ CASES: dict[str, Callable[[Any], Any]] = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_dedup_explain_matches_spark(spark, case):
     build = CASES[case]
-    theirs = _normalise(_explain_text(build(spark.readStream)))
-    ours = _normalise(_explain_text(build(StreamingSession(spark).readStream)))
-    assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
+    for mode in ("simple", "extended", "cost", "formatted"):
+        theirs = _with_ids_normalised(_explain_mode_text(build(spark.readStream), mode))
+        ours = _with_ids_normalised(_explain_mode_text(build(StreamingSession(spark).readStream), mode))
+        assert ours == theirs, "\n".join([f"mode {mode}", "statestream:", *ours, "Spark:", *theirs])
