@@ -77,14 +77,6 @@ KNOWN_GAPS: dict[str, str] = {
         "\"v$1\" is null'); statestream fails with its invalid-mode error ('Invalid mode for clean source option "
         "Some(null). Must be one of ARCHIVE,DELETE,OFF')"
     ),
-    "tests/differential/test_joins.py::test_stream_stream_outer_join_with_watermarks_and_an_unsolvable_comparison": (
-        "a stream-stream outer or semi join whose sides both have watermarks and whose condition compares "
-        "them across the sides without bounding the nullable side (left outer with ts2 > ts): Spark solves "
-        "the comparison for a state watermark, finds none and refuses the query at start() "
-        "(_LEGACY_ERROR_TEMP_3102, 'Stream-stream LeftOuter join ... without a watermark in the join keys, "
-        "or a watermark on the nullable side and an appropriate range condition'); statestream does not "
-        "solve range conditions yet and raises NotSupportedYetError (stream-stream joins) instead"
-    ),
 }
 
 

@@ -239,6 +239,9 @@ class JoinConditionUse:
 
     watermark_in_keys: bool
     has_cross_side_comparison: bool
+    #: the condition as the state watermark solver reads it (``plan/stream_joins.py``); empty
+    #: when unknown (a fake inspector), then the comparison flag decides
+    conjuncts: tuple = ()
 
 
 ExpressionFact = WindowFunctionUse | DistinctAggregateUse | UnsupportedExpressionUse | JoinConditionUse
@@ -400,7 +403,14 @@ def _jvm_join_condition_use(join: Any) -> JoinConditionUse | None:
             compares = compares or bool(refs(e) & left and refs(e) & right)
         elif across and (is_event_time(e.left()) or is_event_time(e.right())):
             keys = True
-    return JoinConditionUse(keys, compares)
+    from statestream.plan.stream_joins import condition_terms
+
+    try:
+        terms = condition_terms(condition.get(), sorted(left), sorted(right))
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: judge by the comparison flag
+        logger.debug("cannot read a join condition for the state watermark solver", exc_info=True)
+        terms = ()
+    return JoinConditionUse(keys, compares, terms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,12 +628,18 @@ def apply_in_pandas_with_state_message(node: FlatMapGroupsWithState, plan: Logic
 def stream_stream_bound_possible(node: Join, use: JoinConditionUse) -> bool:
     """Whether a stream-stream join may have the watermark bound Spark requires of it: an
     event-time join key, or a watermark on the side whose event time bounds the other side's
-    rows and a comparison across the sides. ``False`` is Spark's refusal for sure; ``True`` only
-    means the condition may be solvable (Spark also solves the comparison for a constant, which
-    statestream does not do yet)."""
+    rows and a comparison across the sides that Spark's solver turns into a bound on that side
+    (``has_valid_watermark_range``, solved as Spark's check does with a watermark of 1000000 ms).
+    Without the condition's terms (a fake inspector) a comparison across the sides counts."""
     if not needs_stream_stream_bound(node.join_type, True, True) or use.watermark_in_keys:
         return True
     assert node.left is not None and node.right is not None
+    if use.conjuncts:
+        from statestream.plan.stream_joins import has_valid_watermark_range
+
+        return has_valid_watermark_range(
+            node.join_type, use.conjuncts, bool(node.left.event_time_columns()), bool(node.right.event_time_columns())
+        )
     left_wm, right_wm = bool(node.left.event_time_columns()), bool(node.right.event_time_columns())
     if node.join_type in ("LeftOuter", "LeftSemi"):
         return right_wm and use.has_cross_side_comparison

@@ -17,8 +17,11 @@ from statestream.operators.base import PhysicalOperator, StatefulOperatorStateIn
 from statestream.operators.limit import LocalLimitExec, StreamingGlobalLimitExec, StreamingLocalLimitExec, has_no_stateful_op
 from statestream.operators.session_window import SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
+from statestream.operators.stream_join import StreamingSymmetricHashJoinExec
+from statestream.operators.watermark import EventTimeWatermarkExec
+from statestream.plan.stream_joins import join_output_watermark, join_state_watermark
 
-__all__ = ["IncrementalExecution", "state_writers"]
+__all__ = ["IncrementalExecution", "state_writers", "input_watermarks"]
 
 
 def state_writers(plan: PhysicalOperator) -> list[PhysicalOperator]:
@@ -35,6 +38,33 @@ def _state_identity(node: PhysicalOperator) -> object:
         return id(info)
     node_id = getattr(node, "node_id", None)
     return node_id if node_id is not None else id(node)
+
+
+def input_watermarks(plan: PhysicalOperator, origin_ms: int | None) -> dict[object, int | None]:
+    """Each state writer's *input* watermark (by ``_state_identity``) when the query's global
+    watermark is ``origin_ms``: Spark's ``PropagateWatermarkSimulator`` (``allowMultiple=true``).
+
+    A watermark node outputs the global watermark; any other node passes on the smallest of its
+    children's (those that have one); a state writer passes on what it produces from its input
+    (a stream-stream join the smallest of its state watermarks and its input, every other
+    operator its input). ``None``: no watermark below the operator."""
+    found: dict[object, int | None] = {}
+
+    def visit(node: PhysicalOperator) -> int | None:
+        outs = [visit(c) for c in node.children]
+        if isinstance(node, EventTimeWatermarkExec):
+            return origin_ms
+        known = [w for w in outs if w is not None]
+        wm = min(known) if known else None
+        if isinstance(node, StateStoreWriter) and not isinstance(node, StateStoreRestoreExec):
+            found[_state_identity(node)] = wm
+            if wm is not None and isinstance(node, StreamingSymmetricHashJoinExec):
+                return join_output_watermark(node.info, wm)
+        return wm
+
+    if origin_ms is not None:
+        visit(plan)
+    return found
 
 
 @dataclass
@@ -54,6 +84,18 @@ class IncrementalExecution:
         for i, w in enumerate(state_writers(plan)):
             ids[_state_identity(w)] = i
 
+        # per-operator input watermarks; an operator without a watermark below it keeps the
+        # global ones (what it always got), and only a join changes what operators above see
+        late_in = input_watermarks(plan, self.late_watermark_ms)
+        evict_in = input_watermarks(plan, self.eviction_watermark_ms)
+
+        def watermarks(node: PhysicalOperator) -> tuple[int | None, int | None]:
+            key = _state_identity(node)
+            late, evict = late_in.get(key), evict_in.get(key)
+            if isinstance(node, StreamingSymmetricHashJoinExec):
+                return late, evict
+            return (self.late_watermark_ms if late is None else late, self.eviction_watermark_ms if evict is None else evict)
+
         def info_for(op_id: int) -> StatefulOperatorStateInfo:
             return StatefulOperatorStateInfo(self.state_root, self.run_id, op_id, self.batch_id, self.num_partitions)
 
@@ -61,19 +103,30 @@ class IncrementalExecution:
             if isinstance(node, StateStoreRestoreExec):
                 return dataclasses.replace(node, state_info=info_for(ids[_state_identity(node)]))
             if isinstance(node, SessionWindowStateStoreRestoreExec):
+                late, evict = watermarks(node)
                 return dataclasses.replace(
                     node,
                     state_info=info_for(ids[_state_identity(node)]),
-                    event_time_watermark_for_late_events=self.late_watermark_ms,
-                    event_time_watermark_for_eviction=self.eviction_watermark_ms,
+                    event_time_watermark_for_late_events=late,
+                    event_time_watermark_for_eviction=evict,
                 )
             if isinstance(node, (StateStoreSaveExec, SessionWindowStateStoreSaveExec)):
+                late, evict = watermarks(node)
                 return dataclasses.replace(
                     node,
                     state_info=info_for(ids[_state_identity(node)]),
                     output_mode=self.output_mode,
-                    event_time_watermark_for_late_events=self.late_watermark_ms,
-                    event_time_watermark_for_eviction=self.eviction_watermark_ms,
+                    event_time_watermark_for_late_events=late,
+                    event_time_watermark_for_eviction=evict,
+                )
+            if isinstance(node, StreamingSymmetricHashJoinExec):
+                late, evict = watermarks(node)
+                return dataclasses.replace(
+                    node,
+                    state_info=info_for(ids[_state_identity(node)]),
+                    event_time_watermark_for_late_events=late,
+                    event_time_watermark_for_eviction=evict,
+                    state_watermarks=(join_state_watermark(node.info, 0, evict), join_state_watermark(node.info, 1, evict)),
                 )
             if isinstance(node, StreamingGlobalLimitExec):
                 return dataclasses.replace(
@@ -86,8 +139,9 @@ class IncrementalExecution:
                 # any other state writer (deduplication, ...): state info and both watermarks
                 changes: dict = {"state_info": info_for(ids[_state_identity(node)])}
                 if isinstance(node, WatermarkSupport):
-                    changes["event_time_watermark_for_late_events"] = self.late_watermark_ms
-                    changes["event_time_watermark_for_eviction"] = self.eviction_watermark_ms
+                    late, evict = watermarks(node)
+                    changes["event_time_watermark_for_late_events"] = late
+                    changes["event_time_watermark_for_eviction"] = evict
                 if hasattr(node, "batch_timestamp_ms"):
                     changes["batch_timestamp_ms"] = self.batch_timestamp_ms
                 return dataclasses.replace(node, **changes)

@@ -33,7 +33,8 @@ from statestream.plan import logical as L
 from statestream.plan.aggregate_buffers import jvm_aggregate, share_equal_calls, spark_buffers
 from statestream.plan.aggregate_expressions import decompose_output
 from statestream.plan.aggregates import AggregateCall
-from statestream.plan.joins import plan_join
+from statestream.plan.joins import is_stream_stream, plan_join
+from statestream.plan.stream_joins import plan_stream_stream_join
 from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
 
 if TYPE_CHECKING:
@@ -153,6 +154,8 @@ def plan_streaming_query(
             return UnionExec(inputs=tuple(go(i) for i in node.inputs), by_name=node.by_name, options=node.allow_missing)
         if isinstance(node, L.BatchRelation):
             return BatchRelationExec(df=node.template)
+        if isinstance(node, L.Join) and is_stream_stream(node):
+            return plan_stream_stream_join(node, go, num_partitions, store_conf)
         if isinstance(node, L.Join):
             return plan_join(node, go, for_explain=for_explain)
         msg = f"statestream cannot plan {node.node_name} yet"

@@ -471,7 +471,7 @@ class MicroBatchExecution:
                     no_data_enabled
                     and self.trigger.kind != "once"
                     and self._last_plan is not None
-                    and any(w.should_run_another_batch(self.tracker.current_watermark) for w in state_writers(self._last_plan))
+                    and self._another_batch_wanted(self._last_plan, self.tracker.current_watermark)
                 )
                 if has_data or wants_nd:
                     record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
@@ -522,6 +522,19 @@ class MicroBatchExecution:
                 break
             self._sleep_until_next(trigger_start)
         self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+
+    @staticmethod
+    def _another_batch_wanted(plan: "PhysicalOperator", watermark_ms: int) -> bool:
+        """Spark asks every state writer of the last batch with its own new *input* watermark
+        (the global one, or what a join below it passes on)."""
+        from statestream.plan.incremental import _state_identity, input_watermarks
+
+        inputs = input_watermarks(plan, watermark_ms)
+        for w in state_writers(plan):
+            wm = inputs.get(_state_identity(w))
+            if w.should_run_another_batch(watermark_ms if wm is None else wm):
+                return True
+        return False
 
     def _check_watermark_propagation(self, *watermarks_ms: int) -> None:
         """Spark simulates the watermark propagation only for a watermark other than 0; a

@@ -38,6 +38,11 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
         S.write_operator_metadata(
             state_root,
             S.OperatorStateMetadata(
-                i, w.operator_name, (S.StateStoreMetadata("default", getattr(w, "num_cols_prefix_key", 0), ex.num_partitions),)
+                i,
+                w.operator_name,
+                tuple(
+                    S.StateStoreMetadata(name, getattr(w, "num_cols_prefix_key", 0), ex.num_partitions)
+                    for name in getattr(w, "state_store_names", ("default",))
+                ),
             ),
         )

@@ -356,23 +356,6 @@ def test_refused_join_error_parameters(spark, ours, tmp_path):
     assert refused.value.getMessageParameters() == {"msg": error_text(refused.value)}
 
 
-@pytest.mark.parametrize("how", ["inner", "cross"])
-def test_stream_stream_join_is_not_supported_yet(spark, ours, tmp_path, how):
-    """Spark accepts an inner join of two streams (state kept forever); statestream does not
-    run stream-stream joins yet and says so from ``start()``."""
-    from statestream.errors import NotSupportedYetError
-
-    def build(df: DataFrame) -> DataFrame:
-        other = _other_stream(df)
-        return df.crossJoin(other) if how == "cross" else df.join(other, "k")
-
-    assert start_error(spark, build, SCHEMA, "append", tmp_path) is None
-    with pytest.raises(NotSupportedYetError, match="stream-stream joins"):
-        (tmp_path / "in").mkdir(exist_ok=True)
-        df = build(ours().readStream.schema(SCHEMA).parquet(str(tmp_path / "in")))
-        df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
-
-
 def test_stream_stream_outer_join_with_watermarks_and_an_unsolvable_comparison(spark, ours, tmp_path):
     """A left outer join of two streams with a watermark on each side and a comparison across
     them that bounds nothing (``ts2 > ts``): Spark solves it for a state watermark, finds none

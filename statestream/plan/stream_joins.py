@@ -1,0 +1,668 @@
+"""Joins of two streams: the state watermark rules, and how Spark's ``StreamingSymmetricHashJoinExec``
+is planned.
+
+Spark (4.1): a join whose two sides stream is planned as ``StreamingSymmetricHashJoinExec`` with the
+equi-join keys and the rest of the condition that ``ExtractEquiJoinKeys`` finds, each side hash
+partitioned on its keys into the state partitions. Each side's state may be bounded:
+
+* *key watermark*: a join key carries the event-time marker; both sides drop the keys whose value
+  in that position is ``<=`` the operator's eviction watermark;
+* *value watermark*: otherwise, for a side that has an event-time column of its own, a conjunct of
+  the (non-equi) condition of the form ``a + c1 < b + c2`` (``<``, ``<=``, ``>``, ``>=``) with ``a`` a
+  column of that side and ``b`` the event-time column of the other side, solved with ``b`` set to
+  the eviction watermark, gives a lower bound below which no row of this side can match again;
+  the smallest bound over all conjuncts wins, ``<=``/``>=`` take one millisecond off.
+
+The solver works on a pure description of the condition (``Attr``, ``Lit``, ``Add``, ``Sub``,
+``Neg``, ``Opaque`` and ``Comparison``), which ``condition_terms`` reads from Spark's analysed or
+optimised expression; so the rules are tested without Spark (``tests/unit/test_stream_join_rules.py``),
+and the analysis check (an outer or semi join needs a bound) and the runtime use the same code.
+Units follow Spark's solver: timestamps and intervals in microseconds as doubles, a number
+literal is read as seconds, the result is truncated to whole milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
+
+if TYPE_CHECKING:
+    from statestream.operators.base import PhysicalOperator
+    from statestream.plan import logical as L
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Attr",
+    "Lit",
+    "Add",
+    "Sub",
+    "Neg",
+    "Opaque",
+    "Comparison",
+    "Between",
+    "state_value_watermark",
+    "one_side_state_watermark",
+    "has_valid_watermark_range",
+    "join_state_watermark",
+    "join_output_watermark",
+    "condition_terms",
+    "double_to_long",
+    "wrap_long",
+    "StreamJoinInfo",
+    "stream_join_info",
+    "plan_stream_stream_join",
+    "STATE_STORE_NAMES",
+]
+
+#: Spark's store names of a join (state format 2), in Spark's order.
+STATE_STORE_NAMES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
+
+NO_EQUALITY_MESSAGE = "Stream-stream join without equality predicate is not supported."
+
+#: the watermark Spark's analysis check solves conditions with (any value would do)
+CHECK_WATERMARK_MS = 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The pure description of a join condition
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A column of the join's input: ``side`` 0 (left), 1 (right) or ``None`` (neither);
+    ``watermarked``: it carries the event-time marker."""
+
+    id: int
+    side: int | None
+    watermarked: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A literal as Spark's solver reads it, in microseconds; ``None``: a literal the solver
+    refuses (an interval with months)."""
+
+    micros: float | None
+
+
+@dataclass(frozen=True)
+class Add:
+    left: "Term"
+    right: "Term"
+
+
+@dataclass(frozen=True)
+class Sub:
+    left: "Term"
+    right: "Term"
+
+
+@dataclass(frozen=True)
+class Neg:
+    child: "Term"
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """Anything else (a function call, a cast to a non-numeric type...): no bound from it."""
+
+    text: str = ""
+
+
+Term = Union[Attr, Lit, Add, Sub, Neg, Opaque]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A conjunct ``left op right`` with ``op`` one of ``<``, ``<=``, ``>``, ``>=``."""
+
+    op: str
+    left: Term
+    right: Term
+
+
+@dataclass(frozen=True)
+class Between:
+    """``input BETWEEN lower AND upper`` (an analysed condition may hold it)."""
+
+    input: Term
+    lower: Term
+    upper: Term
+
+
+Conjunct = Union[Comparison, Between, Opaque]
+
+
+def _attrs(t: Term) -> list[Attr]:
+    if isinstance(t, Attr):
+        return [t]
+    if isinstance(t, (Add, Sub)):
+        return _attrs(t.left) + _attrs(t.right)
+    if isinstance(t, Neg):
+        return _attrs(t.child)
+    return []
+
+
+def _collect(t: Term, negate: bool, out: list[tuple[Term, bool]]) -> bool:
+    """Flatten ``t`` into signed terms (an attribute or a literal, negated or not); ``False``
+    when some part cannot be read (then the conjunct gives no bound)."""
+    if isinstance(t, Add):
+        return _collect(t.left, negate, out) and _collect(t.right, negate, out)
+    if isinstance(t, Sub):
+        return _collect(t.left, negate, out) and _collect(t.right, not negate, out)
+    if isinstance(t, Neg):
+        return _collect(t.child, not negate, out)
+    if isinstance(t, Attr):
+        out.append((t, negate))
+        return True
+    if isinstance(t, Lit):
+        if t.micros is None:
+            return False
+        out.append((t, negate))
+        return True
+    return False
+
+
+def _less_than_bound(lhs: Term, rhs: Term, find_side: int, watermark_ms: int) -> int | None:
+    """The bound ``lhs < rhs`` puts on the column of ``find_side``, with the other side's
+    event-time column at ``watermark_ms``; ``None`` if it puts none."""
+    attrs = {a.id: a for a in _attrs(lhs) + _attrs(rhs)}
+    if sum(1 for a in attrs.values() if a.side == find_side) > 1:
+        return None
+    if sum(1 for a in attrs.values() if a.side is not None and a.side != find_side) > 1:
+        return None
+    terms: list[tuple[Term, bool]] = []
+    if not _collect(Sub(lhs, rhs), False, terms):
+        return None
+    unique = list(dict.fromkeys(terms))  # Spark collects the terms into a set
+    constraint = [(x, neg) for x, neg in unique if isinstance(x, Attr) and x.side == find_side]
+    if len(constraint) != 1 or not constraint[0][1]:
+        return None  # no term of this side, or it is not on the greater side of '<'
+    rest = [(x, neg) for x, neg in unique if (x, neg) != constraint[0]]
+    if not rest:
+        return None
+    total = 0.0
+    for x, neg in rest:
+        if isinstance(x, Attr):
+            if x.side is None or not x.watermarked:
+                return None  # a column whose value is unknown: nothing to solve with
+            value = float(watermark_ms) * 1000.0
+        else:
+            assert isinstance(x, Lit) and x.micros is not None
+            value = x.micros
+        total += -value if neg else value
+    return double_to_long(total / 1000.0)
+
+
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+def double_to_long(x: float) -> int:
+    """Scala's ``Double.toLong``: truncated towards zero, clamped to the long range, NaN is 0."""
+    if math.isnan(x):
+        return 0
+    if x >= LONG_MAX:
+        return LONG_MAX
+    if x <= LONG_MIN:
+        return LONG_MIN
+    return int(x)
+
+
+def wrap_long(x: int) -> int:
+    """``x`` as a JVM long computes it (two's complement, 64 bits): Spark's ``watermark - 1`` and
+    ``watermark * 1000`` overflow this way (seen in ``explain()`` before a query starts, where
+    the watermark is ``Long.MinValue``)."""
+    return (x + 2**63) % 2**64 - 2**63
+
+
+def state_value_watermark(
+    conjuncts: Sequence[Conjunct], find_side: int, watermark_ms: int | None, other_has_watermark: bool = True
+) -> int | None:
+    """The state value watermark of ``find_side`` (0 left, 1 right): the smallest bound over the
+    conjuncts, ``None`` when none bounds that side or there is no watermark yet. The other side
+    must have an event-time column (``other_has_watermark``) for a bound to exist."""
+    if watermark_ms is None or not conjuncts or not other_has_watermark:
+        return None
+    found: list[int] = []
+    for c in conjuncts:
+        v: int | None = None
+        if isinstance(c, Comparison):
+            if c.op == "<":
+                v = _less_than_bound(c.left, c.right, find_side, watermark_ms)
+            elif c.op == "<=":
+                v = _less_than_bound(c.left, c.right, find_side, watermark_ms)
+                v = None if v is None else wrap_long(v - 1)
+            elif c.op == ">":
+                v = _less_than_bound(c.right, c.left, find_side, watermark_ms)
+            elif c.op == ">=":
+                v = _less_than_bound(c.right, c.left, find_side, watermark_ms)
+                v = None if v is None else wrap_long(v - 1)
+        elif isinstance(c, Between):
+            v = _less_than_bound(c.lower, c.input, find_side, watermark_ms)
+            v = None if v is None else wrap_long(v - 1)
+            if v is None:
+                v = _less_than_bound(c.input, c.upper, find_side, watermark_ms)
+                v = None if v is None else wrap_long(v - 1)
+        if v is not None:
+            found.append(v)
+    return min(found) if found else None
+
+
+def one_side_state_watermark(
+    side: int,
+    key_watermark_ordinal: int | None,
+    side_has_event_time: bool,
+    conjuncts: Sequence[Conjunct],
+    eviction_watermark_ms: int | None,
+    other_has_event_time: bool = True,
+) -> tuple[str, int] | None:
+    """How one side's state is bounded for an eviction watermark: ``("key", W)`` (a join key
+    carries the event-time marker: rows whose key in that position is ``<= W`` go),
+    ``("value", W)`` (rows whose own event-time column is ``<= W`` go), or ``None`` (kept)."""
+    if eviction_watermark_ms is None:
+        return None
+    if key_watermark_ordinal is not None:
+        return ("key", eviction_watermark_ms)
+    if side_has_event_time:
+        w = state_value_watermark(conjuncts, side, eviction_watermark_ms, other_has_event_time)
+        return None if w is None else ("value", w)
+    return None
+
+
+def join_state_watermark(info: "StreamJoinInfo", side: int, eviction_ms: int | None) -> tuple[str, int] | None:
+    """``one_side_state_watermark`` for a planned join (``StreamJoinInfo``)."""
+    et = info.left_event_time if side == 0 else info.right_event_time
+    other = info.right_event_time if side == 0 else info.left_event_time
+    return one_side_state_watermark(
+        side, info.key_watermark_ordinal, et is not None, info.conjuncts, eviction_ms, other is not None
+    )
+
+
+def join_output_watermark(info: "StreamJoinInfo", input_ms: int) -> int:
+    """The watermark a join passes on to the operators after it (Spark's
+    ``produceOutputWatermark``): the smallest of both state watermarks and its input watermark,
+    so the rows it may still emit are never late for them."""
+    values = [input_ms]
+    for side in (0, 1):
+        pred = join_state_watermark(info, side, input_ms)
+        if pred is not None:
+            values.append(pred[1])
+    return min(values)
+
+
+def has_valid_watermark_range(
+    join_type: str, conjuncts: Sequence[Conjunct], left_has_watermark: bool = True, right_has_watermark: bool = True
+) -> bool:
+    """Spark's analysis check of a stream-stream outer or semi join without an event-time join
+    key: a range condition must bound the side whose rows may be emitted unmatched (solved with
+    an arbitrary watermark on the other side, which must have an event-time column)."""
+    w = CHECK_WATERMARK_MS
+    left = state_value_watermark(conjuncts, 0, w, right_has_watermark) is not None
+    right = state_value_watermark(conjuncts, 1, w, left_has_watermark) is not None
+    if join_type in ("LeftOuter", "LeftSemi"):
+        return left
+    if join_type == "RightOuter":
+        return right
+    if join_type == "FullOuter":
+        return left or right
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading Spark's expressions (py4j objects passed in; nothing is imported from PySpark here)
+# ---------------------------------------------------------------------------------------------
+
+_NUMERIC_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType", "DecimalType")
+_COMPARISON_OPS = {"LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">", "GreaterThanOrEqual": ">="}
+
+
+def _jname(e: Any) -> str:
+    return str(e.getClass().getSimpleName())
+
+
+def _type_name(dt: Any) -> str:
+    return _jname(dt).rstrip("$")
+
+
+def _literal(e: Any) -> Term:
+    t = _type_name(e.dataType())
+    v = e.value()
+    if v is None:
+        return Opaque("null")
+    if t == "CalendarIntervalType":
+        if int(v.months) > 0:
+            return Lit(None)
+        return Lit(float(int(v.days)) * 8.64e10 + float(int(v.microseconds)))
+    if t == "DayTimeIntervalType":
+        return Lit(float(int(v)))
+    if t == "DoubleType":
+        return Lit(float(v) * 1_000_000.0)
+    if t in _NUMERIC_TYPES:
+        return Lit(float(str(v)) * 1_000_000.0)
+    if t in ("TimestampType", "TimestampNTZType"):
+        return Lit(float(int(v)) * 1_000_000.0)
+    return Opaque(str(e.toString()))
+
+
+def _term(e: Any, sides: dict[int, int], watermark_key: str) -> Term:
+    kind = _jname(e)
+    if kind == "Add":
+        return Add(_term(e.left(), sides, watermark_key), _term(e.right(), sides, watermark_key))
+    if kind == "Subtract":
+        return Sub(_term(e.left(), sides, watermark_key), _term(e.right(), sides, watermark_key))
+    if kind in ("TimestampAddInterval", "TimeAdd"):
+        return Add(_term(e.start(), sides, watermark_key), _term(e.interval(), sides, watermark_key))
+    if kind == "DatetimeSub":
+        return Sub(_term(e.left(), sides, watermark_key), _term(e.right(), sides, watermark_key))
+    if kind == "UnaryMinus":
+        return Neg(_term(e.child(), sides, watermark_key))
+    if kind == "CheckOverflow":
+        return _term(e.child(), sides, watermark_key)
+    if kind == "Cast":
+        if _type_name(e.dataType()) in (*_NUMERIC_TYPES, "TimestampType"):
+            return _term(e.child(), sides, watermark_key)
+        return Opaque(str(e.toString()))
+    if kind == "AttributeReference":
+        i = int(e.exprId().id())
+        return Attr(i, sides.get(i), bool(e.metadata().contains(watermark_key)), str(e.name()))
+    if kind == "Literal":
+        return _literal(e)
+    return Opaque(str(e.toString()))
+
+
+def condition_terms(condition: Any, left_ids: Sequence[int], right_ids: Sequence[int]) -> tuple[Conjunct, ...]:
+    """The conjuncts of a JVM (Catalyst) condition as the solver's pure description; columns are
+    placed on a side by their expression ids. ``condition`` may be ``None``."""
+    from statestream.plan.logical import WATERMARK_DELAY_KEY
+
+    if condition is None:
+        return ()
+    sides = {i: 0 for i in left_ids}
+    sides.update({i: 1 for i in right_ids})
+    out: list[Conjunct] = []
+    pending = [condition]
+    while pending:
+        e = pending.pop(0)
+        kind = _jname(e)
+        if kind == "And":
+            pending[0:0] = [e.left(), e.right()]
+            continue
+        if kind in _COMPARISON_OPS:
+            out.append(
+                Comparison(_COMPARISON_OPS[kind], _term(e.left(), sides, WATERMARK_DELAY_KEY), _term(e.right(), sides, WATERMARK_DELAY_KEY))
+            )
+        elif kind == "Between":
+            out.append(
+                Between(
+                    _term(e.input(), sides, WATERMARK_DELAY_KEY),
+                    _term(e.lower(), sides, WATERMARK_DELAY_KEY),
+                    _term(e.upper(), sides, WATERMARK_DELAY_KEY),
+                )
+            )
+        else:
+            out.append(Opaque(str(e.toString())))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------
+
+
+def side_column(side: int, i: int) -> str:
+    """The name column ``i`` of a side gets inside the join's Spark plans (names of both sides
+    may clash; these never do)."""
+    return f"__s{side}_{i}"
+
+
+@dataclass(frozen=True)
+class StreamJoinInfo:
+    """What the join operator needs, read once from Spark's plan of the join at planning time.
+
+    Expressions are JVM expressions whose columns are renamed to ``side_column`` names, so they
+    apply to the renamed batch DataFrames of both sides at once."""
+
+    join_type: str
+    left_names: tuple[str, ...]
+    right_names: tuple[str, ...]
+    left_schema: Any = field(repr=False)  # StructType of the left side's rows
+    right_schema: Any = field(repr=False)
+    left_keys: tuple[Any, ...] = field(default=(), repr=False)  # JVM expressions over __s0_* columns
+    right_keys: tuple[Any, ...] = field(default=(), repr=False)
+    key_types: tuple[Any, ...] = field(default=(), repr=False)  # Spark DataTypes of the keys
+    key_nullable: tuple[bool, ...] = ()
+    condition: Any = field(default=None, repr=False)  # the non-equi condition (JVM), or None
+    left_only: Any = field(default=None, repr=False)  # its deterministic conjuncts on one side
+    right_only: Any = field(default=None, repr=False)
+    output: tuple[Any, ...] = field(default=(), repr=False)  # JVM named expressions: the join's output
+    output_schema: Any = field(default=None, repr=False)  # StructType of the join's output (with metadata)
+    conjuncts: tuple[Conjunct, ...] = ()
+    key_watermark_ordinal: int | None = None
+    left_event_time: int | None = None  # the side's event-time column (first with the marker)
+    right_event_time: int | None = None
+    left_event_time_is_struct: bool = False
+    right_event_time_is_struct: bool = False
+    key_watermark_is_struct: bool = False
+    # explain() texts
+    left_keys_text: str = ""
+    right_keys_text: str = ""
+    condition_text: str = ""
+    left_only_text: str = "None"
+    right_only_text: str = "None"
+    both_text: str = "None"
+    full_text: str = "None"
+    key_schema_json: dict = field(default_factory=dict, repr=False)
+    value_schema_json: dict = field(default_factory=dict, repr=False)
+
+
+def _jseq(seq: Any) -> list[Any]:
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def _ids(attrs: Sequence[Any]) -> list[int]:
+    return [int(a.exprId().id()) for a in attrs]
+
+
+def _renamed(expr: Any, names: dict[int, str], jvm: Any) -> Any:
+    """``expr`` with every attribute replaced by the unresolved name ``names[id]``."""
+    from statestream.plan.optimizer import rebuild_expression
+
+    def seq(items: list[Any]) -> Any:
+        conv = jvm.scala.jdk.javaapi.CollectionConverters
+        return conv.asScala(jvm.java.util.ArrayList(items)).toSeq()
+
+    def fn(e: Any) -> Any:
+        if _jname(e) == "AttributeReference":
+            n = names.get(int(e.exprId().id()))
+            if n is None:
+                msg = f"column {e} of a stream-stream join condition is on neither side"
+                raise ValueError(msg)
+            return jvm.org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute.quoted(n)
+        return None
+
+    return rebuild_expression(expr, fn, seq)
+
+
+def _split_and(e: Any) -> list[Any]:
+    if _jname(e) == "And":
+        return _split_and(e.left()) + _split_and(e.right())
+    return [e]
+
+
+def _and_all(parts: list[Any], jvm: Any) -> Any:
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = jvm.org.apache.spark.sql.catalyst.expressions.And(out, p)
+    return out
+
+
+def _clean(text: str) -> str:
+    import re
+
+    return re.sub(r"#\d+L?", "", text)
+
+
+def stream_join_info(node: "L.Join") -> StreamJoinInfo:
+    """Read the keys, condition and output of a stream-stream join from Spark's optimised plan
+    of the join over stand-ins (``plan/joins.py``): ``ExtractEquiJoinKeys`` as Spark's planner
+    applies it, then each side's event-time column and the solver's description of the rest of
+    the condition."""
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    from pyspark.sql import SparkSession
+
+    from statestream.plan.joins import standin_join
+    from statestream.plan.logical import WATERMARK_DELAY_KEY
+
+    assert node.left is not None and node.right is not None
+    # a clone of the template's session with adaptive execution off, as in a micro-batch
+    user = node.template.sparkSession
+    session = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    session.conf.set("spark.sql.adaptive.enabled", "false")
+    joined, ids = standin_join(node, session)
+    jvm = session._jvm  # noqa: SLF001
+    qe = joined._jdf.queryExecution()  # noqa: SLF001
+    optimized = qe.optimizedPlan()
+    analyzed = qe.analyzed()
+    join = _find(optimized, "Join")
+    if join is None:
+        msg = "statestream cannot find the join in Spark's plan of a stream-stream join"
+        raise RuntimeError(msg)
+    extract = getattr(jvm.org.apache.spark.sql.catalyst.planning, "ExtractEquiJoinKeys$").__getattr__("MODULE$")
+    found = extract.unapply(join)
+    left_ids, right_ids = ids[0], ids[1]
+    names = {i: side_column(0, p) for p, i in enumerate(left_ids)}
+    names.update({i: side_column(1, p) for p, i in enumerate(right_ids)})
+    if found.isDefined():
+        t = found.get()
+        lkeys, rkeys = _jseq(t._2()), _jseq(t._3())
+        other = t._4()
+        other = other.get() if other.isDefined() else None
+    else:
+        lkeys, rkeys = [], []
+        cond = join.condition()
+        other = cond.get() if cond.isDefined() else None
+    # the split Spark's operator makes of its condition
+    left_set, right_set = set(left_ids), set(right_ids)
+    lonly, ronly, both = [], [], []
+    if other is not None:
+        for c in _split_and(other):
+            refs = set(_ids(_jseq(c.references().toSeq())))
+            if c.deterministic() and refs <= left_set:
+                lonly.append(c)
+            if c.deterministic() and refs <= right_set:
+                ronly.append(c)
+            if not c.deterministic() or not (refs <= left_set or refs <= right_set):
+                both.append(c)
+    # the join's output as the user's DataFrame has it: the analysed projection above the join
+    top = analyzed
+    output_exprs: list[Any] = []
+    if _jname(top) == "Project" and _jname(top.child()) == "Join":
+        output_exprs = _jseq(top.projectList())
+    else:
+        output_exprs = _jseq(top.output())
+    schema = node.template.schema
+    left_schema, right_schema = node.left.schema, node.right.schema
+
+    def et_index(s: StructType) -> int | None:
+        return next((i for i, f in enumerate(s.fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
+
+    key_wm = None
+    for keys in (lkeys, rkeys):
+        for j, k in enumerate(keys):
+            if _jname(k) in ("AttributeReference", "Alias") and bool(k.metadata().contains(WATERMARK_DELAY_KEY)):
+                key_wm = j
+                break
+        if key_wm is not None:
+            break
+    key_types = tuple(k.dataType() for k in lkeys)
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    key_fields = [
+        StructField(f"field{j}", _parse_datatype_json_string(k.dataType().json()), bool(k.nullable())) for j, k in enumerate(lkeys)
+    ]
+    value_schema = StructType(
+        [StructField("left", StructType([StructField(f.name, f.dataType, True) for f in left_schema.fields]), True),
+         StructField("right", StructType([StructField(f.name, f.dataType, True) for f in right_schema.fields]), True),
+         StructField("matched", BooleanType(), True)]
+    )
+    l_et, r_et = et_index(left_schema), et_index(right_schema)
+
+    def text(exprs: list[Any]) -> str:
+        return ", ".join(_clean(str(e.toString())) for e in exprs)
+
+    def opt_text(e: Any) -> str:
+        return "None" if e is None else "Some(" + _clean(str(e.toString())) + ")"
+
+    lonly_e, ronly_e, both_e = _and_all(lonly, jvm), _and_all(ronly, jvm), _and_all(both, jvm)
+    return StreamJoinInfo(
+        join_type=node.join_type if node.join_type != "Cross" else "Inner",
+        left_names=tuple(left_schema.names),
+        right_names=tuple(right_schema.names),
+        left_schema=left_schema,
+        right_schema=right_schema,
+        left_keys=tuple(_renamed(k, names, jvm) for k in lkeys),
+        right_keys=tuple(_renamed(k, names, jvm) for k in rkeys),
+        key_types=key_types,
+        key_nullable=tuple(bool(k.nullable()) for k in lkeys),
+        condition=None if other is None else _renamed(other, names, jvm),
+        left_only=None if lonly_e is None else _renamed(lonly_e, names, jvm),
+        right_only=None if ronly_e is None else _renamed(ronly_e, names, jvm),
+        output=tuple(_renamed(e, names, jvm) for e in output_exprs),
+        output_schema=schema,
+        conjuncts=condition_terms(other, left_ids, right_ids),
+        key_watermark_ordinal=key_wm,
+        left_event_time=l_et,
+        right_event_time=r_et,
+        left_event_time_is_struct=l_et is not None and isinstance(left_schema.fields[l_et].dataType, StructType),
+        right_event_time_is_struct=r_et is not None and isinstance(right_schema.fields[r_et].dataType, StructType),
+        key_watermark_is_struct=key_wm is not None and _type_name(lkeys[key_wm].dataType()) == "StructType",
+        left_keys_text=text(lkeys),
+        right_keys_text=text(rkeys),
+        condition_text=opt_text(other),
+        left_only_text=opt_text(lonly_e),
+        right_only_text=opt_text(ronly_e),
+        both_text=opt_text(both_e),
+        full_text=opt_text(other),
+        key_schema_json=StructType(key_fields).jsonValue(),
+        value_schema_json=value_schema.jsonValue(),
+    )
+
+
+def _find(plan: Any, name: str) -> Any | None:
+    pending = [plan]
+    while pending:
+        p = pending.pop(0)
+        if _jname(p) == name:
+            return p
+        pending.extend(_jseq(p.children()))
+    return None
+
+
+def plan_stream_stream_join(
+    node: "L.Join",
+    plan_child: Callable[["L.LogicalPlan"], "PhysicalOperator"],
+    num_partitions: int,
+    store_conf: Any = None,
+) -> "PhysicalOperator":
+    """Spark's plan of a join of two streams: ``StreamingSymmetricHashJoin`` over one
+    ``Exchange hashpartitioning(keys, N)`` per side."""
+    from statestream.operators.stream_join import StreamJoinExchangeExec, StreamingSymmetricHashJoinExec
+
+    assert node.left is not None and node.right is not None
+    info = stream_join_info(node)
+    if not info.left_keys:
+        from statestream.errors import analysis_error
+
+        # Spark's planner refuses it when the query plans its first batch (the query fails)
+        raise analysis_error("_LEGACY_ERROR_TEMP_1181", NO_EQUALITY_MESSAGE)
+    left = StreamJoinExchangeExec(child=plan_child(node.left), keys_text=info.left_keys_text, num_partitions=num_partitions)
+    right = StreamJoinExchangeExec(child=plan_child(node.right), keys_text=info.right_keys_text, num_partitions=num_partitions)
+    return StreamingSymmetricHashJoinExec(left=left, right=right, info=info, store_conf=store_conf)
