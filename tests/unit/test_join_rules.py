@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from statestream.errors import NotSupportedYetError, StatestreamAnalysisException
+from statestream.errors import StatestreamAnalysisException
 from statestream.plan import analysis as A
 from statestream.plan import optimizer as O
 from statestream.plan.joins import (
