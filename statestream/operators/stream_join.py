@@ -16,12 +16,12 @@ matching, the state step only reads and writes state.
    part (Spark's pre-join filter), hash-partitioned on the keys into the N state partitions by
    Spark's exchange; each task numbers its rows; the result is materialised once
    (``localCheckpoint``), so row numbers are stable for the rest of the batch;
-2. *state scan*: a ``mapInArrow`` over N one-row partitions reads partition p's two
-   ``keyWithIndexToValue`` stores at the batch's version (read only);
+2. *state scan*: per side, a ``mapInArrow`` over N one-row partitions reads partition p's
+   ``keyWithIndexToValue`` store of that side at the batch's version (read only);
 3. *matching*: one Spark join of (left new + left stored) with (right new + right stored) on the
    keys (null-safe, as Spark's state matches binary key rows) and the rest of the condition,
    without stored-with-stored pairs: exactly the pairs Spark's operator emits, with Spark's
-   condition semantics;
+   condition semantics; materialised once, as the markers and the output both read them;
 4. *state step*: the new rows, one marker per side of every emitted pair and one row per state
    partition go to the task of their partition; ``JoinStateStep`` appends the new rows, sets ``matched``, evicts with the state watermarks,
    emits the null-padded (outer) and semi rows, and commits the four stores.
@@ -29,6 +29,7 @@ matching, the state step only reads and writes state.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -247,7 +248,10 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             version=step_args["version"], key_schema=arrow_keys, row_schemas=arrow_rows,
             output_schema=to_arrow_schema(scan_schema, timestamp_utc=True), store_conf=step_args["store_conf"],
         )
-        stored = spark.range(0, n, 1, n).mapInArrow(scan, scan_schema)
+        # one scan per side, so that each side of the join below reads only its own stores
+        stored = {
+            side: spark.range(0, n, 1, n).mapInArrow(dataclasses.replace(scan, sides=(side,)), scan_schema) for side in (0, 1)
+        }
 
         def side_all(side: int) -> "DataFrame":
             p = "l" if side == 0 else "r"
@@ -258,7 +262,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
                 F.col(PID).alias(f"__{p}pid"), F.col(row),
                 F.lit(True).alias(f"__{p}new"), F.col(RID).alias(f"__{p}rid"), F.lit(None).cast("long").alias(f"__{p}idx"),
             )
-            old = stored.filter(F.col(SIDE) == side).select(
+            old = stored[side].select(
                 *[F.col(c).alias(f"__{p}k{j}") for j, c in enumerate(kcols)],
                 F.col(PID).alias(f"__{p}pid"), F.col(row),
                 F.lit(False).alias(f"__{p}new"), F.lit(None).cast("long").alias(f"__{p}rid"), F.col(IDX).alias(f"__{p}idx"),
@@ -272,7 +276,8 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             cond = cond & F.col(f"__lk{j}").eqNullSafe(F.col(f"__rk{j}"))
         if info.condition is not None:
             cond = cond & col(info.condition)
-        pairs = la.join(ra, cond, "inner")
+        # materialised once: the markers of both sides and the output read the same pairs
+        pairs = la.join(ra, cond, "inner").localCheckpoint(eager=True)
         lcols = [_side_col(0, i) for i in range(len(info.left_names))]
         rcols = [_side_col(1, i) for i in range(len(info.right_names))]
         out_cols = lcols + rcols
@@ -418,6 +423,7 @@ class JoinStateScan:
     row_schemas: tuple[pa.Schema, pa.Schema]
     output_schema: pa.Schema
     store_conf: Any = None
+    sides: tuple[int, ...] = (0, 1)
 
     def __call__(self, batches):
         # the seed's one row holds the partition (the task's own id is not it when Spark runs this
@@ -430,6 +436,8 @@ class JoinStateScan:
         providers = _providers(self.state_root, self.run_id, self.operator_id, p, self.key_schema, self.row_schemas, self.store_conf)
         nk = len(self.key_schema)
         for side, name in ((0, "left"), (1, "right")):
+            if side not in self.sides:
+                continue
             t = providers[f"{name}-keyWithIndexToValue"].get_read_store(self.version).table()
             if t.num_rows == 0:
                 continue
