@@ -28,6 +28,7 @@ State rows follow Spark's state format version 2 of this operator: the key colum
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -464,15 +465,22 @@ def _naive_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
     return value
 
 
+_UTC = datetime.timezone.utc
+
+
 def _aware_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
     """The inverse of :func:`_naive_timestamps` for a state the function wrote: a naive datetime
     is a wall-clock time of ``zone``, as Spark reads it."""
     if value is None:
         return None
     if pa.types.is_timestamp(t):
-        if not hasattr(value, "tzinfo") or value.tzinfo is not None:
+        if not hasattr(value, "tzinfo") or not hasattr(value, "astimezone"):
             return value
-        return value.replace(tzinfo=zone) if zone is not None else value.astimezone()
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=zone) if zone is not None else value.astimezone()
+        # in UTC: pyarrow ignores a datetime's zone when PYARROW_IGNORE_TIMEZONE is set (importing
+        # pyspark.pandas sets it), and would then store the wall-clock time as UTC
+        return value.astimezone(_UTC)
     if pa.types.is_struct(t):
         if isinstance(value, dict):
             return {f.name: _aware_timestamps(value.get(f.name), f.type, zone) for f in t}
