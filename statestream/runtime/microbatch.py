@@ -154,7 +154,10 @@ class MicroBatchExecution:
         self._lock = threading.Condition()
         self._exception: BaseException | None = None
         self._active = False
-        self._no_new_data = False
+        #: triggers started so far, and the last one that found nothing new to run
+        #: (``process_all_available`` waits for one started after its call)
+        self._trigger_generation = 0
+        self._idle_generation = 0
         self._processed_marker = 0
         self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
         from statestream.runtime.intervals import parse_time_conf_ms
@@ -283,10 +286,13 @@ class MicroBatchExecution:
 
     def process_all_available(self) -> None:
         """Block until every piece of data available now has been processed (Spark's
-        ``processAllAvailable``): wait for a trigger that found nothing to run."""
+        ``processAllAvailable``): wait for a trigger, started after this call, that found
+        nothing to run."""
         with self._lock:
-            self._no_new_data = False
-            while not self._no_new_data and self._active and self._exception is None:
+            # a trigger that *started* after this call: one that listed the sources before it
+            # may report "nothing new" although data arrived since (a file written just now)
+            wanted = self._trigger_generation + 1
+            while self._idle_generation < wanted and self._active and self._exception is None:
                 self._lock.wait(0.05)
         if self._exception is not None:
             raise self._exception
@@ -452,6 +458,9 @@ class MicroBatchExecution:
 
         while not self._stop.is_set():
             trigger_start = time.monotonic()
+            with self._lock:
+                self._trigger_generation += 1
+                generation = self._trigger_generation
             self.progress.start_trigger()
             self._status = {"message": "Processing new data", "isDataAvailable": False, "isTriggerActive": True}
             record = pending
@@ -490,7 +499,7 @@ class MicroBatchExecution:
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
                 self.progress.idle(batch_id, list(start))
                 with self._lock:
-                    self._no_new_data = True
+                    self._idle_generation = generation
                     self._lock.notify_all()
                 if self.trigger.kind in ("once", "availableNow"):
                     break
@@ -512,7 +521,7 @@ class MicroBatchExecution:
                 # a processing-time timeout wants a batch on every trigger, so the query is never
                 # idle; a batch without new data then means everything available was processed
                 with self._lock:
-                    self._no_new_data = True
+                    self._idle_generation = generation
                     self._lock.notify_all()
             self._purge(record.batch_id)
             prev_wm = record.watermark_ms
