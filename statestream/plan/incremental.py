@@ -99,35 +99,28 @@ class IncrementalExecution:
         def info_for(op_id: int) -> StatefulOperatorStateInfo:
             return StatefulOperatorStateInfo(self.state_root, self.run_id, op_id, self.batch_id, self.num_partitions)
 
+        def with_watermarks(node: PhysicalOperator, **extra: object) -> PhysicalOperator:
+            """``node`` with its state info and its own late-event and eviction watermarks."""
+            late, evict = watermarks(node)
+            return dataclasses.replace(
+                node,
+                state_info=info_for(ids[_state_identity(node)]),
+                event_time_watermark_for_late_events=late,
+                event_time_watermark_for_eviction=evict,
+                **extra,
+            )
+
         def rule(node: PhysicalOperator) -> PhysicalOperator:
             if isinstance(node, StateStoreRestoreExec):
                 return dataclasses.replace(node, state_info=info_for(ids[_state_identity(node)]))
             if isinstance(node, SessionWindowStateStoreRestoreExec):
-                late, evict = watermarks(node)
-                return dataclasses.replace(
-                    node,
-                    state_info=info_for(ids[_state_identity(node)]),
-                    event_time_watermark_for_late_events=late,
-                    event_time_watermark_for_eviction=evict,
-                )
+                return with_watermarks(node)
             if isinstance(node, (StateStoreSaveExec, SessionWindowStateStoreSaveExec)):
-                late, evict = watermarks(node)
-                return dataclasses.replace(
-                    node,
-                    state_info=info_for(ids[_state_identity(node)]),
-                    output_mode=self.output_mode,
-                    event_time_watermark_for_late_events=late,
-                    event_time_watermark_for_eviction=evict,
-                )
+                return with_watermarks(node, output_mode=self.output_mode)
             if isinstance(node, StreamingSymmetricHashJoinExec):
-                late, evict = watermarks(node)
-                return dataclasses.replace(
-                    node,
-                    state_info=info_for(ids[_state_identity(node)]),
-                    event_time_watermark_for_late_events=late,
-                    event_time_watermark_for_eviction=evict,
-                    state_watermarks=(join_state_watermark(node.info, 0, evict), join_state_watermark(node.info, 1, evict)),
-                )
+                _, evict = watermarks(node)
+                states = (join_state_watermark(node.info, 0, evict), join_state_watermark(node.info, 1, evict))
+                return with_watermarks(node, state_watermarks=states)
             if isinstance(node, StreamingGlobalLimitExec):
                 return dataclasses.replace(
                     node, state_info=info_for(ids[_state_identity(node)]), output_mode=self.output_mode
