@@ -8,8 +8,16 @@ the left state *including* this batch's new left rows, so a pair of new rows com
 row that matched anything gets ``matched`` set; rows leave the state when the side's state
 watermark passes them, and outer joins emit the unmatched ones padded with nulls at that moment.
 
-How a batch runs here (``docs/design.md``, "How a stream-stream join runs"): Spark does the
-matching, the state step only reads and writes state.
+How a batch runs here (``docs/design.md``, "How a stream-stream join runs"), two ways.
+
+*Matching in the tasks* (``StreamJoinInfo.match_in_tasks``: the condition's non-equality part
+has an exact Arrow form, ``operators/arrow_predicate.py``, or there is none): one Spark job, as
+on Spark's engine. Both sides' new rows (with their keys, late flag and pre-join filter computed
+by Spark) go through Spark's exchange to the task of their state partition; ``JoinStateStep``
+matches them with each other and with the other side's stored rows (keys with an Arrow join,
+then the predicate on the candidate pairs), emits the pairs, and updates the state as below.
+
+*Matching with a Spark join* (any other condition), in four steps:
 
 1. *new rows*: both sides' rows (renamed to ``__s<side>_<i>``) with their join key values, a
    late flag (event time ``<=`` the operator's late-event watermark) and the condition's one-side
@@ -227,21 +235,66 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
 
         new = tagged(0).unionByName(tagged(1))
         new = new.withColumn(PID, F.pmod(F.hash(*[F.col(c) for c in kcols]), F.lit(n)).cast("int") if nkeys else F.lit(0))
-        # materialised once: the row numbers below are then the same wherever the rest of the
-        # batch reads them (an id over the checkpointed partitions is deterministic)
-        new = new.localCheckpoint(eager=True).withColumn(RID, F.monotonically_increasing_id())
-
-        # the stored rows of both sides, partition by partition (read only)
         key_fields = [f for f in new.schema.fields if f.name in kcols]
-        scan_schema = StructType(
-            [StructField(SIDE, IntegerType(), False), *key_fields, StructField(LROW, left_struct, True), StructField(RROW, right_struct, True),
-             StructField(PID, IntegerType(), False), StructField(IDX, LongType(), False), StructField(MATCHED, BooleanType(), True)]
-        )
         step_args = self.state_step_args(ctx)
         arrow_keys = to_arrow_schema(StructType(key_fields), timestamp_utc=True)
         arrow_rows = (
             to_arrow_schema(left_struct, timestamp_utc=True),
             to_arrow_schema(right_struct, timestamp_utc=True),
+        )
+        out_struct = StructType(left_struct.fields + right_struct.fields)
+        # one row per state partition, so that every task of the step sees its partition in its
+        # data (a task's own id is not the partition when the join sits below a union's second
+        # input), then all rows go to the task of their state partition
+        beats = spark.range(0, n, 1, n).select(
+            F.lit(2).cast("int").alias(KIND), F.lit(0).cast("int").alias(SIDE),
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in key_fields],
+            F.lit(None).cast(left_struct).alias(LROW), F.lit(None).cast(right_struct).alias(RROW),
+            F.lit(None).cast("boolean").alias(LATE), F.lit(None).cast("boolean").alias(PRE),
+            F.col("id").cast("int").alias(PID), F.lit(None).cast("long").alias(RID), F.lit(None).cast("long").alias(IDX),
+            F.lit(None).cast("boolean").alias(PNEW),
+        )
+        routes = F.array(*[F.lit(r) for r in partition_routes(n)])
+
+        def state_step(step_in: "DataFrame", **more: Any) -> "DataFrame":
+            step_in = step_in.repartition(n, F.element_at(routes, F.col(PID) + 1))
+            step = JoinStateStep(
+                **step_args,
+                join_type=info.join_type,
+                input_schema=to_arrow_schema(step_in.schema, timestamp_utc=True),
+                key_schema=arrow_keys,
+                row_schemas=arrow_rows,
+                output_schema=to_arrow_schema(out_struct, timestamp_utc=True),
+                state_watermarks=tuple(self.state_watermarks),
+                key_watermark_ordinal=info.key_watermark_ordinal,
+                key_watermark_is_struct=info.key_watermark_is_struct,
+                event_times=(
+                    (info.left_event_time, info.left_event_time_is_struct),
+                    (info.right_event_time, info.right_event_time_is_struct),
+                ),
+                **more,
+            )
+            return step_in.mapInArrow(step, out_struct)
+
+        if info.match_in_tasks:
+            # one Spark job: the new rows go to the task of their state partition, which
+            # matches them with the stored rows and updates the state (as Spark's operator does)
+            rows_in = new.select(
+                F.lit(0).cast("int").alias(KIND), F.col(SIDE), *[F.col(c) for c in kcols], F.col(LROW), F.col(RROW),
+                F.col(LATE), F.col(PRE), F.col(PID), F.lit(None).cast("long").alias(RID), F.lit(None).cast("long").alias(IDX),
+                F.lit(None).cast("boolean").alias(PNEW),
+            )
+            emitted = state_step(rows_in.unionByName(beats), match_in_tasks=True, condition=info.arrow_condition)
+            return self._shaped(emitted, col)
+
+        # materialised once: the row numbers below are then the same wherever the rest of the
+        # batch reads them (an id over the checkpointed partitions is deterministic)
+        new = new.localCheckpoint(eager=True).withColumn(RID, F.monotonically_increasing_id())
+
+        # the stored rows of both sides, partition by partition (read only)
+        scan_schema = StructType(
+            [StructField(SIDE, IntegerType(), False), *key_fields, StructField(LROW, left_struct, True), StructField(RROW, right_struct, True),
+             StructField(PID, IntegerType(), False), StructField(IDX, LongType(), False), StructField(MATCHED, BooleanType(), True)]
         )
         scan = JoinStateScan(
             state_root=step_args["state_root"], run_id=step_args["run_id"], operator_id=step_args["operator_id"],
@@ -297,37 +350,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             F.lit(0).cast("int").alias(KIND), F.col(SIDE), *[F.col(c) for c in kcols], F.col(LROW), F.col(RROW),
             F.col(LATE), F.col(PRE), F.col(PID), F.col(RID), F.lit(None).cast("long").alias(IDX), F.lit(None).cast("boolean").alias(PNEW),
         )
-        # one row per state partition, so that every task of the step sees its partition in its
-        # data (a task's own id is not the partition when the join sits below a union's second
-        # input), then all rows go to the task of their state partition
-        beats = spark.range(0, n, 1, n).select(
-            F.lit(2).cast("int").alias(KIND), F.lit(0).cast("int").alias(SIDE),
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in key_fields],
-            F.lit(None).cast(left_struct).alias(LROW), F.lit(None).cast(right_struct).alias(RROW),
-            F.lit(None).cast("boolean").alias(LATE), F.lit(None).cast("boolean").alias(PRE),
-            F.col("id").cast("int").alias(PID), F.lit(None).cast("long").alias(RID), F.lit(None).cast("long").alias(IDX),
-            F.lit(None).cast("boolean").alias(PNEW),
-        )
-        step_in = rows_in.unionByName(markers(0)).unionByName(markers(1)).unionByName(beats)
-        routes = F.array(*[F.lit(r) for r in partition_routes(n)])
-        step_in = step_in.repartition(n, F.element_at(routes, F.col(PID) + 1))
-        out_struct = StructType(left_struct.fields + right_struct.fields)
-        step = JoinStateStep(
-            **step_args,
-            join_type=info.join_type,
-            input_schema=to_arrow_schema(step_in.schema, timestamp_utc=True),
-            key_schema=arrow_keys,
-            row_schemas=arrow_rows,
-            output_schema=to_arrow_schema(out_struct, timestamp_utc=True),
-            state_watermarks=tuple(self.state_watermarks),
-            key_watermark_ordinal=info.key_watermark_ordinal,
-            key_watermark_is_struct=info.key_watermark_is_struct,
-            event_times=(
-                (info.left_event_time, info.left_event_time_is_struct),
-                (info.right_event_time, info.right_event_time_is_struct),
-            ),
-        )
-        emitted = step_in.mapInArrow(step, out_struct)
+        emitted = state_step(rows_in.unionByName(markers(0)).unionByName(markers(1)).unionByName(beats))
         parts = [emitted]
         if info.join_type != "LeftSemi":
             parts.append(pairs.select(*out_cols))
@@ -342,6 +365,11 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
         result = parts[0]
         for p in parts[1:]:
             result = result.unionByName(p)
+        return self._shaped(result, col)
+
+    def _shaped(self, result: "DataFrame", col: Any) -> "DataFrame":
+        """The join's rows (both sides' columns) as the join's output (the user's projection)."""
+        info = self.info
         out = result.select(*[col(e) for e in info.output])
         out = out.toDF(*info.output_schema.names)
         for f in info.output_schema.fields:
@@ -471,6 +499,10 @@ class JoinStateStep(StateStep):
     key_watermark_is_struct: bool = False
     event_times: tuple[Any, Any] = ((None, False), (None, False))
     store_conf: Any = None
+    #: match the rows here (``_match_in_task``) with this Arrow predicate (``arrow_predicate``)
+    #: for the non-equality condition (None: keys only); otherwise the input holds markers
+    match_in_tasks: bool = False
+    condition: Any = None
     accumulator: Any = field(default=None, compare=False)
 
     def __call__(self, batches):
@@ -508,26 +540,37 @@ class JoinStateStep(StateStep):
             removed_counted = 0
             cleanup_sides = {"Inner": (0, 1), "LeftSemi": (0, 1), "LeftOuter": (1,), "RightOuter": (0,), "FullOuter": ()}[self.join_type]
             outer_sides = {"LeftOuter": (0,), "RightOuter": (1,), "FullOuter": (0, 1)}.get(self.join_type, ())
+            matches = None
+            if self.match_in_tasks:
+                matches = self._match_in_task(table, stores, nk, is_new & ~late & pre, side_arr)
+                outputs.extend(matches.outputs)
+                for side in outer_sides:
+                    failed = np.flatnonzero(is_new & (side_arr == side) & ~late & ~pre)
+                    if len(failed):
+                        outputs.append(self._padded(table.column(LROW if side == 0 else RROW).take(pa.array(failed)), side))
             for side, name in ((0, "left"), (1, "right")):
                 k2n, kwi = stores[f"{name}-keyToNumValues"], stores[f"{name}-keyWithIndexToValue"]
                 current = kwi.table()
                 c_keys = current.select(list(range(nk)))
                 c_index = current.column(nk).to_numpy(zero_copy_only=False).astype(np.int64)
                 c_matched = np.asarray(pc.fill_null(current.column(nk + 2), False).to_numpy(zero_copy_only=False), dtype=bool)
-                # markers of stored rows: which stored rows took part in an emitted pair
-                sm = np.flatnonzero((kind == 1) & (side_arr == side) & ~idx_null)
-                hit_stored = np.zeros(current.num_rows, dtype=bool)
-                if len(sm) and current.num_rows:
-                    mk = table.take(pa.array(sm)).select(kcols + [IDX])
-                    li, _ = _match(c_keys.append_column(INDEX_FIELD, pa.array(c_index)), mk)
-                    hit_stored[li] = True
                 # this batch's rows of this side, in task order
                 rows_i = np.flatnonzero(is_new & (side_arr == side) & ~late & pre)
-                nm = (kind == 1) & (side_arr == side) & idx_null
-                hit_rids = rid[nm]
-                stored_partner = rid[nm & ~pnew]
-                new_rids = rid[rows_i]
-                new_hit = np.isin(new_rids, hit_rids)
+                if matches is not None:
+                    hit_stored, new_hit, partner_stored = matches.hit_stored[side], matches.new_hit[side], matches.partner_stored
+                else:
+                    # markers of stored rows: which stored rows took part in an emitted pair
+                    sm = np.flatnonzero((kind == 1) & (side_arr == side) & ~idx_null)
+                    hit_stored = np.zeros(current.num_rows, dtype=bool)
+                    if len(sm) and current.num_rows:
+                        mk = table.take(pa.array(sm)).select(kcols + [IDX])
+                        li, _ = _match(c_keys.append_column(INDEX_FIELD, pa.array(c_index)), mk)
+                        hit_stored[li] = True
+                    nm = (kind == 1) & (side_arr == side) & idx_null
+                    hit_rids = rid[nm]
+                    new_rids = rid[rows_i]
+                    new_hit = np.isin(new_rids, hit_rids)
+                    partner_stored = np.isin(new_rids, rid[nm & ~pnew])
                 row_col = LROW if side == 0 else RROW
                 new_rows = table.take(pa.array(rows_i, type=pa.int64())) if len(rows_i) else table.slice(0, 0)
                 new_values = new_rows.column(row_col)
@@ -535,7 +578,7 @@ class JoinStateStep(StateStep):
                 semi_out_new = None
                 add = np.ones(len(rows_i), dtype=bool)
                 if self.join_type == "LeftSemi" and side == 0:
-                    add = ~np.isin(new_rids, stored_partner)
+                    add = ~partner_stored
                     semi_out_new = new_values.filter(pa.array(new_hit)) if len(rows_i) else None
                 pred = self.state_watermarks[side]
                 if side == 1 and pred is not None and len(rows_i):
@@ -636,6 +679,70 @@ class JoinStateStep(StateStep):
         m["customMetrics"] = custom
         return out, m
 
+    def _match_in_task(self, table: pa.Table, stores: dict, nk: int, joining: np.ndarray, side_arr: np.ndarray) -> "_TaskMatches":
+        """The pairs Spark's operator emits in this partition: each new left row with the right
+        rows stored before the batch and the new right rows, each new right row with the left
+        rows stored before the batch; keys equal (null-safe, as state keys are), then the rest
+        of the condition. ``joining``: the new rows that take part (not late, pre-join filter
+        passed)."""
+        from statestream.operators.arrow_predicate import evaluate_predicate, predicate_columns
+
+        kcols = [key_column(j) for j in range(nk)]
+        new_keys, new_vals, old_keys, old_vals, n_new, n_old = [], [], [], [], [], []
+        for side, name in ((0, "left"), (1, "right")):
+            rows = table.take(pa.array(np.flatnonzero(joining & (side_arr == side)), type=pa.int64()))
+            current = stores[f"{name}-keyWithIndexToValue"].table()
+            new_keys.append(rows.select(kcols))
+            old_keys.append(current.select(list(range(nk))))
+            new_vals.append(rows.column(LROW if side == 0 else RROW))
+            old_vals.append(current.column(nk + 1))
+            n_new.append(rows.num_rows)
+            n_old.append(current.num_rows)
+        # pairs over "all" rows of a side: its new rows first, then its stored rows
+        parts = [
+            _match(new_keys[0], new_keys[1]),
+            _match(new_keys[0], old_keys[1]),
+            _match(old_keys[0], new_keys[1]),
+        ]
+        li = np.concatenate([parts[0][0], parts[1][0], parts[2][0] + n_new[0]]).astype(np.int64, copy=False)
+        ri = np.concatenate([parts[0][1], parts[1][1] + n_new[1], parts[2][1]]).astype(np.int64, copy=False)
+        fields: dict[tuple[int, int], pa.Array] = {}
+
+        def side_field(side: int, i: int) -> pa.Array:
+            if (side, i) not in fields:
+                chunks = [*_chunks(new_vals[side]), *_chunks(old_vals[side])]
+                pieces = [pc.struct_field(c, [i]) for c in chunks]
+                t = self.row_schemas[side].field(i).type
+                fields[(side, i)] = pa.concat_arrays([p.cast(t) for p in pieces]) if pieces else pa.array([], t)
+            return fields[(side, i)]
+
+        def gathered(name: str) -> pa.Array:
+            side, i = (0 if name.startswith("__s0_") else 1), int(name.rsplit("_", 1)[1])
+            return side_field(side, i).take(pa.array(li if side == 0 else ri))
+
+        if self.condition is not None and len(li):
+            needed = sorted(predicate_columns(self.condition))
+            ok = evaluate_predicate(self.condition, pa.table({c: gathered(c) for c in needed}))
+            li, ri = li[ok], ri[ok]
+        hits = []
+        for side, idx in ((0, li), (1, ri)):
+            h = np.zeros(n_new[side] + n_old[side], dtype=bool)
+            h[idx] = True
+            hits.append(h)
+        partner_stored = np.zeros(n_new[0], dtype=bool)
+        partner_stored[li[(li < n_new[0]) & (ri >= n_new[1])]] = True
+        outputs = []
+        if self.join_type != "LeftSemi" and len(li):
+            lcols = [side_field(0, i).take(pa.array(li)) for i in range(len(self.row_schemas[0]))]
+            rcols = [side_field(1, i).take(pa.array(ri)) for i in range(len(self.row_schemas[1]))]
+            outputs.append(pa.Table.from_arrays(lcols + rcols, schema=self.output_schema))
+        return _TaskMatches(
+            new_hit=(hits[0][: n_new[0]], hits[1][: n_new[1]]),
+            hit_stored=(hits[0][n_new[0]:], hits[1][n_new[1]:]),
+            partner_stored=partner_stored,
+            outputs=outputs,
+        )
+
     def _padded(self, values: Any, side: int, outer: bool = False) -> pa.Table:
         """Rows of one side as output rows, the other side's columns null."""
         if isinstance(values, pa.ChunkedArray):
@@ -693,6 +800,20 @@ class JoinStateStep(StateStep):
         if put.any():
             pi = pa.array(np.flatnonzero(put), type=pa.int64())
             store.insert(pa.Table.from_arrays([*reps.take(pi).columns, pa.array(rep_counts[put], type=pa.int64())], schema=schema))
+
+
+@dataclass
+class _TaskMatches:
+    """What ``_match_in_task`` found, per side (0 left, 1 right)."""
+
+    new_hit: tuple[np.ndarray, np.ndarray]  # per new row (task order): it is in a pair
+    hit_stored: tuple[np.ndarray, np.ndarray]  # per stored row: it is in a pair
+    partner_stored: np.ndarray  # per new left row: paired with a stored right row
+    outputs: list[pa.Table]  # the pairs as output rows (none for a left semi join)
+
+
+def _chunks(values: Any) -> list[pa.Array]:
+    return list(values.chunks) if isinstance(values, pa.ChunkedArray) else [values]
 
 
 def _match(a: pa.Table, b: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -49,6 +49,8 @@ __all__ = [
     "join_state_watermark",
     "join_output_watermark",
     "condition_terms",
+    "arrow_condition",
+    "MATCH_IN_TASKS_CONF",
     "double_to_long",
     "wrap_long",
     "StreamJoinInfo",
@@ -329,15 +331,23 @@ def _type_name(dt: Any) -> str:
     return _jname(dt).rstrip("$")
 
 
+def _interval_field(v: Any, name: str) -> int:
+    """A field of a JVM ``CalendarInterval`` (public final fields, which py4j reads with
+    ``get_field``)."""
+    from py4j.java_gateway import get_field
+
+    return int(get_field(v, name))
+
+
 def _literal(e: Any) -> Term:
     t = _type_name(e.dataType())
     v = e.value()
     if v is None:
         return Opaque("null")
     if t == "CalendarIntervalType":
-        if int(v.months) > 0:
+        if _interval_field(v, "months") > 0:
             return Lit(None)
-        return Lit(float(int(v.days)) * 8.64e10 + float(int(v.microseconds)))
+        return Lit(float(_interval_field(v, "days")) * 8.64e10 + float(_interval_field(v, "microseconds")))
     if t == "DayTimeIntervalType":
         return Lit(float(int(v)))
     if t == "DoubleType":
@@ -409,6 +419,119 @@ def condition_terms(condition: Any, left_ids: Sequence[int], right_ids: Sequence
     return tuple(out)
 
 
+#: ``"false"`` makes a stream-stream join match its rows with a Spark join even when its
+#: condition has an Arrow form (the general path; tests run both)
+MATCH_IN_TASKS_CONF = "spark.statestream.streamJoin.matchInTasks"
+
+# ---------------------------------------------------------------------------------------------
+# The condition as an Arrow predicate (operators/arrow_predicate.py)
+# ---------------------------------------------------------------------------------------------
+
+#: Spark types whose Arrow comparison and arithmetic are Spark's, by ``simpleString``
+_ARROW_TAGS = {
+    "boolean": "bool", "tinyint": "int8", "smallint": "int16", "int": "int32", "bigint": "int64",
+    "string": "string", "date": "date", "timestamp": "timestamp", "timestamp_ntz": "timestamp_ntz",
+}
+_INTEGRAL_TAGS = ("int8", "int16", "int32", "int64")
+_ARROW_COMPARISONS = {
+    "EqualTo": "==", "EqualNullSafe": "<=>", "LessThan": "<", "LessThanOrEqual": "<=", "GreaterThan": ">", "GreaterThanOrEqual": ">=",
+}
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+def arrow_condition(condition: Any, names: dict[int, str], fixed_offset_zone: bool) -> Any | None:
+    """The condition as ``operators.arrow_predicate``'s tree over the ``side_column`` names, or
+    None when some node has no exact Arrow counterpart (the join then matches with Spark).
+
+    ``fixed_offset_zone``: the session time zone never changes its offset, so that adding a
+    day-time interval to a timestamp (Spark adds it to the local date-time) is a plain addition."""
+    if condition is None:
+        return None
+    try:
+        return _arrow_node(condition, names, fixed_offset_zone)
+    except _Untranslatable:
+        return None
+
+
+def _arrow_tag(e: Any) -> str:
+    tag = _ARROW_TAGS.get(str(e.dataType().simpleString()))
+    if tag is None:
+        raise _Untranslatable
+    return tag
+
+
+def _arrow_node(e: Any, names: dict[int, str], fixed: bool) -> Any:
+    kind = _jname(e)
+    if kind in ("And", "Or"):
+        return (kind.lower(), _arrow_node(e.left(), names, fixed), _arrow_node(e.right(), names, fixed))
+    if kind == "Not":
+        return ("not", _arrow_node(e.child(), names, fixed))
+    if kind in ("IsNull", "IsNotNull"):
+        return ("is_null" if kind == "IsNull" else "is_not_null", _arrow_value(e.child(), names, fixed))
+    if kind in _ARROW_COMPARISONS:
+        _arrow_tag(e.left())  # a comparable type on both sides (the analyser made them equal)
+        _arrow_tag(e.right())
+        return ("cmp", _ARROW_COMPARISONS[kind], _arrow_value(e.left(), names, fixed), _arrow_value(e.right(), names, fixed))
+    if kind == "Literal" and _type_name(e.dataType()) == "BooleanType":
+        return _arrow_value(e, names, fixed)
+    if kind == "AttributeReference" and _type_name(e.dataType()) == "BooleanType":
+        return _arrow_value(e, names, fixed)
+    raise _Untranslatable
+
+
+def _arrow_value(e: Any, names: dict[int, str], fixed: bool) -> Any:
+    kind = _jname(e)
+    if kind == "AttributeReference":
+        _arrow_tag(e)
+        name = names.get(int(e.exprId().id()))
+        if name is None:
+            raise _Untranslatable
+        return ("col", name)
+    if kind == "Literal":
+        t = _type_name(e.dataType())
+        v = e.value()
+        if t == "DayTimeIntervalType":
+            return ("lit", None if v is None else int(v), "duration")
+        if t == "CalendarIntervalType":
+            if v is None or _interval_field(v, "months") != 0 or _interval_field(v, "days") != 0:
+                raise _Untranslatable  # months and days follow the calendar
+            return ("lit", _interval_field(v, "microseconds"), "duration")
+        tag = _arrow_tag(e)
+        if v is None:
+            return ("lit", None, tag)
+        if tag == "string":
+            return ("lit", str(v.toString()), tag)
+        if tag == "bool":
+            return ("lit", bool(v), tag)
+        return ("lit", int(v), tag)
+    if kind in ("TimestampAddInterval", "TimeAdd"):
+        tag = _arrow_tag(e.start())
+        if tag not in ("timestamp", "timestamp_ntz") or (tag == "timestamp" and not fixed):
+            raise _Untranslatable
+        interval = _arrow_value(e.interval(), names, fixed)
+        if interval[0] != "lit" or interval[2] != "duration":
+            raise _Untranslatable
+        return ("add", _arrow_value(e.start(), names, fixed), interval, True)
+    if kind in ("Add", "Subtract"):
+        tag = _arrow_tag(e)
+        mode = str(e.evalMode().toString())
+        if tag not in _INTEGRAL_TAGS or mode not in ("ANSI", "LEGACY"):
+            raise _Untranslatable
+        op = "add" if kind == "Add" else "sub"
+        return (op, _arrow_value(e.left(), names, fixed), _arrow_value(e.right(), names, fixed), mode == "ANSI")
+    if kind == "Cast":
+        to, frm = _arrow_tag(e), _arrow_tag(e.child())
+        if to not in _INTEGRAL_TAGS or frm not in _INTEGRAL_TAGS or _INTEGRAL_TAGS.index(to) < _INTEGRAL_TAGS.index(frm):
+            raise _Untranslatable  # only widening integer casts, which cannot fail
+        return ("cast", _arrow_value(e.child(), names, fixed), to)
+    if kind in _ARROW_COMPARISONS or kind in ("And", "Or", "Not", "IsNull", "IsNotNull"):
+        return _arrow_node(e, names, fixed)
+    raise _Untranslatable
+
+
 # ---------------------------------------------------------------------------------------------
 # Planning
 # ---------------------------------------------------------------------------------------------
@@ -458,6 +581,12 @@ class StreamJoinInfo:
     full_text: str = "None"
     key_schema_json: dict = field(default_factory=dict, repr=False)
     value_schema_json: dict = field(default_factory=dict, repr=False)
+    #: the condition as an Arrow predicate (``arrow_condition``), None without one or when it
+    #: has no exact Arrow form
+    arrow_condition: Any = None
+    #: the state step matches the rows itself (one Spark job a batch); otherwise a Spark join
+    #: matches them first (``operators/stream_join.py``)
+    match_in_tasks: bool = False
 
 
 def _jseq(seq: Any) -> list[Any]:
@@ -602,6 +731,8 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
         return "None" if e is None else "Some(" + _clean(str(e.toString())) + ")"
 
     lonly_e, ronly_e, both_e = _and_all(lonly, jvm), _and_all(ronly, jvm), _and_all(both, jvm)
+    arrow = arrow_condition(other, names, _fixed_offset_zone(session))
+    in_tasks = str(user.conf.get(MATCH_IN_TASKS_CONF, "true")).lower() == "true" and (other is None or arrow is not None)
     return StreamJoinInfo(
         join_type=node.join_type if node.join_type != "Cross" else "Inner",
         left_names=tuple(left_schema.names),
@@ -633,7 +764,17 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
         full_text=opt_text(other),
         key_schema_json=StructType(key_fields).jsonValue(),
         value_schema_json=value_schema.jsonValue(),
+        arrow_condition=arrow,
+        match_in_tasks=in_tasks,
     )
+
+
+def _fixed_offset_zone(session: Any) -> bool:
+    try:
+        zone = session._jvm.java.time.ZoneId.of(session.conf.get("spark.sql.session.timeZone"))  # noqa: SLF001
+        return bool(zone.getRules().isFixedOffset())
+    except Exception:  # noqa: BLE001 - a zone Java does not parse is not known to be fixed
+        return False
 
 
 def _find(plan: Any, name: str) -> Any | None:

@@ -102,13 +102,48 @@ SHORT_INPUT = [
 ]
 
 
+@pytest.fixture(params=["in_tasks", "spark_join"])
+def matching(request, spark, monkeypatch):
+    """Both ways statestream matches a join's rows: in the state step's tasks (the condition as an
+    Arrow predicate) and, the general path for conditions without one, with a Spark join. The
+    in-task variant fails if the Spark-join path's state scan runs at all."""
+    from statestream.operators import stream_join
+    from statestream.plan.stream_joins import MATCH_IN_TASKS_CONF
+
+    if request.param == "spark_join":
+        spark.conf.set(MATCH_IN_TASKS_CONF, "false")
+    else:
+        def refuse(**_: Any) -> None:
+            raise AssertionError("the stream-stream join took the Spark-join path")
+
+        monkeypatch.setattr(stream_join, "JoinStateScan", refuse)
+    yield request.param
+    spark.conf.unset(MATCH_IN_TASKS_CONF)
+
+
 @pytest.mark.parametrize("how", ["left", "full"])
-def test_outer_join_short(spark, ours, tmp_path, how):
+def test_outer_join_short(spark, ours, tmp_path, how, matching):
     """The quick version of ``test_time_range_join`` (three batches): outer rows padded with
     nulls in the no-data batch where the watermark passes them."""
     expected, _ = _compare(spark, ours, tmp_path, _range_join(how), SHORT_INPUT)
     padded = [r for b in expected.batches for r in b.rows if r.get("rk") is None]
     assert padded, "the input no longer exercises the null-padded rows"
+
+
+def test_condition_with_arithmetic_under_not(spark, ours, tmp_path, matching):
+    """A condition beyond the plain time range: integer arithmetic under NOT (a pair of new rows
+    inside the batch fails it, its left row then padded with nulls); both ways of matching agree
+    with Spark."""
+
+    def build(df: DataFrame) -> DataFrame:
+        left, right = _sides(df)
+        upper = left.lts + F.expr("INTERVAL 5 SECONDS")
+        cond = (left.k == right.rk) & (right.rts >= left.lts) & (right.rts <= upper) & ~((right.rv - left.lv) == 90)
+        return left.join(right, cond, "left")
+
+    expected, _ = _compare(spark, ours, tmp_path, build, SHORT_INPUT)
+    rows = [r for b in expected.batches for r in b.rows]
+    assert any(r["lv"] == 10 and r.get("rk") is None for r in rows), "the pair (10, 100) no longer fails the condition"
 
 
 def test_join_as_the_second_input_of_a_union(spark, ours, tmp_path):
