@@ -272,6 +272,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
                     (info.left_event_time, info.left_event_time_is_struct),
                     (info.right_event_time, info.right_event_time_is_struct),
                 ),
+                outer_early_emit=info.outer_early_emit,
                 **more,
             )
             return step_in.mapInArrow(step, out_struct)
@@ -503,6 +504,10 @@ class JoinStateStep(StateStep):
     #: for the non-equality condition (None: keys only); otherwise the input holds markers
     match_in_tasks: bool = False
     condition: Any = None
+    #: ``spark.statestream.streamJoin.outerEarlyEmit``: outer rows without a partner on arrival
+    #: are emitted padded with nulls at once (later matches still come out) instead of when the
+    #: watermark evicts them
+    outer_early_emit: bool = False
     accumulator: Any = field(default=None, compare=False)
 
     def __call__(self, batches):
@@ -594,6 +599,12 @@ class JoinStateStep(StateStep):
                 for part in (semi_out_new, semi_out_old):
                     if part is not None and len(part):
                         outputs.append(self._padded(part, side))
+                if self.outer_early_emit and side in outer_sides and len(rows_i) and not new_hit.all():
+                    # opt-in: an outer row without a partner on arrival comes out padded now
+                    # and is stored as matched, so that its eviction emits nothing more (and a
+                    # restart with the option switched off cannot emit it twice)
+                    outputs.append(self._padded(new_values.filter(pa.array(~new_hit)), side, outer=True))
+                    new_hit = np.ones(len(rows_i), dtype=bool)
                 # the side's rows after the batch: stored (matched updated) + appended
                 ai = np.flatnonzero(add)
                 updated += len(ai)

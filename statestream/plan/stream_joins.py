@@ -51,6 +51,7 @@ __all__ = [
     "condition_terms",
     "arrow_condition",
     "MATCH_IN_TASKS_CONF",
+    "OUTER_EARLY_EMIT_CONF",
     "double_to_long",
     "wrap_long",
     "StreamJoinInfo",
@@ -423,6 +424,12 @@ def condition_terms(condition: Any, left_ids: Sequence[int], right_ids: Sequence
 #: condition has an Arrow form (the general path; tests run both)
 MATCH_IN_TASKS_CONF = "spark.statestream.streamJoin.matchInTasks"
 
+#: ``"true"`` (beyond Spark, off by default): an outer join emits a row of its outer side that
+#: finds no partner on arrival at once, padded with nulls, and its matches when they come later,
+#: rather than the padded row when the watermark evicts it; for users who cannot wait for the
+#: watermark and accept a padded row followed by real matches
+OUTER_EARLY_EMIT_CONF = "spark.statestream.streamJoin.outerEarlyEmit"
+
 # ---------------------------------------------------------------------------------------------
 # The condition as an Arrow predicate (operators/arrow_predicate.py)
 # ---------------------------------------------------------------------------------------------
@@ -587,6 +594,8 @@ class StreamJoinInfo:
     #: the state step matches the rows itself (one Spark job a batch); otherwise a Spark join
     #: matches them first (``operators/stream_join.py``)
     match_in_tasks: bool = False
+    #: ``OUTER_EARLY_EMIT_CONF``: beyond Spark, opt-in
+    outer_early_emit: bool = False
 
 
 def _jseq(seq: Any) -> list[Any]:
@@ -766,6 +775,7 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
         value_schema_json=value_schema.jsonValue(),
         arrow_condition=arrow,
         match_in_tasks=in_tasks,
+        outer_early_emit=str(user.conf.get(OUTER_EARLY_EMIT_CONF, "false")).lower() == "true",
     )
 
 

@@ -438,3 +438,53 @@ def test_bounded_outer_and_semi_joins_start(spark, ours, tmp_path, name):
     build = ACCEPTED[name]
     assert start_error(spark, build, SCHEMA, "append", tmp_path) is None
     assert start_error(ours(), build, SCHEMA, "append", tmp_path) is None
+
+
+# ------------------------------------------------------------------------------------------
+# Beyond Spark: outer rows emitted on arrival (opt-in)
+# ------------------------------------------------------------------------------------------
+
+
+def test_outer_early_emit_pads_on_arrival_and_still_emits_later_matches(spark, ours, tmp_path):
+    """With ``spark.statestream.streamJoin.outerEarlyEmit`` a left outer join emits a left row
+    that finds no partner in its arrival batch at once, padded with nulls, and its matches when
+    they come; the watermark's eviction then emits nothing. Derived from Spark's run of the same
+    input: the pairs are Spark's, batch for batch; the padded rows are the left rows Spark emits
+    (matched or padded) that had no partner in their arrival batch, in that batch."""
+    from statestream.plan.stream_joins import OUTER_EARLY_EMIT_CONF
+
+    build = _range_join("left")
+    expected = run_stream(spark, build, INPUT, SCHEMA, "append", tmp_path)
+    spark.conf.set(OUTER_EARLY_EMIT_CONF, "true")
+    try:
+        actual = run_stream(ours(), build, INPUT, SCHEMA, "append", tmp_path)
+    finally:
+        spark.conf.unset(OUTER_EARLY_EMIT_CONF)
+    data_batches = [b.batch_id for b in expected.batches if b.num_input_rows]
+    arrival = {}  # left row's lv -> the batch its file ran in
+    for i, rows in enumerate(INPUT):
+        for r in rows:
+            if r[0] == "L":
+                arrival[r[3]] = data_batches[i]
+    left_cols = ("k", "lts", "lv")
+
+    def key(r: dict) -> tuple:
+        return tuple(str(r.get(c)) for c in ("k", "lts", "lv", "rk", "rts", "rv"))
+
+    emitted_left = {r["lv"]: {c: r[c] for c in left_cols} for b in expected.batches for r in b.rows}
+    matched_on_arrival = {r["lv"] for b in expected.batches for r in b.rows if r["rk"] is not None and arrival[r["lv"]] == b.batch_id}
+    padded_somewhere = False
+    for b in expected.batches:
+        pairs = sorted(key(r) for r in b.rows if r["rk"] is not None)
+        padded = sorted(
+            key({**row, "rk": None, "rts": None, "rv": None})
+            for lv, row in emitted_left.items()
+            if arrival[lv] == b.batch_id and lv not in matched_on_arrival
+        )
+        padded_somewhere = padded_somewhere or bool(padded)
+        got = sorted(key(r) for r in actual.rows(b.batch_id))
+        assert got == sorted(pairs + padded), f"batch {b.batch_id}:\n{expected.describe()}\n{actual.describe()}"
+    assert padded_somewhere
+    # a row padded on arrival and matched later: both come out
+    later = [lv for lv in emitted_left if lv not in matched_on_arrival and any(r["lv"] == lv and r["rk"] is not None for b in expected.batches for r in b.rows)]
+    assert later, "the input no longer has a left row matched after its arrival batch"
