@@ -20,10 +20,10 @@ row with itself stored by the killed run nor loses the ``matched`` flags that de
 evicted rows come out padded.
 
 Not killed: after ``commits/4``, the last data batch. A restarted query runs a no-data batch
-only after a batch of its own run asked for one, so the restart would end without batch 5 and
-without k=15's padded row; Spark's engine, restarted from the same checkpoint state, does the
-same (measured: both end with 14 of the 15 rows), so the sink would rightly differ from the
-uninterrupted runs.
+only after a batch of its own run asked for one, so the restart ends without batch 5 and
+without k=15's padded row, on Spark's engine as on statestream, and the sink rightly differs
+from the uninterrupted runs' (``test_restart_after_the_last_data_batch_runs_no_batch_as_spark``
+checks both engines, restarted on their checkpoints taken back to that state).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from tests.crash.test_crash_recovery import (
     kill_then_restart,
     run_in_process,
 )
+from tests.crash.crash_child import executed_batch_ids
 
 #: per batch: left rows (lts seconds, k, lv)
 LEFT: list[list[tuple[int, int, int]]] = [
@@ -137,7 +138,7 @@ def references(spark: Any, tmp_path_factory: Any) -> dict[str, Any]:
     spark_rows = sink_rows(spark, Path(oracle["output"]))
     assert spark_rows == EXPECTED, "Spark's engine no longer gives the rows the input was written for"
     assert batch_files(Path(oracle["checkpoint"]) / "commits") == list(range(6))
-    return {"oracle": oracle, "spark": spark_rows, "uninterrupted": sink_rows(spark, Path(clean["output"]))}
+    return {"oracle": oracle, "clean": clean, "spark": spark_rows, "uninterrupted": sink_rows(spark, Path(clean["output"]))}
 
 
 def _gauntlet(spark: Any, tmp_path: Path, references: dict[str, Any], kills: list[tuple[str, int, int | None]]) -> None:
@@ -166,3 +167,34 @@ def test_stream_join_sigkill_mid_state_commit(spark, tmp_path, references):
     four stores (``local[1]``: before its other stores and partition 1); then after the re-run's
     ``commits/3``."""
     _gauntlet(spark, tmp_path, references, [("after_offsets", 1, None), ("after_state_commit", 3, 0), ("after_commit", 3, None)])
+
+
+@pytest.mark.slow
+def test_restart_after_the_last_data_batch_runs_no_batch_as_spark(spark, tmp_path, references):
+    """What a kill right after ``commits/4`` leaves, made from copies of the reference runs'
+    checkpoints and sinks (batch 5's offsets, commit, state version 6 and sink log entry
+    removed): restarted, neither engine runs the no-data batch 5 that would pad k=15."""
+    import shutil
+
+    from statestream import StreamingSession
+
+    for name, engine in (("oracle", spark), ("clean", StreamingSession(spark))):
+        ref = references[name]
+        job = dict(ref, checkpoint=str(tmp_path / name / "checkpoint"), output=str(tmp_path / name / "output"))
+        shutil.copytree(ref["checkpoint"], job["checkpoint"])
+        shutil.copytree(ref["output"], job["output"])
+        for entry in (Path(job["output"]) / "_spark_metadata").iterdir():  # the sink log lists its files' paths
+            if entry.name.endswith(".crc"):  # Hadoop's checksums of the entries rewritten below
+                entry.unlink()
+            else:
+                entry.write_text(entry.read_text().replace(str(Path(ref["output"])), str(Path(job["output"]))))
+        ckpt = Path(job["checkpoint"])
+        doomed = [ckpt / "offsets" / "5", ckpt / "commits" / "5", Path(job["output"]) / "_spark_metadata" / "5"]
+        assert len(list((ckpt / "state" / "0").glob("*/*/6.delta"))) == 2 * 4  # four stores in each partition
+        doomed += list((ckpt / "state" / "0").glob("*/*/6.*"))  # Spark also writes 6.delta.crc
+        for path in doomed:
+            path.unlink()
+        query = run_in_process(engine, job)
+        assert executed_batch_ids(query) == [], name
+        assert batch_files(ckpt / "commits") == [0, 1, 2, 3, 4], name
+        assert sink_rows(spark, Path(job["output"])) == [r for r in EXPECTED if r[1] != 15], name
