@@ -13,11 +13,10 @@ The machinery is ``test_crash_recovery.py``'s: a child process per start, killed
 a named point of a batch and restarted on the same checkpoint; after the kills and a final
 restart the sink must equal Spark's own engine's and an uninterrupted statestream run's (both
 run once for the module), hold no row twice, and ``commits/`` and the sink's log must hold
-Spark's batch ids. A re-run batch
-reads the join's four stores (``left-``/``right-`` ``keyToNumValues`` and
-``keyWithIndexToValue``) at the version its first run started from, so it neither pairs a new
-row with itself stored by the killed run nor loses the ``matched`` flags that decide which
-evicted rows come out padded.
+Spark's batch ids. A re-run batch reads the join's four stores (``left-``/``right-``
+``keyToNumValues`` and ``keyWithIndexToValue``) at the version its first run started from, so it
+neither pairs a new row with itself stored by the killed run nor loses the ``matched`` flags
+that decide which evicted rows come out padded.
 
 Not killed: after ``commits/4``, the last data batch. A restarted query runs a no-data batch
 only after a batch of its own run asked for one, so the restart ends without batch 5 and
