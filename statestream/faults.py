@@ -37,8 +37,8 @@ first comparison. A leaf module (like ``errors``), so operators and sinks may im
 
 The module also holds the one other test-only hook, :func:`record_state_task`: with
 ``STATESTREAM_TEST_TASK_LOG=<file>`` set, every state task appends one JSON line to ``<file>``
-after its commit, saying which process (and which executor) served which store version and how
-its provider cache answered. ``tests/cluster`` uses it to show that state tasks ran in executor
+after its commit (and a stream-stream join's scan after it read a store), saying which process
+(and which executor) served which store version and how its provider cache answered. ``tests/cluster`` uses it to show that state tasks ran in executor
 processes and that a partition moving between executors reloads from files.
 
 And :data:`ENV_WORKER_LOG`: with ``STATESTREAM_TEST_WORKER_LOG=<file>`` in a process's
@@ -141,10 +141,14 @@ def record_state_task(
     run_id: str,
     cache_hits: int,
     cache_misses: int,
+    store: str = "default",
+    read: bool = False,
 ) -> None:
     """Append one JSON line about a committed state task to ``STATESTREAM_TEST_TASK_LOG``;
     nothing when the variable is unset. ``version`` is the version the task opened (it
-    committed ``version + 1``); the cache counts are its provider's, after the load."""
+    committed ``version + 1``); the cache counts are its provider's, after the load. ``store``
+    names the store of the partition (a stream-stream join has four); ``read`` marks a task
+    that only read ``version`` (the join's scan of stored rows), which loads it as well."""
     if _TASK_LOG is None:
         return
     import json
@@ -155,6 +159,8 @@ def record_state_task(
         "root": checkpoint_root,
         "op": operator_id,
         "partition": partition,
+        "store": store,
+        "read": read,
         "version": version,
         "runId": run_id,
         "pid": os.getpid(),

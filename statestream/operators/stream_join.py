@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.faults import record_state_task
 from statestream.operators.base import (
     ExecutedByParent,
     PhysicalOperator,
@@ -467,7 +468,9 @@ class JoinStateScan:
         for side, name in ((0, "left"), (1, "right")):
             if side not in self.sides:
                 continue
-            t = providers[f"{name}-keyWithIndexToValue"].get_read_store(self.version).table()
+            provider = providers[f"{name}-keyWithIndexToValue"]
+            t = provider.get_read_store(self.version).table()
+            record_state_task(self.state_root, self.operator_id, p, self.version, self.run_id, *provider.cache_counts(), store=provider.store_id.store_name, read=True)
             if t.num_rows == 0:
                 continue
             m = t.num_rows

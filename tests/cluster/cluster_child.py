@@ -3,12 +3,14 @@
 Run as ``python cluster_child.py <job.json>`` by ``test_cluster.py``. A SparkSession is one per
 process, and a ``local-cluster[2,1,1024]`` session brings two executor JVMs (launched through
 ``bin/spark-class`` of pip's pyspark), each with its own Python workers, so the state tasks run in
-processes other than this one. The job names the master, the queries, the work directory and
+processes other than this one. The job names the master, the queries (:data:`QUERIES`: the seed
+query, a deduplication, session windows and a stream-stream join), the work directory and
 whether statestream reaches the executors as a zip shipped with ``SparkContext.addPyFile`` (the
 ``--py-files`` route) rather than through the inherited ``PYTHONPATH``.
 
 Each query runs twice on both engines over the same work directory: a first start over
-:data:`FIRST_FILES`, then a restart on the same checkpoint over :data:`RESTART_FILES`; every
+:data:`FIRST_FILES`, then a restart on the same checkpoint over :data:`RESTART_FILES` (fewer
+for the join, :data:`FILES`); every
 batch of every start is compared with ``assert_same_batches``. The differential harness is used
 as is (``maxFilesPerTrigger=1``, one ``processAllAvailable()`` per file). With 4 shuffle
 partitions and one core per executor, a state partition's task lands on either executor from one
@@ -84,12 +86,30 @@ def session_query(df):
     )
 
 
+def stream_join_query(df):
+    """A stream-stream full outer join of the input with itself (two projections, each with its
+    own 20 s watermark): equal ``value``, the right row's time within 10 s after the left
+    row's, so both sides' states are bounded and both sides' unmatched rows come out padded."""
+    from pyspark.sql import functions as F
+
+    left = df.select(F.col("ts").alias("lts"), F.col("value").alias("k"), (F.col("value") * 10).alias("lv")).withWatermark("lts", "20 seconds")
+    right = df.select(F.col("ts").alias("rts"), F.col("value").alias("rk"), (F.col("value") * 100).alias("rv")).withWatermark("rts", "20 seconds")
+    cond = (left.k == right.rk) & (right.rts > left.lts) & (right.rts <= left.lts + F.expr("INTERVAL 10 SECONDS"))
+    return left.join(right, cond, "full")
+
+
 #: name -> (build, output mode)
 QUERIES = {
     "seed": (seed_query, "append"),
     "dedup": (dedup_query, "append"),
     "session": (session_query, "append"),
+    "stream_join": (stream_join_query, "append"),
 }
+
+#: name -> (first start's files, restart's files) where not :data:`FIRST_FILES`,
+#: :data:`RESTART_FILES`: the join runs three jobs a batch, so it gets fewer batches (its restart
+#: file continues where the first start's end, so restart rows meet rows stored before it)
+FILES = {"stream_join": (FIRST_FILES[:3], _files(12, 3, 1))}
 
 
 def _zip_package(dest: Path) -> Path:
@@ -170,7 +190,7 @@ def run_query(spark, ours, name: str, workdir: Path) -> dict:
     build, mode = QUERIES[name]
     kw = {"checkpoint_as_uri": True}
     starts = []
-    for files in (FIRST_FILES, RESTART_FILES):
+    for files in FILES.get(name, (FIRST_FILES, RESTART_FILES)):
         expected = run_stream(spark, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "spark", **kw)
         actual = run_stream(ours, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "statestream", **kw)
         # eventTime.avg is compared to within 1 ms: Spark's running mean can land a hair below a

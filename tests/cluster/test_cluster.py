@@ -8,13 +8,14 @@ to whichever executor is free, so consecutive versions of one state partition ar
 different processes. The checkpoint is a ``file://`` URI on storage all processes share.
 
 One child process (``cluster_child.py``; one SparkSession per process) runs the seed query, a
-deduplication and a session-window aggregation on Spark's engine and on statestream over the
-same files, each started twice on its checkpoint (first start, then a restart), and compares
+deduplication, a session-window aggregation and a stream-stream join on Spark's engine and on
+statestream over the same files, each started twice on its checkpoint (first start, then a restart), and compares
 every batch (rows, watermark, event-time statistics, state metrics). statestream reaches the
 executors as a zip shipped with ``addPyFile`` (what ``--py-files`` does).
 
 With ``STATESTREAM_TEST_TASK_LOG`` set, every state task logs which process and executor served
-which store version and how its provider cache answered (``statestream.faults.record_state_task``).
+which store version and how its provider cache answered (``statestream.faults.record_state_task``;
+the join's scan tasks log the store versions they read too).
 From that log the test demands: no state task in the driver process, both executors used, the
 shipped zip imported, every version of every store served exactly once, partitions moving between
 executors, and, the point of the exercise, a worker that comes back to a partition after the other
@@ -45,7 +46,7 @@ log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "cluster_child.py"
 CHILD_TIMEOUT_S = float(os.environ.get("STATESTREAM_CLUSTER_CHILD_TIMEOUT", "1500"))
-QUERIES = ["seed", "dedup", "session"]
+QUERIES = ["seed", "dedup", "session", "stream_join"]
 
 
 def run_child(workdir: Path) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]], str]:
@@ -93,40 +94,50 @@ def run_child(workdir: Path) -> tuple[int, dict[str, Any] | None, list[dict[str,
 
 
 def cache_history(records: list[dict[str, Any]]) -> dict[str, int]:
-    """Walk each store's versions in order and classify every task (see the module docstring).
+    """Walk each store's tasks in the order they ran and classify them (see the module docstring).
 
-    Fails on a version served twice or missing, on a return to a partition that did not reload,
-    and on a next-version task of the same worker that did not reuse its cache.
+    A store is one partition's store of one operator (a stream-stream join has four per
+    partition, and its scan tasks read two of them, ``*-keyWithIndexToValue``, before each state
+    step: a read loads the version into the reading worker's cache as a commit does). Fails on
+    a version committed twice or missing, on a return to a store that did not reload, and on a
+    task of a worker that holds the version it needs (it committed it, or read it) that did not
+    reuse its cache. The log's lines are in the order the tasks ran: the jobs of a query run one
+    after the other, and each line is one append.
     """
     by_store: dict[tuple, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in records:
-        by_store[(r["root"], r["op"], r["partition"])].append(r)
+        by_store[(r["root"], r["op"], r["partition"], r.get("store", "default"))].append(r)
     counts = collections.Counter()
     for store, recs in by_store.items():
-        recs.sort(key=lambda r: r["version"])
-        versions = [r["version"] for r in recs]
-        assert versions == list(range(len(recs))), f"{store}: versions served {versions}"
+        commits = sorted((r for r in recs if not r.get("read")), key=lambda r: r["version"])
+        versions = [r["version"] for r in commits]
+        assert versions == list(range(len(commits))), f"{store}: versions served {versions}"
+        for prev, r in zip(commits, commits[1:]):
+            if prev["pid"] != r["pid"]:
+                counts["moved"] += 1
         last_by_worker: dict[tuple, dict[str, Any]] = {}
-        prev = None
         for r in recs:
             worker = (r["pid"], r["runId"])
-            if prev is not None and prev["pid"] != r["pid"]:
-                counts["moved"] += 1
             before = last_by_worker.get(worker)
-            if before is not None and r["version"] == before["version"] + 1:
+            last_by_worker[worker] = r
+            if before is None:
+                continue
+            what = f"{store} v{r['version']}{' (read)' if r.get('read') else ''}: worker {worker}"
+            if r["version"] == 0:  # the empty version 0 is never loaded, cached or counted
+                assert (r["hits"], r["misses"]) == (before["hits"], before["misses"]), f"{what}: {before} -> {r}"
+                continue
+            holds = before["version"] if before.get("read") else before["version"] + 1
+            if r["version"] == holds:
                 assert (r["hits"], r["misses"]) == (before["hits"] + 1, before["misses"]), (
-                    f"{store} v{r['version']}: worker {worker} committed this version itself, yet its cache "
-                    f"did not serve it: {before} -> {r}"
+                    f"{what} committed or read this version itself, yet its cache did not serve it: {before} -> {r}"
                 )
                 counts["reused"] += 1
-            elif before is not None:
+            else:
                 assert r["misses"] == before["misses"] + 1 and r["hits"] == before["hits"], (
-                    f"{store} v{r['version']}: worker {worker} last served v{before['version']}, another process "
-                    f"wrote the versions in between, yet it did not reload from the files: {before} -> {r}"
+                    f"{what} last served v{holds}, another process wrote the versions in between, yet it "
+                    f"did not reload from the files: {before} -> {r}"
                 )
                 counts["returned"] += 1
-            last_by_worker[worker] = r
-            prev = r
     counts["stores"] = len(by_store)
     return dict(counts)
 
@@ -158,6 +169,10 @@ def test_local_cluster_two_executors(tmp_path):
         query_records = [r for r in records if f"/{name}/statestream/" in r["root"]]
         assert len({r["runId"] for r in query_records}) == 2, f"{name}: expected a first start and a restart"
         assert {r["partition"] for r in query_records} == {0, 1, 2, 3}, name
+    join_stores = {(r["store"], r["read"]) for r in records if "/stream_join/statestream/" in r["root"]}
+    assert join_stores == {(f"{side}-{kind}", False) for side in ("left", "right") for kind in ("keyToNumValues", "keyWithIndexToValue")} | {
+        (f"{side}-keyWithIndexToValue", True) for side in ("left", "right")
+    }, join_stores
     assert len(roots) == len(QUERIES), roots
 
     counts = cache_history(records)

@@ -10,7 +10,9 @@ micro-batch, with ``trigger(availableNow=True)``:
 
 (or, with ``"query": "dedup"`` in the job, ``withWatermark("ts", "20 seconds").dropDuplicates(["value", "ts"])``;
 with ``"query": "limit"``, ``limit(7)``; with ``"query": "session"``, the same aggregation over
-``session_window("ts", "10 seconds")`` and the parity of ``value``).
+``session_window("ts", "10 seconds")`` and the parity of ``value``; with ``"query": "stream_join"``,
+a stream-stream left outer join of two file sources, ``<input>/left`` and ``<input>/right``, see
+:func:`stream_join_query`).
 
 Sinks, both idempotent per batch id:
 
@@ -39,6 +41,9 @@ import sys
 import time
 
 SCHEMA = "ts TIMESTAMP, value LONG"
+#: the two inputs of the ``stream_join`` query (``<input>/left``, ``<input>/right``)
+LEFT_SCHEMA = "lts TIMESTAMP, k LONG, lv LONG"
+RIGHT_SCHEMA = "rts TIMESTAMP, rk LONG, rv LONG"
 
 
 def seed_query(df):
@@ -125,6 +130,22 @@ def apply_in_pandas_query(df):
     )
 
 
+def stream_join_query(left, right):
+    """A stream-stream left outer join (``test_crash_stream_join.py``): both sides with a 10 s
+    watermark delay, equal keys and the right row's time within 5 s after the left row's, so
+    the right side's watermark bounds how long a left row waits for a match before it comes out
+    padded with nulls."""
+    from pyspark.sql import functions as F
+
+    left = left.withWatermark("lts", "10 seconds")
+    right = right.withWatermark("rts", "10 seconds")
+    cond = (left.k == right.rk) & (right.rts >= left.lts) & (right.rts <= left.lts + F.expr("INTERVAL 5 SECONDS"))
+    return left.join(right, cond, "left")
+
+
+#: ``job["query"]`` -> the builder of a query over two inputs, ``<input>/left`` and ``<input>/right``
+TWO_INPUT_QUERIES = {"stream_join": (stream_join_query, LEFT_SCHEMA, RIGHT_SCHEMA)}
+
 #: ``job["query"]`` -> the query builder (default ``seed``)
 QUERIES = {
     "seed": seed_query,
@@ -150,10 +171,22 @@ def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
     return write
 
 
+def build_query(engine, job: dict):
+    """The job's query over its file source(s) on ``engine``, one file per source and batch."""
+
+    def read(schema: str, path: str):
+        return engine.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", 1).load(path)
+
+    name = job.get("query", "seed")
+    if name in TWO_INPUT_QUERIES:
+        build, left_schema, right_schema = TWO_INPUT_QUERIES[name]
+        return build(read(left_schema, os.path.join(job["input"], "left")), read(right_schema, os.path.join(job["input"], "right")))
+    return QUERIES[name](read(SCHEMA, job["input"]))
+
+
 def start_query(engine, job: dict):
     """Start the job's query on ``engine`` (a SparkSession or a StreamingSession)."""
-    reader = engine.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
-    df = QUERIES[job.get("query", "seed")](reader.load(job["input"]))
+    df = build_query(engine, job)
     writer = (
         df.writeStream.outputMode(job["mode"])
         .option("checkpointLocation", job["checkpoint"])
