@@ -194,6 +194,10 @@ class StateStoreWriter(StatefulOperator):
 
     #: operatorName in progress reports and in the operator metadata file
     operator_name: str = "stateStoreWriter"
+    #: the state step takes its state partition from its task's id (``StateStep.__call__``);
+    #: False when the rows name it (the stream-stream join), which keeps working below the
+    #: second input of a union, where task ids continue after the first input's
+    partition_from_task_id: bool = True
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         return False

@@ -155,6 +155,12 @@ class SortExec(PhysicalOperator):
         return f"Sort {self.description}, true"
 
 
+def _partitions_by_task_id(op: PhysicalOperator) -> bool:
+    from statestream.operators.base import StateStoreWriter
+
+    return any(isinstance(n, StateStoreWriter) and n.partition_from_task_id for n in op.walk())
+
+
 @dataclass(frozen=True)
 class UnionExec(PhysicalOperator):
     inputs: tuple[PhysicalOperator, ...] = ()
@@ -163,6 +169,11 @@ class UnionExec(PhysicalOperator):
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         dfs = [i.execute(ctx) for i in self.inputs]
+        # Spark runs a union's inputs as one stage, the tasks of the second input numbered after
+        # the first's: a state step there would take a wrong partition from its task id, so such
+        # an input runs first, on its own (materialised; its state commits then, as it would in
+        # the sink's job)
+        dfs[1:] = [d.localCheckpoint(eager=True) if _partitions_by_task_id(i) else d for i, d in zip(self.inputs[1:], dfs[1:])]
         out = dfs[0]
         for d in dfs[1:]:
             out = out.unionByName(d, allowMissingColumns=bool(self.options)) if self.by_name else out.union(d)

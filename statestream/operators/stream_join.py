@@ -151,6 +151,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
     store_conf: Any = None
 
     operator_name = JOIN_OPERATOR_NAME
+    partition_from_task_id = False
     state_store_names = STORE_NAMES
 
     # ---------------------------------------------------------------- watermarks
