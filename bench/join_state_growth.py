@@ -128,7 +128,9 @@ def main() -> None:
 
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate()
+        .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+        # every batch's progress kept (Spark keeps the last 100 by default)
+        .config("spark.sql.streaming.numRecentProgressUpdates", "1000").getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="join-growth-"))
@@ -149,15 +151,16 @@ def main() -> None:
         ids = [int(p["batchId"]) for p in data]
         rows = [spark_side_rows(spark, ckpt, b) if name == "spark" else ours_side_rows(ckpt, b) for b in ids]
         totals = [int(p["stateOperators"][0]["numRowsTotal"]) for p in data]
-        results[name] = rows
+        results[name] = list(zip(ids, rows))
         print(f"{name}: {len(ids)} data batches in {wall:.1f} s; state rows total (progress) at the end {totals[-1]}")
-        if any(sum(r) != t for r, t in zip(rows, totals)):
+        if any(sum(r) != t for r, t in zip(rows, totals)):  # noqa: B007
             print(f"  warning: per-side rows do not add up to the progress total on {name}")
     print("batch | " + " | ".join(f"{n} left, right" for n in results))
     n = min(len(v) for v in results.values())
     for i in range(n):
         if i % 10 == 9 or i == 0 or i == n - 1:
-            print(f"{i:5d} | " + " | ".join(f"{v[i][0]:8d}, {v[i][1]:6d}" for v in results.values()))
+            batch_id = next(iter(results.values()))[i][0]
+            print(f"{batch_id:5d} | " + " | ".join(f"{v[i][1][0]:8d}, {v[i][1][1]:6d}" for v in results.values()))
     if len(results) == 2:
         same = results["spark"][:n] == results["ours"][:n]
         print("per-side state rows equal on both engines at every batch:", same)
