@@ -47,7 +47,8 @@ def input_watermarks(plan: PhysicalOperator, origin_ms: int | None) -> dict[obje
     A watermark node outputs the global watermark; any other node passes on the smallest of its
     children's (those that have one); a state writer passes on what it produces from its input
     (a stream-stream join the smallest of its state watermarks and its input, every other
-    operator its input). ``None``: no watermark below the operator."""
+    operator its input). ``None``: no watermark below the operator. As in Spark, a global
+    watermark of 0 (none computed yet) is not propagated: every operator's input is 0."""
     found: dict[object, int | None] = {}
 
     def visit(node: PhysicalOperator) -> int | None:
@@ -58,7 +59,8 @@ def input_watermarks(plan: PhysicalOperator, origin_ms: int | None) -> dict[obje
         wm = min(known) if known else None
         if isinstance(node, StateStoreWriter) and not isinstance(node, StateStoreRestoreExec):
             found[_state_identity(node)] = wm
-            if wm is not None and isinstance(node, StreamingSymmetricHashJoinExec):
+            # a global watermark of 0 (none yet) is not propagated: every operator gets 0
+            if wm is not None and wm != 0 and isinstance(node, StreamingSymmetricHashJoinExec):
                 return join_output_watermark(node.info, wm)
         return wm
 

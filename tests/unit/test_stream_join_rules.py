@@ -193,6 +193,9 @@ def test_operators_above_a_join_get_the_join_s_output_watermark():
     assert found[id(join_op.info)] == W
     assert found[id(dedup.info)] == W - 5001
     assert input_watermarks(dedup, None) == {}
+    # no watermark yet (0): Spark does not propagate it, every operator gets 0 (not 0 - 5001)
+    zero = input_watermarks(dedup, 0)
+    assert zero[id(join_op.info)] == 0 and zero[id(dedup.info)] == 0
 
     inc = IncrementalExecution("/tmp/x", "run", 3, 2, "append", late_watermark_ms=W - 1000, eviction_watermark_ms=W)
     planned = inc.apply(dedup)
