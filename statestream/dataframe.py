@@ -920,11 +920,84 @@ class GroupedData:
         )
         return DataFrame(node, self._df._session)  # noqa: SLF001
 
+    def transformWithStateInPandas(  # noqa: N802
+        self,
+        statefulProcessor: Any,  # noqa: N803
+        outputStructType: Any,  # noqa: N803
+        outputMode: str,  # noqa: N803
+        timeMode: str,  # noqa: N803
+        initialState: Any = None,  # noqa: N803
+        eventTimeColumnName: str = "",  # noqa: N803
+    ) -> DataFrame:
+        """PySpark's ``transformWithStateInPandas``: the processor gets pandas DataFrames and
+        yields them (``plan/transform_with_state.py`` plans it)."""
+        return self._transform_with_state(
+            "transformWithStateInPandas", statefulProcessor, outputStructType, outputMode, timeMode,
+            initialState, eventTimeColumnName,
+        )
+
+    def transformWithState(  # noqa: N802
+        self,
+        statefulProcessor: Any,  # noqa: N803
+        outputStructType: Any,  # noqa: N803
+        outputMode: str,  # noqa: N803
+        timeMode: str,  # noqa: N803
+        initialState: Any = None,  # noqa: N803
+        eventTimeColumnName: str = "",  # noqa: N803
+    ) -> DataFrame:
+        """PySpark's ``transformWithState``: the same processor API with ``Row`` objects in and
+        out instead of pandas DataFrames."""
+        return self._transform_with_state(
+            "transformWithState", statefulProcessor, outputStructType, outputMode, timeMode,
+            initialState, eventTimeColumnName,
+        )
+
+    def _transform_with_state(
+        self, method: str, processor: Any, output: Any, output_mode: str, time_mode: str, initial: Any, event_time: str
+    ) -> DataFrame:
+        """The same call on the template checks the arguments with Spark's own errors (an
+        unknown time mode, an unknown event-time column) and gives the output schema; the node
+        keeps the processor and the modes."""
+        from pyspark.sql.group import GroupedData as SparkGroupedData
+
+        if initial is not None and isinstance(initial, GroupedData):
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("GroupedData", method, "a streaming initial state (give a batch DataFrame's groupBy)")
+        template = getattr(self._template(), method)(processor, output, output_mode, time_mode, initial, event_time)
+        keys = _grouping_attribute_names(template, "TransformWithStateInPySpark")
+        if keys is None:
+            from statestream.errors import not_supported_yet
+
+            raise not_supported_yet("GroupedData", method, "grouping by expressions (group by column names)")
+        initial_keys: tuple[str, ...] = ()
+        if initial is not None:
+            if not isinstance(initial, SparkGroupedData):
+                msg = f"initialState must be a GroupedData (df.groupBy(...)), got {type(initial).__name__}"
+                raise TypeError(msg)
+            found = _grouping_attribute_names(template, "TransformWithStateInPySpark", initial=True)
+            if found is None:
+                from statestream.errors import not_supported_yet
+
+                raise not_supported_yet("GroupedData", method, "an initial state grouped by expressions (group by column names)")
+            initial_keys = tuple(found)
+        node = L.TransformWithState(
+            template=template,
+            child=self._df._plan,  # noqa: SLF001
+            keys=tuple(keys),
+            processor=processor,
+            output_schema=template.schema,
+            output_mode=str(output_mode).lower(),
+            time_mode=str(time_mode).lower(),
+            use_pandas=method == "transformWithStateInPandas",
+            initial_state=initial._df if initial is not None else None,  # noqa: SLF001
+            initial_state_keys=initial_keys,
+            event_time_column=event_time or "",
+        )
+        return DataFrame(node, self._df._session)  # noqa: SLF001
+
     #: grouped operations on Python state and co-grouping (issue 13)
-    for _name in (
-        "apply", "applyInArrow", "applyInPandas", "cogroup",
-        "transformWithState", "transformWithStateInPandas",
-    ):  # fmt: skip
+    for _name in ("apply", "applyInArrow", "applyInPandas", "cogroup"):  # fmt: skip
         locals()[_name] = _not_yet(_name, "")
     del _name, _not_yet
 
@@ -936,16 +1009,23 @@ class GroupedData:
         raise AttributeError(f"'GroupedData' object has no attribute '{name}'")
 
 
-def _grouping_attribute_names(template: Any) -> list[str] | None:
-    """The grouping columns of an analysed ``FlatMapGroupsInPandasWithState`` template, as names
-    of its input's columns; ``None`` when a grouping key is an expression, not an input column."""
+def _grouping_attribute_names(
+    template: Any, node_name: str = "FlatMapGroupsInPandasWithState", initial: bool = False
+) -> list[str] | None:
+    """The grouping columns of an analysed ``node_name`` template (the top node, or the first
+    one below it: an event-time column update sits above a transformWithState), as names of its
+    input's columns; ``None`` when a grouping key is an expression, not an input column."""
     try:
         node = template._jdf.queryExecution().analyzed()  # noqa: SLF001
-        if node.nodeName() != "FlatMapGroupsInPandasWithState":
+        while node.nodeName() != node_name and node.children().size() >= 1:
+            node = node.children().apply(0)
+        if node.nodeName() != node_name:
             return None
-        out = node.child().output()
+        binary = node_name == "TransformWithStateInPySpark"  # input on the left, initial state on the right
+        source = (node.right() if initial else node.left()) if binary else node.child()
+        out = source.output()
         ids = {out.apply(i).exprId().id(): out.apply(i).name() for i in range(out.size())}
-        grouping = node.groupingAttributes()
+        grouping = node.initialStateGroupingAttrs() if initial else node.groupingAttributes()
         names = []
         for i in range(grouping.size()):
             attr = grouping.apply(i)

@@ -28,7 +28,6 @@ State rows follow Spark's state format version 2 of this operator: the key colum
 
 from __future__ import annotations
 
-import datetime
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,13 @@ import pyarrow.compute as pc
 
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
+from statestream.operators.python_state_values import (
+    from_session_wall_clock,
+    has_timestamp,
+    pandas_frames_to_arrow,
+    session_zone,
+    to_session_wall_clock,
+)
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.stateful import older_than_watermark
 
@@ -326,15 +332,15 @@ class FlatMapGroupsWithStateStep(StateStep):
                 counts[action] += 1
 
         state_type = value_schema.field(GROUP_STATE_FIELD).type
-        zone = _zone(self.timezone)
+        zone = session_zone(self.timezone)
 
         def stored_values(column: Any) -> list:
             """Stored states as dicts, timestamps as naive wall-clock datetimes of the session time
             zone (what Spark's JVM hands PySpark), not Arrow's UTC-aware ones."""
             values = column.to_pylist()
-            if not _has_timestamp(state_type):
+            if not has_timestamp(state_type):
                 return values
-            return [None if v is None else _naive_timestamps(v, state_type, zone) for v in values]
+            return [None if v is None else to_session_wall_clock(v, state_type, zone) for v in values]
 
         try:
             t0 = time.perf_counter()
@@ -376,41 +382,13 @@ class FlatMapGroupsWithStateStep(StateStep):
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numUpdatedStateRows"] = counts["put"]
             m["numRemovedStateRows"] = counts["remove"]
-            out = self._output(ser, frames, out_type)
+            out = pandas_frames_to_arrow(ser, frames, out_type)
             commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()
             raise
         finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=out.num_rows)
         return out, m
-
-    @staticmethod
-    def _output(ser, frames: list, out_type: pa.DataType) -> pa.Table:
-        """The function's DataFrames as one Arrow table, converted by PySpark's own code; frames
-        with the same columns are concatenated first, so the conversion runs a few times, not
-        once per key."""
-        import pandas as pd
-
-        schema = pa.schema(list(out_type))
-        tables = []
-        i = 0
-        while i < len(frames):
-            cols = list(frames[i].columns)
-            j = i + 1
-            while j < len(frames) and list(frames[j].columns) == cols:
-                j += 1
-            run = frames[i:j]
-            pdf = run[0] if len(run) == 1 else pd.concat(run, ignore_index=True)
-            if len(run) > 1:
-                # a concatenated column of pandas' string dtype holds several Arrow chunks, which
-                # PySpark's conversion does not take: hand it the same strings as objects
-                back = {c: object for c in pdf.columns if isinstance(pdf[c].dtype, pd.StringDtype)}
-                if back:
-                    pdf = pdf.astype(back)
-            batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
-            tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
-            i = j
-        return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _apply(self, store, key_table: pa.Table, puts, put_rows, remove_rows, value_schema: pa.Schema) -> None:
         """Write one phase's decisions: one ``put`` of the changed rows, one ``remove``."""
@@ -419,77 +397,15 @@ class FlatMapGroupsWithStateStep(StateStep):
             cols = list(keys.columns)
             state_type = value_schema.field(GROUP_STATE_FIELD).type
             values = [p[0] for p in puts]
-            if _has_timestamp(state_type):
-                zone = _zone(self.timezone)
-                values = [_aware_timestamps(v, state_type, zone) for v in values]
+            if has_timestamp(state_type):
+                zone = session_zone(self.timezone)
+                values = [from_session_wall_clock(v, state_type, zone) for v in values]
             cols.append(pa.array(values, type=state_type))
             if self._timeout_enabled():
                 cols.append(pa.array([p[1] for p in puts], type=pa.int64()))
             store.put(pa.Table.from_arrays(cols, schema=pa.schema(list(keys.schema) + list(value_schema))))
         if remove_rows:
             store.remove(key_table.take(pa.array(remove_rows, type=pa.int64())))
-
-
-def _zone(name: str | None) -> Any:
-    from zoneinfo import ZoneInfo
-
-    try:
-        return ZoneInfo(name) if name else None
-    except Exception:  # noqa: BLE001 - an offset id Python does not know: the process's zone
-        return None
-
-
-def _has_timestamp(t: pa.DataType) -> bool:
-    if pa.types.is_timestamp(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_has_timestamp(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return _has_timestamp(t.value_type)
-    return False
-
-
-def _naive_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
-    """``value`` (from ``to_pylist``) with its UTC-aware timestamps turned into naive datetimes of
-    ``zone`` (``None``: the process's local zone)."""
-    if value is None:
-        return None
-    if pa.types.is_timestamp(t):
-        if getattr(value, "tzinfo", None) is None:
-            return value
-        return value.astimezone(zone).replace(tzinfo=None)
-    if pa.types.is_struct(t):
-        return {f.name: _naive_timestamps(value[f.name], f.type, zone) for f in t}
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return [_naive_timestamps(v, t.value_type, zone) for v in value]
-    return value
-
-
-_UTC = datetime.timezone.utc
-
-
-def _aware_timestamps(value: Any, t: pa.DataType, zone: Any) -> Any:
-    """The inverse of :func:`_naive_timestamps` for a state the function wrote: a naive datetime
-    is a wall-clock time of ``zone``, as Spark reads it."""
-    if value is None:
-        return None
-    if pa.types.is_timestamp(t):
-        if not hasattr(value, "tzinfo") or not hasattr(value, "astimezone"):
-            return value
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=zone) if zone is not None else value.astimezone()
-        # in UTC: pyarrow ignores a datetime's zone when PYARROW_IGNORE_TIMEZONE is set (importing
-        # pyspark.pandas sets it), and would then store the wall-clock time as UTC
-        return value.astimezone(_UTC)
-    if pa.types.is_struct(t):
-        if isinstance(value, dict):
-            return {f.name: _aware_timestamps(value.get(f.name), f.type, zone) for f in t}
-        if isinstance(value, (tuple, list)):  # a Row or tuple for a nested struct: by position
-            return {f.name: _aware_timestamps(v, f.type, zone) for f, v in zip(t, value)}
-        return value
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return [_aware_timestamps(v, t.value_type, zone) for v in value]
-    return value
 
 
 def _checked_results(result_iter: Any, n_columns: int):

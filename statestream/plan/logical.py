@@ -33,6 +33,7 @@ __all__ = [
     "Limit",
     "Deduplicate",
     "FlatMapGroupsWithState",
+    "TransformWithState",
     "Union",
     "Join",
     "WATERMARK_DELAY_KEY",
@@ -232,6 +233,30 @@ class FlatMapGroupsWithState(UnaryNode):
     @property
     def node_name(self) -> str:
         return "FlatMapGroupsInPandasWithState"
+
+
+@dataclass(frozen=True, eq=False)
+class TransformWithState(UnaryNode):
+    """``groupBy(keys).transformWithStateInPandas(...)`` (``use_pandas``) or
+    ``transformWithState(...)`` (rows): Spark's ``TransformWithStateInPySpark``. ``output_mode``
+    and ``time_mode`` are lower case (``none``, ``processingtime``, ``eventtime``);
+    ``initial_state`` is the initial state's batch DataFrame and ``initial_state_keys`` its
+    grouping columns; ``event_time_column`` names the output column that carries the event time
+    onwards (``eventTimeColumnName``), ``""`` when none."""
+
+    keys: tuple[str, ...] = ()
+    processor: Any = field(default=None, repr=False)
+    output_schema: Any = field(default=None, repr=False)
+    output_mode: str = "update"
+    time_mode: str = "none"
+    use_pandas: bool = True
+    initial_state: Any = field(default=None, repr=False)
+    initial_state_keys: tuple[str, ...] = ()
+    event_time_column: str = ""
+
+    @property
+    def node_name(self) -> str:
+        return "TransformWithStateInPySpark"
 
 
 @dataclass(frozen=True, eq=False)

@@ -203,7 +203,9 @@ def test_state_timestamps_round_trip_as_session_wall_clock():
     Spark's JVM sends them) and a naive time the function stores is read in that zone."""
     import datetime as dt
 
-    from statestream.operators.flat_map_groups_with_state import _aware_timestamps, _naive_timestamps, _zone
+    from statestream.operators.python_state_values import from_session_wall_clock as _aware_timestamps
+    from statestream.operators.python_state_values import session_zone as _zone
+    from statestream.operators.python_state_values import to_session_wall_clock as _naive_timestamps
 
     t = pa.struct([("at", pa.timestamp("us", tz="UTC")), ("inner", pa.struct([("t", pa.timestamp("us", tz="UTC"))]))])
     zone = _zone("America/New_York")

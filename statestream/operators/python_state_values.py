@@ -1,0 +1,110 @@
+"""Python values of the user's state, shared by the Python state operators
+(``applyInPandasWithState`` and ``transformWithState``): timestamps between Arrow's UTC and the
+naive wall-clock times of the session time zone that Spark's JVM hands PySpark, and the
+conversion of a function's pandas DataFrames to one Arrow table with PySpark's own code."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "session_zone",
+    "has_timestamp",
+    "to_session_wall_clock",
+    "from_session_wall_clock",
+    "pandas_frames_to_arrow",
+]
+
+_UTC = datetime.timezone.utc
+
+
+def session_zone(name: str | None) -> Any:
+    """The ``ZoneInfo`` of a session time zone id (``None`` when Python does not know it)."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        return ZoneInfo(name) if name else None
+    except Exception:  # noqa: BLE001 - an offset id Python does not know: the process's zone
+        return None
+
+
+def has_timestamp(t: pa.DataType) -> bool:
+    """Whether ``t`` holds a timestamp anywhere (so its values need the zone conversions)."""
+    if pa.types.is_timestamp(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(has_timestamp(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return has_timestamp(t.value_type)
+    return False
+
+
+def to_session_wall_clock(value: Any, t: pa.DataType, zone: Any) -> Any:
+    """``value`` (from ``to_pylist``) with its UTC-aware timestamps turned into naive datetimes of
+    ``zone`` (``None``: the process's local zone)."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t):
+        if getattr(value, "tzinfo", None) is None:
+            return value
+        return value.astimezone(zone).replace(tzinfo=None)
+    if pa.types.is_struct(t):
+        return {f.name: to_session_wall_clock(value[f.name], f.type, zone) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [to_session_wall_clock(v, t.value_type, zone) for v in value]
+    return value
+
+
+def from_session_wall_clock(value: Any, t: pa.DataType, zone: Any) -> Any:
+    """The inverse of :func:`to_session_wall_clock` for a state the function wrote: a naive datetime
+    is a wall-clock time of ``zone``, as Spark reads it."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(t):
+        if not hasattr(value, "tzinfo") or not hasattr(value, "astimezone"):
+            return value
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=zone) if zone is not None else value.astimezone()
+        # in UTC: pyarrow ignores a datetime's zone when PYARROW_IGNORE_TIMEZONE is set (importing
+        # pyspark.pandas sets it), and would then store the wall-clock time as UTC
+        return value.astimezone(_UTC)
+    if pa.types.is_struct(t):
+        if isinstance(value, dict):
+            return {f.name: from_session_wall_clock(value.get(f.name), f.type, zone) for f in t}
+        if isinstance(value, (tuple, list)):  # a Row or tuple for a nested struct: by position
+            return {f.name: from_session_wall_clock(v, f.type, zone) for f, v in zip(t, value)}
+        return value
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return [from_session_wall_clock(v, t.value_type, zone) for v in value]
+    return value
+
+
+def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.Table:
+    """The function's DataFrames as one Arrow table, converted by PySpark's own code; frames
+    with the same columns are concatenated first, so the conversion runs a few times, not
+    once per key."""
+    import pandas as pd
+
+    schema = pa.schema(list(out_type))
+    tables = []
+    i = 0
+    while i < len(frames):
+        cols = list(frames[i].columns)
+        j = i + 1
+        while j < len(frames) and list(frames[j].columns) == cols:
+            j += 1
+        run = frames[i:j]
+        pdf = run[0] if len(run) == 1 else pd.concat(run, ignore_index=True)
+        if len(run) > 1:
+            # a concatenated column of pandas' string dtype holds several Arrow chunks, which
+            # PySpark's conversion does not take: hand it the same strings as objects
+            back = {c: object for c in pdf.columns if isinstance(pdf[c].dtype, pd.StringDtype)}
+            if back:
+                pdf = pdf.astype(back)
+        batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+        tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
+        i = j
+    return pa.concat_tables(tables) if tables else schema.empty_table()
