@@ -1021,11 +1021,19 @@ def _grouping_attribute_names(
             node = node.children().apply(0)
         if node.nodeName() != node_name:
             return None
-        binary = node_name == "TransformWithStateInPySpark"  # input on the left, initial state on the right
-        source = (node.right() if initial else node.left()) if binary else node.child()
-        out = source.output()
+        if node_name == "TransformWithStateInPySpark":
+            # each side is a projection of the grouping attributes, then every input column
+            side = node.right() if initial else node.left()
+            n = node.initGroupingAttrsLen() if initial else node.groupingAttributesLen()
+            out = side.output()
+            attrs = [out.apply(i) for i in range(out.size())]
+            data_ids = {a.exprId().id() for a in attrs[n:]}
+            if any(a.exprId().id() not in data_ids for a in attrs[:n]):
+                return None  # a grouping expression, not an input column
+            return [a.name() for a in attrs[:n]]
+        out = node.child().output()
         ids = {out.apply(i).exprId().id(): out.apply(i).name() for i in range(out.size())}
-        grouping = node.initialStateGroupingAttrs() if initial else node.groupingAttributes()
+        grouping = node.groupingAttributes()
         names = []
         for i in range(grouping.size()):
             attr = grouping.apply(i)

@@ -40,6 +40,7 @@ from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.python_state_values import (
     from_session_wall_clock,
+    group_rows_by_key,
     has_timestamp,
     pandas_frames_to_arrow,
     session_zone,
@@ -191,19 +192,6 @@ class FlatMapGroupsWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSu
 # ----------------------------------------------------------------------------------------------
 
 
-def _group_rows(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(row order grouping equal keys together, start offset of each group + the end)."""
-    n = keys.num_rows
-    if n == 0:
-        return np.empty(0, np.int64), np.zeros(1, np.int64)
-    t = keys.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
-    grouped = t.group_by(list(keys.column_names), use_threads=False).aggregate([("__row", "list")])
-    lists = grouped.column("__row_list").combine_chunks()
-    order = lists.flatten().to_numpy()
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    return order, offsets - offsets[0]
-
-
 @dataclass(frozen=True)
 class FlatMapGroupsWithStateStep(StateStep):
     """The state step of one partition, picklable for Spark's Python workers; ``__call__`` is the
@@ -344,7 +332,7 @@ class FlatMapGroupsWithStateStep(StateStep):
 
         try:
             t0 = time.perf_counter()
-            order, offsets = _group_rows(keys)
+            order, offsets = group_rows_by_key(keys)
             sorted_table = table.take(pa.array(order, type=pa.int64())) if table.num_rows else table
             data = sorted_table.select(list(self.data_names))
             pdf_all = to_pandas(data)

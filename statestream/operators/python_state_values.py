@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "to_session_wall_clock",
     "from_session_wall_clock",
     "pandas_frames_to_arrow",
+    "group_rows_by_key",
 ]
 
 _UTC = datetime.timezone.utc
@@ -108,3 +110,17 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.
         tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
         i = j
     return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def group_rows_by_key(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(row order grouping equal keys together, start offset of each group + the end), with
+    the groups in the order their keys first appear (one Arrow ``group_by``)."""
+    n = keys.num_rows
+    if n == 0:
+        return np.empty(0, np.int64), np.zeros(1, np.int64)
+    t = keys.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
+    grouped = t.group_by(list(keys.column_names), use_threads=False).aggregate([("__row", "list")])
+    lists = grouped.column("__row_list").combine_chunks()
+    order = lists.flatten().to_numpy()
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    return order, offsets - offsets[0]

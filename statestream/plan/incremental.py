@@ -18,6 +18,7 @@ from statestream.operators.limit import LocalLimitExec, StreamingGlobalLimitExec
 from statestream.operators.session_window import SessionWindowStateStoreRestoreExec, SessionWindowStateStoreSaveExec
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.stream_join import StreamingSymmetricHashJoinExec
+from statestream.operators.transform_with_state import TransformWithStateExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan.stream_joins import join_output_watermark, join_state_watermark
 
@@ -62,6 +63,8 @@ def input_watermarks(plan: PhysicalOperator, origin_ms: int | None) -> dict[obje
             # a global watermark of 0 (none yet) is not propagated: every operator gets 0
             if wm is not None and wm != 0 and isinstance(node, StreamingSymmetricHashJoinExec):
                 return join_output_watermark(node.info, wm)
+            if isinstance(node, TransformWithStateExec) and not node.produces_output_watermark():
+                return None
         return wm
 
     if origin_ms is not None:

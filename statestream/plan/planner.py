@@ -27,6 +27,7 @@ from statestream.operators.aggregate import (
 from statestream.operators.basic import BatchRelationExec, CollectMetricsExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
+from statestream.plan.transform_with_state import plan_transform_with_state
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
@@ -142,6 +143,8 @@ def plan_streaming_query(
             return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=top)
         if isinstance(node, L.FlatMapGroupsWithState):
             return plan_flat_map_groups_with_state(node, go(node.child), num_partitions, store_conf)
+        if isinstance(node, L.TransformWithState):
+            return plan_transform_with_state(node, go(node.child), num_partitions, store_conf)
         if isinstance(node, L.Limit):
             return plan_limit(node, go, output_mode, store_conf, root=node is top, for_explain=for_explain)
         if isinstance(node, L.Sort):

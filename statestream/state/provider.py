@@ -123,8 +123,14 @@ class StateStoreProvider:
         self._lock = threading.RLock()
 
     # -- views --------------------------------------------------------------------------------
-    def get_store(self, version: int) -> StateStore:
-        """A read-write view of ``version``; its ``commit()`` produces ``version + 1``."""
+    def get_store(self, version: int, *, new_is_empty: bool = False) -> StateStore:
+        """A read-write view of ``version``; its ``commit()`` produces ``version + 1``.
+
+        ``new_is_empty``: a store with no file at all is empty at any version (a state variable
+        that a restarted transformWithState declares for the first time); otherwise a missing
+        file is an error, since it means lost state."""
+        if new_is_empty and version > 0 and version not in self.cached_versions() and not self.list_files():
+            return StateStore(self, version, self._empty())
         return StateStore(self, version, self._load(version))
 
     def get_read_store(self, version: int) -> ReadStateStore:

@@ -1,0 +1,553 @@
+"""``groupBy(keys).transformWithStateInPandas(...)`` and ``transformWithState(...)``: Spark's
+``TransformWithStateInPySparkExec`` (progress name ``transformWithStateInPandasExec`` for the
+pandas variant).
+
+How a batch runs here: the exchange is Spark's own ``repartition(N, *keys)``, then ``mapInArrow``
+hands each task the rows of one state partition and :class:`TransformWithStateStep` does, in the
+task, what Spark's Python worker and its JVM state server do together:
+
+1. rows at or below the late-event watermark are dropped (``numRowsDroppedByWatermark``);
+2. a fresh copy of the processor gets ``init(handle)``: the handle
+   (``operators/stateful_processor_handle.py``) opens one store per declared variable;
+3. the rows are grouped by key (one Arrow ``group_by``); in the query's first batch the initial
+   state's rows come through the same exchange and each of their keys gets
+   ``handleInitialState`` first; each key with rows gets ``handleInputRows`` with its rows as one
+   pandas DataFrame (``transformWithStateInPandas``) or as ``Row`` objects
+   (``transformWithState``), and its output is consumed at once, so that the state calls it makes
+   run under its key;
+4. then every timer below the batch's processing time (processing-time mode) or the eviction
+   watermark (event-time mode) fires, in time order: ``handleExpiredTimer``, then the timer is
+   deleted;
+5. ``close()``, the TTL cleanup (processing-time mode), and every store commits version N+1.
+   If the processor raises, nothing is committed and the task fails with the user's traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
+from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
+from statestream.operators.state_step import StateStep, commit_state
+from statestream.operators.stateful import older_than_watermark
+from statestream.operators.stateful_processor_handle import (
+    CLOSED,
+    DATA_PROCESSED,
+    EVENT_TIME,
+    INITIALIZED,
+    NO_TIME,
+    PROCESSING_TIME,
+    TIMER_PROCESSED,
+    StatefulProcessorHandleImpl,
+    StateVariableInfo,
+    TaskState,
+    timer_threshold,
+    timer_values,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from statestream.operators.context import BatchContext
+
+__all__ = [
+    "TransformWithStateInfo",
+    "TransformWithStateExec",
+    "TransformWithStateStep",
+    "SIDE_COLUMN",
+    "emitted_too_old",
+]
+
+#: which input a row of the first batch's exchange comes from: 0 data, 1 initial state
+SIDE_COLUMN = "__side"
+DATA_COLUMN = "__data"
+INITIAL_COLUMN = "__initial"
+
+
+def emitted_too_old(event_times_ms: np.ndarray, watermark_ms: int) -> int | None:
+    """The first output event time older than the late-event watermark, if any (Spark refuses
+    such a row after a transformWithState that names its event-time column)."""
+    t = np.asarray(event_times_ms, dtype=np.int64)
+    bad = t < int(watermark_ms)
+    return int(t[np.argmax(bad)]) if bad.any() else None
+
+
+@dataclass(frozen=True)
+class TransformWithStateInfo:
+    """What the exchange and the operator of one ``transformWithState`` share."""
+
+    key_indices: tuple[int, ...]
+    key_names: tuple[str, ...]
+    processor: Any = field(repr=False)
+    output_schema: Any = field(repr=False)  # StructType of the processor's output
+    output_mode: str = "update"
+    time_mode: str = NO_TIME
+    use_pandas: bool = True
+    variables: tuple[StateVariableInfo, ...] = ()
+    event_time_index: int | None = None  # the input's event-time column (late rows)
+    event_time_is_struct: bool = False
+    output_event_time_index: int | None = None  # eventTimeColumnName's position in the output
+    initial_state: Any = field(default=None, repr=False)  # the initial state's batch DataFrame
+    initial_key_names: tuple[str, ...] = ()
+    key_schema_json: dict = field(default_factory=dict, repr=False)
+    value_schema_json: dict = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
+    """``transformWithState(InPandas)`` on a stream (Spark: ``TransformWithStateInPySparkExec``)."""
+
+    child: PhysicalOperator | None = None
+    info: TransformWithStateInfo | None = None
+    state_info: StatefulOperatorStateInfo | None = None
+    event_time_watermark_for_late_events: int | None = None
+    event_time_watermark_for_eviction: int | None = None
+    batch_timestamp_ms: int | None = None
+    store_conf: Any = None
+
+    @property
+    def operator_name(self) -> str:  # type: ignore[override]
+        """Spark's progress name: the pandas variant keeps its Spark 4.0 name."""
+        return "transformWithStateInPandasExec" if self.info is None or self.info.use_pandas else "transformWithStateInPySparkExec"
+    #: a restarted processor may declare new variables or drop old ones; a changed schema fails
+    #: where its store is read, naming the file
+    check_value_schema = False
+
+    @property
+    def state_store_names(self) -> tuple[str, ...]:
+        assert self.info is not None
+        return tuple(v.name for v in self.info.variables) or ("default",)
+
+    def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
+        """Spark: always in processing-time mode; otherwise once the watermark moved past the
+        one this batch evicted with."""
+        assert self.info is not None
+        if self.info.time_mode == PROCESSING_TIME:
+            return True
+        return self.watermark_passed_eviction(new_input_watermark_ms)
+
+    def produces_output_watermark(self) -> bool:
+        """Spark: in processing-time mode the output rows have no event time, so nothing above
+        gets a watermark from this operator; otherwise its input watermark passes on."""
+        return self.info is None or self.info.time_mode != PROCESSING_TIME
+
+    def runs_batches_on_processing_time(self) -> bool:
+        """Whether the operator asks for a batch on every trigger (processing-time mode)."""
+        return self.info is not None and self.info.time_mode == PROCESSING_TIME
+
+    def execute(self, ctx: "BatchContext") -> "DataFrame":
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        assert self.child is not None and self.info is not None
+        info = self.info
+        with_initial = info.initial_state is not None and self.get_state_info().store_version == 0
+        if with_initial:
+            df, data_names = self._with_initial_state(ctx)
+        else:
+            df = self.child.execute(ctx)
+            data_names = [n for n in df.columns if n != PARTITION_ID_COLUMN]
+        step = TransformWithStateStep(
+            **self.state_step_args(ctx),
+            info=info,
+            input_schema=to_arrow_schema(df.schema, timestamp_utc=True),
+            data_names=tuple(data_names),
+            with_initial_state=with_initial,
+            w_late_ms=self.event_time_watermark_for_late_events,
+            w_evict_ms=self.event_time_watermark_for_eviction,
+            batch_timestamp_ms=self.batch_timestamp_ms,
+            timezone=ctx.spark.conf.get("spark.sql.session.timeZone"),
+        )
+        return df.mapInArrow(step, info.output_schema)
+
+    def _with_initial_state(self, ctx: "BatchContext") -> tuple["DataFrame", list[str]]:
+        """The first batch's exchange: the data rows and the initial state's rows in one
+        DataFrame (a struct of each side's columns, null on the other side), partitioned by the
+        keys as the later batches' exchange partitions the data alone; and the data's columns."""
+        from pyspark.sql import functions as F
+
+        assert self.child is not None and self.child.child is not None and self.info is not None
+        info = self.info
+        n = int(self.get_state_info().num_partitions or 1)
+        data = self.child.child.execute(ctx)
+        init = info.initial_state
+
+        def quoted(name: str) -> Any:
+            return F.col("`" + name.replace("`", "``") + "`")
+
+        key_types = [data.schema[i].dataType for i in info.key_indices]
+        data_struct = F.struct(*[quoted(c) for c in data.columns])
+        init_struct = F.struct(*[quoted(c) for c in init.columns])
+        data_type = data.select(data_struct.alias("s")).schema[0].dataType
+        init_type = init.select(init_struct.alias("s")).schema[0].dataType
+        keys = [f"__k{i}" for i in range(len(key_types))]
+        left = data.select(
+            F.lit(0).alias(SIDE_COLUMN),
+            data_struct.alias(DATA_COLUMN),
+            F.lit(None).cast(init_type).alias(INITIAL_COLUMN),
+            *[quoted(data.columns[i]).alias(k) for i, k in zip(info.key_indices, keys)],
+        )
+        right = init.select(
+            F.lit(1).alias(SIDE_COLUMN),
+            F.lit(None).cast(data_type).alias(DATA_COLUMN),
+            init_struct.alias(INITIAL_COLUMN),
+            *[quoted(name).cast(t).alias(k) for name, t, k in zip(info.initial_key_names, key_types, keys)],
+        )
+        both = left.unionByName(right)
+        cols = [F.col(k) for k in keys]
+        out = both.withColumn(PARTITION_ID_COLUMN, F.pmod(F.hash(*cols), F.lit(n)).cast("int")).repartition(n, *cols)
+        return out, list(data.columns)
+
+    def simple_string(self) -> str:
+        assert self.info is not None
+        si = self.state_info
+        return (
+            f"TransformWithStateInPySpark [{', '.join(self.info.key_names)}], "
+            f"{self.info.output_mode.capitalize()}, {_time_mode_name(self.info.time_mode)}, "
+            f"{si if si else 'state info [ <unknown> ]'}"
+        )
+
+
+def _time_mode_name(mode: str) -> str:
+    return {NO_TIME: "NoTime", PROCESSING_TIME: "ProcessingTime", EVENT_TIME: "EventTime"}[mode]
+
+
+@dataclass(frozen=True)
+class TransformWithStateStep(StateStep):
+    """The state step of one partition, picklable for Spark's Python workers; ``__call__`` is the
+    ``mapInArrow`` function, ``process`` the part that runs without a task."""
+
+    state_root: str
+    run_id: str
+    operator_id: int
+    version: int
+    info: TransformWithStateInfo
+    input_schema: pa.Schema
+    data_names: tuple[str, ...]
+    with_initial_state: bool
+    w_late_ms: int | None
+    w_evict_ms: int | None
+    batch_timestamp_ms: int | None
+    timezone: str | None = None
+    store_conf: Any = None
+    accumulator: Any = field(default=None, compare=False)
+
+    # -- stores ---------------------------------------------------------------------------------
+
+    def _opener(self, partition: int, opened: list):
+        from statestream.state.provider import get_provider
+        from statestream.state.store import StateStoreConf, StateStoreId
+
+        def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
+            sid = StateStoreId(self.state_root, self.operator_id, partition, name)
+            provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
+            store = provider.get_store(self.version, new_is_empty=True)
+            opened.append(store)
+            return provider, store
+
+        return open_store
+
+    def _deleter(self, partition: int):
+        from statestream.checkpoint.files import CheckpointFileManager
+        from statestream.state.store import StateStoreId
+
+        def delete_store(name: str) -> bool:
+            sid = StateStoreId(self.state_root, self.operator_id, partition, name)
+            files = CheckpointFileManager(self.state_root).child(sid.relative_dir)
+            names = files.list() if files.exists() else []
+            for n in names:
+                files.delete(n)
+            return bool(names)
+
+        return delete_store
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+        """(data rows, initial state rows) of the task's input."""
+        if not self.with_initial_state:
+            return table, None
+        side = table.column(SIDE_COLUMN)
+        data = table.filter(pc.equal(side, 0)).column(DATA_COLUMN)
+        init = table.filter(pc.equal(side, 1)).column(INITIAL_COLUMN)
+        return _struct_table(data), _struct_table(init)
+
+    # -- the step -------------------------------------------------------------------------------
+
+    def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
+        from pyspark import cloudpickle
+        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+        info = self.info
+        table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
+        data, init = self._split(table)
+        m = self.new_metrics(partition)
+        if self.w_late_ms is not None and info.event_time_index is not None and data.num_rows:
+            late = older_than_watermark(data, info.event_time_index, info.event_time_is_struct, self.w_late_ms)
+            n_late = int(pc.sum(late).as_py() or 0)
+            if n_late:
+                data = data.filter(pc.invert(late))
+            m["numRowsDroppedByWatermark"] = n_late
+
+        key_names = list(info.key_names)
+        data_keys = pa.Table.from_arrays([data.column(i) for i in info.key_indices], names=key_names)
+        key_schema = data_keys.schema
+        zone = session_zone(self.timezone)
+        opened: list = []
+        mode = info.time_mode
+        task = TaskState(
+            self._opener(partition, opened),
+            key_schema,
+            mode,
+            self.batch_timestamp_ms,
+            self.w_evict_ms,
+            self.version,
+            zone,
+            delete_store=self._deleter(partition),
+            known=info.variables,
+        )
+        out_rows = Output(info, self.timezone)
+        tv = TimerValues(*timer_values(mode, self.batch_timestamp_ms, self.w_evict_ms))
+        try:
+            t0 = time.perf_counter()
+            processor = cloudpickle.loads(cloudpickle.dumps(info.processor))  # a fresh copy per task, as in Spark
+            processor.init(StatefulProcessorHandleImpl(task))
+            task.handle_state = INITIALIZED
+            self._process_data(task, processor, data, data_keys, init, tv, out_rows)
+            task.handle_state = DATA_PROCESSED
+            updates_ms = (time.perf_counter() - t0) * 1000
+            r0 = time.perf_counter()
+            threshold = timer_threshold(mode, self.batch_timestamp_ms, self.w_evict_ms)
+            if task.timers is not None and threshold is not None:
+                keys, times = task.timers.expired(threshold)
+                if times:
+                    order, offsets = group_rows_by_key(keys)
+                    firsts = order[offsets[:-1]]
+                    unique = keys.take(pa.array(np.sort(firsts), type=pa.int64()))
+                    tuples = _key_tuples(unique)
+                    task.begin_phase(unique, tuples)
+                    row_of = _row_index(keys, unique)
+                    for i, ts in enumerate(times):
+                        row = int(row_of[i])
+                        task.set_key(row)
+                        out_rows.add(processor.handleExpiredTimer(tuples[row], tv, ExpiredTimerInfo(ts)))
+                        task.timers.delete(row, ts)
+                        task.metrics["numDeletedTimers"] += 1
+                        task.metrics["numExpiredTimers"] += 1
+                    task.end_phase()
+            task.handle_state = TIMER_PROCESSED
+            processor.close()
+            task.handle_state = CLOSED
+            if mode == PROCESSING_TIME:
+                task.remove_expired()
+            removal_ms = (time.perf_counter() - r0) * 1000
+            out = out_rows.table()
+            self._check_output_event_time(out)
+            c0 = time.perf_counter()
+            for store in opened:
+                provider = store._provider  # noqa: SLF001 - the store's own provider
+                commit_state(store, provider, self.version, partition)
+            commit_ms = (time.perf_counter() - c0) * 1000
+        except BaseException:
+            for store in opened:
+                store.abort()
+            raise
+        m["numOutputRows"] = out.num_rows
+        m["numUpdatedStateRows"] = task.updated
+        m["numRemovedStateRows"] = task.removed
+        m["numTotalStateRows"] = task.num_rows_total()
+        m["allUpdatesTimeMs"] = int(updates_ms)
+        m["allRemovalsTimeMs"] = int(removal_ms)
+        m["commitTimeMs"] = int(commit_ms)
+        m["stateMemory"] = sum(s.metrics().memory_used_bytes for s in opened)
+        custom: dict[str, Any] = {}
+        for s in opened:
+            for k, v in s.metrics().custom_metrics.items():
+                custom[k] = custom.get(k, 0) + v
+        custom.update(task.metrics)
+        m["customMetrics"] = custom
+        return out, m
+
+    def _process_data(self, task: TaskState, processor: Any, data: pa.Table, data_keys: pa.Table, init: pa.Table | None, tv: Any, out: "Output") -> None:
+        """Phase 1: the initial state's keys (first batch) and the keys with rows."""
+        info = self.info
+        n_data = data.num_rows
+        keys = data_keys
+        if init is not None and init.num_rows:
+            init_keys = pa.Table.from_arrays(
+                [init.column(n).cast(keys.schema.field(i).type) for i, n in enumerate(info.initial_key_names)],
+                schema=keys.schema,
+            )
+            keys = pa.concat_tables([keys, init_keys])
+        if keys.num_rows == 0:
+            return
+        order, offsets = group_rows_by_key(keys)
+        # Spark sorts the partition by the grouping keys: keys are processed in that order
+        firsts = keys.take(pa.array(order[offsets[:-1]], type=pa.int64()))
+        by_key = pc.sort_indices(firsts, sort_keys=[(n, "ascending") for n in firsts.column_names], null_placement="at_start").to_numpy()
+        sizes = np.diff(offsets)[by_key]
+        order = np.concatenate([order[offsets[g] : offsets[g + 1]] for g in by_key]) if len(by_key) else order
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        starts = offsets[:-1]
+        unique = keys.take(pa.array(order[starts], type=pa.int64()))
+        tuples = _key_tuples(unique)
+        task.begin_phase(unique, tuples)
+        # the data rows in group order, converted once; each key's slice of them
+        is_data = order < n_data
+        data_order = order[is_data]
+        counts = np.add.reduceat(is_data.astype(np.int64), starts) if len(starts) else np.empty(0, np.int64)
+        data_bounds = np.concatenate([[0], np.cumsum(counts)])
+        rows = Input(self, data.select(list(self.data_names)).take(pa.array(data_order, type=pa.int64())))
+        init_rows = None
+        if init is not None and init.num_rows:
+            init_order = order[~is_data] - n_data
+            init_counts = np.add.reduceat((~is_data).astype(np.int64), starts)
+            init_bounds = np.concatenate([[0], np.cumsum(init_counts)])
+            init_rows = Input(self, init.take(pa.array(init_order, type=pa.int64())))
+        for g, key in enumerate(tuples):
+            task.set_key(g)
+            if init_rows is not None:
+                lo, hi = int(init_bounds[g]), int(init_bounds[g + 1])
+                if hi > lo:
+                    if info.use_pandas:
+                        processor.handleInitialState(key, init_rows.frame(lo, hi), tv)
+                    else:
+                        for r in init_rows.rows(lo, hi):
+                            processor.handleInitialState(key, r, tv)
+            lo, hi = int(data_bounds[g]), int(data_bounds[g + 1])
+            if hi > lo:
+                values = iter([rows.frame(lo, hi)]) if info.use_pandas else iter(rows.rows(lo, hi))
+                try:
+                    out.add(processor.handleInputRows(key, values, tv))
+                except Exception as exc:
+                    exc.add_note(f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
+                    raise
+        task.end_phase()
+
+    def _check_output_event_time(self, out: pa.Table) -> None:
+        """Spark's check of ``eventTimeColumnName``: no output row older than the watermark."""
+        idx = self.info.output_event_time_index
+        if idx is None or self.w_late_ms is None or out.num_rows == 0:
+            return
+        col = out.column(idx)
+        micros = pc.cast(col, pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+        too_old = emitted_too_old(micros // 1000, self.w_late_ms)
+        if too_old is not None:
+            raise RuntimeError(
+                f"[EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED] Previous node emitted a row with eventTime={too_old} "
+                f"which is older than current_watermark_value={self.w_late_ms}. This can lead to correctness issues in "
+                "the stateful operators downstream in the execution pipeline. Please correct the operator logic to "
+                "emit rows after current global watermark value. SQLSTATE: 42815"
+            )
+
+
+def _struct_table(column: Any) -> pa.Table:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if isinstance(arr, pa.ChunkedArray):  # no chunks at all
+        arr = pa.array([], type=arr.type)
+    return pa.Table.from_batches([pa.RecordBatch.from_struct_array(arr)]) if len(arr) else pa.schema(list(arr.type)).empty_table()
+
+
+def _key_tuples(keys: pa.Table) -> list[tuple]:
+    """Each key row as the tuple PySpark passes: Python scalars, as ``itertuples`` and
+    ``as_py`` give them."""
+    columns = [c.to_pylist() for c in keys.columns]
+    return list(zip(*columns)) if columns else [()] * keys.num_rows
+
+
+def _row_index(rows: pa.Table, unique: pa.Table) -> np.ndarray:
+    """For each row of ``rows``, the row of ``unique`` holding the same key."""
+    from statestream.state.keys import match_keys
+
+    li, ri = match_keys(rows, unique)
+    out = np.empty(rows.num_rows, dtype=np.int64)
+    out[li] = ri
+    return out
+
+
+class Input:
+    """One phase's rows in key order, handed out per key as pandas slices or ``Row`` objects."""
+
+    def __init__(self, step: TransformWithStateStep, table: pa.Table) -> None:
+        self.step = step
+        self.table = table
+        self._pdf: Any = None
+        self._rows: list | None = None
+
+    def frame(self, lo: int, hi: int) -> Any:
+        import pandas as pd
+
+        if self._pdf is None:
+            from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
+
+            ser = ArrowStreamPandasUDFSerializer(self.step.timezone, False, True, arrow_cast=True)
+            cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(self.table.columns)]
+            if cols:
+                pdf = pd.concat(cols, axis=1)
+                pdf.columns = self.table.column_names
+            else:
+                pdf = pd.DataFrame(index=range(self.table.num_rows))
+            self._pdf = pdf
+        chunk = self._pdf.iloc[lo:hi]
+        chunk.index = pd.RangeIndex(hi - lo)
+        return chunk
+
+    def rows(self, lo: int, hi: int) -> list:
+        if self._rows is None:
+            from pyspark.sql.types import Row
+
+            make = Row(*self.table.column_names)
+            columns = [c.to_pylist() for c in self.table.columns]
+            self._rows = [make(*vals) for vals in zip(*columns)] if columns else []
+        return self._rows[lo:hi]
+
+
+class Output:
+    """What the processor yields, kept per call and converted once at the end."""
+
+    def __init__(self, info: TransformWithStateInfo, timezone: str | None) -> None:
+        from pyspark.sql.pandas.types import to_arrow_type
+
+        self.info = info
+        self.timezone = timezone
+        self.type = to_arrow_type(info.output_schema, timestamp_utc=True)
+        self.frames: list = []
+        self.rows: list = []
+
+    def add(self, result: Any) -> None:
+        """Consume one call's result now (its state calls run under the current key)."""
+        if result is None:
+            return
+        if self.info.use_pandas:
+            import pandas as pd
+
+            for pdf in result:
+                if not isinstance(pdf, pd.DataFrame):
+                    from pyspark.errors import PySparkTypeError
+
+                    raise PySparkTypeError(
+                        errorClass="UDF_RETURN_TYPE",
+                        messageParameters={"expected": "iterator of pandas.DataFrame", "actual": f"iterator of {type(pdf).__name__}"},
+                    )
+                if len(pdf):
+                    self.frames.append(pdf)
+        else:
+            self.rows.extend(result)
+
+    def table(self) -> pa.Table:
+        if self.info.use_pandas:
+            from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
+
+            ser = ArrowStreamPandasUDFSerializer(self.timezone, False, True, arrow_cast=True)
+            return pandas_frames_to_arrow(ser, self.frames, self.type)
+        schema = pa.schema(list(self.type))
+        if not self.rows:
+            return schema.empty_table()
+        dicts = [r.asDict(True) if hasattr(r, "asDict") else dict(r) for r in self.rows]
+        return pa.Table.from_batches([pa.RecordBatch.from_pylist(dicts, schema=schema)])
