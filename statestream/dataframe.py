@@ -964,7 +964,11 @@ class GroupedData:
             from statestream.errors import not_supported_yet
 
             raise not_supported_yet("GroupedData", method, "a streaming initial state (give a batch DataFrame's groupBy)")
-        template = getattr(self._template(), method)(processor, output, output_mode, time_mode, initial, event_time)
+        # the event-time column is marked here: Spark finds the watermark it reassigns in the
+        # query's EventTimeWatermark node, which a template has only as column metadata
+        template = getattr(self._template(), method)(processor, output, output_mode, time_mode, initial, "")
+        if event_time:
+            template = self._mark_output_event_time(template, event_time)
         keys = _grouping_attribute_names(template, "TransformWithStateInPySpark")
         if keys is None:
             from statestream.errors import not_supported_yet
@@ -995,6 +999,23 @@ class GroupedData:
             event_time_column=event_time or "",
         )
         return DataFrame(node, self._df._session)  # noqa: SLF001
+
+    def _mark_output_event_time(self, template: Any, column: str) -> Any:
+        """``eventTimeColumnName``: the output column takes the input's event-time marker (and
+        its delay), with Spark's errors for a query without a watermark or an unknown column."""
+        from statestream.operators.watermark import mark_event_time
+
+        plan = self._df._plan  # noqa: SLF001
+        marked = [f for f in plan.schema.fields if L.WATERMARK_DELAY_KEY in (f.metadata or {})]
+        if not marked:
+            raise analysis_error(
+                "CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK",
+                "[CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK] Watermark needs to be defined to reassign event "
+                "time column. Failed to find watermark definition in the streaming query. SQLSTATE: 42611",
+                "42611",
+            )
+        name = template.select(column).columns[0]  # Spark's error for an unknown column
+        return mark_event_time(template, name, int(marked[0].metadata[L.WATERMARK_DELAY_KEY]))
 
     #: grouped operations on Python state and co-grouping (issue 13)
     for _name in ("apply", "applyInArrow", "applyInPandas", "cogroup"):  # fmt: skip

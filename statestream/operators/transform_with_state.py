@@ -24,6 +24,7 @@ task, what Spark's Python worker and its JVM state server do together:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -155,7 +156,7 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             data_names = [n for n in df.columns if n != PARTITION_ID_COLUMN]
         step = TransformWithStateStep(
             **self.state_step_args(ctx),
-            info=info,
+            info=dataclasses.replace(info, initial_state=None),  # the DataFrame stays on the driver
             input_schema=to_arrow_schema(df.schema, timestamp_utc=True),
             data_names=tuple(data_names),
             with_initial_state=with_initial,

@@ -45,6 +45,7 @@ from statestream.plan.logical import (
     Aggregate,
     Deduplicate,
     FlatMapGroupsWithState,
+    TransformWithState,
     EventTimeWatermark,
     Join,
     Limit,
@@ -538,6 +539,8 @@ def is_stateful_operation(node: LogicalPlan) -> bool:
         return node.within_watermark or dedup_has_event_time_key(node)
     if isinstance(node, Join):
         return all(is_streaming(c) for c in node.children)  # a stream-stream join keeps state
+    if isinstance(node, TransformWithState):
+        return True  # its timers and late-row filter read the watermark
     return False
 
 

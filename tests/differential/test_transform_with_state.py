@@ -11,6 +11,7 @@ clock (``set_batch_clock``).
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -157,6 +158,139 @@ class SessionTimer(StatefulProcessor):
         pass
 
 
+class WithInitialState(StatefulProcessor):
+    """handleInitialState seeds the running count of a key (first batch only)."""
+
+    def init(self, handle):
+        self.state = handle.getValueState("state", "count LONG")
+
+    def handleInitialState(self, key, initialState, timerValues):
+        base = int(initialState["start"].sum()) if hasattr(initialState, "columns") else int(initialState.start)
+        have = self.state.get()[0] if self.state.exists() else 0
+        self.state.update((have + base,))
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = sum(len(p) for p in rows) if self.use_pandas else sum(1 for _ in rows)
+        count = (self.state.get()[0] if self.state.exists() else 0) + n
+        self.state.update((count,))
+        yield self.out(key[0], count)
+
+    use_pandas = True
+
+    def out(self, k, count):
+        return pd.DataFrame({"k": [k], "count": [count]})
+
+    def close(self):
+        pass
+
+
+class WithInitialStateRows(WithInitialState):
+    use_pandas = False
+
+    def out(self, k, count):
+        return Row(k=k, count=count)
+
+
+class LongTtl(StatefulProcessor):
+    """TTL state in processing time, with a TTL no test run can reach: the values behave as
+    without TTL, and the TTL variables show in the metrics."""
+
+    def init(self, handle):
+        day = 86_400_000
+        self.last = handle.getValueState("last", "v LONG", day)
+        self.all = handle.getListState("all", "v LONG", day)
+        self.per = handle.getMapState("per", "v LONG", "n LONG", day)
+
+    def handleInputRows(self, key, rows, timerValues):
+        for pdf in rows:
+            for v in pdf["v"].tolist():
+                self.last.update((v,))
+                self.all.appendValue((v,))
+                self.per.updateValue((v,), ((self.per.getValue((v,)) or (0,))[0] + 1,))
+        yield pd.DataFrame(
+            {"k": [key[0]], "last": [self.last.get()[0]], "n": [len(list(self.all.get()))], "distinct": [len(list(self.per.keys()))]}
+        )
+
+    def close(self):
+        pass
+
+
+class FarTimer(StatefulProcessor):
+    """A processing-time timer an hour ahead (never due in a test run) per key, listed back."""
+
+    def init(self, handle):
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues):
+        for _ in rows:
+            pass
+        now = timerValues.getCurrentProcessingTimeInMs()
+        self.handle.registerTimer(now + 3_600_000)
+        yield pd.DataFrame({"k": [key[0]], "timers": [len(list(self.handle.listTimers()))], "has_clock": [now > 0]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        yield pd.DataFrame({"k": [key[0]], "timers": [-1], "has_clock": [True]})
+
+    def close(self):
+        pass
+
+
+class EventTimeOut(StatefulProcessor):
+    """Event-time mode with the output's own event time (eventTimeColumnName): each row goes
+    out with its event time, so a window aggregation can follow."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = self.count.get()[0] if self.count.exists() else 0
+        for pdf in rows:
+            for t in pdf["eventTime"].tolist():
+                n += 1
+                yield pd.DataFrame({"k": [key[0]], "n": [n], "outTime": [t]})
+        self.count.update((n,))
+
+    def close(self):
+        pass
+
+
+class DeclaresLate(StatefulProcessor):
+    """Declares a state variable outside init: Spark refuses it."""
+
+    def init(self, handle):
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues):
+        self.handle.getValueState("late", "v LONG")
+        yield pd.DataFrame({"k": [key[0]]})
+
+    def close(self):
+        pass
+
+
+class TimerWithoutTimeMode(StatefulProcessor):
+    def init(self, handle):
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues):
+        self.handle.registerTimer(1000)
+        yield pd.DataFrame({"k": [key[0]]})
+
+    def close(self):
+        pass
+
+
+class TtlWithoutProcessingTime(StatefulProcessor):
+    def init(self, handle):
+        self.state = handle.getValueState("count", "c LONG", 1000)
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield pd.DataFrame({"k": [key[0]]})
+
+    def close(self):
+        pass
+
+
 # Spark's Python workers cannot import this test module: ship its classes by value.
 from pyspark import cloudpickle  # noqa: E402
 
@@ -242,3 +376,184 @@ def test_event_time_timers(spark_rocksdb, ours, tmp_path):
     closed = sorted((r["k"], r["count"]) for b in exp.batches for r in b.rows if r["closed"])
     assert ("a", 3) in closed
     assert any(b.num_input_rows == 0 and b.rows for b in exp.batches)  # a no-data batch fired timers
+
+
+INITIAL = [("a", 10), ("c", 100), ("c", 5), ("z", 7)]
+
+
+@pytest.mark.parametrize("variant", ["pandas", "rows"])
+def test_initial_state_first_batch_only(spark_rocksdb, ours, tmp_path, variant):
+    """handleInitialState runs in the first batch for every key of the initial state (a key
+    with no rows too), and never again, also not after a restart."""
+    processor = WithInitialState if variant == "pandas" else WithInitialStateRows
+    method = "transformWithStateInPandas" if variant == "pandas" else "transformWithState"
+
+    def build(df: DataFrame) -> DataFrame:
+        init = df.sparkSession.createDataFrame(INITIAL, "k STRING, start LONG").groupBy("k")
+        return getattr(df.groupBy("k"), method)(processor(), "k STRING, count LONG", "Update", "None", initialState=init)
+
+    runs = {}
+    for name, engine in (("spark", spark_rocksdb), ("ours", None)):
+        eng = engine if engine is not None else ours()
+        work = tmp_path / f"{variant}-{name}"
+        first = run_stream(eng, build, RUNNING[:2], KV, "update", tmp_path, workdir=work)
+        second = run_stream(eng, build, RUNNING[2:], KV, "update", tmp_path, workdir=work)
+        runs[name] = (first, second)
+    assert_same_batches(runs["spark"][0], runs["ours"][0])
+    assert_same_batches(runs["spark"][1], runs["ours"][1])
+    first_rows = sorted((r["k"], r["count"]) for r in runs["spark"][0].batches[0].rows)
+    assert first_rows == [("a", 12), ("b", 1)]  # a: 10 from the initial state + 2 rows
+
+
+def _data_batches(engine: Any, build: Any, batches: list, tmp_path: Any, timeout: float = 120.0) -> tuple[list, list]:
+    """Run a processing-time query file by file and return, for each batch that read a file,
+    its sorted rows and its operator's custom metrics. Such a query runs a batch on every
+    trigger (Spark's ``shouldRunAnotherBatch`` is always true), so ``processAllAvailable``
+    never returns on Spark's engine: the run waits for each file's batch instead."""
+    import time
+    import uuid
+    from pyspark.sql.types import StructType
+
+    from tests.differential.harness import write_input_file
+
+    root = tmp_path / f"pt-{uuid.uuid4().hex[:8]}"
+    (root / "input").mkdir(parents=True)
+    seen: dict[int, list] = {}
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        rows = [r.asDict(recursive=True) for r in df.collect()]
+        if rows:
+            seen[int(batch_id)] = rows
+
+    df = build(engine.readStream.format("parquet").schema(KV).option("maxFilesPerTrigger", 1).load(str(root / "input")))
+    q = df.writeStream.outputMode("update").foreachBatch(sink).option("checkpointLocation", str(root / "checkpoint")).start()
+    try:
+        for i, b in enumerate(batches):
+            write_input_file(root / "input", i, b, StructType.fromDDL(KV), "parquet", time.time() - 3600 + i)
+            deadline = time.time() + timeout
+            while len(seen) < i + 1:
+                assert q.exception() is None, q.exception()
+                assert time.time() < deadline, f"no batch read file {i} within {timeout} s"
+                time.sleep(0.2)
+    finally:
+        q.stop()
+    progress = [p if isinstance(p, dict) else json.loads(p.json) for p in q.recentProgress]
+    metrics = [
+        {k: v for k, v in (p["stateOperators"][0].get("customMetrics") or {}).items() if k.startswith("num")}
+        for p in progress if p.get("numInputRows")
+    ]
+    rows = [sorted(seen[b], key=lambda r: str(sorted(r.items()))) for b in sorted(seen)]
+    return rows, metrics
+
+
+def test_ttl_state_in_processing_time(spark_rocksdb, ours, tmp_path):
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").transformWithStateInPandas(
+            LongTtl(), "k STRING, last LONG, n LONG, distinct LONG", "Update", "ProcessingTime"
+        )
+
+    exp_rows, exp_metrics = _data_batches(spark_rocksdb, build, RUNNING, tmp_path)
+    act_rows, act_metrics = _data_batches(ours(), build, RUNNING, tmp_path)
+    assert act_rows == exp_rows
+    assert exp_metrics[0]["numValueStateWithTTLVars"] > 0
+    assert act_metrics == exp_metrics
+
+
+def test_processing_time_timer_registered_and_listed(spark_rocksdb, ours, tmp_path):
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").transformWithStateInPandas(FarTimer(), "k STRING, timers LONG, has_clock BOOLEAN", "Update", "ProcessingTime")
+
+    exp_rows, exp_metrics = _data_batches(spark_rocksdb, build, RUNNING, tmp_path)
+    act_rows, act_metrics = _data_batches(ours(), build, RUNNING, tmp_path)
+    assert act_rows == exp_rows
+    assert [(r["k"], r["timers"]) for r in exp_rows[1]] == [("a", 2)]
+    assert act_metrics == exp_metrics
+
+
+def q_event_time_out(df: DataFrame) -> DataFrame:
+    return (
+        df.withColumn("eventTime", F.timestamp_seconds("t"))
+        .withWatermark("eventTime", "10 seconds")
+        .groupBy("k")
+        .transformWithStateInPandas(EventTimeOut(), "k STRING, n LONG, outTime TIMESTAMP", "Append", "EventTime", eventTimeColumnName="outTime")
+    )
+
+
+def test_event_time_column_then_window_aggregation(spark_rocksdb, ours, tmp_path):
+    """eventTimeColumnName carries the watermark through the operator: a window aggregation in
+    append mode after it emits a window once the watermark passes its end."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return q_event_time_out(df).groupBy(F.window("outTime", "10 seconds")).agg(F.count("*").alias("rows"), F.max("n").alias("n"))
+
+    exp, _ = assert_equivalent(spark_rocksdb, ours, build, SESSION_BATCHES, "k STRING, t LONG", "append", tmp_path)
+    assert any(b.rows for b in exp.batches)
+
+
+def test_restart_keeps_state_and_timers(spark_rocksdb, ours, tmp_path):
+    runs = {}
+    for name, engine in (("spark", spark_rocksdb), ("ours", None)):
+        eng = engine if engine is not None else ours()
+        work = tmp_path / f"{name}-work"
+        first = run_stream(eng, q_sessions, SESSION_BATCHES[:2], "k STRING, t LONG", "append", tmp_path, workdir=work)
+        second = run_stream(eng, q_sessions, SESSION_BATCHES[2:], "k STRING, t LONG", "append", tmp_path, workdir=work)
+        runs[name] = (first, second)
+    assert_same_batches(runs["spark"][0], runs["ours"][0])
+    assert_same_batches(runs["spark"][1], runs["ours"][1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Refusals
+# ------------------------------------------------------------------------------------------------
+
+
+def _tws(processor, mode="Update", time_mode="None", before=None, after=None, watermark=False, **kw):
+    def build(df: DataFrame) -> DataFrame:
+        if watermark:
+            df = df.withColumn("eventTime", F.timestamp_seconds("v")).withWatermark("eventTime", "10 seconds")
+        if before == "aggregate":
+            df = df.groupBy("k").agg(F.sum("v").alias("v"))
+        out = df.groupBy("k").transformWithStateInPandas(processor(), "k STRING", mode, time_mode, **kw)
+        if after == "aggregate":
+            out = out.groupBy("k").count()
+        return out
+
+    return build
+
+
+@pytest.mark.parametrize(
+    ("build", "query_mode"),
+    [
+        (_tws(RunningCount), "complete"),
+        (_tws(RunningCount, before="aggregate"), "update"),
+        (_tws(RunningCount, "Append", "EventTime", eventTimeColumnName="k"), "append"),
+    ],
+    ids=["complete-mode", "after-an-aggregation", "event-time-column-without-watermark"],
+)
+def test_refused_like_spark(spark_rocksdb, ours, tmp_path, build, query_mode):
+    expected = start_error(spark_rocksdb, build, KV, query_mode, tmp_path)
+    assert expected is not None
+    assert start_error(ours(), build, KV, query_mode, tmp_path) == expected
+
+
+@pytest.mark.parametrize(
+    ("processor", "time_mode", "needle"),
+    [
+        (DeclaresLate, "None", "Error initializing value state: [STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE] Failed to perform stateful processor operation=get_value_state with invalid handle state=INITIALIZED. SQLSTATE: 42802"),
+        (TimerWithoutTimeMode, "None", "Error register timer: [STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE] Failed to perform stateful processor operation=register_timer with invalid timeMode=NoTime SQLSTATE: 42802"),
+        (TtlWithoutProcessingTime, "None", "[STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL] Cannot use TTL for state=count in timeMode=NoTime, use TimeMode.ProcessingTime() instead. SQLSTATE: 42802"),
+    ],
+    ids=["state-declared-outside-init", "timer-without-time-mode", "ttl-without-processing-time"],
+)
+def test_processor_misuse_fails_the_query_like_spark(spark_rocksdb, ours, tmp_path, processor, time_mode, needle):
+    for engine in (spark_rocksdb, ours()):
+        run = None
+        try:
+            run = run_stream(
+                engine,
+                lambda df: df.groupBy("k").transformWithStateInPandas(processor(), "k STRING", "Update", time_mode),
+                RUNNING[:1], KV, "update", tmp_path,
+            )
+        except Exception as exc:  # noqa: BLE001 - the failure is what the test reads
+            assert needle in str(exc), str(exc)[:3000]
+        assert run is None, "the query should have failed"
