@@ -291,6 +291,33 @@ class TtlWithoutProcessingTime(StatefulProcessor):
         pass
 
 
+class IdleAlert(StatefulProcessor):
+    """Processing-time timers and TTL under a replaced clock: each key's timer moves to 5 s of
+    batch time after its latest row; a key idle that long is reported when its timer fires. Its
+    count lives in a ValueState with a 7 s TTL, reported at each firing."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.count = handle.getValueState("count", "n LONG", 7000)
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = sum(len(p) for p in rows)
+        total = (self.count.get()[0] if self.count.exists() else 0) + n
+        self.count.update((total,))
+        for t in self.handle.listTimers():
+            self.handle.deleteTimer(t)
+        now = timerValues.getCurrentProcessingTimeInMs()
+        self.handle.registerTimer(now + 5000)
+        yield pd.DataFrame({"k": [key[0]], "event": ["data"], "count": [total], "at": [now]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        count = self.count.get()[0] if self.count.exists() else -1
+        yield pd.DataFrame({"k": [key[0]], "event": ["idle"], "count": [count], "at": [timerValues.getCurrentProcessingTimeInMs()]})
+
+    def close(self):
+        pass
+
+
 # Spark's Python workers cannot import this test module: ship its classes by value.
 from pyspark import cloudpickle  # noqa: E402
 
@@ -557,3 +584,42 @@ def test_processor_misuse_fails_the_query_like_spark(spark_rocksdb, ours, tmp_pa
         except Exception as exc:  # noqa: BLE001 - the failure is what the test reads
             assert needle in str(exc), str(exc)[:3000]
         assert run is None, "the query should have failed"
+
+
+def test_processing_time_timers_and_ttl_with_a_manual_clock(ours, tmp_path):
+    """statestream only: the batch clock is replaced, so timers fire and values expire at exact
+    batch times. Files arrive 3 s of batch time apart; a key's timer is 5 s after its last row,
+    its count expires 7 s after its last update."""
+    from statestream.runtime.microbatch import set_batch_clock
+
+    now = [1_000_000]
+    previous = set_batch_clock(lambda: now[0])
+    try:
+        run = run_stream(
+            ours(),
+            lambda df: df.groupBy("k").transformWithStateInPandas(
+                IdleAlert(), "k STRING, event STRING, count LONG, at LONG", "Update", "ProcessingTime"
+            ),
+            [[("a", 1), ("b", 1)], [("a", 2)], [("a", 3)], [("c", 1)], [("c", 2)], [("a", 4)]],
+            KV,
+            "update",
+            tmp_path,
+            before_file=lambda i: now.__setitem__(0, now[0] + 3000),
+        )
+    finally:
+        set_batch_clock(previous)
+    rows = [(r["k"], r["event"], r["count"], r["at"]) for b in run.batches for r in b.rows]
+    idle = [r for r in rows if r[1] == "idle"]
+    # b's last row at 1_003_000: its timer (1_008_000) fires in the first batch after it, at
+    # 1_009_000, with its count (updated at 1_003_000) alive until 1_010_000; a's row at
+    # 1_009_000 fires at 1_015_000 (count alive until 1_016_000); a's next row, at 1_018_000,
+    # finds its count expired and starts again from 1
+    assert ("b", "idle", 1, 1_009_000) in idle
+    assert ("a", "idle", 3, 1_015_000) in idle
+    data = sorted(r[:3] for r in rows if r[1] == "data")
+    assert data == [("a", "data", 1), ("a", "data", 1), ("a", "data", 2), ("a", "data", 3), ("b", "data", 1), ("c", "data", 1), ("c", "data", 2)]
+    removed = [
+        (b.progress or {}).get("stateOperators", [{}])[0].get("customMetrics", {}).get("numValuesRemovedDueToTTLExpiry", 0)
+        for b in run.batches
+    ]
+    assert sum(removed) == 1  # b's count, cleaned up at the first batch after 1_010_000
