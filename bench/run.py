@@ -36,6 +36,12 @@ Workloads:
 * W6: a stream-stream join, impressions with clicks (Spark's guide's example): each side
   watermarked, inner join on the ad id with the click within one minute after the impression;
   100,000 ads, 1,000,000 rows a side a batch, event time 10 minutes a file.
+* W7: ``transformWithStateInPandas`` with a per-user running-total processor (issue 13): a
+  ValueState (total, count), one ListState append per row, and one event-time timer per user,
+  moved to a minute after the user's latest row, whose firing emits the user's final total and
+  clears its state; 100,000 users, event time one minute a file, 30 s watermark, update mode.
+  W7a is the same logic as an ``applyInPandasWithState`` function (the amounts kept in the
+  state's array column, an event-time timeout instead of the timer).
 * W4: sessions, ``groupBy("user", session_window("timestamp", "5 minutes"))`` with count and
   sum of ``amount``, append mode with a 1 minute watermark, over (timestamp, user, amount);
   100,000 users, each active for two 3-minute files out of four, so sessions grow across
@@ -62,7 +68,8 @@ RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
 NUM_SESSION_USERS = 100_000
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7a")
+NUM_W7_USERS = 100_000
 NUM_ADS = 100_000
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
@@ -72,10 +79,14 @@ SCHEMAS = {
     "W5": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W6": "adId LONG, impressionTime TIMESTAMP",
     "W6-clicks": "clickAdId LONG, clickTime TIMESTAMP",
+    "W7": "timestamp TIMESTAMP, user LONG, amount DOUBLE",
+    "W7a": "timestamp TIMESTAMP, user LONG, amount DOUBLE",
 }
 W3_DUPLICATE_RATE = 0.10
 #: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
 OUTPUT_MODES = {"W4": "append", "W6": "append"}
+#: Spark's transformWithState needs its RocksDB state store provider (statestream ignores it)
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +145,16 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
             )
         elif workload == "W3":
             table = _w3_file(rng, i, rows)
+        elif workload in ("W7", "W7a"):
+            # File i spans event time [60 i, 60 i + 60) s; users drawn from 100,000.
+            t_us = (BASE_EPOCH_S + 60 * i) * 1_000_000 + rng.integers(0, 60_000_000, rows)
+            table = pa.table(
+                {
+                    "timestamp": pa.array(t_us, pa.timestamp("us", tz="UTC")),
+                    "user": pa.array(rng.integers(0, NUM_W7_USERS, rows), pa.int64()),
+                    "amount": pa.array(np.round(rng.gamma(2.0, 20.0, rows), 2), pa.float64()),
+                }
+            )
         elif workload == "W6":
             impressions, clicks = _w6_files(rng, i, rows)
             for side, side_table in (("impressions", impressions), ("clicks", clicks)):
@@ -255,6 +276,34 @@ def build_query(workload: str) -> Callable[[Any], Any]:
 
         return w6
 
+    if workload == "W7":
+
+        def w7(df: Any) -> Any:
+            return (
+                df.withWatermark("timestamp", "30 seconds")
+                .groupBy("user")
+                .transformWithStateInPandas(RunningTotal(), "user LONG, total DOUBLE, count LONG, final BOOLEAN", "Update", "EventTime")
+            )
+
+        return w7
+
+    if workload == "W7a":
+
+        def w7a(df: Any) -> Any:
+            return (
+                df.withWatermark("timestamp", "30 seconds")
+                .groupBy("user")
+                .applyInPandasWithState(
+                    running_total,
+                    "user LONG, total DOUBLE, count LONG, final BOOLEAN",
+                    "total DOUBLE, count LONG, amounts ARRAY<DOUBLE>, last LONG",
+                    "Update",
+                    "EventTimeTimeout",
+                )
+            )
+
+        return w7a
+
     if workload == "W3":
 
         def w3(df: Any) -> Any:
@@ -296,6 +345,71 @@ def build_query(workload: str) -> Callable[[Any], Any]:
     return w2
 
 
+def _stateful_processor_base() -> Any:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    return StatefulProcessor
+
+
+class RunningTotal(_stateful_processor_base()):  # type: ignore[misc]
+    """W7's processor: a running total per user, every amount kept, final on inactivity."""
+
+    def init(self, handle: Any) -> None:
+        self.handle = handle
+        self.totals = handle.getValueState("totals", "total DOUBLE, count LONG")
+        self.amounts = handle.getListState("amounts", "amount DOUBLE")
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        import pandas as pd
+
+        total, count = self.totals.get() if self.totals.exists() else (0.0, 0)
+        latest = None
+        for pdf in rows:
+            for amount in pdf["amount"].tolist():
+                self.amounts.appendValue((amount,))
+            total += float(pdf["amount"].sum())
+            count += len(pdf)
+            t = pdf["timestamp"].max()
+            latest = t if latest is None or t > latest else latest
+        self.totals.update((total, count))
+        for old in self.handle.listTimers():
+            self.handle.deleteTimer(old)
+        self.handle.registerTimer(int(latest.timestamp() * 1000) + 60_000)
+        yield pd.DataFrame({"user": [key[0]], "total": [total], "count": [count], "final": [False]})
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
+        import pandas as pd
+
+        total, count = self.totals.get() if self.totals.exists() else (0.0, 0)
+        self.totals.clear()
+        self.amounts.clear()
+        yield pd.DataFrame({"user": [key[0]], "total": [total], "count": [count], "final": [True]})
+
+    def close(self) -> None:
+        pass
+
+
+def running_total(key: Any, pdfs: Any, state: Any) -> Any:
+    """W7a: W7's logic as an applyInPandasWithState function."""
+    import pandas as pd
+
+    if state.hasTimedOut:
+        total, count, _, _ = state.get
+        state.remove()
+        yield pd.DataFrame({"user": [key[0]], "total": [total], "count": [count], "final": [True]})
+        return
+    total, count, amounts, last = state.get if state.exists else (0.0, 0, [], 0)
+    amounts = list(amounts)
+    for pdf in pdfs:
+        amounts.extend(pdf["amount"].tolist())
+        total += float(pdf["amount"].sum())
+        count += len(pdf)
+        last = max(last, int(pdf["timestamp"].max().timestamp() * 1000))
+    state.update((total, count, amounts, last))
+    state.setTimeoutTimestamp(last + 60_000)
+    yield pd.DataFrame({"user": [key[0]], "total": [total], "count": [count], "final": [False]})
+
+
 # --------------------------------------------------------------------------------------------
 # Child: run one engine on one workload, print a JSON result line
 # --------------------------------------------------------------------------------------------
@@ -322,7 +436,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(f"statestream-bench-{workload}-{engine_kind}")
         .config("spark.ui.enabled", "false")
@@ -333,8 +447,10 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         .config("spark.driver.memory", os.environ.get("BENCH_DRIVER_MEMORY", "4g"))
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
     )
+    if workload == "W7":
+        builder = builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"workload": workload, "engine": engine_kind}
     try:

@@ -6,7 +6,8 @@ How a batch runs here: the exchange is Spark's own ``repartition(N, *keys)``, th
 hands each task the rows of one state partition and :class:`TransformWithStateStep` does, in the
 task, what Spark's Python worker and its JVM state server do together:
 
-1. rows at or below the late-event watermark are dropped (``numRowsDroppedByWatermark``);
+1. in event-time mode, rows at or below the late-event watermark are dropped
+   (``numRowsDroppedByWatermark``);
 2. a fresh copy of the processor gets ``init(handle)``: the handle
    (``operators/stateful_processor_handle.py``) opens one store per declared variable;
 3. the rows are grouped by key (one Arrow ``group_by``); in the query's first batch the initial
@@ -289,7 +290,8 @@ class TransformWithStateStep(StateStep):
         table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
         data, init = self._split(table)
         m = self.new_metrics(partition)
-        if self.w_late_ms is not None and info.event_time_index is not None and data.num_rows:
+        # Spark drops late rows in event-time mode only (with no time mode they reach the processor)
+        if info.time_mode == EVENT_TIME and self.w_late_ms is not None and info.event_time_index is not None and data.num_rows:
             late = older_than_watermark(data, info.event_time_index, info.event_time_is_struct, self.w_late_ms)
             n_late = int(pc.sum(late).as_py() or 0)
             if n_late:
@@ -391,7 +393,7 @@ class TransformWithStateStep(StateStep):
         order, offsets = group_rows_by_key(keys)
         # Spark sorts the partition by the grouping keys: keys are processed in that order
         firsts = keys.take(pa.array(order[offsets[:-1]], type=pa.int64()))
-        by_key = pc.sort_indices(firsts, sort_keys=[(n, "ascending") for n in firsts.column_names], null_placement="at_start").to_numpy()
+        by_key = _sorted_order(firsts)
         sizes = np.diff(offsets)[by_key]
         order = np.concatenate([order[offsets[g] : offsets[g + 1]] for g in by_key]) if len(by_key) else order
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -453,6 +455,15 @@ def _struct_table(column: Any) -> pa.Table:
     if isinstance(arr, pa.ChunkedArray):  # no chunks at all
         arr = pa.array([], type=arr.type)
     return pa.Table.from_batches([pa.RecordBatch.from_struct_array(arr)]) if len(arr) else pa.schema(list(arr.type)).empty_table()
+
+
+def _sorted_order(keys: pa.Table) -> np.ndarray:
+    """Row order of ``keys`` sorted ascending, nulls first (Spark's ``ASC NULLS FIRST``)."""
+    try:  # pyarrow 25+: the null placement goes with each sort key
+        order = pc.sort_indices(keys, sort_keys=[(n, "ascending", "at_start") for n in keys.column_names])
+    except (TypeError, ValueError, pa.ArrowInvalid):
+        order = pc.sort_indices(keys, sort_keys=[(n, "ascending") for n in keys.column_names], null_placement="at_start")
+    return order.to_numpy()
 
 
 def _key_tuples(keys: pa.Table) -> list[tuple]:

@@ -623,3 +623,81 @@ def test_processing_time_timers_and_ttl_with_a_manual_clock(ours, tmp_path):
         for b in run.batches
     ]
     assert sum(removed) == 1  # b's count, cleaned up at the first batch after 1_010_000
+
+
+class CountWithT(StatefulProcessor):
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(p) for p in rows)
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self):
+        pass
+
+
+class ClearsAndDeletes(StatefulProcessor):
+    """ValueState clear, deleteIfExists of a variable never declared, an empty put refused."""
+
+    def init(self, handle):
+        handle.deleteIfExists("never_declared")
+        self.count = handle.getValueState("count", "n LONG")
+        self.items = handle.getListState("items", "v LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        vals = [v for p in rows for v in p["v"].tolist()]
+        n = (self.count.get()[0] if self.count.exists() else 0) + len(vals)
+        if n >= 3:
+            self.count.clear()
+        else:
+            self.count.update((n,))
+        for v in vals:
+            self.items.appendValue((v,))
+        if 0 in vals:
+            self.items.put([])
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "items": [len(list(self.items.get()))]})
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.mark.parametrize("time_mode", ["None", "EventTime"])
+def test_late_rows_dropped_in_event_time_mode_only(spark_rocksdb, ours, tmp_path, time_mode):
+    def build(df: DataFrame) -> DataFrame:
+        return (
+            df.withColumn("eventTime", F.timestamp_seconds("t"))
+            .withWatermark("eventTime", "10 seconds")
+            .groupBy("k")
+            .transformWithStateInPandas(CountWithT(), "k STRING, n LONG", "Update", time_mode)
+        )
+
+    exp, _ = assert_equivalent(spark_rocksdb, ours, build, SESSION_BATCHES, "k STRING, t LONG", "update", tmp_path)
+    # b@5 arrives below the 20 s watermark: dropped in event-time mode only, as Spark does
+    assert sum(state_figures(exp, "numRowsDroppedByWatermark")) == (1 if time_mode == "EventTime" else 0)
+
+
+def test_value_clear_and_delete_if_exists(spark_rocksdb, ours, tmp_path):
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").transformWithStateInPandas(ClearsAndDeletes(), "k STRING, n LONG, items LONG", "Update", "None")
+
+    assert_equivalent(spark_rocksdb, ours, build, RUNNING, KV, "update", tmp_path)
+
+
+def test_empty_list_put_fails_like_spark(spark_rocksdb, ours, tmp_path):
+    def build(df: DataFrame) -> DataFrame:
+        return df.groupBy("k").transformWithStateInPandas(ClearsAndDeletes(), "k STRING, n LONG, items LONG", "Update", "None")
+
+    texts = []
+    for engine in (spark_rocksdb, ours()):
+        with pytest.raises(Exception) as info:  # noqa: PT011 - compared by text below
+            run_stream(engine, build, [[("a", 0)]], KV, "update", tmp_path)
+        texts.append(str(info.value))
+    needle = "[ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE]"
+    assert needle in texts[0], texts[0][:2000]
+    spark_line = next(ln for ln in texts[0].splitlines() if needle in ln).strip()
+    assert spark_line in texts[1], (spark_line, texts[1][:2000])
