@@ -216,18 +216,9 @@ class _Results:
         if not self.use_pandas:
             self.items.extend(result)
             return
-        import pandas as pd
+        from statestream.operators.transform_with_state import check_pandas_results
 
-        for pdf in result:
-            if not isinstance(pdf, pd.DataFrame):
-                from pyspark.errors import PySparkTypeError
-
-                raise PySparkTypeError(
-                    errorClass="UDF_RETURN_TYPE",
-                    messageParameters={"expected": "iterator of pandas.DataFrame", "actual": f"iterator of {type(pdf).__name__}"},
-                )
-            if len(pdf):
-                self.items.append(pdf)
+        self.items.extend(pdf for pdf in check_pandas_results(result) if len(pdf))
 
     def value(self) -> Any:
         """A list of ``Row`` (row processors), or one pandas DataFrame (empty: no columns)."""
@@ -249,7 +240,7 @@ class TwsTester:
     real state store (a temporary directory, one store per variable, a version committed per
     call). What a processor does here is what it does in a statestream query, and so (the
     engine being checked against Spark's) in a Spark one. Hence these differences from
-    Spark's tester: timers fire strictly below the threshold (not at it); a timer already due
+    Spark's tester: a timer already due
     fires in the batch of the :meth:`test` call that registered it; a key whose rows are all
     dropped (or none given) gets no ``handleInputRows`` call; TTL expires values; the
     processor is copied per call rather than initialised once.
@@ -261,7 +252,7 @@ class TwsTester:
     2. :meth:`test` / :meth:`testInPandas`: with an ``eventTimeExtractor``, rows at or below
        the watermark are dropped; the key's rows, if any are left, go to one
        ``handleInputRows`` call;
-    3. the timers of *every* key that are due fire, in time order: those strictly below the
+    3. the timers of *every* key that are due fire, in time order: those at or below the
        processing time (``ProcessingTime`` mode) or the watermark (``EventTime`` mode);
     4. ``close()``; in ``ProcessingTime`` mode the TTL cleanup drops expired values;
     5. every store commits. If the processor raises, nothing is committed: the state stays as
@@ -808,40 +799,12 @@ class TwsTester:
         return out
 
     def _fire_timers(self, task: Any, processor: Any, tv: Any, out: _Results) -> None:
-        """The engine's timer phase: every timer below the threshold, in time order, gets
-        ``handleExpiredTimer`` under its key and is then deleted."""
-        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
-
-        from statestream.operators.python_state_values import group_rows_by_key
+        """The engine's timer phase at the tester's clock."""
         from statestream.operators.stateful_processor_handle import timer_threshold
-        from statestream.state.keys import match_keys
+        from statestream.operators.transform_with_state import fire_expired_timers
 
         threshold = timer_threshold(self.timeMode, self._clock.processing_time_ms, self._clock.watermark_ms)
-        if task.timers is None or threshold is None:
-            return
-        keys, times = task.timers.expired(threshold)
-        if not times:
-            return
-        order, offsets = group_rows_by_key(keys)
-        unique = keys.take(pa.array(np.sort(order[offsets[:-1]]), type=pa.int64()))
-        columns = [c.to_pylist() for c in unique.columns]
-        tuples = [tuple(t) for t in zip(*columns)]
-        li, ri = match_keys(keys, unique)
-        row_of = np.empty(keys.num_rows, dtype=np.int64)
-        row_of[li] = ri
-        task.begin_phase(unique, tuples)
-        for i, ts in enumerate(times):
-            row = int(row_of[i])
-            task.set_key(row)
-            try:
-                out.add(processor.handleExpiredTimer(tuples[row], tv, ExpiredTimerInfo(ts)))
-            except Exception as exc:
-                exc.add_note(f"transformWithState: handleExpiredTimer failed for key {tuples[row]!r}, timer {ts}")
-                raise
-            task.timers.delete(row, ts)
-            task.metrics["numDeletedTimers"] += 1
-            task.metrics["numExpiredTimers"] += 1
-        task.end_phase()
+        fire_expired_timers(task, processor, threshold, tv, out)
 
 
 def _declare(handle: Any, info: Any) -> Any:

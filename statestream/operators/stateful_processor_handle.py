@@ -111,8 +111,8 @@ def ttl_expired(expiration_ms: Any, batch_timestamp_ms: int) -> np.ndarray:
 
 
 def timer_threshold(time_mode: str, batch_timestamp_ms: int | None, watermark_ms: int | None) -> int | None:
-    """The time a timer must be below to fire in this batch: the batch's processing time, or
-    the eviction watermark; ``None`` when timers cannot fire (no time mode, no watermark)."""
+    """The time a timer must be at or below to fire in this batch: the batch's processing time,
+    or the eviction watermark; ``None`` when timers cannot fire (no time mode, no watermark)."""
     if time_mode == PROCESSING_TIME:
         return batch_timestamp_ms
     if time_mode == EVENT_TIME:
@@ -121,8 +121,9 @@ def timer_threshold(time_mode: str, batch_timestamp_ms: int | None, watermark_ms
 
 
 def timer_expired(expiry_ms: Any, threshold: int) -> np.ndarray:
-    """Which timers fire: their time is strictly below the threshold."""
-    return np.asarray(expiry_ms, dtype=np.int64) < int(threshold)
+    """Which timers fire: their time is at or below the threshold (Spark's engine fires a timer
+    set at exactly the watermark in that batch; checked against it)."""
+    return np.asarray(expiry_ms, dtype=np.int64) <= int(threshold)
 
 
 def timer_list_order(timestamps: Any) -> list[int]:
@@ -448,7 +449,6 @@ class _Variable:
         expiration = (
             ttl_expiration_ms(self.task.batch_timestamp_ms, self.ttl) if self.ttl is not None else None
         )
-        nk = self.task.num_key_columns
         if kind == VALUE:
             puts = [(r, v) for r, v in self.writes.items() if v is not _REMOVED]
             removes = [r for r, v in self.writes.items() if v is _REMOVED]
@@ -504,7 +504,6 @@ class _Variable:
                 if expiration is not None:
                     cols.append(pa.array(np.full(len(put_rows), expiration, dtype=np.int64)))
                 self.store.put(pa.Table.from_arrays(cols, schema=self.provider.schema))
-        _ = nk
         self.reset()
 
     def _evict_prefix(self, rows: list[int]) -> int:
@@ -534,8 +533,11 @@ class _Variable:
 
 
 def _sort_key(value: Any) -> Any:
-    """A total order for map keys (None first), for a deterministic iteration order."""
-    return tuple((v is None, v if v is not None else 0) if not isinstance(v, (tuple, list)) else (False, str(v)) for v in value) if isinstance(value, tuple) else (False, value)
+    """A total order for map keys (nulls first; values of mixed or unorderable types by their
+    text), for a deterministic iteration order."""
+    if not isinstance(value, tuple):
+        value = (value,)
+    return tuple((0, "") if v is None else (1, v) if isinstance(v, (int, float, str, bool)) else (2, str(v)) for v in value)
 
 
 class _Timers:
@@ -586,7 +588,6 @@ class _Timers:
         if phase is None:
             self.reset()
             return
-        nk = self.task.num_key_columns
 
         def rows_of(changes: dict[int, set]) -> pa.Table | None:
             rows = [(r, t) for r, ts in changes.items() for t in sorted(ts)]
@@ -603,11 +604,10 @@ class _Timers:
         if new is not None:
             cols = list(new.columns) + [pa.nulls(new.num_rows, pa.bool_())]
             self.store.put(pa.Table.from_arrays(cols, schema=self.provider.schema))
-        _ = nk
         self.reset()
 
     def expired(self, threshold: int) -> tuple[pa.Table, list[int]]:
-        """The timers below ``threshold`` in firing order (time, then key): their grouping keys
+        """The timers at or below ``threshold`` in firing order (time, then key): their grouping keys
         and times."""
         table = self.store.table()
         nk = self.task.num_key_columns

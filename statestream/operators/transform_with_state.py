@@ -16,9 +16,9 @@ task, what Spark's Python worker and its JVM state server do together:
    pandas DataFrame (``transformWithStateInPandas``) or as ``Row`` objects
    (``transformWithState``), and its output is consumed at once, so that the state calls it makes
    run under its key;
-4. then every timer below the batch's processing time (processing-time mode) or the eviction
-   watermark (event-time mode) fires, in time order: ``handleExpiredTimer``, then the timer is
-   deleted;
+4. then every timer at or below the batch's processing time (processing-time mode) or the
+   eviction watermark (event-time mode) fires, in time order: ``handleExpiredTimer`` (called with
+   keyword arguments, as Spark calls it), then the timer is deleted;
 5. ``close()``, the TTL cleanup (processing-time mode), and every store commits version N+1.
    If the processor raises, nothing is committed and the task fails with the user's traceback.
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,8 @@ __all__ = [
     "TransformWithStateStep",
     "SIDE_COLUMN",
     "emitted_too_old",
+    "fire_expired_timers",
+    "check_pandas_results",
 ]
 
 #: which input a row of the first batch's exchange comes from: 0 data, 1 initial state
@@ -284,7 +286,7 @@ class TransformWithStateStep(StateStep):
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         from pyspark import cloudpickle
-        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+        from pyspark.sql.streaming.stateful_processor import TimerValues
 
         info = self.info
         table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
@@ -326,24 +328,7 @@ class TransformWithStateStep(StateStep):
             task.handle_state = DATA_PROCESSED
             updates_ms = (time.perf_counter() - t0) * 1000
             r0 = time.perf_counter()
-            threshold = timer_threshold(mode, self.batch_timestamp_ms, self.w_evict_ms)
-            if task.timers is not None and threshold is not None:
-                keys, times = task.timers.expired(threshold)
-                if times:
-                    order, offsets = group_rows_by_key(keys)
-                    firsts = order[offsets[:-1]]
-                    unique = keys.take(pa.array(np.sort(firsts), type=pa.int64()))
-                    tuples = _key_tuples(unique)
-                    task.begin_phase(unique, tuples)
-                    row_of = _row_index(keys, unique)
-                    for i, ts in enumerate(times):
-                        row = int(row_of[i])
-                        task.set_key(row)
-                        out_rows.add(processor.handleExpiredTimer(tuples[row], tv, ExpiredTimerInfo(ts)))
-                        task.timers.delete(row, ts)
-                        task.metrics["numDeletedTimers"] += 1
-                        task.metrics["numExpiredTimers"] += 1
-                    task.end_phase()
+            fire_expired_timers(task, processor, timer_threshold(mode, self.batch_timestamp_ms, self.w_evict_ms), tv, out_rows)
             task.handle_state = TIMER_PROCESSED
             processor.close()
             task.handle_state = CLOSED
@@ -450,6 +435,51 @@ class TransformWithStateStep(StateStep):
             )
 
 
+def fire_expired_timers(task: TaskState, processor: Any, threshold: int | None, timer_values: Any, out: Any) -> None:
+    """The timer phase of a batch: every timer at or below ``threshold``, in time order, gets
+    ``handleExpiredTimer`` under its key (with keyword arguments, as Spark calls it) and is then
+    deleted; ``out.add`` consumes what each call yields."""
+    from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo
+
+    if task.timers is None or threshold is None:
+        return
+    keys, times = task.timers.expired(threshold)
+    if not times:
+        return
+    order, offsets = group_rows_by_key(keys)
+    unique = keys.take(pa.array(np.sort(order[offsets[:-1]]), type=pa.int64()))
+    tuples = _key_tuples(unique)
+    task.begin_phase(unique, tuples)
+    row_of = _row_index(keys, unique)
+    for i, ts in enumerate(times):
+        row = int(row_of[i])
+        task.set_key(row)
+        try:
+            out.add(processor.handleExpiredTimer(key=tuples[row], timerValues=timer_values, expiredTimerInfo=ExpiredTimerInfo(ts)))
+        except Exception as exc:
+            exc.add_note(f"transformWithState: handleExpiredTimer failed for key {tuples[row]!r}, timer {ts}")  # beyond Spark
+            raise
+        task.timers.delete(row, ts)
+        task.metrics["numDeletedTimers"] += 1
+        task.metrics["numExpiredTimers"] += 1
+    task.end_phase()
+
+
+def check_pandas_results(result: Any) -> Iterator[Any]:
+    """A pandas processor's output, each item checked as PySpark's worker checks it."""
+    import pandas as pd
+
+    for pdf in result:
+        if not isinstance(pdf, pd.DataFrame):
+            from pyspark.errors import PySparkTypeError
+
+            raise PySparkTypeError(
+                errorClass="UDF_RETURN_TYPE",
+                messageParameters={"expected": "iterator of pandas.DataFrame", "actual": f"iterator of {type(pdf).__name__}"},
+            )
+        yield pdf
+
+
 def _struct_table(column: Any) -> pa.Table:
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if isinstance(arr, pa.ChunkedArray):  # no chunks at all
@@ -537,18 +567,7 @@ class Output:
         if result is None:
             return
         if self.info.use_pandas:
-            import pandas as pd
-
-            for pdf in result:
-                if not isinstance(pdf, pd.DataFrame):
-                    from pyspark.errors import PySparkTypeError
-
-                    raise PySparkTypeError(
-                        errorClass="UDF_RETURN_TYPE",
-                        messageParameters={"expected": "iterator of pandas.DataFrame", "actual": f"iterator of {type(pdf).__name__}"},
-                    )
-                if len(pdf):
-                    self.frames.append(pdf)
+            self.frames.extend(pdf for pdf in check_pandas_results(result) if len(pdf))
         else:
             self.rows.extend(result)
 

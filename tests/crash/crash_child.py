@@ -130,6 +130,55 @@ def apply_in_pandas_query(df):
     )
 
 
+def _session_processor():
+    """A transformWithState processor with the sessions of ``_value_sessions``: a ValueState per
+    key and an event-time timer 10 s after its last event, whose firing emits the session."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class ValueSessions(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.session = handle.getValueState("session", "n LONG, first LONG, last LONG")
+
+        def handleInputRows(self, key, rows, timerValues):
+            n, first, last = self.session.get() if self.session.exists() else (0, None, None)
+            for pdf in rows:
+                secs = pdf["ts"].map(lambda t: int(t.timestamp()))
+                n += len(pdf)
+                first = int(secs.min()) if first is None else min(first, int(secs.min()))
+                last = int(secs.max()) if last is None else max(last, int(secs.max()))
+            self.session.update((n, first, last))
+            for t in self.handle.listTimers():
+                self.handle.deleteTimer(t)
+            self.handle.registerTimer(max(last * 1000 + 10_000, timerValues.getCurrentWatermarkInMs() + 1))
+            return iter([])
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            import pandas as pd
+
+            n, first, last = self.session.get()
+            self.session.clear()
+            yield pd.DataFrame({"k": [int(key[0])], "n": [n], "first": [first], "last": [last]})
+
+        def close(self):
+            pass
+
+    return ValueSessions()
+
+
+def transform_with_state_query(df):
+    """transformWithStateInPandas sessions keyed by ``value``, emitted when their timer fires
+    (``test_crash_transform_with_state.py``)."""
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "20 seconds")
+        .withColumn("k", F.col("value"))
+        .groupBy("k")
+        .transformWithStateInPandas(_session_processor(), "k LONG, n LONG, first LONG, last LONG", "Append", "EventTime")
+    )
+
+
 def stream_join_query(left, right):
     """A stream-stream left outer join (``test_crash_stream_join.py``): both sides with a 10 s
     watermark delay, equal keys and the right row's time within 5 s after the left row's, so
@@ -154,6 +203,7 @@ QUERIES = {
     "session": session_query,
     "object_hash": object_hash_query,
     "apply_in_pandas": apply_in_pandas_query,
+    "transform_with_state": transform_with_state_query,
 }
 
 
