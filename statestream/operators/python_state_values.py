@@ -114,13 +114,21 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.
 
 def group_rows_by_key(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(row order grouping equal keys together, start offset of each group + the end), with
-    the groups in the order their keys first appear (one Arrow ``group_by``)."""
+    the groups in the order their keys first appear. Equality is Spark's grouping equality
+    (``state.keys.group_ids``: -0.0 == 0.0, NaN == NaN, structs field-wise), the same the
+    state store matches keys with, so one group never meets two stored rows."""
+    from statestream.state.keys import group_ids
+
     n = keys.num_rows
     if n == 0:
         return np.empty(0, np.int64), np.zeros(1, np.int64)
-    t = keys.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
-    grouped = t.group_by(list(keys.column_names), use_threads=False).aggregate([("__row", "list")])
-    lists = grouped.column("__row_list").combine_chunks()
-    order = lists.flatten().to_numpy()
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    return order, offsets - offsets[0]
+    ids = group_ids(list(keys.columns), n)
+    groups = int(ids.max()) + 1
+    first = np.full(groups, n, dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(n, dtype=np.int64))
+    rank = np.empty(groups, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(groups, dtype=np.int64)
+    row_rank = rank[ids]
+    order = np.argsort(row_rank, kind="stable").astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(row_rank, minlength=groups))]).astype(np.int64)
+    return order, offsets

@@ -26,6 +26,8 @@ task, what Spark's Python worker and its JVM state server do together:
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
@@ -50,6 +52,7 @@ from statestream.operators.stateful_processor_handle import (
     StatefulProcessorHandleImpl,
     StateVariableInfo,
     TaskState,
+    timer_store_name,
     timer_threshold,
     timer_values,
 )
@@ -68,6 +71,8 @@ __all__ = [
     "fire_expired_timers",
     "check_pandas_results",
 ]
+
+log = logging.getLogger(__name__)
 
 #: which input a row of the first batch's exchange comes from: 0 data, 1 initial state
 SIDE_COLUMN = "__side"
@@ -100,6 +105,8 @@ class TransformWithStateInfo:
     output_event_time_index: int | None = None  # eventTimeColumnName's position in the output
     initial_state: Any = field(default=None, repr=False)  # the initial state's batch DataFrame
     initial_key_names: tuple[str, ...] = ()
+    #: variables ``init`` deletes with ``deleteIfExists`` and does not declare (an older run's)
+    deleted_variables: tuple[str, ...] = ()
     key_schema_json: dict = field(default_factory=dict, repr=False)
     value_schema_json: dict = field(default_factory=dict, repr=False)
 
@@ -127,7 +134,10 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
     @property
     def state_store_names(self) -> tuple[str, ...]:
         assert self.info is not None
-        return tuple(v.name for v in self.info.variables) or ("default",)
+        names = tuple(v.name for v in self.info.variables)
+        if self.info.time_mode != NO_TIME:
+            names += (timer_store_name(self.info.time_mode),)
+        return names or ("default",)
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: always in processing-time mode; otherwise once the watermark moved past the
@@ -151,6 +161,8 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
         assert self.child is not None and self.info is not None
         info = self.info
+        if info.deleted_variables:
+            _delete_dropped_variables(self.get_state_info(), info.deleted_variables)
         with_initial = info.initial_state is not None and self.get_state_info().store_version == 0
         if with_initial:
             df, data_names = self._with_initial_state(ctx)
@@ -218,6 +230,32 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         )
 
 
+_DELETED: set[tuple[str, int, str]] = set()
+_DELETED_LOCK = threading.Lock()
+
+
+def _delete_dropped_variables(si: StatefulOperatorStateInfo, names: tuple[str, ...]) -> None:
+    """``deleteIfExists`` of a variable the processor no longer declares (an older run's): its
+    stores go, on the driver, once per query run, before any task of the run opens a store (the
+    workers' cached stores belong to the older run's id, so none of them is reused)."""
+    from statestream.checkpoint.files import CheckpointFileManager
+
+    key = (si.checkpoint_location, si.operator_id, si.query_run_id)
+    with _DELETED_LOCK:
+        if key in _DELETED:
+            return
+        _DELETED.add(key)
+    op = CheckpointFileManager(si.checkpoint_location).child(str(si.operator_id))
+    for partition in op.list() if op.exists() else []:
+        for name in names:
+            files = op.child(f"{partition}/{name}")
+            if not files.exists():
+                continue
+            for f in files.list():
+                files.delete(f)
+            log.info("deleteIfExists: removed state variable %r of operator %d, partition %s", name, si.operator_id, partition)
+
+
 def _time_mode_name(mode: str) -> str:
     return {NO_TIME: "NoTime", PROCESSING_TIME: "ProcessingTime", EVENT_TIME: "EventTime"}[mode]
 
@@ -252,35 +290,30 @@ class TransformWithStateStep(StateStep):
             sid = StateStoreId(self.state_root, self.operator_id, partition, name)
             provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
             store = provider.get_store(self.version, new_is_empty=True)
+            if self.version > 0 and store.num_keys == 0 and not provider.list_files():
+                # a variable declared for the first time (added on restart): empty. Said aloud,
+                # since a lost store directory would look the same
+                log.warning("state variable %r of operator %d, partition %d has no stored version: starting empty at version %d",
+                            name, self.operator_id, partition, self.version)
             opened.append(store)
             return provider, store
 
         return open_store
 
-    def _deleter(self, partition: int):
-        from statestream.checkpoint.files import CheckpointFileManager
-        from statestream.state.store import StateStoreId
-
-        def delete_store(name: str) -> bool:
-            sid = StateStoreId(self.state_root, self.operator_id, partition, name)
-            files = CheckpointFileManager(self.state_root).child(sid.relative_dir)
-            names = files.list() if files.exists() else []
-            for n in names:
-                files.delete(n)
-            return bool(names)
-
-        return delete_store
-
     # -- input ----------------------------------------------------------------------------------
 
-    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table | None]:
-        """(data rows, initial state rows) of the task's input."""
+    def _split(self, table: pa.Table) -> tuple[pa.Table, pa.Table | None, pa.Table | None]:
+        """(data rows, initial state rows, the initial rows' keys) of the task's input; the keys
+        are the ``__k*`` columns Spark cast to the data's key types and hashed to place them."""
         if not self.with_initial_state:
-            return table, None
+            return table, None, None
         side = table.column(SIDE_COLUMN)
+        init_rows = table.filter(pc.equal(side, 1))
         data = table.filter(pc.equal(side, 0)).column(DATA_COLUMN)
-        init = table.filter(pc.equal(side, 1)).column(INITIAL_COLUMN)
-        return _struct_table(data), _struct_table(init)
+        init_keys = pa.Table.from_arrays(
+            [init_rows.column(f"__k{i}") for i in range(len(self.info.key_names))], names=list(self.info.key_names)
+        )
+        return _struct_table(data), _struct_table(init_rows.column(INITIAL_COLUMN)), init_keys
 
     # -- the step -------------------------------------------------------------------------------
 
@@ -290,7 +323,7 @@ class TransformWithStateStep(StateStep):
 
         info = self.info
         table = self.partition_input(batches, partition, "the exchange did not partition by the grouping keys")
-        data, init = self._split(table)
+        data, init, init_keys = self._split(table)
         m = self.new_metrics(partition)
         # Spark drops late rows in event-time mode only (with no time mode they reach the processor)
         if info.time_mode == EVENT_TIME and self.w_late_ms is not None and info.event_time_index is not None and data.num_rows:
@@ -314,7 +347,6 @@ class TransformWithStateStep(StateStep):
             self.w_evict_ms,
             self.version,
             zone,
-            delete_store=self._deleter(partition),
             known=info.variables,
         )
         out_rows = Output(info, self.timezone)
@@ -324,7 +356,7 @@ class TransformWithStateStep(StateStep):
             processor = cloudpickle.loads(cloudpickle.dumps(info.processor))  # a fresh copy per task, as in Spark
             processor.init(StatefulProcessorHandleImpl(task))
             task.handle_state = INITIALIZED
-            self._process_data(task, processor, data, data_keys, init, tv, out_rows)
+            self._process_data(task, processor, data, data_keys, init, init_keys, tv, out_rows)
             task.handle_state = DATA_PROCESSED
             updates_ms = (time.perf_counter() - t0) * 1000
             r0 = time.perf_counter()
@@ -362,26 +394,34 @@ class TransformWithStateStep(StateStep):
         m["customMetrics"] = custom
         return out, m
 
-    def _process_data(self, task: TaskState, processor: Any, data: pa.Table, data_keys: pa.Table, init: pa.Table | None, tv: Any, out: "Output") -> None:
+    def _process_data(
+        self,
+        task: TaskState,
+        processor: Any,
+        data: pa.Table,
+        data_keys: pa.Table,
+        init: pa.Table | None,
+        init_keys: pa.Table | None,
+        tv: Any,
+        out: "Output",
+    ) -> None:
         """Phase 1: the initial state's keys (first batch) and the keys with rows."""
         info = self.info
         n_data = data.num_rows
         keys = data_keys
-        if init is not None and init.num_rows:
-            init_keys = pa.Table.from_arrays(
-                [init.column(n).cast(keys.schema.field(i).type) for i, n in enumerate(info.initial_key_names)],
-                schema=keys.schema,
-            )
-            keys = pa.concat_tables([keys, init_keys])
+        if init is not None and init_keys is not None and init.num_rows:
+            keys = pa.concat_tables([keys, pa.Table.from_arrays(init_keys.columns, schema=keys.schema)])
         if keys.num_rows == 0:
             return
         order, offsets = group_rows_by_key(keys)
         # Spark sorts the partition by the grouping keys: keys are processed in that order
         firsts = keys.take(pa.array(order[offsets[:-1]], type=pa.int64()))
         by_key = _sorted_order(firsts)
-        sizes = np.diff(offsets)[by_key]
-        order = np.concatenate([order[offsets[g] : offsets[g + 1]] for g in by_key]) if len(by_key) else order
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        sizes = np.diff(offsets)
+        rank = np.empty(len(by_key), dtype=np.int64)
+        rank[by_key] = np.arange(len(by_key), dtype=np.int64)
+        order = order[np.argsort(np.repeat(rank, sizes), kind="stable")]
+        offsets = np.concatenate([[0], np.cumsum(sizes[by_key])]).astype(np.int64)
         starts = offsets[:-1]
         unique = keys.take(pa.array(order[starts], type=pa.int64()))
         tuples = _key_tuples(unique)

@@ -24,13 +24,20 @@ __all__ = ["transform_with_state_info", "plan_transform_with_state", "declared_s
 def declared_state_variables(processor: Any, time_mode: str) -> tuple[StateVariableInfo, ...]:
     """The variables ``processor.init`` declares (on a copy: the user's object is not touched),
     with Spark's errors for a duplicate name or a TTL outside processing time."""
+    return _pre_init(processor, time_mode)[0]
+
+
+def _pre_init(processor: Any, time_mode: str) -> tuple[tuple[StateVariableInfo, ...], tuple[str, ...]]:
+    """(declared variables, names given to ``deleteIfExists`` and not declared)."""
     from pyspark import cloudpickle
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
     handle = DriverStatefulProcessorHandle(time_mode)
     copy.init(handle)
     copy.close()
-    return tuple(handle.variables)
+    declared = tuple(handle.variables)
+    names = {v.name for v in declared}
+    return declared, tuple(n for n in dict.fromkeys(handle.deleted) if n not in names)
 
 
 def _state_value_schema(variables: tuple[StateVariableInfo, ...]) -> dict:
@@ -63,8 +70,9 @@ def transform_with_state_info(node: "L.TransformWithState", variables: tuple[Sta
     et_index = next((i for i, f in enumerate(fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
     out_names = list(node.output_schema.names)
     out_et = out_names.index(node.event_time_column) if node.event_time_column in out_names else None
+    deleted: tuple[str, ...] = ()
     if variables is None:
-        variables = declared_state_variables(node.processor, node.time_mode)
+        variables, deleted = _pre_init(node.processor, node.time_mode)
     key_schema = StructType([fields[i] for i in positions])
     return TransformWithStateInfo(
         key_indices=tuple(positions),
@@ -80,6 +88,7 @@ def transform_with_state_info(node: "L.TransformWithState", variables: tuple[Sta
         output_event_time_index=out_et,
         initial_state=node.initial_state,
         initial_key_names=node.initial_state_keys,
+        deleted_variables=deleted,
         key_schema_json=key_schema.jsonValue(),
         value_schema_json=_state_value_schema(variables),
     )

@@ -701,3 +701,58 @@ def test_empty_list_put_fails_like_spark(spark_rocksdb, ours, tmp_path):
     assert needle in texts[0], texts[0][:2000]
     spark_line = next(ln for ln in texts[0].splitlines() if needle in ln).strip()
     assert spark_line in texts[1], (spark_line, texts[1][:2000])
+
+
+class TwoVariables(StatefulProcessor):
+    """A first version of a processor: a count and a list of values."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+        self.old = handle.getListState("old", "v LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        vals = [v for p in rows for v in p["v"].tolist()]
+        n = (self.count.get()[0] if self.count.exists() else 0) + len(vals)
+        self.count.update((n,))
+        self.old.appendList([(v,) for v in vals])
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self):
+        pass
+
+
+class DropsOld(StatefulProcessor):
+    """Its next version: keeps the count, deletes the list it no longer declares."""
+
+    def init(self, handle):
+        handle.deleteIfExists("old")
+        self.count = handle.getValueState("count", "n LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(p) for p in rows)
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_restart_with_a_variable_deleted(spark_rocksdb, ours, tmp_path):
+    """A processor restarted without one of its variables, deleted with deleteIfExists in init:
+    the other variable keeps its state, as on Spark's engine."""
+    first = lambda df: df.groupBy("k").transformWithStateInPandas(TwoVariables(), "k STRING, n LONG", "Update", "None")  # noqa: E731
+    second = lambda df: df.groupBy("k").transformWithStateInPandas(DropsOld(), "k STRING, n LONG", "Update", "None")  # noqa: E731
+    runs = {}
+    for name, engine in (("spark", spark_rocksdb), ("ours", None)):
+        eng = engine if engine is not None else ours()
+        work = tmp_path / f"{name}-work"
+        run_stream(eng, first, RUNNING[:2], KV, "update", tmp_path, workdir=work)
+        runs[name] = run_stream(eng, second, RUNNING[2:], KV, "update", tmp_path, workdir=work)
+        if name == "ours":
+            import glob
+
+            assert not glob.glob(str(work / "checkpoint" / "state" / "0" / "*" / "old" / "*"))  # the list's files are gone
+    assert_same_batches(runs["spark"], runs["ours"])
