@@ -756,3 +756,46 @@ def test_restart_with_a_variable_deleted(spark_rocksdb, ours, tmp_path):
 
             assert not glob.glob(str(work / "checkpoint" / "state" / "0" / "*" / "old" / "*"))  # the list's files are gone
     assert_same_batches(runs["spark"], runs["ours"])
+
+
+class ProcessorError(ValueError):
+    pass
+
+
+class RaisesOnB(StatefulProcessor):
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        for _ in rows:
+            pass
+        if key[0] == "b":
+            raise ProcessorError("no b allowed here")  # the user's own line
+        self.count.update((1,))
+        yield pd.DataFrame({"k": [key[0]]})
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_processor_error_stops_the_query_without_commit(ours, tmp_path):
+    """statestream only: the query fails with the processor's own traceback and a note naming
+    the key (beyond Spark); the failing partition commits no state and the batch is not in the
+    commit log."""
+    import glob
+
+    with pytest.raises(Exception) as info:  # noqa: PT011 - read below
+        run_stream(
+            ours(), lambda df: df.groupBy("k").transformWithStateInPandas(RaisesOnB(), "k STRING", "Update", "None"),
+            [[("a", 1), ("b", 2)]], KV, "update", tmp_path, workdir=tmp_path / "w",
+        )
+    text = str(info.value)
+    assert "ProcessorError: no b allowed here" in text
+    assert 'raise ProcessorError("no b allowed here")  # the user\'s own line' in text
+    assert "transformWithState: the processor failed for key ('b',)" in text
+    checkpoint = tmp_path / "w" / "checkpoint"
+    assert len(glob.glob(str(checkpoint / "state" / "0" / "*" / "count" / "1.delta"))) < 2
+    assert not (checkpoint / "commits" / "0").exists()
