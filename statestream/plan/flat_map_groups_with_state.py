@@ -22,7 +22,21 @@ from statestream.plan.logical import WATERMARK_DELAY_KEY
 if TYPE_CHECKING:
     from statestream.plan import logical as L
 
-__all__ = ["flat_map_groups_with_state_info", "plan_flat_map_groups_with_state"]
+__all__ = ["flat_map_groups_with_state_info", "plan_flat_map_groups_with_state", "grouping_positions"]
+
+
+def grouping_positions(schema: Any, keys: tuple[str, ...]) -> tuple[list[int], int | None]:
+    """(position of each grouping column in ``schema``, an exact name first, else one that
+    differs only in case; position of the event-time column or ``None``), for the Python state
+    operators, which group by input column names."""
+    names = list(schema.names)
+    positions = []
+    for k in keys:
+        exact = [i for i, n in enumerate(names) if n == k]
+        loose = [i for i, n in enumerate(names) if n.lower() == k.lower()]
+        positions.append((exact or loose)[0])
+    et_index = next((i for i, f in enumerate(schema.fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
+    return positions, et_index
 
 
 def flat_map_groups_with_state_info(node: "L.FlatMapGroupsWithState") -> FlatMapGroupsWithStateInfo:
@@ -30,14 +44,8 @@ def flat_map_groups_with_state_info(node: "L.FlatMapGroupsWithState") -> FlatMap
 
     assert node.child is not None
     schema = node.child.schema
-    names = list(schema.names)
-    positions = []
-    for k in node.keys:
-        exact = [i for i, n in enumerate(names) if n == k]
-        loose = [i for i, n in enumerate(names) if n.lower() == k.lower()]
-        positions.append((exact or loose)[0])
+    positions, et_index = grouping_positions(schema, node.keys)
     fields = schema.fields
-    et_index = next((i for i, f in enumerate(fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
     key_schema = StructType([fields[i] for i in positions])
     value_fields = [StructField(GROUP_STATE_FIELD, node.state_schema, True)]
     if node.timeout_conf != NO_TIMEOUT:

@@ -13,7 +13,7 @@ from statestream.operators.base import PhysicalOperator
 from statestream.operators.dedup import StatefulShuffleExchangeExec
 from statestream.operators.stateful_processor_handle import DriverStatefulProcessorHandle, StateVariableInfo
 from statestream.operators.transform_with_state import TransformWithStateExec, TransformWithStateInfo
-from statestream.plan.logical import WATERMARK_DELAY_KEY
+from statestream.plan.flat_map_groups_with_state import grouping_positions
 
 if TYPE_CHECKING:
     from statestream.plan import logical as L
@@ -60,14 +60,8 @@ def transform_with_state_info(node: "L.TransformWithState", variables: tuple[Sta
 
     assert node.child is not None
     schema = node.child.schema
-    names = list(schema.names)
-    positions = []
-    for k in node.keys:
-        exact = [i for i, n in enumerate(names) if n == k]
-        loose = [i for i, n in enumerate(names) if n.lower() == k.lower()]
-        positions.append((exact or loose)[0])
+    positions, et_index = grouping_positions(schema, node.keys)
     fields = schema.fields
-    et_index = next((i for i, f in enumerate(fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
     out_names = list(node.output_schema.names)
     out_et = out_names.index(node.event_time_column) if node.event_time_column in out_names else None
     deleted: tuple[str, ...] = ()
