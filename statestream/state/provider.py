@@ -36,6 +36,7 @@ __all__ = [
     "maintain_loaded_providers",
     "STATE_FILE_FORMAT_VERSION",
     "OP_COLUMN",
+    "stored_schemas",
 ]
 
 log = logging.getLogger(__name__)
@@ -348,6 +349,19 @@ class StateStoreProvider:
             self._cache(new_version, table, self._stamp(new_version))
         return new_version
 
+    def replace_version(self, version: int, table: pa.Table) -> None:
+        """Write ``table`` as the full content of ``version`` (``<version>.snapshot``), for the
+        state tools' in-place edit of a stopped query's last committed state. Loading prefers the
+        newest snapshot at or below a version, so the edit wins over the deltas before it; the
+        cached versions from ``version`` on are dropped."""
+        if version <= 0:
+            raise StateStoreError(f"cannot replace version {version} of {self.store_id}: version 0 is always empty")
+        table = pa.Table.from_arrays(table.select(list(range(self._nk + self._nv))).columns, schema=self.schema)
+        with self._lock:
+            self._write(table, _SNAPSHOT, version)
+            for v in [v for v in self._loaded if v >= version]:
+                del self._loaded[v]
+
     # -- maintenance --------------------------------------------------------------------------
     def maybe_do_maintenance(self, committed_version: int) -> bool:
         """Run :meth:`do_maintenance` after every ``(min_deltas_for_snapshot + 1)``-th version
@@ -405,6 +419,31 @@ class StateStoreProvider:
 
     def __repr__(self) -> str:
         return f"StateStoreProvider({self.store_id}, run_id={self.run_id!r}, cached={self.cached_versions()})"
+
+
+def stored_schemas(store_id: StateStoreId) -> tuple[pa.Schema, pa.Schema] | None:
+    """The (key, value) schemas a store's own files record, or None if it has no file: the state
+    tools read a store without the query that wrote it. Only the newest file's schema message is
+    read."""
+    files = CheckpointFileManager(store_id.checkpoint_root).child(store_id.relative_dir)
+    if not files.exists():
+        return None
+    found = sorted((p, n) for n in files.list() if (p := _parse_file_name(n)) is not None)
+    if not found:
+        return None
+    (_, kind), name = found[-1]
+    try:
+        with pa.ipc.open_stream(files.open_input(name)) as reader:
+            schema = reader.schema
+    except (pa.ArrowException, OSError) as exc:
+        raise StateStoreError(f"State file {files.display(name)} of {store_id} is corrupt or unreadable: {exc}", "CANNOT_LOAD_STATE_STORE") from exc
+    meta = schema.metadata or {}
+    try:
+        nk = int(meta[_META_NUM_KEYS])
+    except (KeyError, ValueError) as exc:
+        raise StateStoreError(f"State file {files.display(name)} of {store_id} records no key column count", "CANNOT_LOAD_STATE_STORE") from exc
+    fields = [f for f in schema.remove_metadata() if f.name != OP_COLUMN or kind != _DELTA]
+    return pa.schema(fields[:nk]), pa.schema(fields[nk:])
 
 
 # -- process-wide cache ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
@@ -799,3 +800,32 @@ def test_processor_error_stops_the_query_without_commit(ours, tmp_path):
     checkpoint = tmp_path / "w" / "checkpoint"
     assert len(glob.glob(str(checkpoint / "state" / "0" / "*" / "count" / "1.delta"))) < 2
     assert not (checkpoint / "commits" / "0").exists()
+
+
+def test_state_tables_read_and_edit_a_processors_state(ours, tmp_path):
+    """statestream only (the debugging hook): a stopped query's variable read as a table as of
+    each batch, edited in place, and the next run continuing from the edited value."""
+    from statestream.tools.state_tables import StateTables
+
+    work = tmp_path / "w"
+    engine = ours()
+    run_stream(engine, q_running_count, RUNNING[:2], KV, "update", tmp_path, workdir=work)
+    tables = StateTables(str(work / "checkpoint"))
+    assert tables.last_committed_batch() == 1
+    assert tables.stores(0) == ("state",)
+
+    def values(table):
+        return sorted((r["k"], r["__value"]["count"], r["__value"]["total"]) for r in table.to_pylist())
+
+    assert values(tables.read("state", batch_id=0)) == [("a", 2, 4), ("b", 1, 2)]
+    state = tables.read("state")
+    assert values(state) == [("a", 3, 8), ("b", 1, 2)]
+    edited = [
+        {**r, "__value": {"count": 10, "total": 20}} if r["k"] == "b" else r for r in state.to_pylist()
+    ]
+    tables.write(pa.Table.from_pylist(edited, schema=state.schema), "state")
+    assert values(tables.read("state")) == [("a", 3, 8), ("b", 10, 20)]
+    run = run_stream(engine, q_running_count, RUNNING[2:], KV, "update", tmp_path, workdir=work)
+    assert sorted(map(tuple, (r.values() for r in run.batches[-1].rows))) == [("b", 12, 33), ("c", 1, 5)]
+    with pytest.raises(ValueError, match="columns"):
+        tables.write(state.drop_columns(["__value"]), "state")

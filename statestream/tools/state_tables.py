@@ -1,0 +1,138 @@
+"""Each state store of a stopped query's checkpoint as an Arrow table, and an in-place edit of it.
+
+The debugging hook of the Python state operators (a ``transformWithState`` processor keeps one
+store per state variable, plus its timers) that works for every operator's stores: it lists the
+operators and their stores, reads a store as of any batch still retained, and replaces the last
+committed batch's content of one store. It reads through the engine's own classes
+(:class:`~statestream.checkpoint.commits.CommitLog`, the operator metadata,
+:class:`~statestream.state.provider.StateStoreProvider`), so what it shows is what a restart
+would load. It runs on the driver and reads every partition's files in turn: a debugging tool
+for one store, not the Spark-parallel state reader.
+
+The tables are the stored layout: a ``partition_id`` column, then the store's key columns and
+value columns. For a ``transformWithState`` variable the key columns are the grouping keys (plus
+``__index`` for a list element, ``__userKey`` for a map entry) and the values ``__value`` (a
+struct of the variable's schema) and, with a TTL, ``__ttlExpirationMs``; the timers store
+(``$eventTimers_keyToTimestamp`` / ``$procTimers_keyToTimestamp``) keys each timer by the
+grouping keys and ``__expiryTimestampMs``.
+
+An edit writes the new content as a snapshot of the version that the last committed batch
+produced, so the next run starts from it. The query must be stopped. A key must stay in the
+partition it was read from: Spark's exchange places a key in ``pmod(hash(keys), N)``, and a
+row in another partition would never meet its key's input.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import StateStoreError
+from statestream.state.provider import StateStoreProvider, stored_schemas
+from statestream.state.schema import read_all_operator_metadata
+from statestream.state.store import StateStoreId
+
+__all__ = ["PARTITION_COLUMN", "StateTables"]
+
+log = logging.getLogger(__name__)
+
+#: the column that says which state partition a row belongs to
+PARTITION_COLUMN = "partition_id"
+
+
+class StateTables:
+    """The state stores under one checkpoint (``checkpoint`` is the query's checkpoint location)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        self.state_root = CheckpointFileManager(checkpoint).child("state").path()
+        self._root_files = CheckpointFileManager(checkpoint)
+        self._commits = CommitLog(self._root_files.child("commits"))
+
+    # -- what there is ---------------------------------------------------------------------------
+
+    def last_committed_batch(self) -> int:
+        """The newest batch of the commit log (the state a restart resumes from)."""
+        latest = self._commits.get_latest_batch_id()
+        if latest is None:
+            raise StateStoreError(f"{self._root_files.display('commits')} has no committed batch: the checkpoint has no state yet")
+        return latest
+
+    def operators(self) -> dict[int, tuple[str, ...]]:
+        """Operator id -> its store names, from the operator metadata files."""
+        return {
+            op: tuple(s.store_name for s in md.state_store_info)
+            for op, md in sorted(read_all_operator_metadata(self.state_root).items())
+        }
+
+    def stores(self, operator_id: int = 0) -> tuple[str, ...]:
+        """The store names of one operator (a transformWithState's variables and timers)."""
+        ops = self.operators()
+        if operator_id not in ops:
+            raise StateStoreError(f"the checkpoint {self.checkpoint} has no state operator {operator_id}; operators: {sorted(ops)}")
+        return ops[operator_id]
+
+    def _partitions(self, operator_id: int) -> list[int]:
+        op = CheckpointFileManager(self.state_root).child(str(operator_id))
+        return sorted(int(n) for n in op.list() if n.isdigit()) if op.exists() else []
+
+    def _provider(self, operator_id: int, partition: int, store_name: str) -> StateStoreProvider | None:
+        sid = StateStoreId(self.state_root, operator_id, partition, store_name)
+        schemas = stored_schemas(sid)
+        return None if schemas is None else StateStoreProvider(sid, *schemas)
+
+    def _version(self, batch_id: int | None) -> int:
+        last = self.last_committed_batch()
+        batch = last if batch_id is None else batch_id
+        if batch < 0 or batch > last:
+            raise StateStoreError(f"batch {batch} is not committed in {self.checkpoint}: the last committed batch is {last}")
+        return batch + 1  # the state version batch b commits
+
+    # -- read and edit ---------------------------------------------------------------------------
+
+    def read(self, store_name: str = "default", operator_id: int = 0, batch_id: int | None = None) -> pa.Table:
+        """The store's content after ``batch_id`` (default: the last committed batch), every
+        partition, with a leading ``partition_id`` column."""
+        self.stores(operator_id)
+        version = self._version(batch_id)
+        parts: list[pa.Table] = []
+        for partition in self._partitions(operator_id):
+            provider = self._provider(operator_id, partition, store_name)
+            if provider is None:
+                continue
+            table = provider.get_read_store(version).table()
+            parts.append(table.add_column(0, PARTITION_COLUMN, pa.array([partition] * table.num_rows, pa.int32())))
+        if not parts:
+            raise StateStoreError(f"operator {operator_id} of {self.checkpoint} has no files for store {store_name!r}")
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def write(self, table: pa.Table, store_name: str = "default", operator_id: int = 0) -> None:
+        """Replace the store's content at the last committed batch with ``table`` (the layout
+        :meth:`read` returns). Every partition of the store is rewritten: a partition with no row
+        in ``table`` becomes empty."""
+        self.stores(operator_id)
+        version = self._version(None)
+        if PARTITION_COLUMN not in table.column_names:
+            raise ValueError(f"the edited table needs the {PARTITION_COLUMN!r} column that read() gives")
+        partitions = self._partitions(operator_id)
+        given = set(table.column(PARTITION_COLUMN).to_pylist())
+        unknown = sorted(p for p in given if p not in partitions)
+        if unknown:
+            raise ValueError(f"partition ids {unknown} do not exist in operator {operator_id}; it has partitions {partitions}")
+        for partition in partitions:
+            provider = self._provider(operator_id, partition, store_name)
+            if provider is None:
+                continue
+            rows = table.filter(pc.equal(table.column(PARTITION_COLUMN), partition)).drop_columns([PARTITION_COLUMN])
+            if rows.column_names != provider.schema.names:
+                raise ValueError(f"the edited table's columns {rows.column_names} are not the store's {provider.schema.names}")
+            try:
+                rows = rows.cast(provider.schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+                raise ValueError(f"the edited table does not fit store {store_name!r}'s schema {provider.schema}: {exc}") from exc
+            provider.replace_version(version, rows)
+        log.info("replaced store %r of operator %d at version %d (%d rows)", store_name, operator_id, version, table.num_rows)
