@@ -30,12 +30,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.errors import IncompatibleRestartError
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
@@ -68,6 +69,7 @@ __all__ = [
     "TransformWithStateStep",
     "SIDE_COLUMN",
     "emitted_too_old",
+    "check_restart",
     "fire_expired_timers",
     "check_pandas_results",
 ]
@@ -86,6 +88,78 @@ def emitted_too_old(event_times_ms: np.ndarray, watermark_ms: int) -> int | None
     t = np.asarray(event_times_ms, dtype=np.int64)
     bad = t < int(watermark_ms)
     return int(t[np.argmax(bad)]) if bad.any() else None
+
+
+_KIND_NAMES = {"value": "ValueState", "list": "ListState", "map": "MapState"}
+
+
+def _variables_of(value_schema_json: Mapping[str, Any]) -> dict[str, tuple[str, Any, Any]]:
+    """The schema file's value struct (one field per variable: a list as an array, a map as a
+    map) as name -> (kind, value schema, map user key schema)."""
+    out: dict[str, tuple[str, Any, Any]] = {}
+    for f in value_schema_json.get("fields", []):
+        t = f["type"]
+        if isinstance(t, dict) and t.get("type") == "array":
+            out[f["name"]] = ("list", t["elementType"], None)
+        elif isinstance(t, dict) and t.get("type") == "map":
+            out[f["name"]] = ("map", t["valueType"], t["keyType"])
+        else:
+            out[f["name"]] = ("value", t, None)
+    return out
+
+
+def check_restart(
+    grouping_key_schema: Mapping[str, Any],
+    stored_value_schema: Mapping[str, Any],
+    new_value_schema: Mapping[str, Any],
+    stored_properties: Mapping[str, str] | None,
+    new_properties: Mapping[str, str],
+) -> None:
+    """Spark's restart checks of a transformWithState, variable by variable: the time and output
+    modes must not change; a variable declared in both runs must keep its kind (value, list, map) and a
+    value schema that can read its stored rows. New and dropped variables are allowed."""
+    from statestream.state import schema as S
+
+    for name in ("timeMode", "outputMode"):
+        old, new = (stored_properties or {}).get(name), new_properties.get(name)
+        if old is not None and new is not None and old != new:
+            raise S.OperatorConfigChangedError(
+                "STATE_STORE_INVALID_CONFIG_AFTER_RESTART", {"configName": name, "oldConfig": old, "newConfig": new}
+            )
+    stored = _variables_of(stored_value_schema)
+    for name, (kind, value, user_key) in _variables_of(new_value_schema).items():
+        if name not in stored:
+            continue
+        old_kind, old_value, old_user_key = stored[name]
+        if old_kind != kind:
+            raise S.StateVariableTypeChangedError(
+                "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE",
+                {"stateVarName": name, "oldType": _KIND_NAMES[old_kind], "newType": _KIND_NAMES[kind]},
+            )
+        if user_key is not None and not S.schemas_compatible(old_user_key, user_key):
+
+            def map_key(user: Any) -> dict:  # Spark shows a map entry's key as (key, userKey)
+                fields = [("key", grouping_key_schema), ("userKey", user)]
+                return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
+
+            raise S.StateSchemaNotCompatibleError(
+                "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+                {"storedKeySchema": S.render_data_type(map_key(old_user_key)), "newKeySchema": S.render_data_type(map_key(user_key))},
+            )
+        if not S.schemas_compatible(old_value, value):
+            raise S.StateSchemaNotCompatibleError(
+                "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+                {"storedValueSchema": S.render_data_type(old_value), "newValueSchema": S.render_data_type(value)},
+            )
+
+
+def merged_variables(stored_value_schema: Mapping[str, Any], new_value_schema: Mapping[str, Any], deleted: tuple[str, ...]) -> dict:
+    """The schema file's value struct after a restart: the new run's variables, and the stored
+    ones it neither declares nor deletes (their state stays on disk and a later run may declare
+    them again)."""
+    new_names = {f["name"] for f in new_value_schema.get("fields", [])}
+    kept = [f for f in stored_value_schema.get("fields", []) if f["name"] not in new_names and f["name"] not in deleted]
+    return {**new_value_schema, "fields": list(new_value_schema.get("fields", [])) + kept}
 
 
 @dataclass(frozen=True)
@@ -138,6 +212,28 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         if self.info.time_mode != NO_TIME:
             names += (timer_store_name(self.info.time_mode),)
         return names or ("default",)
+
+    def validate_and_write_state_schema(self, state_root: str, operator_id: int, schema_check_enabled: bool) -> None:
+        """The first batch of a run: the key schema as for every operator, then
+        :func:`check_restart` against what the last run recorded, then the files are rewritten
+        with this run's variables and time mode."""
+        from statestream.state import schema as S
+
+        assert self.info is not None
+        key_json, value_json = self.state_schemas()
+        props = {"timeMode": _time_mode_name(self.info.time_mode), "outputMode": self.info.output_mode.capitalize()}
+        stored = S.read_state_schema(state_root, operator_id)
+        if stored is not None:
+            try:
+                S.check_state_schema(stored, key_json, stored.value_schema, check_value=False)
+                check_restart(key_json, stored.value_schema, value_json, S.read_operator_properties(state_root, operator_id), props)
+            except IncompatibleRestartError as exc:
+                if schema_check_enabled:
+                    raise
+                log.warning("state schema check disabled; ignoring: %s", exc)
+            value_json = merged_variables(stored.value_schema, value_json, self.info.deleted_variables)
+        S.write_state_schema(state_root, operator_id, key_json, value_json)
+        S.write_operator_properties(state_root, operator_id, props)
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: always in processing-time mode; otherwise once the watermark moved past the

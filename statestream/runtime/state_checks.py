@@ -30,11 +30,14 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
         if existing:
             S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, current)
     for i, w in enumerate(writers):
-        key_json, value_json = w.state_schemas()
-        S.validate_and_write_state_schema(
-            state_root, i, key_json, value_json,
-            check_value=getattr(w, "check_value_schema", True), schema_check_enabled=schema_check,
-        )
+        if hasattr(w, "validate_and_write_state_schema"):  # an operator with its own restart rules
+            w.validate_and_write_state_schema(state_root, i, schema_check)
+        else:
+            key_json, value_json = w.state_schemas()
+            S.validate_and_write_state_schema(
+                state_root, i, key_json, value_json,
+                check_value=getattr(w, "check_value_schema", True), schema_check_enabled=schema_check,
+            )
         S.write_operator_metadata(
             state_root,
             S.OperatorStateMetadata(

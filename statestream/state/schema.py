@@ -31,6 +31,11 @@ __all__ = [
     "OperatorStateMetadata",
     "StateSchemaNotCompatibleError",
     "OperatorNotMatchError",
+    "StateVariableTypeChangedError",
+    "OperatorConfigChangedError",
+    "operator_properties_path",
+    "read_operator_properties",
+    "write_operator_properties",
     "schema_file_path",
     "operator_metadata_path",
     "encode_schema_file",
@@ -86,6 +91,20 @@ _SPARK_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
             "non-deterministic behavior.",
         ),
     ),
+    "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE": (
+        "42K06",
+        (
+            "Cannot change {stateVarName} to {newType} between query restarts. Please set {stateVarName} to {oldType}, "
+            "or restart with a new checkpoint directory.",
+        ),
+    ),
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART": (
+        "42K06",
+        (
+            "Cannot change {configName} from {oldConfig} to {newConfig} between restarts. Please set {configName} to "
+            "{oldConfig}, or restart with a new checkpoint directory.",
+        ),
+    ),
     "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": (
         "42K03",
         (
@@ -122,6 +141,14 @@ class _SparkClassedRestartError(IncompatibleRestartError):
 
 class StateSchemaNotCompatibleError(_SparkClassedRestartError):
     """The stored key or value schema cannot hold the new query's state."""
+
+
+class StateVariableTypeChangedError(_SparkClassedRestartError):
+    """A transformWithState variable changed kind (value, list, map) between runs."""
+
+
+class OperatorConfigChangedError(_SparkClassedRestartError):
+    """An operator setting that the state depends on (a time mode) changed between runs."""
 
 
 class OperatorNotMatchError(_SparkClassedRestartError):
@@ -217,6 +244,35 @@ def schema_file_path(operator_id: int) -> str:
 def operator_metadata_path(operator_id: int) -> str:
     """Operator metadata path relative to the state root."""
     return f"{operator_id}/_metadata/metadata"
+
+
+def operator_properties_path(operator_id: int) -> str:
+    """Path (relative to the state root) of the operator's restart-relevant settings, such as a
+    transformWithState's time and output modes (Spark keeps them in its v2 operator metadata;
+    the v1 file this module writes has no place for them)."""
+    return f"{operator_id}/_metadata/properties"
+
+
+def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str] | None:
+    """The recorded settings of ``operator_id``, or None if the checkpoint has none."""
+    files = CheckpointFileManager(state_root)
+    rel = operator_properties_path(operator_id)
+    if not files.exists(rel):
+        return None
+    try:
+        value = json.loads(files.read_bytes(rel).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StateStoreError(f"Operator properties file {files.display(rel)} is corrupt: {exc}") from exc
+    if not isinstance(value, dict):
+        raise StateStoreError(f"Operator properties file {files.display(rel)} is corrupt: not a JSON object")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def write_operator_properties(state_root: str, operator_id: int, properties: Mapping[str, str]) -> None:
+    """Write (atomically) the settings of ``operator_id``."""
+    CheckpointFileManager(state_root).write_atomic(
+        operator_properties_path(operator_id), json.dumps(dict(properties), sort_keys=True).encode("utf-8")
+    )
 
 
 def _compact_json(value: Any) -> str:

@@ -829,3 +829,40 @@ def test_state_tables_read_and_edit_a_processors_state(ours, tmp_path):
     assert sorted(map(tuple, (r.values() for r in run.batches[-1].rows))) == [("b", 12, 33), ("c", 1, 5)]
     with pytest.raises(ValueError, match="columns"):
         tables.write(state.drop_columns(["__value"]), "state")
+
+
+class RunningCountTextTotal(StatefulProcessor):
+    """RunningCount's variable restarted with ``total`` as a string."""
+
+    def init(self, handle):
+        self.state = handle.getValueState("state", "count LONG, total STRING")
+
+    def handleInputRows(self, key, rows, timerValues):
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"k": [key[0]], "count": [0], "total": [0]})
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_changed_variable_schema_on_restart_fails_like_spark(spark_rocksdb, ours, tmp_path):
+    """The second run declares the variable with another value schema: both engines refuse the
+    checkpoint with the same error, naming the variable's two value schemas."""
+    changed = lambda df: df.groupBy("k").transformWithStateInPandas(  # noqa: E731
+        RunningCountTextTotal(), "k STRING, count LONG, total LONG", "Update", "None"
+    )
+    texts = {}
+    for name, engine in (("spark", spark_rocksdb), ("ours", None)):
+        eng = engine if engine is not None else ours()
+        work = tmp_path / f"{name}-work"
+        run_stream(eng, q_running_count, RUNNING[:1], KV, "update", tmp_path, workdir=work)
+        with pytest.raises(Exception) as info:  # noqa: PT011 - compared by text below
+            run_stream(eng, changed, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
+        texts[name] = str(info.value)
+    cause = lambda t: t[t.index("[STATE_STORE") :].split(" SQLSTATE")[0]  # noqa: E731
+    assert "StructField(total,StringType,true)" in cause(texts["spark"])
+    assert cause(texts["ours"]) == cause(texts["spark"])

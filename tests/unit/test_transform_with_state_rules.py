@@ -4,6 +4,7 @@ order of a key's timers and the output event-time check."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from statestream.operators.stateful_processor_handle import (
     EVENT_TIME,
@@ -18,7 +19,7 @@ from statestream.operators.stateful_processor_handle import (
     ttl_expiration_ms,
     ttl_expired,
 )
-from statestream.operators.transform_with_state import emitted_too_old
+from statestream.operators.transform_with_state import check_restart, emitted_too_old, merged_variables
 
 
 def test_ttl_expires_when_the_batch_time_reaches_it():
@@ -62,3 +63,59 @@ def test_output_event_time_older_than_the_watermark_is_found():
     assert emitted_too_old(np.array([5_000, 3_000, 7_000]), 4_000) == 3_000
     assert emitted_too_old(np.array([5_000, 4_000]), 4_000) is None
     assert emitted_too_old(np.array([], dtype=np.int64), 4_000) is None
+
+
+# -- restart checks (the texts are those Spark 4.1's engine gave for the same restarts) -----------
+
+def _struct(**fields):
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields.items()]}
+
+
+COUNT_TOTAL = _struct(count="long", total="long")
+GROUPING = _struct(k="string")
+MODES = {"timeMode": "NoTime", "outputMode": "Update"}
+
+
+def _error(stored, new, stored_props=MODES, new_props=MODES) -> str:
+    with pytest.raises(Exception) as info:  # noqa: PT011 - the text is the point
+        check_restart(GROUPING, stored, new, stored_props, new_props)
+    return str(info.value)
+
+
+def test_restart_refuses_a_variable_changing_kind():
+    listed = {"type": "array", "elementType": COUNT_TOTAL, "containsNull": True}
+    assert _error(_struct(state=COUNT_TOTAL), _struct(state=listed)) == (
+        "[STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE] Cannot change state to ListState between query restarts. "
+        "Please set state to ValueState, or restart with a new checkpoint directory. SQLSTATE: 42K06"
+    )
+
+
+def test_restart_refuses_a_changed_map_user_key_naming_both_key_schemas():
+    def mapped(user_type):
+        return {"type": "map", "keyType": _struct(u=user_type), "valueType": _struct(count="long"), "valueContainsNull": True}
+
+    text = _error(_struct(m=mapped("long")), _struct(m=mapped("string")))
+    assert text.startswith("[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE]")
+    assert (
+        "Existing key_schema=StructType(StructField(key,StructType(StructField(k,StringType,true)),true),"
+        "StructField(userKey,StructType(StructField(u,LongType,true)),true)) and new key_schema="
+        "StructType(StructField(key,StructType(StructField(k,StringType,true)),true),"
+        "StructField(userKey,StructType(StructField(u,StringType,true)),true))."
+    ) in text
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new"), [("timeMode", "NoTime", "ProcessingTime"), ("outputMode", "Update", "Append")]
+)
+def test_restart_refuses_a_changed_mode(name, old, new):
+    assert _error(_struct(s=COUNT_TOTAL), _struct(s=COUNT_TOTAL), {**MODES, name: old}, {**MODES, name: new}) == (
+        f"[STATE_STORE_INVALID_CONFIG_AFTER_RESTART] Cannot change {name} from {old} to {new} between restarts. "
+        f"Please set {name} to {old}, or restart with a new checkpoint directory. SQLSTATE: 42K06"
+    )
+
+
+def test_restart_allows_new_and_dropped_variables_and_keeps_the_undeleted_ones_recorded():
+    check_restart(GROUPING, _struct(a=COUNT_TOTAL, b=COUNT_TOTAL), _struct(a=COUNT_TOTAL, c="long"), MODES, MODES)
+    check_restart(GROUPING, _struct(a=COUNT_TOTAL), _struct(a=COUNT_TOTAL), None, MODES)  # an older checkpoint
+    merged = merged_variables(_struct(a=COUNT_TOTAL, b=COUNT_TOTAL, d=COUNT_TOTAL), _struct(a="long", c="long"), ("d",))
+    assert [f["name"] for f in merged["fields"]] == ["a", "c", "b"]
