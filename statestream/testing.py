@@ -597,7 +597,7 @@ class TwsTester:
 
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
             provider = self._dir.provider(name, key_schema, value_schema)
-            store = provider.get_store(self._version, new_is_empty=True)
+            store = provider.get_store(self._version, begins_at=None)
             opened.append((name, provider, store))
             self._stores[name] = (key_schema, value_schema)
             return provider, store
@@ -627,7 +627,7 @@ class TwsTester:
         for name, (key_schema, value_schema) in list(self._stores.items()):
             if name not in names:
                 provider = self._dir.provider(name, key_schema, value_schema)
-                opened.append((name, provider, provider.get_store(self._version, new_is_empty=True)))
+                opened.append((name, provider, provider.get_store(self._version, begins_at=None)))
         for _, provider, store in opened:
             commit_state(store, provider, self._version, 0)
         self._version += 1

@@ -26,6 +26,7 @@ task, what Spark's Python worker and its JVM state server do together:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
@@ -162,6 +163,30 @@ def merged_variables(stored_value_schema: Mapping[str, Any], new_value_schema: M
     return {**new_value_schema, "fields": list(new_value_schema.get("fields", [])) + kept}
 
 
+#: the operator property recording, per store, the batch that first declared it
+FIRST_BATCH_PROPERTY = "storesFirstBatch"
+
+
+def stores_first_batch(
+    stored_properties: Mapping[str, str] | None,
+    stored_value_schema: Mapping[str, Any] | None,
+    stores: tuple[str, ...],
+    deleted: tuple[str, ...],
+    batch_id: int,
+) -> dict[str, int]:
+    """The batch each of this run's stores was first declared in: as recorded for a store the
+    last run knew (and that this run did not delete), ``batch_id`` for a store new in this run.
+    A store of an older checkpoint that recorded no batches stays unrecorded."""
+    recorded = json.loads((stored_properties or {}).get(FIRST_BATCH_PROPERTY, "{}"))
+    legacy = stored_value_schema is not None and FIRST_BATCH_PROPERTY not in (stored_properties or {})
+    known = {f["name"] for f in (stored_value_schema or {}).get("fields", [])} | {n for n in stores if n.startswith("$")}
+    out = {n: int(b) for n, b in recorded.items() if n not in deleted}
+    for name in stores:
+        if name not in out and not (legacy and name in known):  # a legacy store stays unrecorded
+            out[name] = batch_id
+    return out
+
+
 @dataclass(frozen=True)
 class TransformWithStateInfo:
     """What the exchange and the operator of one ``transformWithState`` share."""
@@ -213,27 +238,34 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             names += (timer_store_name(self.info.time_mode),)
         return names or ("default",)
 
-    def validate_and_write_state_schema(self, state_root: str, operator_id: int, schema_check_enabled: bool) -> None:
+    def validate_and_write_state_schema(self, state_root: str, operator_id: int, schema_check_enabled: bool, batch_id: int) -> None:
         """The first batch of a run: the key schema as for every operator, then
         :func:`check_restart` against what the last run recorded, then the files are rewritten
-        with this run's variables and time mode."""
+        with this run's variables, its modes and the batch each store was first declared in
+        (so that a task tells a store added in this run from a lost one)."""
         from statestream.state import schema as S
 
         assert self.info is not None
         key_json, value_json = self.state_schemas()
         props = {"timeMode": _time_mode_name(self.info.time_mode), "outputMode": self.info.output_mode.capitalize()}
         stored = S.read_state_schema(state_root, operator_id)
+        stored_props = S.read_operator_properties(state_root, operator_id) if stored is not None else None
         if stored is not None:
             try:
                 S.check_state_schema(stored, key_json, stored.value_schema, check_value=False)
-                check_restart(key_json, stored.value_schema, value_json, S.read_operator_properties(state_root, operator_id), props)
+                check_restart(key_json, stored.value_schema, value_json, stored_props, props)
             except IncompatibleRestartError as exc:
                 if schema_check_enabled:
                     raise
                 log.warning("state schema check disabled; ignoring: %s", exc)
             value_json = merged_variables(stored.value_schema, value_json, self.info.deleted_variables)
+        since = stores_first_batch(
+            stored_props, None if stored is None else stored.value_schema, self.state_store_names, self.info.deleted_variables, batch_id
+        )
         S.write_state_schema(state_root, operator_id, key_json, value_json)
-        S.write_operator_properties(state_root, operator_id, props)
+        S.write_operator_properties(state_root, operator_id, {**props, FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True)})
+        with _DELETED_LOCK:
+            _FIRST_BATCH[(state_root, operator_id)] = since
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: always in processing-time mode; otherwise once the watermark moved past the
@@ -275,6 +307,7 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             w_evict_ms=self.event_time_watermark_for_eviction,
             batch_timestamp_ms=self.batch_timestamp_ms,
             timezone=ctx.spark.conf.get("spark.sql.session.timeZone"),
+            stores_first_batch=_recorded_first_batches(self.get_state_info()),
         )
         return df.mapInArrow(step, info.output_schema)
 
@@ -327,6 +360,8 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
 
 _DELETED: set[tuple[str, int, str]] = set()
+#: (state root, operator id) -> the stores' first batches, recorded by the run's first batch
+_FIRST_BATCH: dict[tuple[str, int], dict[str, int]] = {}
 _DELETED_LOCK = threading.Lock()
 
 
@@ -352,6 +387,25 @@ def _delete_dropped_variables(si: StatefulOperatorStateInfo, names: tuple[str, .
             log.info("deleteIfExists: removed state variable %r of operator %d, partition %s", name, si.operator_id, partition)
 
 
+def _recorded_first_batches(si: StatefulOperatorStateInfo) -> dict[str, int] | None:
+    """The stores' first batches the run's first batch recorded (read back from the operator
+    properties if this process did not record them); None for a checkpoint without them."""
+    from statestream.state import schema as S
+
+    key = (si.checkpoint_location, si.operator_id)
+    with _DELETED_LOCK:
+        found = _FIRST_BATCH.get(key)
+    if found is not None:
+        return found
+    props = S.read_operator_properties(si.checkpoint_location, si.operator_id) or {}
+    if FIRST_BATCH_PROPERTY not in props:
+        return None
+    found = {k: int(v) for k, v in json.loads(props[FIRST_BATCH_PROPERTY]).items()}
+    with _DELETED_LOCK:
+        _FIRST_BATCH[key] = found
+    return found
+
+
 def _time_mode_name(mode: str) -> str:
     return {NO_TIME: "NoTime", PROCESSING_TIME: "ProcessingTime", EVENT_TIME: "EventTime"}[mode]
 
@@ -375,6 +429,8 @@ class TransformWithStateStep(StateStep):
     timezone: str | None = None
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: store name -> the batch that first declared it (None: a checkpoint without the record)
+    stores_first_batch: dict[str, int] | None = None
 
     # -- stores ---------------------------------------------------------------------------------
 
@@ -385,10 +441,13 @@ class TransformWithStateStep(StateStep):
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
             sid = StateStoreId(self.state_root, self.operator_id, partition, name)
             provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
-            store = provider.get_store(self.version, new_is_empty=True)
-            if self.version > 0 and store.num_keys == 0 and not provider.list_files():
-                # a variable declared for the first time (added on restart): empty. Said aloud,
-                # since a lost store directory would look the same
+            # a variable declared from batch b on begins empty at version b, and any file it
+            # needs after that is lost state (the provider's error names it)
+            recorded = None if self.stores_first_batch is None else self.stores_first_batch.get(name)
+            store = provider.get_store(self.version, begins_at=recorded)
+            if recorded is None and self.version > 0 and store.num_keys() == 0 and not provider.list_files():
+                # an older checkpoint that did not record when the variable was declared: said
+                # aloud, since a lost store directory would look the same
                 log.warning("state variable %r of operator %d, partition %d has no stored version: starting empty at version %d",
                             name, self.operator_id, partition, self.version)
             opened.append(store)

@@ -31,7 +31,7 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
             S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, current)
     for i, w in enumerate(writers):
         if hasattr(w, "validate_and_write_state_schema"):  # an operator with its own restart rules
-            w.validate_and_write_state_schema(state_root, i, schema_check)
+            w.validate_and_write_state_schema(state_root, i, schema_check, batch_id)
         else:
             key_json, value_json = w.state_schemas()
             S.validate_and_write_state_schema(

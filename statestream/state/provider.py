@@ -124,15 +124,26 @@ class StateStoreProvider:
         self._lock = threading.RLock()
 
     # -- views --------------------------------------------------------------------------------
-    def get_store(self, version: int, *, new_is_empty: bool = False) -> StateStore:
+    def get_store(self, version: int, *, begins_at: int | None = 0) -> StateStore:
         """A read-write view of ``version``; its ``commit()`` produces ``version + 1``.
 
-        ``new_is_empty``: a store with no file at all is empty at any version (a state variable
-        that a restarted transformWithState declares for the first time); otherwise a missing
-        file is an error, since it means lost state."""
-        if new_is_empty and version > 0 and version not in self.cached_versions() and not self.list_files():
-            return StateStore(self, version, self._empty())
-        return StateStore(self, version, self._load(version))
+        ``begins_at``: the version at which the store began, empty. Every store but a
+        transformWithState variable begins at 0; a variable that a restarted processor declares
+        from batch b on begins at version b, so its files start at ``b+1.delta`` and no file
+        below is needed (a missing one above is lost state, and an error). None: not known (an
+        older checkpoint), inferred from the files: empty at any version with none, else just
+        below the oldest delta when no snapshot covers it."""
+        if begins_at is None:
+            begins_at = self._inferred_beginning(version)
+        return StateStore(self, version, self._load(version, begins_at))
+
+    def _inferred_beginning(self, version: int) -> int:
+        files = self.list_files()
+        if not files:
+            return version
+        if any(_SNAPSHOT in kinds for v, kinds in files.items() if v <= version):
+            return 0
+        return max(0, min(files) - 1)
 
     def get_read_store(self, version: int) -> ReadStateStore:
         """A read-only view of ``version``."""
@@ -299,7 +310,7 @@ class StateStoreProvider:
             return None
         return table
 
-    def _load(self, version: int) -> pa.Table:
+    def _load(self, version: int, begins_at: int = 0) -> pa.Table:
         if version < 0:
             raise StateStoreError(f"cannot load version {version} of {self.store_id}: versions start at 0")
         with self._lock:
@@ -307,11 +318,11 @@ class StateStoreProvider:
             if cached is not None:
                 self._hits += 1
                 return cached
-            if version == 0:
+            if version <= begins_at:
                 return self._empty()
             self._misses += 1
-            base_version, base = 0, self._empty()
-            for v in sorted((v for v in self._loaded if v < version), reverse=True):
+            base_version, base = begins_at, self._empty()
+            for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
                 below = self._cached(v)
                 if below is not None:
                     base_version, base = v, below

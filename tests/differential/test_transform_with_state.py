@@ -866,3 +866,23 @@ def test_changed_variable_schema_on_restart_fails_like_spark(spark_rocksdb, ours
     cause = lambda t: t[t.index("[STATE_STORE") :].split(" SQLSTATE")[0]  # noqa: E731
     assert "StructField(total,StringType,true)" in cause(texts["spark"])
     assert cause(texts["ours"]) == cause(texts["spark"])
+
+
+def test_variable_added_on_restart_starts_empty_and_a_lost_store_is_named(ours, tmp_path):
+    """statestream only: a variable declared from the second run on starts empty there, while a
+    store of it lost after it was written stops the next run with the missing file named
+    (the checkpoint records the batch that first declared each store)."""
+    import shutil
+
+    work = tmp_path / "w"
+    engine = ours()
+    only_count = lambda df: df.groupBy("k").transformWithStateInPandas(DropsOld(), "k STRING, n LONG", "Update", "None")  # noqa: E731
+    with_list = lambda df: df.groupBy("k").transformWithStateInPandas(TwoVariables(), "k STRING, n LONG", "Update", "None")  # noqa: E731
+    run_stream(engine, only_count, RUNNING[:1], KV, "update", tmp_path, workdir=work)
+    run = run_stream(engine, with_list, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
+    assert [r["n"] for r in run.batches[-1].rows] == [3]
+    lost = work / "checkpoint" / "state" / "0" / "0" / "old"
+    assert sorted(p.name for p in lost.iterdir()) == ["2.delta"]
+    shutil.rmtree(lost)
+    with pytest.raises(Exception, match=r"(?s)0/0/old/2\.delta of .*the file does not exist, but it is needed to load version 2"):  # noqa: PT011
+        run_stream(engine, with_list, RUNNING[2:], KV, "update", tmp_path, workdir=work)

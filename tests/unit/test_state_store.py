@@ -588,3 +588,26 @@ def test_maintenance_runs_every_min_deltas_plus_one_versions(tmp_path):
     assert ran == [3, 6, 9]
     snapshots = sorted(n for n in os.listdir(tmp_path / "state" / "0" / "0") if n.endswith(".snapshot"))
     assert snapshots == ["3.snapshot", "6.snapshot", "9.snapshot"]
+
+
+# -- a store that begins after version 0 (a transformWithState variable added on restart) ---------
+
+
+def test_a_store_beginning_at_a_later_version_needs_no_file_below_it(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="first")
+    s = p.get_store(3, begins_at=3)  # declared from batch 3 on: empty, no file needed
+    assert s.num_keys() == 0
+    s.put(rows1(["a"], [1]))
+    assert s.commit() == 4
+    clear_provider_cache()  # a restart: nothing cached
+    fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="second")
+    assert as_dict(fresh.get_store(4, begins_at=3).table()) == {("'a'",): (1, 1.0)}
+    assert as_dict(fresh.get_store(4, begins_at=None).table()) == {("'a'",): (1, 1.0)}  # inferred from 4.delta
+    with pytest.raises(StateStoreError, match=r"1\.delta .*does not exist, but it is needed to load version 4"):
+        get_provider(sid(tmp_path), KS1, VS1, run_id="third").get_store(4)  # a store said to begin at 0
+
+
+def test_a_lost_store_of_a_variable_that_began_earlier_is_an_error(tmp_path):
+    with pytest.raises(StateStoreError, match=r"3\.delta .*does not exist, but it is needed to load version 3"):
+        get_provider(sid(tmp_path), KS1, VS1).get_store(3, begins_at=2)
+    assert get_provider(sid(tmp_path), KS1, VS1, run_id="x").get_store(3, begins_at=None).num_keys() == 0  # not known

@@ -119,3 +119,16 @@ def test_restart_allows_new_and_dropped_variables_and_keeps_the_undeleted_ones_r
     check_restart(GROUPING, _struct(a=COUNT_TOTAL), _struct(a=COUNT_TOTAL), None, MODES)  # an older checkpoint
     merged = merged_variables(_struct(a=COUNT_TOTAL, b=COUNT_TOTAL, d=COUNT_TOTAL), _struct(a="long", c="long"), ("d",))
     assert [f["name"] for f in merged["fields"]] == ["a", "c", "b"]
+
+
+def test_each_store_records_the_batch_that_first_declared_it():
+    from statestream.operators.transform_with_state import FIRST_BATCH_PROPERTY, stores_first_batch
+
+    timers = "$eventTimers_keyToTimestamp"
+    # a new query: every store from its first batch
+    assert stores_first_batch(None, None, ("a", timers), (), 0) == {"a": 0, timers: 0}
+    # a restart adding b and deleting c: a and the timers keep their batch, b begins now
+    props = {FIRST_BATCH_PROPERTY: '{"a": 0, "c": 0, "' + timers + '": 0}'}
+    assert stores_first_batch(props, _struct(a="long", c="long"), ("a", "b", timers), ("c",), 7) == {"a": 0, "b": 7, timers: 0}
+    # a checkpoint written before the record: its known stores stay unrecorded (inferred from files)
+    assert stores_first_batch(MODES, _struct(a="long"), ("a", "b", timers), (), 7) == {"b": 7}
