@@ -14,6 +14,14 @@ KNOWN_GAPS: dict[str, str] = {
         "statestream shows its own line 'FlatMapGroupsInPandasWithState [k], Append, EventTimeTimeout, state info "
         "[...]' and no Sort (its step groups with Arrow, no sort); the exchange and the nodes below are Spark's"
     ),
+    "tests/differential/test_transform_with_state.py::test_explain_matches_spark": (
+        "explain() of transformWithStateInPandas: Spark shows '!TransformWithStateInPySpark "
+        "transformWithStateUDF(<input attributes>)#N, [keys], [output attributes], Update, NoTime, state info [...] "
+        "stateStoreCkptIds = None, 0, <late wm>, <eviction wm>, pandas, true, false, [keys]' over '*(2) Sort [k ASC "
+        "NULLS FIRST]', the exchange, '*(1) Project [k, k, v]' and a second child 'PlanLater LocalRelation <empty>' "
+        "(the absent initial state); statestream shows its own line 'TransformWithStateInPySpark [k], Update, NoTime, "
+        "state info [...]' over the exchange and the relation (no sort: its step groups with Arrow)"
+    ),
     "tests/spark/test_explain.py::test_explain_matches_spark[join_then_windowed_aggregate]": (
         "explain() of a window aggregation over a stream-static join: Spark's optimizer pushes the window's "
         "Filter isnotnull(timestamp#N-T20000ms) through the join to the streaming side (just above the "

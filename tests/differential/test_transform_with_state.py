@@ -886,3 +886,11 @@ def test_variable_added_on_restart_starts_empty_and_a_lost_store_is_named(ours, 
     shutil.rmtree(lost)
     with pytest.raises(Exception, match=r"(?s)0/0/old/2\.delta of .*the file does not exist, but it is needed to load version 2"):  # noqa: PT011
         run_stream(engine, with_list, RUNNING[2:], KV, "update", tmp_path, workdir=work)
+
+
+def test_explain_matches_spark(spark_rocksdb, ours, tmp_path):
+    from tests.spark.test_explain import _explain_text, _with_ids_normalised
+
+    theirs = _with_ids_normalised(_explain_text(q_running_count(spark_rocksdb.readStream.schema(KV).parquet(str(tmp_path)))))
+    mine = _with_ids_normalised(_explain_text(q_running_count(ours().readStream.schema(KV).parquet(str(tmp_path)))))
+    assert mine == theirs, "\n".join(["statestream:", *mine, "Spark:", *theirs])
