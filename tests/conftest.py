@@ -47,7 +47,27 @@ def spark():
     spark.stop()
 
 
+@pytest.hookimpl(trylast=True)  # after the -m selection: a covering slow case must really run
 def pytest_collection_modifyitems(config, items):
     from tests.known_gaps import apply
 
     apply(items)
+    _drop_samples_covered_by_the_slow_tier(config, items)
+
+
+def _drop_samples_covered_by_the_slow_tier(config, items) -> None:
+    """A default-run sample marked ``covered_by_slow("<test>")`` repeats, in small, a slow case
+    of its module (the same crash point, which the slow case reaches too): when that slow case
+    runs in the same session, the sample would only repeat it, so it is deselected."""
+    selected = {item.nodeid for item in items}
+    drop = []
+    for item in items:
+        marker = item.get_closest_marker("covered_by_slow")
+        if marker is None:
+            continue
+        covering = f"{item.nodeid.split('::')[0]}::{marker.args[0]}"
+        if covering in selected:
+            drop.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item not in drop]

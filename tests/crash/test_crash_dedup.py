@@ -70,10 +70,15 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     assert len(got) == len(set(got))
 
 
+#: batch 1 dies after partition 0 committed its dedup state (partition 0 runs first)
+PARTIAL_STATE_COMMIT = ("after_state_commit", 1, 0)
+
+
+@pytest.mark.covered_by_slow("test_dedup_survives_sigkill_at_every_point")
 def test_dedup_sigkill_after_partial_state_commit_then_restart(spark, tmp_path):
     """Batch 1 dies after partition 0 committed its dedup state: the re-run must still emit
     partition 0's new rows (its state version 2 is rewritten from version 1)."""
-    _gauntlet(spark, tmp_path, [("after_state_commit", 1, 0)])
+    _gauntlet(spark, tmp_path, [PARTIAL_STATE_COMMIT])
 
 
 @pytest.mark.slow
@@ -83,7 +88,7 @@ def test_dedup_survives_sigkill_at_every_point(spark, tmp_path):
         tmp_path,
         [
             ("after_offsets", 1, None),
-            ("after_state_commit", 1, 0),  # partition 0 runs first: the commit is partial
+            PARTIAL_STATE_COMMIT,  # the commit is partial
             ("sink_files_published", 2, None),
             ("after_sink", 3, None),
             ("after_commit", 3, None),
