@@ -813,15 +813,19 @@ def _pyspark_classes():
 def _make_classes():
     StatefulProcessorHandle, ValueState, ListState, MapState = _pyspark_classes()  # noqa: N806
 
-    class ValueStateImpl(ValueState):
-        """PySpark's ``ValueState`` over the task's state."""
+    class _Bound:
+        """What the three state classes share: the variable behind them and its current key's
+        row (PySpark's classes hold a client and the state's name instead)."""
 
-        def __init__(self, variable: _Variable) -> None:  # noqa: D107 - no PySpark client behind it
+        def __init__(self, variable: _Variable) -> None:
             self._variable = variable
             self._stateName = variable.info.name
 
         def _row(self) -> int:
             return self._variable.task.current_row(self._stateName)
+
+    class ValueStateImpl(_Bound, ValueState):
+        """PySpark's ``ValueState`` over the task's state."""
 
         def exists(self) -> bool:
             return self._variable.value(self._row()) is not None
@@ -841,15 +845,8 @@ def _make_classes():
             self._variable.writes[row] = _REMOVED
             self._variable.task.removed += 1
 
-    class ListStateImpl(ListState):
+    class ListStateImpl(_Bound, ListState):
         """PySpark's ``ListState`` over the task's state."""
-
-        def __init__(self, variable: _Variable) -> None:  # noqa: D107
-            self._variable = variable
-            self._stateName = variable.info.name
-
-        def _row(self) -> int:
-            return self._variable.task.current_row(self._stateName)
 
         def exists(self) -> bool:
             return self._variable.has_elements(self._row())
@@ -886,15 +883,8 @@ def _make_classes():
             self._variable.cleared.add(row)
             self._variable.writes[row] = []
 
-    class MapStateImpl(MapState):
+    class MapStateImpl(_Bound, MapState):
         """PySpark's ``MapState`` over the task's state."""
-
-        def __init__(self, variable: _Variable) -> None:  # noqa: D107
-            self._variable = variable
-            self._stateName = variable.info.name
-
-        def _row(self) -> int:
-            return self._variable.task.current_row(self._stateName)
 
         def exists(self) -> bool:
             return self._variable.has_elements(self._row())
