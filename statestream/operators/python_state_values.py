@@ -99,7 +99,9 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.
         while j < len(frames) and list(frames[j].columns) == cols:
             j += 1
         run = frames[i:j]
-        pdf = run[0] if len(run) == 1 else pd.concat(run, ignore_index=True)
+        pdf = run[0] if len(run) == 1 else _stacked(run)
+        if pdf is None:
+            pdf = pd.concat(run, ignore_index=True)
         if len(run) > 1:
             # a concatenated column of pandas' string dtype holds several Arrow chunks, which
             # PySpark's conversion does not take: hand it the same strings as objects
@@ -110,6 +112,24 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.
         tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
         i = j
     return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _stacked(frames: list) -> Any:
+    """``pd.concat(frames, ignore_index=True)`` for the common case of many small frames (one
+    a key) whose columns all have the same plain NumPy dtypes (bool, integers, floats, objects):
+    their rows stacked as objects and the dtypes put back, which gives the same frame in about
+    half of concat's time (it spends ~90 µs a frame on checks and index work). None otherwise."""
+    import pandas as pd
+
+    first = frames[0]
+    cols = list(first.columns)
+    dtypes = tuple(first.dtypes)
+    if len(set(cols)) != len(cols) or not all(isinstance(d, np.dtype) and d.kind in "biufO" for d in dtypes):
+        return None
+    if any(tuple(f.dtypes) != dtypes for f in frames):
+        return None
+    rows = np.concatenate([f.to_numpy(dtype=object) for f in frames])
+    return pd.DataFrame({c: rows[:, k] for k, c in enumerate(cols)}).astype(dict(zip(cols, dtypes)))
 
 
 def group_rows_by_key(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
