@@ -124,12 +124,14 @@ def _stacked(frames: list) -> Any:
     first = frames[0]
     cols = list(first.columns)
     dtypes = tuple(first.dtypes)
-    if len(set(cols)) != len(cols) or not all(isinstance(d, np.dtype) and d.kind in "biufO" for d in dtypes):
+    if not cols or len(set(cols)) != len(cols) or not all(isinstance(d, np.dtype) and d.kind in "biufO" for d in dtypes):
         return None
     if any(tuple(f.dtypes) != dtypes for f in frames):
         return None
     rows = np.concatenate([f.to_numpy(dtype=object) for f in frames])
-    return pd.DataFrame({c: rows[:, k] for k, c in enumerate(cols)}).astype(dict(zip(cols, dtypes)))
+    # each column built with its dtype given, so that pandas infers nothing (an object column of
+    # strings would otherwise become its string dtype, None turning into NaN)
+    return pd.DataFrame({c: pd.Series(rows[:, k], dtype=d) for k, (c, d) in enumerate(zip(cols, dtypes))})
 
 
 def group_rows_by_key(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,7 @@ from statestream.operators.base import PhysicalOperator, StatefulOperatorStateIn
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
 from statestream.operators.state_step import StateStep, commit_state
 from statestream.operators.stateful import older_than_watermark
+from statestream.state.schema import FIRST_BATCH_PROPERTY
 from statestream.operators.stateful_processor_handle import (
     CLOSED,
     DATA_PROCESSED,
@@ -163,8 +164,6 @@ def merged_variables(stored_value_schema: Mapping[str, Any], new_value_schema: M
     return {**new_value_schema, "fields": list(new_value_schema.get("fields", [])) + kept}
 
 
-#: the operator property recording, per store, the batch that first declared it
-FIRST_BATCH_PROPERTY = "storesFirstBatch"
 
 
 def stores_first_batch(
@@ -176,13 +175,16 @@ def stores_first_batch(
 ) -> dict[str, int]:
     """The batch each of this run's stores was first declared in: as recorded for a store the
     last run knew (and that this run did not delete), ``batch_id`` for a store new in this run.
-    A store of an older checkpoint that recorded no batches stays unrecorded."""
+    A store of an older checkpoint that recorded no batches stays unrecorded for good."""
     recorded = json.loads((stored_properties or {}).get(FIRST_BATCH_PROPERTY, "{}"))
-    legacy = stored_value_schema is not None and FIRST_BATCH_PROPERTY not in (stored_properties or {})
-    known = {f["name"] for f in (stored_value_schema or {}).get("fields", [])} | {n for n in stores if n.startswith("$")}
+    known: set[str] = set()
+    if stored_value_schema is not None:  # a restart: the stores the checkpoint already has
+        known = {f["name"] for f in stored_value_schema.get("fields", [])} | {n for n in stores if n.startswith("$")}
     out = {n: int(b) for n, b in recorded.items() if n not in deleted}
     for name in stores:
-        if name not in out and not (legacy and name in known):  # a legacy store stays unrecorded
+        # a store the checkpoint knew before it recorded first batches stays unrecorded, in this
+        # run and every later one (its beginning is inferred from its files)
+        if name not in out and name not in known:
             out[name] = batch_id
     return out
 
@@ -264,8 +266,6 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         )
         S.write_state_schema(state_root, operator_id, key_json, value_json)
         S.write_operator_properties(state_root, operator_id, {**props, FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True)})
-        with _DELETED_LOCK:
-            _FIRST_BATCH[(state_root, operator_id)] = since
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: always in processing-time mode; otherwise once the watermark moved past the
@@ -360,8 +360,9 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
 
 _DELETED: set[tuple[str, int, str]] = set()
-#: (state root, operator id) -> the stores' first batches, recorded by the run's first batch
-_FIRST_BATCH: dict[tuple[str, int], dict[str, int]] = {}
+#: (state root, operator id, run id) -> the stores' first batches, read once per query run
+#: after the run's first batch recorded them (a new run reads them again)
+_FIRST_BATCH: dict[tuple[str, int, str], dict[str, int] | None] = {}
 _DELETED_LOCK = threading.Lock()
 
 
@@ -388,19 +389,16 @@ def _delete_dropped_variables(si: StatefulOperatorStateInfo, names: tuple[str, .
 
 
 def _recorded_first_batches(si: StatefulOperatorStateInfo) -> dict[str, int] | None:
-    """The stores' first batches the run's first batch recorded (read back from the operator
-    properties if this process did not record them); None for a checkpoint without them."""
+    """The stores' first batches that the run's first batch recorded in the operator
+    properties, read once per run; None for a checkpoint without them."""
     from statestream.state import schema as S
 
-    key = (si.checkpoint_location, si.operator_id)
+    key = (si.checkpoint_location, si.operator_id, si.query_run_id)
     with _DELETED_LOCK:
-        found = _FIRST_BATCH.get(key)
-    if found is not None:
-        return found
+        if key in _FIRST_BATCH:
+            return _FIRST_BATCH[key]
     props = S.read_operator_properties(si.checkpoint_location, si.operator_id) or {}
-    if FIRST_BATCH_PROPERTY not in props:
-        return None
-    found = {k: int(v) for k, v in json.loads(props[FIRST_BATCH_PROPERTY]).items()}
+    found = {k: int(v) for k, v in json.loads(props[FIRST_BATCH_PROPERTY]).items()} if FIRST_BATCH_PROPERTY in props else None
     with _DELETED_LOCK:
         _FIRST_BATCH[key] = found
     return found

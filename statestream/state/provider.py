@@ -143,11 +143,16 @@ class StateStoreProvider:
             return version
         if any(_SNAPSHOT in kinds for v, kinds in files.items() if v <= version):
             return 0
-        return max(0, min(files) - 1)
+        start = min(files) - 1
+        # files that all start above the next version are not a store that began at `version`:
+        # loading from 0 names the missing file
+        return start if start <= version else 0
 
-    def get_read_store(self, version: int) -> ReadStateStore:
-        """A read-only view of ``version``."""
-        return ReadStateStore(self, version, self._load(version))
+    def get_read_store(self, version: int, *, begins_at: int | None = 0) -> ReadStateStore:
+        """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
+        if begins_at is None:
+            begins_at = self._inferred_beginning(version)
+        return ReadStateStore(self, version, self._load(version, begins_at))
 
     # -- metrics ------------------------------------------------------------------------------
     def cache_counts(self) -> tuple[int, int]:
@@ -369,6 +374,12 @@ class StateStoreProvider:
             raise StateStoreError(f"cannot replace version {version} of {self.store_id}: version 0 is always empty")
         table = pa.Table.from_arrays(table.select(list(range(self._nk + self._nv))).columns, schema=self.schema)
         with self._lock:
+            # files above the version belong to a batch that was not committed (it runs again
+            # and rewrites them); a snapshot among them would outrank the edit
+            for v, kinds in self.list_files().items():
+                if v > version:
+                    for kind in kinds:
+                        self._files.delete(self.file_name(v, kind))
             self._write(table, _SNAPSHOT, version)
             for v in [v for v in self._loaded if v >= version]:
                 del self._loaded[v]

@@ -34,6 +34,7 @@ __all__ = [
     "StateVariableTypeChangedError",
     "OperatorConfigChangedError",
     "operator_properties_path",
+    "FIRST_BATCH_PROPERTY",
     "read_operator_properties",
     "write_operator_properties",
     "schema_file_path",
@@ -251,6 +252,11 @@ def operator_properties_path(operator_id: int) -> str:
     transformWithState's time and output modes (Spark keeps them in its v2 operator metadata;
     the v1 file this module writes has no place for them)."""
     return f"{operator_id}/_metadata/properties"
+
+
+#: the operator property recording, per store, the batch that first declared it (a
+#: transformWithState variable added on restart begins empty at that batch)
+FIRST_BATCH_PROPERTY = "storesFirstBatch"
 
 
 def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str] | None:

@@ -49,7 +49,7 @@ class StateTables:
 
     def __init__(self, checkpoint: str) -> None:
         self.checkpoint = checkpoint
-        self.state_root = CheckpointFileManager(checkpoint).child("state").path()
+        self.state_root = CheckpointFileManager(checkpoint).child("state").root
         self._root_files = CheckpointFileManager(checkpoint)
         self._commits = CommitLog(self._root_files.child("commits"))
 
@@ -85,6 +85,20 @@ class StateTables:
         schemas = stored_schemas(sid)
         return None if schemas is None else StateStoreProvider(sid, *schemas)
 
+    def _begins_at(self, operator_id: int, store_name: str) -> int | None:
+        """The version a store began at: the batch that first declared it, as the operator
+        properties record it (a transformWithState variable added on restart); 0 for other
+        operators' stores; None where not recorded (inferred from the files)."""
+        import json
+
+        from statestream.state.schema import FIRST_BATCH_PROPERTY, read_operator_properties
+
+        props = read_operator_properties(self.state_root, operator_id)
+        if props is None:
+            return 0
+        recorded = json.loads(props.get(FIRST_BATCH_PROPERTY, "{}"))
+        return int(recorded[store_name]) if store_name in recorded else None
+
     def _version(self, batch_id: int | None) -> int:
         last = self.last_committed_batch()
         batch = last if batch_id is None else batch_id
@@ -99,12 +113,13 @@ class StateTables:
         partition, with a leading ``partition_id`` column."""
         self.stores(operator_id)
         version = self._version(batch_id)
+        begins_at = self._begins_at(operator_id, store_name)
         parts: list[pa.Table] = []
         for partition in self._partitions(operator_id):
             provider = self._provider(operator_id, partition, store_name)
             if provider is None:
                 continue
-            table = provider.get_read_store(version).table()
+            table = provider.get_read_store(version, begins_at=begins_at).table()
             parts.append(table.add_column(0, PARTITION_COLUMN, pa.array([partition] * table.num_rows, pa.int32())))
         if not parts:
             raise StateStoreError(f"operator {operator_id} of {self.checkpoint} has no files for store {store_name!r}")
@@ -125,9 +140,11 @@ class StateTables:
             raise ValueError(f"partition ids {unknown} do not exist in operator {operator_id}; it has partitions {partitions}")
         for partition in partitions:
             provider = self._provider(operator_id, partition, store_name)
-            if provider is None:
-                continue
             rows = table.filter(pc.equal(table.column(PARTITION_COLUMN), partition)).drop_columns([PARTITION_COLUMN])
+            if provider is None:
+                if rows.num_rows:
+                    raise ValueError(f"partition {partition} of operator {operator_id} has no files of store {store_name!r}: its rows cannot be written")
+                continue
             if rows.column_names != provider.schema.names:
                 raise ValueError(f"the edited table's columns {rows.column_names} are not the store's {provider.schema.names}")
             try:

@@ -881,6 +881,11 @@ def test_variable_added_on_restart_starts_empty_and_a_lost_store_is_named(ours, 
     run_stream(engine, only_count, RUNNING[:1], KV, "update", tmp_path, workdir=work)
     run = run_stream(engine, with_list, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
     assert [r["n"] for r in run.batches[-1].rows] == [3]
+    from statestream.tools.state_tables import StateTables
+
+    tables = StateTables(str(work / "checkpoint"))
+    assert [(r["k"], r["__value"]["v"]) for r in tables.read("old").to_pylist()] == [("a", 4)]
+    assert tables.read("old", batch_id=0).num_rows == 0  # before the variable was declared
     lost = work / "checkpoint" / "state" / "0" / "0" / "old"
     assert sorted(p.name for p in lost.iterdir()) == ["2.delta"]
     shutil.rmtree(lost)

@@ -611,3 +611,28 @@ def test_a_lost_store_of_a_variable_that_began_earlier_is_an_error(tmp_path):
     with pytest.raises(StateStoreError, match=r"3\.delta .*does not exist, but it is needed to load version 3"):
         get_provider(sid(tmp_path), KS1, VS1).get_store(3, begins_at=2)
     assert get_provider(sid(tmp_path), KS1, VS1, run_id="x").get_store(3, begins_at=None).num_keys() == 0  # not known
+
+
+def test_files_all_above_the_version_are_lost_state_not_an_empty_store(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="w")
+    s = p.get_store(5, begins_at=5)
+    s.put(rows1(["a"], [1]))
+    s.commit()  # 6.delta
+    with pytest.raises(StateStoreError, match=r"1\.delta .*does not exist"):
+        get_provider(sid(tmp_path), KS1, VS1, run_id="r").get_store(3, begins_at=None)
+    assert get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_store(5, begins_at=None).num_keys() == 0
+
+
+def test_replacing_a_version_drops_the_files_of_an_uncommitted_batch_above_it(tmp_path):
+    p = get_provider(sid(tmp_path), KS1, VS1, run_id="w")
+    s = p.get_store(0)
+    s.put(rows1(["a"], [1]))
+    s.commit()  # 1.delta
+    s = p.get_store(1)
+    s.put(rows1(["b"], [2]))
+    s.commit()  # 2.delta, as if batch 1 ran but was not committed
+    p._write(p.get_store(2).table(), "snapshot", 2)  # noqa: SLF001 - its maintenance too
+    p.replace_version(1, rows1(["z"], [9]))
+    assert sorted(p.list_files()) == [1]
+    fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
+    assert as_dict(fresh.get_store(1).table()) == {("'z'",): (9, 9.0)}

@@ -3,6 +3,8 @@ order of a key's timers and the output event-time check."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -130,5 +132,9 @@ def test_each_store_records_the_batch_that_first_declared_it():
     # a restart adding b and deleting c: a and the timers keep their batch, b begins now
     props = {FIRST_BATCH_PROPERTY: '{"a": 0, "c": 0, "' + timers + '": 0}'}
     assert stores_first_batch(props, _struct(a="long", c="long"), ("a", "b", timers), ("c",), 7) == {"a": 0, "b": 7, timers: 0}
-    # a checkpoint written before the record: its known stores stay unrecorded (inferred from files)
-    assert stores_first_batch(MODES, _struct(a="long"), ("a", "b", timers), (), 7) == {"b": 7}
+    # a checkpoint written before the record: its known stores stay unrecorded (inferred from
+    # files), on this restart and on every later one
+    first = stores_first_batch(MODES, _struct(a="long"), ("a", "b", timers), (), 7)
+    assert first == {"b": 7}
+    again = {**MODES, FIRST_BATCH_PROPERTY: json.dumps(first)}
+    assert stores_first_batch(again, _struct(a="long", b="long"), ("a", "b", timers), (), 20) == {"b": 7}
