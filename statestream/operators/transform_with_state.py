@@ -43,7 +43,6 @@ from statestream.operators.base import PhysicalOperator, StatefulOperatorStateIn
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
 from statestream.operators.state_step import StateStep, commit_state
 from statestream.operators.stateful import older_than_watermark
-from statestream.state.schema import FIRST_BATCH_PROPERTY
 from statestream.operators.stateful_processor_handle import (
     CLOSED,
     DATA_PROCESSED,
@@ -59,6 +58,7 @@ from statestream.operators.stateful_processor_handle import (
     timer_threshold,
     timer_values,
 )
+from statestream.state.schema import FIRST_BATCH_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -162,8 +162,6 @@ def merged_variables(stored_value_schema: Mapping[str, Any], new_value_schema: M
     new_names = {f["name"] for f in new_value_schema.get("fields", [])}
     kept = [f for f in stored_value_schema.get("fields", []) if f["name"] not in new_names and f["name"] not in deleted]
     return {**new_value_schema, "fields": list(new_value_schema.get("fields", [])) + kept}
-
-
 
 
 def stores_first_batch(
@@ -397,8 +395,7 @@ def _recorded_first_batches(si: StatefulOperatorStateInfo) -> dict[str, int] | N
     with _DELETED_LOCK:
         if key in _FIRST_BATCH:
             return _FIRST_BATCH[key]
-    props = S.read_operator_properties(si.checkpoint_location, si.operator_id) or {}
-    found = {k: int(v) for k, v in json.loads(props[FIRST_BATCH_PROPERTY]).items()} if FIRST_BATCH_PROPERTY in props else None
+    found = S.read_stores_first_batch(si.checkpoint_location, si.operator_id)
     with _DELETED_LOCK:
         _FIRST_BATCH[key] = found
     return found

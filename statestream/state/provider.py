@@ -133,8 +133,6 @@ class StateStoreProvider:
         below is needed (a missing one above is lost state, and an error). None: not known (an
         older checkpoint), inferred from the files: empty at any version with none, else just
         below the oldest delta when no snapshot covers it."""
-        if begins_at is None:
-            begins_at = self._inferred_beginning(version)
         return StateStore(self, version, self._load(version, begins_at))
 
     def _inferred_beginning(self, version: int) -> int:
@@ -150,8 +148,6 @@ class StateStoreProvider:
 
     def get_read_store(self, version: int, *, begins_at: int | None = 0) -> ReadStateStore:
         """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
-        if begins_at is None:
-            begins_at = self._inferred_beginning(version)
         return ReadStateStore(self, version, self._load(version, begins_at))
 
     # -- metrics ------------------------------------------------------------------------------
@@ -315,9 +311,11 @@ class StateStoreProvider:
             return None
         return table
 
-    def _load(self, version: int, begins_at: int = 0) -> pa.Table:
+    def _load(self, version: int, begins_at: int | None = 0) -> pa.Table:
         if version < 0:
             raise StateStoreError(f"cannot load version {version} of {self.store_id}: versions start at 0")
+        if begins_at is None:
+            begins_at = self._inferred_beginning(version)
         with self._lock:
             cached = self._cached(version)
             if cached is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "operator_properties_path",
     "FIRST_BATCH_PROPERTY",
     "read_operator_properties",
+    "read_stores_first_batch",
     "write_operator_properties",
     "schema_file_path",
     "operator_metadata_path",
@@ -272,6 +273,15 @@ def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str
     if not isinstance(value, dict):
         raise StateStoreError(f"Operator properties file {files.display(rel)} is corrupt: not a JSON object")
     return {str(k): str(v) for k, v in value.items()}
+
+
+def read_stores_first_batch(state_root: str, operator_id: int) -> dict[str, int] | None:
+    """The batch that first declared each store (:data:`FIRST_BATCH_PROPERTY`), or None for a
+    checkpoint that does not record it."""
+    props = read_operator_properties(state_root, operator_id) or {}
+    if FIRST_BATCH_PROPERTY not in props:
+        return None
+    return {name: int(batch) for name, batch in json.loads(props[FIRST_BATCH_PROPERTY]).items()}
 
 
 def write_operator_properties(state_root: str, operator_id: int, properties: Mapping[str, str]) -> None:

@@ -89,15 +89,11 @@ class StateTables:
         """The version a store began at: the batch that first declared it, as the operator
         properties record it (a transformWithState variable added on restart); 0 for other
         operators' stores; None where not recorded (inferred from the files)."""
-        import json
+        from statestream.state.schema import read_operator_properties, read_stores_first_batch
 
-        from statestream.state.schema import FIRST_BATCH_PROPERTY, read_operator_properties
-
-        props = read_operator_properties(self.state_root, operator_id)
-        if props is None:
+        if read_operator_properties(self.state_root, operator_id) is None:
             return 0
-        recorded = json.loads(props.get(FIRST_BATCH_PROPERTY, "{}"))
-        return int(recorded[store_name]) if store_name in recorded else None
+        return (read_stores_first_batch(self.state_root, operator_id) or {}).get(store_name)
 
     def _version(self, batch_id: int | None) -> int:
         last = self.last_committed_batch()

@@ -743,6 +743,12 @@ def error_text(exc: BaseException) -> str:
     return text.strip()
 
 
+def state_store_error_cause(text: str) -> str:
+    """The ``[STATE_STORE...]`` error inside a query failure's text, without its SQLSTATE (the
+    wrappers around it differ between the engines)."""
+    return text[text.index("[STATE_STORE") :].split(" SQLSTATE")[0]
+
+
 def start_error(
     engine: Any,
     build: Build,

@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream, start_error
+from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream, start_error, state_store_error_cause
 
 KV = "k STRING, v LONG"
 E: list[dict[str, Any]] = []
@@ -362,7 +362,7 @@ def test_changed_state_schema_on_restart_fails_like_spark(spark, ours, tmp_path)
         with pytest.raises(Exception) as info:  # noqa: PT011 - compared by text below
             run_stream(eng, changed, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
         texts[name] = str(info.value)
-    cause = lambda t: t[t.index("[STATE_STORE") :].split(" SQLSTATE")[0]  # noqa: E731
+    cause = state_store_error_cause
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in texts["spark"]
     assert "StructField(total,StringType,true)" in cause(texts["spark"])
     assert cause(texts["ours"]) == cause(texts["spark"])

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream, start_error
+from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream, start_error, state_store_error_cause
 
 KV = "k STRING, v LONG"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -863,7 +863,7 @@ def test_changed_variable_schema_on_restart_fails_like_spark(spark_rocksdb, ours
         with pytest.raises(Exception) as info:  # noqa: PT011 - compared by text below
             run_stream(eng, changed, RUNNING[1:2], KV, "update", tmp_path, workdir=work)
         texts[name] = str(info.value)
-    cause = lambda t: t[t.index("[STATE_STORE") :].split(" SQLSTATE")[0]  # noqa: E731
+    cause = state_store_error_cause
     assert "StructField(total,StringType,true)" in cause(texts["spark"])
     assert cause(texts["ours"]) == cause(texts["spark"])
 
