@@ -187,6 +187,39 @@ def stores_first_batch(
     return out
 
 
+def stores_dormant(
+    recorded: Mapping[str, tuple[int, int | None]],
+    stored_value_schema: Mapping[str, Any] | None,
+    stores: tuple[str, ...],
+    deleted: tuple[str, ...],
+    batch_id: int,
+) -> dict[str, tuple[int, int | None]]:
+    """The stores of older runs that this run, beginning at ``batch_id``, does not declare, and
+    those it declares again: name -> (the version the store's files stop at, the batch that
+    declares it again or None).
+
+    A variable left out of a run keeps its state (Spark keeps it in the same RocksDB instance,
+    and a later run that declares it again continues from it), but its files stop at the version
+    of the last batch that declared it, ``batch_id`` of the first run without it. The batch that
+    declares it again loads that version and writes it as its own snapshot. The record stays
+    after that batch is committed, so that the versions in between still read as the frozen
+    one (and a batch re-run after a rollback declares it again the same way), until a later run
+    leaves the store out again."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for name, (frozen, again) in recorded.items():
+        if name in deleted:
+            continue
+        if again is not None and again < batch_id:  # declared again by a committed batch
+            out[name] = (frozen, again) if name in stores else (batch_id, None)
+        else:
+            out[name] = (frozen, batch_id if name in stores else None)
+    for field_ in (stored_value_schema or {}).get("fields", []):
+        name = field_["name"]
+        if name not in stores and name not in deleted and name not in out:
+            out[name] = (batch_id, None)
+    return out
+
+
 @dataclass(frozen=True)
 class TransformWithStateInfo:
     """What the exchange and the operator of one ``transformWithState`` share."""
@@ -259,11 +292,21 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
                     raise
                 log.warning("state schema check disabled; ignoring: %s", exc)
             value_json = merged_variables(stored.value_schema, value_json, self.info.deleted_variables)
-        since = stores_first_batch(
-            stored_props, None if stored is None else stored.value_schema, self.state_store_names, self.info.deleted_variables, batch_id
-        )
+        stored_value = None if stored is None else stored.value_schema
+        deleted = self.info.deleted_variables
+        since = stores_first_batch(stored_props, stored_value, self.state_store_names, deleted, batch_id)
+        recorded_dormant = S.read_dormant_stores(state_root, operator_id) if stored is not None else {}
+        dormant = stores_dormant(recorded_dormant, stored_value, self.state_store_names, deleted, batch_id)
         S.write_state_schema(state_root, operator_id, key_json, value_json)
-        S.write_operator_properties(state_root, operator_id, {**props, FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True)})
+        S.write_operator_properties(
+            state_root,
+            operator_id,
+            {
+                **props,
+                FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True),
+                S.DORMANT_PROPERTY: json.dumps({n: list(v) for n, v in dormant.items()}, sort_keys=True),
+            },
+        )
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: always in processing-time mode; otherwise once the watermark moved past the
@@ -305,7 +348,7 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             w_evict_ms=self.event_time_watermark_for_eviction,
             batch_timestamp_ms=self.batch_timestamp_ms,
             timezone=ctx.spark.conf.get("spark.sql.session.timeZone"),
-            stores_first_batch=_recorded_first_batches(self.get_state_info()),
+            lineage=_recorded_lineage(self.get_state_info()),
         )
         return df.mapInArrow(step, info.output_schema)
 
@@ -358,9 +401,9 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
 
 _DELETED: set[tuple[str, int, str]] = set()
-#: (state root, operator id, run id) -> the stores' first batches, read once per query run
-#: after the run's first batch recorded them (a new run reads them again)
-_FIRST_BATCH: dict[tuple[str, int, str], dict[str, int] | None] = {}
+#: (state root, operator id, run id) -> the stores' first batches and the dormant stores, read
+#: once per query run after the run's first batch recorded them (a new run reads them again)
+_FIRST_BATCH: dict[tuple[str, int, str], "StoreLineage"] = {}
 _DELETED_LOCK = threading.Lock()
 
 
@@ -386,16 +429,29 @@ def _delete_dropped_variables(si: StatefulOperatorStateInfo, names: tuple[str, .
             log.info("deleteIfExists: removed state variable %r of operator %d, partition %s", name, si.operator_id, partition)
 
 
-def _recorded_first_batches(si: StatefulOperatorStateInfo) -> dict[str, int] | None:
-    """The stores' first batches that the run's first batch recorded in the operator
-    properties, read once per run; None for a checkpoint without them."""
+@dataclass(frozen=True)
+class StoreLineage:
+    """Where each store's versions begin, as the run's first batch recorded it."""
+
+    #: store name -> the batch that first declared it (None: a checkpoint without the record)
+    first_batch: dict[str, int] | None = None
+    #: store name -> (the version its content is frozen at, the batch that declares it again)
+    dormant: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+
+
+def _recorded_lineage(si: StatefulOperatorStateInfo) -> StoreLineage:
+    """The stores' lineage that the run's first batch recorded in the operator properties, read
+    once per run."""
     from statestream.state import schema as S
 
     key = (si.checkpoint_location, si.operator_id, si.query_run_id)
     with _DELETED_LOCK:
         if key in _FIRST_BATCH:
             return _FIRST_BATCH[key]
-    found = S.read_stores_first_batch(si.checkpoint_location, si.operator_id)
+    found = StoreLineage(
+        S.read_stores_first_batch(si.checkpoint_location, si.operator_id),
+        S.read_dormant_stores(si.checkpoint_location, si.operator_id),
+    )
     with _DELETED_LOCK:
         _FIRST_BATCH[key] = found
     return found
@@ -424,8 +480,7 @@ class TransformWithStateStep(StateStep):
     timezone: str | None = None
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
-    #: store name -> the batch that first declared it (None: a checkpoint without the record)
-    stores_first_batch: dict[str, int] | None = None
+    lineage: StoreLineage = field(default_factory=StoreLineage)
 
     # -- stores ---------------------------------------------------------------------------------
 
@@ -438,7 +493,16 @@ class TransformWithStateStep(StateStep):
             provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
             # a variable declared from batch b on begins empty at version b, and any file it
             # needs after that is lost state (the provider's error names it)
-            recorded = None if self.stores_first_batch is None else self.stores_first_batch.get(name)
+            first = self.lineage.first_batch
+            recorded = None if first is None else first.get(name)
+            frozen, again = self.lineage.dormant.get(name, (None, None))
+            if again is not None and again == self.version and frozen is not None and frozen < again:
+                # declared again after a run without it: its content as that run left it
+                # becomes this version's snapshot, and the store goes on from there
+                content = provider.get_read_store(frozen, begins_at=recorded).table()
+                provider.replace_version(self.version, content)
+                log.info("state variable %r of operator %d, partition %d declared again: version %d from version %d",
+                         name, self.operator_id, partition, self.version, frozen)
             store = provider.get_store(self.version, begins_at=recorded)
             if recorded is None and self.version > 0 and store.num_keys() == 0 and not provider.list_files():
                 # an older checkpoint that did not record when the variable was declared: said

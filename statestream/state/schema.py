@@ -37,6 +37,8 @@ __all__ = [
     "FIRST_BATCH_PROPERTY",
     "read_operator_properties",
     "read_stores_first_batch",
+    "DORMANT_PROPERTY",
+    "read_dormant_stores",
     "write_operator_properties",
     "schema_file_path",
     "operator_metadata_path",
@@ -258,6 +260,10 @@ def operator_properties_path(operator_id: int) -> str:
 #: the operator property recording, per store, the batch that first declared it (a
 #: transformWithState variable added on restart begins empty at that batch)
 FIRST_BATCH_PROPERTY = "storesFirstBatch"
+#: the operator property recording the stores that the running query does not declare (a
+#: transformWithState variable an older run declared): name -> [the version its files stop at,
+#: the batch that declared it again or null]; see ``stores_dormant`` in the operator
+DORMANT_PROPERTY = "storesDormant"
 
 
 def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str] | None:
@@ -282,6 +288,14 @@ def read_stores_first_batch(state_root: str, operator_id: int) -> dict[str, int]
     if FIRST_BATCH_PROPERTY not in props:
         return None
     return {name: int(batch) for name, batch in json.loads(props[FIRST_BATCH_PROPERTY]).items()}
+
+
+def read_dormant_stores(state_root: str, operator_id: int) -> dict[str, tuple[int, int | None]]:
+    """The stores left undeclared by a run (:data:`DORMANT_PROPERTY`): name -> (the version
+    their content is frozen at, the batch that declared them again or None)."""
+    props = read_operator_properties(state_root, operator_id) or {}
+    recorded = json.loads(props.get(DORMANT_PROPERTY, "{}"))
+    return {name: (int(frozen), None if again is None else int(again)) for name, (frozen, again) in recorded.items()}
 
 
 def write_operator_properties(state_root: str, operator_id: int, properties: Mapping[str, str]) -> None:

@@ -95,6 +95,17 @@ class StateTables:
             return 0
         return (read_stores_first_batch(self.state_root, operator_id) or {}).get(store_name)
 
+    def _stored_version(self, operator_id: int, store_name: str, version: int) -> int:
+        """The version whose files hold ``version`` of the store: a variable that the running
+        processor does not declare kept its content from the version its files stop at, until
+        the batch that declares it again (whose snapshot carries that content on)."""
+        from statestream.state.schema import read_dormant_stores
+
+        frozen, again = read_dormant_stores(self.state_root, operator_id).get(store_name, (None, None))
+        if frozen is not None and version > frozen and (again is None or version <= again):
+            return frozen
+        return version
+
     def _version(self, batch_id: int | None) -> int:
         last = self.last_committed_batch()
         batch = last if batch_id is None else batch_id
@@ -110,6 +121,7 @@ class StateTables:
         self.stores(operator_id)
         version = self._version(batch_id)
         begins_at = self._begins_at(operator_id, store_name)
+        version = self._stored_version(operator_id, store_name, version)
         parts: list[pa.Table] = []
         for partition in self._partitions(operator_id):
             provider = self._provider(operator_id, partition, store_name)
@@ -127,6 +139,11 @@ class StateTables:
         in ``table`` becomes empty."""
         self.stores(operator_id)
         version = self._version(None)
+        if self._stored_version(operator_id, store_name, version) != version:
+            raise StateStoreError(
+                f"store {store_name!r} of operator {operator_id} is not declared by the query's last run: its content is kept "
+                "as that run found it until a run declares it again, and cannot be edited before then"
+            )
         if PARTITION_COLUMN not in table.column_names:
             raise ValueError(f"the edited table needs the {PARTITION_COLUMN!r} column that read() gives")
         partitions = self._partitions(operator_id)

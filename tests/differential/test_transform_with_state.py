@@ -893,6 +893,71 @@ def test_variable_added_on_restart_starts_empty_and_a_lost_store_is_named(ours, 
         run_stream(engine, with_list, RUNNING[2:], KV, "update", tmp_path, workdir=work)
 
 
+class CountAndTotal(StatefulProcessor):
+    """Two variables, both in the output."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+        self.total = handle.getValueState("total", "t LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        vals = [v for p in rows for v in p["v"].tolist()]
+        n = (self.count.get()[0] if self.count.exists() else 0) + len(vals)
+        t = (self.total.get()[0] if self.total.exists() else 0) + sum(vals)
+        self.count.update((n,))
+        self.total.update((t,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "t": [t]})
+
+    def close(self):
+        pass
+
+
+class CountOnly(StatefulProcessor):
+    """The same processor without ``total``, which it neither declares nor deletes."""
+
+    def init(self, handle):
+        self.count = handle.getValueState("count", "n LONG")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(p) for p in rows)
+        self.count.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "t": [-1]})
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_variable_left_out_of_runs_continues_when_declared_again(spark_rocksdb, ours, tmp_path):
+    """A variable that two runs leave out (neither declared nor deleted) keeps its state: the run
+    that declares it again continues from where the last run declaring it left it, as on Spark's
+    engine; and a restart of that run goes on from its own state."""
+    both = lambda df: df.groupBy("k").transformWithStateInPandas(CountAndTotal(), "k STRING, n LONG, t LONG", "Update", "None")  # noqa: E731
+    count = lambda df: df.groupBy("k").transformWithStateInPandas(CountOnly(), "k STRING, n LONG, t LONG", "Update", "None")  # noqa: E731
+    feeds = [[("a", 1), ("b", 2)], [("a", 10)], [("b", 20)], [("a", 100), ("b", 200)], [("a", 1000)]]
+    runs = {}
+    for name, engine in (("spark", spark_rocksdb), ("ours", None)):
+        eng = engine if engine is not None else ours()
+        work = tmp_path / f"{name}-work"
+        plan = [(both, feeds[:1]), (count, feeds[1:2]), (count, feeds[2:3]), (both, feeds[3:4]), (both, feeds[4:])]
+        batches = []
+        for query, feed in plan:
+            batches += run_stream(eng, query, feed, KV, "update", tmp_path, workdir=work).batches[-1:]
+        runs[name] = batches
+        if name == "ours":
+            from statestream.tools.state_tables import StateTables
+
+            tables = StateTables(str(work / "checkpoint"))
+            totals = lambda batch: sorted((r["k"], r["__value"]["t"]) for r in tables.read("total", batch_id=batch).to_pylist())  # noqa: E731
+            assert totals(0) == totals(2) == [("a", 1), ("b", 2)]  # frozen while left out
+            assert totals(4) == [("a", 1101), ("b", 202)]
+    rows = lambda batches: [sorted(tuple(r.values()) for r in b.rows) for b in batches]  # noqa: E731
+    assert rows(runs["spark"])[3:] == [[("a", 3, 101), ("b", 3, 202)], [("a", 4, 1101)]]
+    assert rows(runs["ours"]) == rows(runs["spark"])
+
+
 def test_explain_matches_spark(spark_rocksdb, ours, tmp_path):
     from tests.spark.test_explain import _explain_text, _with_ids_normalised
 

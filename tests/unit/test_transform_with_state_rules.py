@@ -138,3 +138,27 @@ def test_each_store_records_the_batch_that_first_declared_it():
     assert first == {"b": 7}
     again = {**MODES, FIRST_BATCH_PROPERTY: json.dumps(first)}
     assert stores_first_batch(again, _struct(a="long", b="long"), ("a", "b", timers), (), 20) == {"b": 7}
+
+
+def test_a_store_left_out_of_a_run_is_frozen_until_declared_again():
+    from statestream.operators.transform_with_state import stores_dormant
+
+    stored = _struct(a="long", b="long")
+    # run 2 begins at batch 3 and declares only a: b's files stop at version 3
+    assert stores_dormant({}, stored, ("a",), (), 3) == {"b": (3, None)}
+    # run 3 (batch 5) still without b: frozen where it was
+    assert stores_dormant({"b": (3, None)}, stored, ("a",), (), 5) == {"b": (3, None)}
+    # run 4 (batch 8) declares b again: batch 8 loads version 3
+    assert stores_dormant({"b": (3, None)}, stored, ("a", "b"), (), 8) == {"b": (3, 8)}
+    # run 4 crashed before committing batch 8: run 5 re-runs it and declares b again
+    assert stores_dormant({"b": (3, 8)}, stored, ("a", "b"), (), 8) == {"b": (3, 8)}
+    # ... or leaves b out again: still frozen at 3
+    assert stores_dormant({"b": (3, 8)}, stored, ("a",), (), 8) == {"b": (3, None)}
+    # batch 8 committed: the record stays (versions 4..8 read as 3) while b is declared
+    assert stores_dormant({"b": (3, 8)}, stored, ("a", "b"), (), 12) == {"b": (3, 8)}
+    # and a later run without b freezes it anew, at its own first batch
+    assert stores_dormant({"b": (3, 8)}, stored, ("a",), (), 12) == {"b": (12, None)}
+    # deleteIfExists drops the record
+    assert stores_dormant({"b": (3, None)}, stored, ("a",), ("b",), 5) == {}
+    # the timers' store is never in the value schema, so never dormant
+    assert stores_dormant({}, stored, ("a", "b", "$procTimers_keyToTimestamp"), (), 3) == {}
