@@ -799,9 +799,25 @@ class Input:
             from pyspark.sql.types import Row
 
             make = Row(*self.table.column_names)
-            columns = [c.to_pylist() for c in self.table.columns]
+            tz = self.step.timezone
+            # PySpark's row conversion hands out timestamps in the session's time zone
+            columns = [(c.cast(_in_zone(c.type, tz)) if tz else c).to_pylist() for c in self.table.columns]
             self._rows = [make(*vals) for vals in zip(*columns)] if columns else []
         return self._rows[lo:hi]
+
+
+def _in_zone(t: pa.DataType, tz: str) -> pa.DataType:
+    """``t`` with every zoned timestamp in it (nested ones too) shown in ``tz``."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp(t.unit, tz=tz) if t.tz is not None else t
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_in_zone(f.type, tz)) for f in t])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        inner = t.value_field.with_type(_in_zone(t.value_type, tz))
+        return pa.list_(inner) if pa.types.is_list(t) else pa.large_list(inner)
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_in_zone(t.key_type, tz)), t.item_field.with_type(_in_zone(t.item_type, tz)))
+    return t
 
 
 class Output:

@@ -958,6 +958,44 @@ def test_variable_left_out_of_runs_continues_when_declared_again(spark_rocksdb, 
     assert rows(runs["ours"]) == rows(runs["spark"])
 
 
+class ShowsTimestamps(StatefulProcessor):
+    """The Row variant: how each input row's timestamp reaches the processor."""
+
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        for r in rows:
+            yield Row(k=key[0], zone=repr(r.ts.tzinfo), shown=str(r.ts), nested=str(r.s["t"]))  # a nested struct comes as a dict, in PySpark too
+
+    def close(self):
+        pass
+
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def test_row_processor_sees_timestamps_in_the_session_time_zone(spark_rocksdb, ours, tmp_path):
+    """A Row-based processor gets timestamps (nested ones too) in the session's time zone, as
+    PySpark's row conversion gives them."""
+    import datetime as dt
+
+    utc = dt.timezone.utc
+    build = lambda df: df.select("k", "ts", F.struct(F.col("ts").alias("t")).alias("s")).groupBy("k").transformWithState(  # noqa: E731
+        ShowsTimestamps(), "k STRING, zone STRING, shown STRING, nested STRING", "Update", "None"
+    )
+    batches = [[("a", dt.datetime(2024, 1, 1, 12, 0, tzinfo=utc)), ("b", dt.datetime(2024, 7, 1, 12, 0, 5, tzinfo=utc))]]
+    before = spark_rocksdb.conf.get("spark.sql.session.timeZone")
+    spark_rocksdb.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        runs = [run_stream(e, build, batches, "k STRING, ts TIMESTAMP", "update", tmp_path) for e in (spark_rocksdb, ours())]
+    finally:
+        spark_rocksdb.conf.set("spark.sql.session.timeZone", before)
+    rows = sorted(tuple(r.values()) for r in runs[0].batches[0].rows)
+    assert rows[0][1:3] == ("zoneinfo.ZoneInfo(key='America/New_York')", "2024-01-01 07:00:00-05:00")
+    assert_same_batches(runs[0], runs[1])
+
+
 def test_explain_matches_spark(spark_rocksdb, ours, tmp_path):
     from tests.spark.test_explain import _explain_text, _with_ids_normalised
 
