@@ -163,16 +163,17 @@ class StreamingAggregateExec(PhysicalOperator):
     tells the two PartialMerge nodes apart (``exchange``: right after the shuffle, ``state``:
     after StateStoreRestore).
 
-    ``ensure_partitioning``: the input is one partition (a limit below), which satisfies the
-    batch ``groupBy``'s distribution, so Spark would not shuffle; the merged buffers are then
-    hash-partitioned by the keys explicitly, as Spark's stateful distribution requires."""
+    The merged buffers are always asked for the keys' hash partitioning with ``repartition``,
+    as Spark's stateful distribution requires: when the batch ``groupBy`` already shuffled by
+    them, Spark drops the request as redundant; when its input is one partition (a limit below,
+    a source batch read by a single task, which Spark reports as ``SinglePartition``), the
+    ``groupBy`` does not shuffle at all and the request does."""
 
     child: PhysicalOperator | None = None
     info: AggregationInfo | None = None
     mode: str = "Partial"
     step: str = ""
     num_partitions: int | None = None
-    ensure_partitioning: bool = False
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import functions as F
@@ -202,7 +203,7 @@ class StreamingAggregateExec(PhysicalOperator):
             else:
                 agg = agg.toDF(*info.key_columns, *info.partial_names)
             hashed = info.partition_key_sql
-            if self.ensure_partitioning and info.key_columns:
+            if info.key_columns:
                 agg = agg.repartition(int(self.num_partitions or 1), *(F.expr(k) for k in hashed))
             if info.key_columns:
                 pid = F.expr(f"pmod(hash({', '.join(hashed)}), {int(self.num_partitions or 1)})")

@@ -36,7 +36,7 @@ from statestream.plan.aggregate_expressions import decompose_output
 from statestream.plan.aggregates import AggregateCall
 from statestream.plan.joins import is_stream_stream, plan_join
 from statestream.plan.stream_joins import plan_stream_stream_join
-from statestream.plan.limits import plan_limit, push_projections_below_limits, single_partition_output
+from statestream.plan.limits import plan_limit, push_projections_below_limits
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -501,7 +501,6 @@ def plan_streaming_aggregation(
         mode="PartialMerge",
         step="exchange",
         num_partitions=num_partitions,
-        ensure_partitioning=single_partition_output(child),
     )
     restore = StateStoreRestoreExec(child=merge1, info=info)
     merge2 = StreamingAggregateExec(child=sorted_for_aggregate(info, restore), info=info, mode="PartialMerge", step="state")

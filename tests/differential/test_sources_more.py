@@ -579,6 +579,21 @@ def test_rate_micro_batch_available_now_and_defaults(spark, ours, tmp_path):
     assert_same(expected, actual)
 
 
+def test_aggregation_over_a_source_read_by_one_task(spark, ours, tmp_path):
+    """A source batch read by a single task (rate-micro-batch with one partition: Spark reports
+    it as SinglePartition, which its batch groupBy takes as already distributed) still reaches
+    the state partitions by key: the stateful exchange asks for the keys' partitioning itself."""
+
+    def counted(rs: Any) -> Any:
+        df = _rate_micro_batch({"rowsPerBatch": 10, "numPartitions": 1})(rs)
+        return df.groupBy((F.col("value") % 5).alias("k")).agg(F.count("*").alias("n"), F.sum("value").alias("s"))
+
+    expected = drive(spark, counted, tmp_path, mode="update", trigger={"availableNow": True})
+    actual = drive(ours(), counted, tmp_path, mode="update", trigger={"availableNow": True})
+    assert [len(r) for r in expected.rows.values()] == [5]
+    assert_same(expected, actual)
+
+
 def test_rate_micro_batch_option_set_to_none_takes_its_default(spark, ours, tmp_path):
     """A V2 source reads an option set to None (null) as absent, so it takes its default."""
 
