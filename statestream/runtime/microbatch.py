@@ -40,6 +40,7 @@ from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
+from statestream.sources.base import ReadLimit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -469,7 +470,9 @@ class MicroBatchExecution:
                 t = time.perf_counter()
                 ends = []
                 for s, st in zip(self.sources, start):
-                    ends.append(s.latest_offset(st, s.default_read_limit()))
+                    # Spark: Trigger.Once admits everything available, whatever the source's limits
+                    limit = ReadLimit.ALL_AVAILABLE if self.trigger.kind == "once" else s.default_read_limit()
+                    ends.append(s.latest_offset(st, limit))
                 self.progress.record_duration("latestOffset", t)
                 has_data = any(e is not None and e != st for e, st in zip(ends, start))
                 if no_data_enabled and self._last_plan is not None:

@@ -150,11 +150,12 @@ class ProgressTracker:
         sources = []
         for i, s in enumerate(self.ex.sources):
             n = p["num_input"][i] if p.get("num_input") else 0
+            latest = s.reported_latest_offset()
             src = {
                 "description": s.description(),
                 "startOffset": record.start[i],
                 "endOffset": record.end[i],
-                "latestOffset": record.end[i],
+                "latestOffset": record.end[i] if latest is None else latest,
                 "numInputRows": n,
             }
             if elapsed_s:
@@ -162,6 +163,9 @@ class ProgressTracker:
             else:
                 src["inputRowsPerSecond"] = 0.0
             src["processedRowsPerSecond"] = _round1(n / (max(duration, 1) / 1000.0))
+            metrics = s.metrics(record.end[i])
+            if metrics:
+                src["metrics"] = dict(sorted(metrics.items()))
             sources.append(src)
         prog: dict[str, Any] = {
             "id": self.ex.query_id,

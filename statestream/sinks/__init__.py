@@ -120,6 +120,10 @@ def create_sink(
         from statestream.sinks.memory import MemorySink
 
         return MemorySink(spark, query_name, schema=schema, output_mode=output_mode)
+    if name == "kafka":
+        from statestream.sinks.kafka import KafkaSink
+
+        return KafkaSink(opts)
     if name in FILE_FORMATS:
         from statestream.sinks.files import FileStreamSink
 

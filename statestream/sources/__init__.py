@@ -5,6 +5,7 @@
 * ``rate``: :class:`~statestream.sources.rate.RateSource`
 * ``rate-micro-batch``: :class:`~statestream.sources.rate_micro_batch.RatePerMicroBatchSource`
 * ``socket``: :class:`~statestream.sources.socket.TextSocketSource`
+* ``kafka``: :class:`~statestream.sources.kafka.stream.KafkaMicroBatchStream`
 * ``parquet``, ``json``, ``csv``, ``orc``, ``text``, ``xml``: :class:`~statestream.sources.files.FileStreamSource`
 
 ``MemoryStream`` (tests) is created directly, not through the factory.
@@ -88,6 +89,15 @@ def create_source(
         from statestream.sources.socket import TextSocketSource
 
         return TextSocketSource(spark, opts)
+    if name == "kafka":
+        from statestream.sources.kafka.stream import KafkaMicroBatchStream
+
+        source = KafkaMicroBatchStream({k: v for k, v in opts.items() if v is not None}, metadata_dir=metadata_dir)
+        if schema is not None:
+            from statestream.sources.options import illegal_argument
+
+            raise illegal_argument("requirement failed: Kafka source has a fixed schema and cannot be set with a custom one")
+        return source
     if name in FILE_FORMATS:
         from statestream.sources.files import FileStreamSource
 

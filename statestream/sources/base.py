@@ -96,6 +96,16 @@ class Source(ABC):
     def stop(self) -> None:
         """Release resources."""
 
+    def metrics(self, end: Offset | None) -> dict[str, str]:
+        """The source's ``metrics`` in progress for a batch ending at ``end`` (Spark's
+        ``ReportsSourceMetrics``; e.g. Kafka's offsets behind latest)."""
+        return {}
+
+    def reported_latest_offset(self) -> Offset | None:
+        """``latestOffset`` in progress: the latest offset seen before rate limits, where the
+        source knows it (None: the batch's end offset is shown)."""
+        return None
+
     def description(self) -> str:
         """``description`` in progress reports (e.g. ``RateStreamV2[rowsPerSecond=10, ...]``)."""
         return type(self).__name__

@@ -23,6 +23,9 @@ Sinks, both idempotent per batch id:
   ``fb_crash_batch`` makes the function itself SIGKILL the process group after writing batch N:
   a crash between the sink's write and ``commits/N`` that works on both engines.
 
+With ``"kafka"`` in the job, statestream reads the same records from a Kafka topic instead
+(:func:`read_kafka`; Spark's engine, which has no Kafka connector here, keeps reading the files).
+
 statestream's own crash points come from ``STATESTREAM_TEST_CRASH_AT`` (``statestream.faults``);
 this script sets ``STATESTREAM_TEST_CRASH_PGID`` to its own process group first, so the point
 kills the driver and its JVM together. ``master`` (default ``local[2]``) lets a test run the
@@ -221,13 +224,33 @@ def make_foreach_batch(output: str, calls: str, crash_batch: int | None):
     return write
 
 
+def read_kafka(engine, kafka: dict):
+    """The input as JSON records ``{"ts": <seconds>, "value": <long>}`` of a Kafka topic, in the
+    input's schema (``job["kafka"]``: ``bootstrap``, ``topic``, ``maxOffsetsPerTrigger``)."""
+    from pyspark.sql import functions as F
+
+    df = (
+        engine.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", kafka["bootstrap"])
+        .option("subscribe", kafka["topic"])
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(kafka["maxOffsetsPerTrigger"]))
+        .load()
+    )
+    parsed = df.select(F.from_json(F.col("value").cast("string"), "ts LONG, value LONG").alias("j"))
+    return parsed.select(F.timestamp_seconds("j.ts").alias("ts"), F.col("j.value").alias("value"))
+
+
 def build_query(engine, job: dict):
-    """The job's query over its file source(s) on ``engine``, one file per source and batch."""
+    """The job's query over its file source(s) on ``engine``, one file per source and batch (or,
+    for statestream with ``job["kafka"]``, over a Kafka topic holding the same records)."""
 
     def read(schema: str, path: str):
         return engine.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", 1).load(path)
 
     name = job.get("query", "seed")
+    if job.get("kafka") and job["engine"] == "statestream":
+        return QUERIES[name](read_kafka(engine, job["kafka"]))
     if name in TWO_INPUT_QUERIES:
         build, left_schema, right_schema = TWO_INPUT_QUERIES[name]
         return build(read(left_schema, os.path.join(job["input"], "left")), read(right_schema, os.path.join(job["input"], "right")))

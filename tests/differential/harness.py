@@ -317,6 +317,8 @@ def run_stream(
     timeout: float = DEFAULT_TIMEOUT_S,
     checkpoint_as_uri: bool = False,
     before_file: Callable[[int], None] | None = None,
+    source: Callable[[Any], "DataFrame"] | None = None,
+    feed: Callable[[int, InputBatch], None] | None = None,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -359,6 +361,10 @@ def run_stream(
         Called with the file's index (counted from this start's first file) right before each
         input file is written in the incremental style, after the previous one was processed:
         for changes the query should see between two batches (a static side gaining files).
+    source, feed
+        Another source than files (a Kafka topic): ``source(engine)`` gives the streaming
+        DataFrame ``build`` receives, ``feed(index, batch)`` delivers a batch's rows to it where
+        a file would have been written.
     """
     from pyspark.sql.types import StructType
 
@@ -382,14 +388,23 @@ def run_stream(
         cols = [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
         collected[int(batch_id)] = (rows, cols)
 
-    if style == "all_at_once":
-        for i, b in enumerate(batches, start=first):
+    def deliver(i: int, b: InputBatch) -> None:
+        if feed is not None:
+            feed(i, b)
+        else:
             write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
 
-    reader = engine.readStream.format(file_format).schema(schema).option("maxFilesPerTrigger", 1)
-    for k, v in (options or {}).items():
-        reader = reader.option(k, v)
-    df = build(reader.load(str(input_dir)))
+    if style == "all_at_once":
+        for i, b in enumerate(batches, start=first):
+            deliver(i, b)
+
+    if source is not None:
+        df = build(source(engine))
+    else:
+        reader = engine.readStream.format(file_format).schema(schema).option("maxFilesPerTrigger", 1)
+        for k, v in (options or {}).items():
+            reader = reader.option(k, v)
+        df = build(reader.load(str(input_dir)))
     writer = (
         df.writeStream.outputMode(output_mode)
         .foreachBatch(sink)
@@ -415,7 +430,7 @@ def run_stream(
             for i, b in enumerate(batches, start=first):
                 if before_file is not None:
                     before_file(i - first)
-                write_input_file(input_dir, i, b, spark_schema, file_format, base_mtime + i)
+                deliver(i, b)
                 _wait_idle(query, timeout, name)
     finally:
         # Stop before reading progress: after stop() the last batch's event is surely recorded.

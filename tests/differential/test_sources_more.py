@@ -96,8 +96,8 @@ def drive(
         writer = writer.trigger(**trigger)
     query = writer.start()
     try:
-        if trigger and trigger.get("availableNow"):
-            assert query.awaitTermination(180), f"{run.engine}: availableNow run did not end"
+        if trigger and (trigger.get("availableNow") or trigger.get("once")):
+            assert query.awaitTermination(180), f"{run.engine}: availableNow/once run did not end"
         elif until_batches is not None:
             deadline = time.time() + 120
             while len(run.rows) <= until_batches and time.time() < deadline:  # one more: its progress is final
@@ -576,6 +576,22 @@ def test_rate_micro_batch_available_now_and_defaults(spark, ours, tmp_path):
     expected = drive(spark, with_partition, tmp_path, trigger={"availableNow": True})
     actual = drive(ours(), with_partition, tmp_path, trigger={"availableNow": True})
     assert len(expected.rows) == 1
+    assert_same(expected, actual)
+
+
+def test_trigger_once_admits_everything_whatever_the_source_limit(spark, ours, tmp_path):
+    """Trigger.Once reads all available files in its one batch, maxFilesPerTrigger
+    notwithstanding (Spark asks the sources for everything available then)."""
+    src = tmp_path / "in"
+    for i in range(3):
+        spark.createDataFrame([(i, f"r{i}")], "id LONG, s STRING").write.mode("append").parquet(str(src))
+
+    def make(rs: Any) -> Any:
+        return rs.schema("id LONG, s STRING").option("maxFilesPerTrigger", 1).parquet(str(src))
+
+    expected = drive(spark, make, tmp_path, trigger={"once": True})
+    actual = drive(ours(), make, tmp_path, trigger={"once": True})
+    assert [sorted(r["id"] for r in rows) for rows in expected.rows.values()] == [[0, 1, 2]]
     assert_same(expected, actual)
 
 

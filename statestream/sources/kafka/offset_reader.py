@@ -1,0 +1,153 @@
+"""The driver's view of the Kafka cluster (Spark: ``KafkaOffsetReaderAdmin``): which partitions
+the strategy reads, their earliest and latest offsets, and the offsets of timestamps. One
+consumer per source, used only for metadata and offset look-ups, never to read records."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from statestream.errors import StatestreamIllegalStateException
+from statestream.sources.kafka.client import consumer_config
+from statestream.sources.kafka.options import EARLIEST, LATEST, ConsumerStrategy, KafkaSourceOptions, OffsetRangeLimit, TopicPartition, tp_text
+
+__all__ = ["KafkaOffsetReader"]
+
+log = logging.getLogger(__name__)
+
+
+class KafkaUnreachableError(StatestreamIllegalStateException):
+    """The brokers did not answer a metadata or offset request in time."""
+
+
+class KafkaOffsetReader:
+    """Offsets of the partitions that ``options.strategy`` selects, fetched from the brokers.
+
+    ``timeout_ms`` bounds each request: an unreachable broker is an error naming the servers
+    tried, not a hang."""
+
+    def __init__(self, options: KafkaSourceOptions, group_id: str, timeout_ms: int = 30_000) -> None:
+        from confluent_kafka import Consumer
+
+        self.options = options
+        self.strategy: ConsumerStrategy = options.strategy
+        self.timeout_s = timeout_ms / 1000.0
+        self._consumer = Consumer(consumer_config(options.kafka_params, group_id))
+        self._warned_missing: set[str] = set()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def _unreachable(self, what: str, exc: BaseException) -> KafkaUnreachableError:
+        servers = self.options.kafka_params.get("bootstrap.servers", "")
+        return KafkaUnreachableError(
+            f"Kafka: no answer from the brokers at {servers!r} (option 'kafka.bootstrap.servers') to {what} "
+            f"within {self.timeout_s:g} s: {exc}"
+        )
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions the strategy reads now (internal topics left out)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            meta = self._consumer.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise self._unreachable("list the topics", exc) from None
+        cluster = {name: len(t.partitions) for name, t in meta.topics.items() if not name.startswith("__") and t.error is None}
+        if self.strategy.kind == "subscribe":
+            for topic in self.strategy.topics:
+                if topic not in cluster and topic not in self._warned_missing:
+                    self._warned_missing.add(topic)
+                    log.warning("Kafka topic %r does not exist (yet): the source reads it once it does", topic)
+        return self.strategy.assigned(cluster)
+
+    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        from confluent_kafka import KafkaException, TopicPartition as KafkaTopicPartition
+
+        try:
+            low, high = self._consumer.get_watermark_offsets(KafkaTopicPartition(tp[0], tp[1]), timeout=self.timeout_s, cached=False)
+        except KafkaException as exc:
+            raise self._unreachable(f"fetch the offsets of {tp_text(tp)}", exc) from None
+        return int(low), int(high)
+
+    def earliest(self, tps: "list[TopicPartition] | None" = None) -> dict[TopicPartition, int]:
+        return {tp: self._watermarks(tp)[0] for tp in (self.partitions() if tps is None else tps)}
+
+    def latest(self, known: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """The latest offsets of every partition read now. One below a known offset is fetched
+        again a few times (a broker can answer with a stale high watermark), then accepted."""
+        tps = self.partitions()
+        out = {tp: self._watermarks(tp)[1] for tp in tps}
+        for _ in range(self.options.fetch_offset_retries):
+            behind = [tp for tp in tps if known and tp in known and out[tp] < known[tp]]
+            if not behind:
+                break
+            log.warning("Kafka latest offsets behind the known ones for %s: fetching again", ", ".join(map(tp_text, behind)))
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+            out.update({tp: self._watermarks(tp)[1] for tp in behind})
+        return out
+
+    def offsets_for_timestamps(self, stamps: Mapping[TopicPartition, int], on_no_match: str) -> dict[TopicPartition, int]:
+        """The first offset of each partition whose record's timestamp is at or after the given
+        one; none such: an error, or the latest offset (``on_no_match="latest"``)."""
+        from confluent_kafka import KafkaException, TopicPartition as KafkaTopicPartition
+
+        try:
+            found = self._consumer.offsets_for_times([KafkaTopicPartition(t, p, ts) for (t, p), ts in stamps.items()], timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise self._unreachable("look up offsets by timestamp", exc) from None
+        out = {}
+        for ktp in found:
+            tp = (ktp.topic, ktp.partition)
+            if ktp.offset >= 0:
+                out[tp] = int(ktp.offset)
+            elif on_no_match == "latest":
+                out[tp] = self._watermarks(tp)[1]
+            else:
+                from statestream.sources.options import illegal_argument
+
+                raise illegal_argument(f"No offset matched from request of topic-partition {tp_text(tp)} and timestamp {stamps[tp]}.")
+        return out
+
+    def initial_offsets(self, starting: OffsetRangeLimit) -> dict[TopicPartition, int]:
+        """Where a new query starts, as numbers."""
+        if starting.kind == "earliest":
+            return self.earliest()
+        if starting.kind == "latest":
+            return self.latest()
+        tps = self.partitions()
+        if starting.kind == "timestamp":
+            assert starting.timestamp is not None
+            return self.offsets_for_timestamps(dict.fromkeys(tps, starting.timestamp), starting.on_no_match)
+        given = set(starting.offsets)
+        if given != set(tps):
+            from statestream.sources.kafka.offsets import set_text
+
+            if starting.kind == "timestamps":
+                # Spark's KAFKA_TIMESTAMP_OFFSET_DOES_NOT_MATCH_ASSIGNED (Kafka's texts carry no class prefix)
+                raise StatestreamIllegalStateException(
+                    "Partitions specified for Kafka timestamp based start offsets don't match what are assigned. Maybe topic "
+                    "partitions are created \nor deleted while the query is running, or you didn't specify all the partitions.\n"
+                    f"Specified: {set_text(given)} Assigned: {set_text(set(tps))}"
+                )
+            raise StatestreamIllegalStateException(
+                "assertion failed: If startingOffsets contains specific offsets, you must specify all TopicPartitions.\n"
+                "Use -1 for latest, -2 for earliest, if you don't care.\n"
+                f"Specified: {set_text(given)} Assigned: {set_text(set(tps))}"
+            )
+        if starting.kind == "timestamps":
+            return self.offsets_for_timestamps(starting.offsets, starting.on_no_match)
+        out = {}
+        for tp, offset in starting.offsets.items():
+            if offset == LATEST:
+                out[tp] = self._watermarks(tp)[1]
+            elif offset == EARLIEST:
+                out[tp] = self._watermarks(tp)[0]
+            else:
+                out[tp] = int(offset)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": str(self.strategy)}

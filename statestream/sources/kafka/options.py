@@ -1,0 +1,333 @@
+"""The Kafka source's options: validated as Spark's ``KafkaSourceProvider`` validates them, in
+its order and with its texts, when the streaming DataFrame is created (so that a bad option
+fails before the query starts), and parsed into :class:`KafkaSourceOptions`.
+
+Pure: no Kafka client, no Spark. Option names are case-insensitive, as Spark's
+``CaseInsensitiveMap``; Spark's messages spell them lower-case where it does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from statestream.sources.options import TIME_SUFFIX_MS, illegal_argument
+
+__all__ = [
+    "ConsumerStrategy",
+    "KafkaSourceOptions",
+    "OffsetRangeLimit",
+    "TopicPartition",
+    "parse_assign_json",
+    "parse_partition_offsets_json",
+    "parse_source_options",
+    "redacted_params",
+]
+
+log = logging.getLogger(__name__)
+
+#: (topic, partition), Kafka's TopicPartition; shown as ``topic-partition``
+TopicPartition = tuple[str, int]
+
+SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN = "subscribe", "subscribepattern", "assign"
+#: in the order Spark's messages list them
+STRATEGY_KEYS = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
+
+#: the special offsets of a startingOffsets JSON
+LATEST, EARLIEST = -1, -2
+
+_ASSIGN_EXAMPLE = 'Expected e.g. {"topicA":[0,1],"topicB":[0,1]}, got '
+_OFFSETS_EXAMPLE = 'Expected e.g. {"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}, got '
+_TIMESTAMPS_EXAMPLE = 'Expected e.g. {"topicA": {"0": 123456789, "1": 123456789}, "topicB": {"0": 123456789, "1": 123456789}}, got '
+
+_AUTO_OFFSET_RESET = (
+    "\nKafka option 'auto.offset.reset' is not supported.\n"
+    "Instead set the source option 'startingoffsets' to 'earliest' or 'latest'\n"
+    "to specify where to start. Structured Streaming manages which offsets are consumed\n"
+    "internally, rather than relying on the kafkaConsumer to do it. This will ensure that no\n"
+    "data is missed when new topics/partitions are dynamically subscribed. Note that\n"
+    "'startingoffsets' only applies when a new Streaming query is started, and\n"
+    "that resuming will always pick up from where the query left off. See the docs for more\n"
+    "details.\n         "
+)
+
+#: Spark's default ``spark.redaction.regex`` (what a logged Kafka parameter is masked by)
+REDACTION_REGEX = re.compile(r"(?i)secret|password|token|access[.]?key")
+REDACTED = "*********(redacted)"
+
+
+def tp_text(tp: TopicPartition) -> str:
+    """Kafka's rendering of a TopicPartition, ``topic-partition``."""
+    return f"{tp[0]}-{tp[1]}"
+
+
+@dataclass(frozen=True)
+class ConsumerStrategy:
+    """Which partitions the source reads: ``subscribe`` (topics), ``subscribePattern`` (a regex
+    found anywhere in a topic's name, as Spark's Admin-based reader matches it) or ``assign``
+    (partitions)."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    partitions: tuple[TopicPartition, ...] = ()
+
+    def assigned(self, cluster: Mapping[str, int]) -> list[TopicPartition]:
+        """The partitions read, given the cluster's topics and their partition counts (internal
+        topics left out by the caller). An assigned partition that does not exist is skipped."""
+        if self.kind == ASSIGN:
+            return [tp for tp in self.partitions if tp[0] in cluster and 0 <= tp[1] < cluster[tp[0]]]
+        if self.kind == SUBSCRIBE:
+            names = [t for t in self.topics if t in cluster]
+        else:
+            regex = re.compile(self.pattern)
+            names = sorted(t for t in cluster if regex.search(t))
+        return [(t, p) for t in names for p in range(cluster[t])]
+
+    def __str__(self) -> str:
+        if self.kind == ASSIGN:
+            return "Assign[" + ", ".join(tp_text(tp) for tp in self.partitions) + "]"
+        if self.kind == SUBSCRIBE:
+            return "Subscribe[" + ", ".join(self.topics) + "]"
+        return f"SubscribePattern[{self.pattern}]"
+
+
+@dataclass(frozen=True)
+class OffsetRangeLimit:
+    """Where a new query starts: ``earliest``, ``latest``, ``specific`` offsets per partition
+    (-1 latest, -2 earliest), a ``timestamp`` for every partition or ``timestamps`` per
+    partition (the first offset whose record's timestamp is at or after it)."""
+
+    kind: str
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    timestamp: int | None = None
+    #: a starting timestamp that no record reaches: "error" or "latest"
+    on_no_match: str = "error"
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """A validated Kafka source configuration."""
+
+    strategy: ConsumerStrategy
+    #: the ``kafka.*`` options without their prefix, for the Kafka client
+    kafka_params: Mapping[str, str]
+    starting: OffsetRangeLimit
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    min_partitions: int | None = None
+    poll_timeout_ms: int = 120_000
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
+    group_id_prefix: str = "spark-kafka-source"
+
+
+def _lower(options: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+
+
+def _long(text: str) -> int:
+    """Scala's ``toLong``: a plain decimal integer (no blanks), else a NumberFormatException."""
+    from statestream.errors import number_format_error
+
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise number_format_error(text)
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise number_format_error(text)
+    return value
+
+
+def _boolean(text: str) -> bool:
+    """Scala's ``toBoolean``: ``true``/``false`` in any case, else an IllegalArgumentException."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise illegal_argument(f'For input string: "{text}"')
+
+
+def _time_ms(text: str) -> int:
+    """A Spark time string (``"15m"``, ``"5s"``; a bare number is milliseconds)."""
+    m = re.fullmatch(r"\s*(-?\d+)\s*([a-z]*)\s*", text.lower())
+    if m is None or (m.group(2) and m.group(2) not in TIME_SUFFIX_MS):
+        raise illegal_argument(
+            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
+            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nInvalid suffix: \"{m.group(2) if m else text}\""
+        )
+    return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
+
+
+def parse_assign_json(text: str) -> tuple[TopicPartition, ...]:
+    """``{"topicA":[0,1],"topicB":[2,4]}``, as Spark's ``JsonUtils.partitions``."""
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError
+        out = []
+        for topic, parts in value.items():
+            if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parts):
+                raise ValueError
+            out += [(str(topic), int(p)) for p in parts]
+        return tuple(out)
+    except ValueError:
+        raise illegal_argument(_ASSIGN_EXAMPLE + text) from None
+
+
+def _partition_map(text: str, example: str) -> dict[TopicPartition, int]:
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError
+        out: dict[TopicPartition, int] = {}
+        for topic, parts in value.items():
+            if not isinstance(parts, dict):
+                raise ValueError
+            for part, offset in parts.items():
+                if isinstance(offset, bool) or not isinstance(offset, int):
+                    raise ValueError
+                out[(str(topic), int(part))] = int(offset)
+        return out
+    except ValueError:
+        raise illegal_argument(example + text) from None
+
+
+def parse_partition_offsets_json(text: str) -> dict[TopicPartition, int]:
+    """``{"topicA":{"0":23,"1":-1}}``, as Spark's ``JsonUtils.partitionOffsets`` (also the
+    shape of the offsets the source writes)."""
+    return _partition_map(text, _OFFSETS_EXAMPLE)
+
+
+def _starting(opts: Mapping[str, str]) -> OffsetRangeLimit:
+    """startingTimestamp, else startingOffsetsByTimestamp, else startingOffsets (default
+    latest), as Spark prefers them."""
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy not in ("error", "latest"):
+        raise illegal_argument(f"No enum constant StrategyOnNoMatchStartingOffset.{strategy.upper()}")
+    if "startingtimestamp" in opts:
+        raw = opts["startingtimestamp"].strip()
+        try:
+            return OffsetRangeLimit("timestamp", timestamp=_long(raw), on_no_match=strategy)
+        except ValueError:
+            raise illegal_argument(f"Expected a single long value, got {raw}") from None
+    if "startingoffsetsbytimestamp" in opts:
+        stamps = _partition_map(opts["startingoffsetsbytimestamp"].strip(), _TIMESTAMPS_EXAMPLE)
+        return OffsetRangeLimit("timestamps", offsets=stamps, on_no_match=strategy)
+    raw = opts.get("startingoffsets")
+    if raw is None:
+        return OffsetRangeLimit("latest")
+    low = raw.strip().lower()
+    if low in ("earliest", "latest"):
+        return OffsetRangeLimit(low)
+    return OffsetRangeLimit("specific", offsets=parse_partition_offsets_json(raw.strip()))
+
+
+def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
+    """Validate and parse a streaming Kafka source's options (Spark's order of checks: ending
+    offsets, the strategy, minPartitions, refused ``kafka.*`` options, the bootstrap servers,
+    the per-trigger limits), raising Spark's IllegalArgumentException texts."""
+    opts = _lower(options)
+    if "endingoffsets" in opts:
+        raise illegal_argument("ending offset not valid in streaming queries")
+    if "endingoffsetsbytimestamp" in opts:
+        raise illegal_argument("ending timestamp not valid in streaming queries")
+    given = [k for k in opts if k in STRATEGY_KEYS]
+    if not given:
+        raise illegal_argument(
+            "One of the following options must be specified for Kafka source: " + ", ".join(STRATEGY_KEYS) + ". See the docs for more details."
+        )
+    if len(given) > 1:
+        raise illegal_argument(
+            "Only one of the following options can be specified for Kafka source: " + ", ".join(STRATEGY_KEYS) + ". See the docs for more details."
+        )
+    kind = given[0]
+    value = opts[kind]
+    if kind == ASSIGN:
+        if not value.strip().startswith("{"):
+            raise illegal_argument(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+        strategy = ConsumerStrategy(ASSIGN, partitions=parse_assign_json(value))
+    elif kind == SUBSCRIBE:
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise illegal_argument(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
+        strategy = ConsumerStrategy(SUBSCRIBE, topics=topics)
+    else:
+        if not value.strip():
+            raise illegal_argument(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
+        try:
+            re.compile(value.strip())
+        except re.error as exc:
+            raise illegal_argument(f"Invalid subscribePattern '{value.strip()}': {exc}") from None
+        strategy = ConsumerStrategy(SUBSCRIBE_PATTERN, pattern=value.strip())
+    min_partitions = None
+    if "minpartitions" in opts:
+        min_partitions = _long(opts["minpartitions"])
+        if min_partitions <= 0:
+            raise illegal_argument("minPartitions must be positive")
+    if "kafka.group.id" in opts:
+        log.warning(
+            "Kafka option 'kafka.group.id' has been set on this query: queries or sources sharing a group id "
+            "interfere with each other; use one query per group id"
+        )
+        if "groupidprefix" in opts:
+            log.warning("Option groupIdPrefix will be ignored as option kafka.group.id has been set.")
+    if "kafka.auto.offset.reset" in opts:
+        raise illegal_argument(_AUTO_OFFSET_RESET)
+    if "kafka.key.deserializer" in opts:
+        raise illegal_argument(
+            "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte arrays with "
+            "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys."
+        )
+    if "kafka.value.deserializer" in opts:
+        raise illegal_argument(
+            "Kafka option 'value.deserializer' is not supported as values are deserialized as byte arrays with "
+            "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the values."
+        )
+    for refused in ("enable.auto.commit", "interceptor.classes"):
+        if f"kafka.{refused}" in opts:
+            raise illegal_argument(f"Kafka option '{refused}' is not supported")
+    if "kafka.bootstrap.servers" not in opts:
+        raise illegal_argument("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+    max_per = _long(opts["maxoffsetspertrigger"]) if "maxoffsetspertrigger" in opts else None
+    min_per = _long(opts["minoffsetspertrigger"]) if "minoffsetspertrigger" in opts else None
+    if max_per is not None and min_per is not None and min_per > max_per:
+        raise illegal_argument(f"The value of minOffsetPerTrigger({min_per}) is higher than the maxOffsetsPerTrigger({max_per}).")
+    # kafka.* keep the case of what follows the prefix (Kafka's own names are lower-case)
+    kafka_params = {str(k)[6:]: ("" if v is None else str(v)) for k, v in options.items() if str(k).lower().startswith("kafka.")}
+    return KafkaSourceOptions(
+        strategy=strategy,
+        kafka_params=kafka_params,
+        starting=_starting(opts),
+        fail_on_data_loss=_boolean(opts.get("failondataloss", "true")),
+        include_headers=_boolean(opts.get("includeheaders", "false")),
+        max_offsets_per_trigger=max_per,
+        min_offsets_per_trigger=min_per,
+        max_trigger_delay_ms=_time_ms(opts.get("maxtriggerdelay", "15m")),
+        min_partitions=min_partitions,
+        poll_timeout_ms=_long(opts["kafkaconsumer.polltimeoutms"]) if "kafkaconsumer.polltimeoutms" in opts else 120_000,
+        fetch_offset_retries=_long(opts["fetchoffset.numretries"]) if "fetchoffset.numretries" in opts else 3,
+        fetch_offset_retry_interval_ms=(
+            _long(opts["fetchoffset.retryintervalms"]) if "fetchoffset.retryintervalms" in opts else 1000
+        ),
+        group_id_prefix=opts.get("groupidprefix", "spark-kafka-source"),
+    )
+
+
+def redacted_params(params: Mapping[str, str]) -> dict[str, str]:
+    """Kafka parameters fit to log or show: a value whose key or value matches Spark's default
+    redaction pattern is masked; inside ``sasl.jaas.config`` only the credential options are."""
+    out = {}
+    for key, value in params.items():
+        if key == "sasl.jaas.config":
+            out[key] = re.sub(r'(?i)(\w*(?:password|clientsecret)\w*)\s*=\s*"[^"]*"', rf'\1="{REDACTED}"', value)
+        elif REDACTION_REGEX.search(key) or REDACTION_REGEX.search(value):
+            out[key] = REDACTED
+        else:
+            out[key] = value
+    return out
