@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -83,8 +83,8 @@ def validate_kafka_output(schema: "StructType", topic: str | None) -> None:
 class KafkaWriteTask:
     """The ``mapInArrow`` function that produces one task's rows; yields the count it sent."""
 
-    params: Mapping[str, str]
-    topic: str | None
+    params: Mapping[str, str] = field(repr=False)  # may hold credentials
+    topic: str | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
@@ -101,8 +101,16 @@ class KafkaWriteTask:
             if batch.num_rows == 0:
                 continue
             if producer is None:  # created at the first row: an empty task never connects
-                conf = {**self.params, "logger": logging.getLogger("statestream.kafka.librdkafka")}
-                producer = Producer(conf)
+                from statestream.sources.kafka.client import producer_config
+
+                if "bootstrap.servers" not in self.params:
+                    from statestream.errors import StatestreamError
+
+                    raise StatestreamError(
+                        "[MISSING_KAFKA_OPTION] Kafka option bootstrap.servers is not set. Please make sure it is set and retry. "
+                        "SQLSTATE: 42KDF"
+                    )
+                producer = Producer(producer_config(self.params))
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
             n = batch.num_rows
             topics = [self.topic] * n if self.topic is not None else cols["topic"]
@@ -154,12 +162,6 @@ class KafkaSink(Sink):
         validate_kafka_output(plan.schema, self.topic)
 
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
-        if "bootstrap.servers" not in self.params:
-            from statestream.errors import StatestreamError
-
-            raise StatestreamError(
-                "[MISSING_KAFKA_OPTION] Kafka option bootstrap.servers is not set. Please make sure it is set and retry. SQLSTATE: 42KDF"
-            )
         wanted = [c for c in ("topic", "key", "value", "partition", "headers") if c in df.columns]
         if self.topic is not None and "topic" in wanted:
             wanted.remove("topic")

@@ -55,6 +55,17 @@ def test_options_refused_with_sparks_text(options, text):
     assert refused(options) == text
 
 
+def test_load_checks_shapes_only_the_query_start_parses():
+    from statestream.sources.kafka.options import validate_stream_options
+
+    # the assign JSON is parsed at query start: at load() the missing servers come first
+    with pytest.raises(ValueError, match="Option 'kafka.bootstrap.servers' must be specified"):
+        validate_stream_options({"assign": "{bad"})
+    validate_stream_options({**BASE, "startingOffsets": "{bad", "failOnDataLoss": "maybe"})
+    with pytest.raises(ValueError, match="For input string"):  # minPartitions is an int
+        validate_stream_options({**BASE, "minPartitions": str(2**31)})
+
+
 def test_refused_deserializers_and_offset_reset():
     assert "keys are deserialized as byte arrays with ByteArrayDeserializer" in refused({**BASE, "kafka.key.deserializer": "x"})
     assert "values are deserialized as byte arrays" in refused({**BASE, "kafka.value.deserializer": "x"})
@@ -161,6 +172,9 @@ def test_min_partitions_split():
     assert [r for r in parts if r.partition == 1] == [small]
     pieces = [(r.from_offset, r.until_offset) for r in parts if r.partition == 0]
     assert pieces == [(0, 25), (25, 50), (50, 75), (75, 100)]
+    # halves round up, as Scala's math.round: two ranges of 50 for 5 tasks are cut 3 and 3
+    halves = split_ranges([OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)], 5)
+    assert len(halves) == 6
 
 
 class FakeCluster:
@@ -231,6 +245,12 @@ def test_min_offsets_per_trigger_waits_for_the_delay(tmp_path):
     cluster.latest_offsets = {t0: 16}
     now[0] += 61_000
     assert src.latest_offset({"t": {"0": 15}}, limit) == {"t": {"0": 16}}  # the delay passed
+    # a quiet spell longer than the delay restarts it: a single record then waits again
+    now[0] += 61_000
+    assert src.latest_offset({"t": {"0": 16}}, limit) == {"t": {"0": 16}}
+    cluster.latest_offsets = {t0: 17}
+    now[0] += 1_000
+    assert src.latest_offset({"t": {"0": 16}}, limit) == {"t": {"0": 16}}
 
 
 def test_available_now_fixes_the_end_at_the_first_trigger(tmp_path):
@@ -301,32 +321,58 @@ class FakeMessage:
         return None
 
 
-class FakeConsumer:
-    """A partition whose log holds ``present`` offsets and now begins at ``low``."""
+class FakeError:
+    def __init__(self, code, retriable=False):
+        self._code, self._retriable = code, retriable
 
-    def __init__(self, present, low, high):
+    def code(self):
+        return self._code
+
+    def retriable(self):
+        return self._retriable
+
+    def fatal(self):
+        return False
+
+
+class FakeConsumer:
+    """A partition whose log holds records at ``present`` offsets, begins at ``low`` and ends
+    at ``high`` (offsets between without a record are markers or compacted away, which the
+    consumer's position moves past, as librdkafka's does); ``events`` are error events handed
+    out first."""
+
+    def __init__(self, present, low, high, events=()):
         self.present, self.low, self.high = sorted(present), low, high
-        self.position = 0
+        self.events = list(events)
+        self.position_ = 0
+        self.polls = 0
 
     def assign(self, tps):
-        self.position = tps[0].offset
+        self.position_ = tps[0].offset
 
     def unassign(self):
         pass
 
     def consume(self, n, timeout):
-        if self.position < self.low:
+        self.polls += 1
+        if self.events:
+            return [FakeMessage(-1, self.events.pop(0))]
+        if self.position_ < self.low:
             from confluent_kafka import KafkaError
 
-            class Err:
-                def code(self):
-                    return KafkaError._AUTO_OFFSET_RESET
-
-            return [FakeMessage(-1, Err())]
-        out = [FakeMessage(o) for o in self.present if o >= self.position][:n]
+            return [FakeMessage(-1, FakeError(KafkaError._AUTO_OFFSET_RESET))]
+        out = [FakeMessage(o) for o in self.present if o >= self.position_][:n]
         if out:
-            self.position = out[-1].offset() + 1
+            self.position_ = out[-1].offset() + 1
+        if not [o for o in self.present if o >= self.position_] and self.position_ < self.high:
+            self.position_ = self.high  # only markers left: the position moves past them
         return out
+
+    def position(self, tps):
+        class At:
+            offset = self.position_
+
+        return [At()]
 
     def get_watermark_offsets(self, tp, timeout, cached):
         return self.low, self.high
@@ -337,21 +383,45 @@ def read_range(consumer, r, fail_on_data_loss):
 
     from statestream.sources.kafka.partition_reader import KafkaRangeReader, arrow_schema
 
-    reader = KafkaRangeReader((r,), {}, "g", fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=10)
+    reader = KafkaRangeReader((r,), {}, "g", fail_on_data_loss=fail_on_data_loss, poll_timeout_ms=1000)
     return pa.Table.from_batches(list(reader.read(consumer, r)), schema=arrow_schema(False)).column("offset").to_pylist()
 
 
-def test_task_skips_gaps_but_reports_aged_out_records():
+def test_task_skips_gaps_but_reports_lost_records():
     pytest.importorskip("confluent_kafka")
+    from confluent_kafka import KafkaError
+
     r = OffsetRange("t", 0, 2, 9)
     # offsets 4 and 5 compacted away while the log still begins at 0: skipped silently
     assert read_range(FakeConsumer([0, 1, 2, 3, 6, 7, 8, 9], 0, 10), r, True) == [2, 3, 6, 7, 8]
+    # the range ends on a transaction marker (offset 8): done, without waiting out a timeout
+    marker = FakeConsumer([0, 1, 2, 3, 4, 5, 6, 7], 0, 9)
+    assert read_range(marker, r, True) == [2, 3, 4, 5, 6, 7]
+    assert marker.polls <= 2
     # the log now begins at 5: [2, 5) aged out
-    aged = FakeConsumer([5, 6, 7, 8, 9], 5, 10)
     with pytest.raises(KafkaDataLossError) as info:
-        read_range(aged, r, True)
+        read_range(FakeConsumer([5, 6, 7, 8, 9], 5, 10), r, True)
     assert info.value.getCondition() == "KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE"
     assert "Could not read records in offset [2, 5) for topic partition t-0\nwith consumer group g-executor." in str(info.value)
     assert read_range(FakeConsumer([5, 6, 7, 8, 9], 5, 10), r, False) == [5, 6, 7, 8]
-    # everything of the range aged out
-    assert read_range(FakeConsumer([12], 12, 13), r, False) == []
+    assert read_range(FakeConsumer([12], 12, 13), r, False) == []  # all of the range aged out
+    # the log was cut below the range's end (a recreated topic): lost, not quietly short
+    with pytest.raises(KafkaDataLossError, match=r"offset \[4, 9\)"):
+        read_range(FakeConsumer([0, 1, 2, 3], 0, 4), r, True)
+    assert read_range(FakeConsumer([0, 1, 2, 3], 0, 4), r, False) == [2, 3]
+    # a broker hiccup is waited out; an error about the partition fails the task
+    hiccup = FakeConsumer(range(10), 0, 10, events=[FakeError(KafkaError._TRANSPORT, retriable=True)])
+    assert read_range(hiccup, r, True) == [2, 3, 4, 5, 6, 7, 8]
+    with pytest.raises(RuntimeError, match="reading t-0 at offset 2 failed"):
+        read_range(FakeConsumer(range(10), 0, 10, events=[FakeError(KafkaError.TOPIC_AUTHORIZATION_FAILED)]), r, True)
+
+
+def test_task_times_out_when_the_position_does_not_move():
+    pytest.importorskip("confluent_kafka")
+
+    class Stuck(FakeConsumer):
+        def consume(self, n, timeout):
+            return []
+
+    with pytest.raises(Exception, match="Cannot fetch record for offset 2 in 1000 milliseconds"):  # noqa: PT011
+        read_range(Stuck(range(10), 0, 10), OffsetRange("t", 0, 2, 9), True)

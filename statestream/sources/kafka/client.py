@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["consumer_config", "require_client"]
+__all__ = ["client_config", "consumer_config", "producer_config", "require_client"]
 
 log = logging.getLogger(__name__)
 
@@ -63,26 +63,45 @@ def _jaas_credentials(jaas: str) -> dict[str, str]:
     return out
 
 
-def consumer_config(params: Mapping[str, str], group_id: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A confluent-kafka consumer's configuration from the source's ``kafka.*`` parameters.
-
-    ``group.id`` is the user's ``kafka.group.id`` or ``group_id``; offsets are never committed
-    to Kafka (the checkpoint keeps them, as Spark's source does)."""
+def client_config(params: Mapping[str, str]) -> dict[str, Any]:
+    """The user's ``kafka.*`` parameters in librdkafka's terms, for a consumer or a producer:
+    ``sasl.jaas.config`` becomes ``sasl.username``/``sasl.password``, the Java client's own
+    settings are left out (named in the log), and librdkafka's log lines go to Python logging."""
     conf: dict[str, Any] = {}
     dropped = []
     for key, value in params.items():
         if key == "sasl.jaas.config":
             conf.update(_jaas_credentials(value))
-        elif key in _JAVA_ONLY:
+        elif key in _JAVA_ONLY or key == "partitioner.class":
             dropped.append(key)
         else:
             conf[key] = value
     if dropped:
         log.info("Kafka options for the Java client that this client has no use for: %s", ", ".join(sorted(dropped)))
-    conf.setdefault("group.id", group_id)
-    # librdkafka's own log lines go to Python logging, not to the process's stderr
     conf["logger"] = logging.getLogger("statestream.kafka.librdkafka")
+    return conf
+
+
+def consumer_config(params: Mapping[str, str], group_id: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A confluent-kafka consumer's configuration from the source's ``kafka.*`` parameters.
+
+    ``group.id`` is the user's ``kafka.group.id`` or ``group_id``; offsets are never committed
+    to Kafka (the checkpoint keeps them, as Spark's source does). The Java client's defaults
+    where librdkafka's differ: uncommitted transactional records are read (librdkafka reads
+    committed ones only by default)."""
+    conf = client_config(params)
+    conf.setdefault("group.id", group_id)
+    conf.setdefault("isolation.level", "read_uncommitted")
     conf["enable.auto.commit"] = False
     conf["enable.auto.offset.store"] = False
     conf.update(extra or {})
+    return conf
+
+
+def producer_config(params: Mapping[str, str]) -> dict[str, Any]:
+    """A confluent-kafka producer's configuration from the sink's ``kafka.*`` parameters, with
+    the Java client's partitioner (murmur2 of the key; librdkafka's default is CRC32), so keyed
+    records land in the partitions Spark's sink would choose."""
+    conf = client_config(params)
+    conf.setdefault("partitioner", "murmur2_random")
     return conf

@@ -17,6 +17,10 @@ __all__ = ["KafkaOffsetReader"]
 
 log = logging.getLogger(__name__)
 
+#: Kafka's own topics, never matched by a subscribePattern (as Spark's Admin-based reader lists
+#: topics without internal ones)
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
 
 class KafkaUnreachableError(StatestreamIllegalStateException):
     """The brokers did not answer a metadata or offset request in time."""
@@ -48,14 +52,30 @@ class KafkaOffsetReader:
         )
 
     def partitions(self) -> list[TopicPartition]:
-        """The partitions the strategy reads now (internal topics left out)."""
-        from confluent_kafka import KafkaException
+        """The partitions the strategy reads now. A topic the brokers do not know is not there
+        (yet); one whose metadata carries another error (a leader being elected) is asked for
+        again a few times, then the error is raised: taking it for deleted would be data loss."""
+        from confluent_kafka import KafkaError, KafkaException
 
-        try:
-            meta = self._consumer.list_topics(timeout=self.timeout_s)
-        except KafkaException as exc:
-            raise self._unreachable("list the topics", exc) from None
-        cluster = {name: len(t.partitions) for name, t in meta.topics.items() if not name.startswith("__") and t.error is None}
+        for attempt in range(self.options.fetch_offset_retries + 1):
+            try:
+                meta = self._consumer.list_topics(timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise self._unreachable("list the topics", exc) from None
+            troubled = {
+                name: t.error for name, t in meta.topics.items()
+                if t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART and self._wanted(name)
+            }
+            if not troubled:
+                break
+            if attempt == self.options.fetch_offset_retries:
+                raise StatestreamIllegalStateException(
+                    "Kafka: metadata of " + ", ".join(f"{n!r} ({e})" for n, e in sorted(troubled.items())) + " not available"
+                )
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+        cluster = {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
+        if self.strategy.kind == "subscribepattern":
+            cluster = {name: n for name, n in cluster.items() if name not in _INTERNAL_TOPICS}
         if self.strategy.kind == "subscribe":
             for topic in self.strategy.topics:
                 if topic not in cluster and topic not in self._warned_missing:
@@ -63,30 +83,55 @@ class KafkaOffsetReader:
                     log.warning("Kafka topic %r does not exist (yet): the source reads it once it does", topic)
         return self.strategy.assigned(cluster)
 
-    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
-        from confluent_kafka import KafkaException, TopicPartition as KafkaTopicPartition
+    def _wanted(self, topic: str) -> bool:
+        """Whether the strategy would read ``topic`` (its metadata errors matter)."""
+        if self.strategy.kind == "subscribe":
+            return topic in self.strategy.topics
+        if self.strategy.kind == "assign":
+            return any(t == topic for t, _ in self.strategy.partitions)
+        return topic not in _INTERNAL_TOPICS and self.strategy.assigned({topic: 1}) != []
+
+    def _watermarks(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """(earliest, latest) of a partition; None if the brokers no longer know it."""
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
         try:
             low, high = self._consumer.get_watermark_offsets(KafkaTopicPartition(tp[0], tp[1]), timeout=self.timeout_s, cached=False)
         except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if err is not None and getattr(err, "code", lambda: None)() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                return None
             raise self._unreachable(f"fetch the offsets of {tp_text(tp)}", exc) from None
         return int(low), int(high)
 
     def earliest(self, tps: "list[TopicPartition] | None" = None) -> dict[TopicPartition, int]:
-        return {tp: self._watermarks(tp)[0] for tp in (self.partitions() if tps is None else tps)}
+        """The earliest offsets; a partition gone meanwhile is left out (the caller's data-loss
+        check names it)."""
+        out = {}
+        for tp in self.partitions() if tps is None else tps:
+            found = self._watermarks(tp)
+            if found is not None:
+                out[tp] = found[0]
+        return out
 
     def latest(self, known: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
         """The latest offsets of every partition read now. One below a known offset is fetched
         again a few times (a broker can answer with a stale high watermark), then accepted."""
-        tps = self.partitions()
-        out = {tp: self._watermarks(tp)[1] for tp in tps}
+        out = {}
+        for tp in self.partitions():
+            found = self._watermarks(tp)
+            if found is not None:
+                out[tp] = found[1]
         for _ in range(self.options.fetch_offset_retries):
-            behind = [tp for tp in tps if known and tp in known and out[tp] < known[tp]]
+            behind = [tp for tp in out if known and tp in known and out[tp] < known[tp]]
             if not behind:
                 break
             log.warning("Kafka latest offsets behind the known ones for %s: fetching again", ", ".join(map(tp_text, behind)))
             time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
-            out.update({tp: self._watermarks(tp)[1] for tp in behind})
+            for tp in behind:
+                found = self._watermarks(tp)
+                if found is not None:
+                    out[tp] = found[1]
         return out
 
     def offsets_for_timestamps(self, stamps: Mapping[TopicPartition, int], on_no_match: str) -> dict[TopicPartition, int]:
@@ -104,7 +149,7 @@ class KafkaOffsetReader:
             if ktp.offset >= 0:
                 out[tp] = int(ktp.offset)
             elif on_no_match == "latest":
-                out[tp] = self._watermarks(tp)[1]
+                out[tp] = self._edge(tp, 1)
             else:
                 from statestream.sources.options import illegal_argument
 
@@ -142,12 +187,18 @@ class KafkaOffsetReader:
         out = {}
         for tp, offset in starting.offsets.items():
             if offset == LATEST:
-                out[tp] = self._watermarks(tp)[1]
+                out[tp] = self._edge(tp, 1)
             elif offset == EARLIEST:
-                out[tp] = self._watermarks(tp)[0]
+                out[tp] = self._edge(tp, 0)
             else:
                 out[tp] = int(offset)
         return out
+
+    def _edge(self, tp: TopicPartition, which: int) -> int:
+        found = self._watermarks(tp)
+        if found is None:
+            raise StatestreamIllegalStateException(f"Kafka: partition {tp_text(tp)} does not exist (any more)")
+        return found[which]
 
     def describe(self) -> dict[str, Any]:
         return {"strategy": str(self.strategy)}

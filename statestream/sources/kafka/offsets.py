@@ -231,6 +231,11 @@ def plan_ranges(
     return ranges
 
 
+def _round_half_up(x: float) -> int:
+    """Scala's ``math.round`` (halves go up; Python's ``round`` takes them to even)."""
+    return math.floor(x + 0.5)
+
+
 def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
     """The Spark tasks of a batch: one per non-empty range, or, when ``minPartitions`` asks for
     more, large ranges cut in parts in proportion to their size (Spark's
@@ -239,7 +244,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
     if min_partitions is None or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
-    parts = {id(r): max(1, round(r.size / total * min_partitions)) for r in ranges}
+    parts = {id(r): max(1, _round_half_up(r.size / total * min_partitions)) for r in ranges}
     whole = [r for r in ranges if parts[id(r)] == 1]
     large = [r for r in ranges if parts[id(r)] > 1]
     left = max(1, min_partitions - len(whole))
@@ -249,7 +254,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
         if parts[id(r)] == 1:
             out.append(r)
             continue
-        k = max(1, round(r.size / large_total * left))
+        k = max(1, _round_half_up(r.size / large_total * left))
         lo, remaining = r.from_offset, r.size
         for i in range(k):
             step = remaining // (k - i)

@@ -24,7 +24,9 @@ __all__ = [
     "TopicPartition",
     "parse_assign_json",
     "parse_partition_offsets_json",
+    "include_headers",
     "parse_source_options",
+    "validate_stream_options",
     "redacted_params",
 ]
 
@@ -133,14 +135,15 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
 
 
-def _long(text: str) -> int:
-    """Scala's ``toLong``: a plain decimal integer (no blanks), else a NumberFormatException."""
+def _long(text: str, bits: int = 64) -> int:
+    """Scala's ``toLong`` (``toInt`` with ``bits=32``): a plain decimal integer (no blanks) in
+    range, else a NumberFormatException."""
     from statestream.errors import number_format_error
 
     if not re.fullmatch(r"[+-]?\d+", text):
         raise number_format_error(text)
     value = int(text)
-    if not -(2**63) <= value < 2**63:
+    if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
         raise number_format_error(text)
     return value
 
@@ -228,10 +231,11 @@ def _starting(opts: Mapping[str, str]) -> OffsetRangeLimit:
     return OffsetRangeLimit("specific", offsets=parse_partition_offsets_json(raw.strip()))
 
 
-def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
-    """Validate and parse a streaming Kafka source's options (Spark's order of checks: ending
-    offsets, the strategy, minPartitions, refused ``kafka.*`` options, the bootstrap servers,
-    the per-trigger limits), raising Spark's IllegalArgumentException texts."""
+def validate_stream_options(options: Mapping[str, Any]) -> None:
+    """What Spark checks when a streaming Kafka DataFrame is created (``load()``), in its
+    order: ending offsets, the strategy's presence and shape, minPartitions, refused
+    ``kafka.*`` options, the bootstrap servers, the per-trigger limits. The JSON and timestamp
+    options are only parsed when the query starts (:func:`parse_source_options`)."""
     opts = _lower(options)
     if "endingoffsets" in opts:
         raise illegal_argument("ending offset not valid in streaming queries")
@@ -248,28 +252,14 @@ def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
         )
     kind = given[0]
     value = opts[kind]
-    if kind == ASSIGN:
-        if not value.strip().startswith("{"):
-            raise illegal_argument(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
-        strategy = ConsumerStrategy(ASSIGN, partitions=parse_assign_json(value))
-    elif kind == SUBSCRIBE:
-        topics = tuple(t.strip() for t in value.split(",") if t.strip())
-        if not topics:
-            raise illegal_argument(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
-        strategy = ConsumerStrategy(SUBSCRIBE, topics=topics)
-    else:
-        if not value.strip():
-            raise illegal_argument(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
-        try:
-            re.compile(value.strip())
-        except re.error as exc:
-            raise illegal_argument(f"Invalid subscribePattern '{value.strip()}': {exc}") from None
-        strategy = ConsumerStrategy(SUBSCRIBE_PATTERN, pattern=value.strip())
-    min_partitions = None
-    if "minpartitions" in opts:
-        min_partitions = _long(opts["minpartitions"])
-        if min_partitions <= 0:
-            raise illegal_argument("minPartitions must be positive")
+    if kind == ASSIGN and not value.strip().startswith("{"):
+        raise illegal_argument(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+    if kind == SUBSCRIBE and not [t for t in value.split(",") if t.strip()]:
+        raise illegal_argument(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
+    if kind == SUBSCRIBE_PATTERN and not value.strip():
+        raise illegal_argument(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
+    if "minpartitions" in opts and _long(opts["minpartitions"], bits=32) <= 0:
+        raise illegal_argument("minPartitions must be positive")
     if "kafka.group.id" in opts:
         log.warning(
             "Kafka option 'kafka.group.id' has been set on this query: queries or sources sharing a group id "
@@ -294,27 +284,54 @@ def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
             raise illegal_argument(f"Kafka option '{refused}' is not supported")
     if "kafka.bootstrap.servers" not in opts:
         raise illegal_argument("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
-    max_per = _long(opts["maxoffsetspertrigger"]) if "maxoffsetspertrigger" in opts else None
-    min_per = _long(opts["minoffsetspertrigger"]) if "minoffsetspertrigger" in opts else None
-    if max_per is not None and min_per is not None and min_per > max_per:
-        raise illegal_argument(f"The value of minOffsetPerTrigger({min_per}) is higher than the maxOffsetsPerTrigger({max_per}).")
+    if "minoffsetspertrigger" in opts and "maxoffsetspertrigger" in opts:
+        min_per, max_per = _long(opts["minoffsetspertrigger"]), _long(opts["maxoffsetspertrigger"])
+        if min_per > max_per:
+            raise illegal_argument(f"The value of minOffsetPerTrigger({min_per}) is higher than the maxOffsetsPerTrigger({max_per}).")
+
+
+def include_headers(options: Mapping[str, Any]) -> bool:
+    """``includeHeaders``, which the source's schema depends on (read at ``load()``)."""
+    return _boolean(_lower(options).get("includeheaders", "false"))
+
+
+def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
+    """Validate (:func:`validate_stream_options`) and parse a streaming Kafka source's options,
+    as Spark does when the query starts: the assign JSON, the starting offsets and timestamps,
+    and the other options' values, raising Spark's IllegalArgumentException texts."""
+    validate_stream_options(options)
+    opts = _lower(options)
+    kind = next(k for k in opts if k in STRATEGY_KEYS)
+    value = opts[kind]
+    if kind == ASSIGN:
+        strategy = ConsumerStrategy(ASSIGN, partitions=parse_assign_json(value))
+    elif kind == SUBSCRIBE:
+        strategy = ConsumerStrategy(SUBSCRIBE, topics=tuple(t.strip() for t in value.split(",") if t.strip()))
+    else:
+        try:
+            re.compile(value.strip())
+        except re.error as exc:
+            raise illegal_argument(f"Invalid subscribePattern '{value.strip()}': {exc}") from None
+        strategy = ConsumerStrategy(SUBSCRIBE_PATTERN, pattern=value.strip())
     # kafka.* keep the case of what follows the prefix (Kafka's own names are lower-case)
     kafka_params = {str(k)[6:]: ("" if v is None else str(v)) for k, v in options.items() if str(k).lower().startswith("kafka.")}
+
+    def long_option(key: str, default: int | None) -> int | None:
+        return _long(opts[key]) if key in opts else default
+
     return KafkaSourceOptions(
         strategy=strategy,
         kafka_params=kafka_params,
         starting=_starting(opts),
         fail_on_data_loss=_boolean(opts.get("failondataloss", "true")),
-        include_headers=_boolean(opts.get("includeheaders", "false")),
-        max_offsets_per_trigger=max_per,
-        min_offsets_per_trigger=min_per,
+        include_headers=include_headers(options),
+        max_offsets_per_trigger=long_option("maxoffsetspertrigger", None),
+        min_offsets_per_trigger=long_option("minoffsetspertrigger", None),
         max_trigger_delay_ms=_time_ms(opts.get("maxtriggerdelay", "15m")),
-        min_partitions=min_partitions,
-        poll_timeout_ms=_long(opts["kafkaconsumer.polltimeoutms"]) if "kafkaconsumer.polltimeoutms" in opts else 120_000,
-        fetch_offset_retries=_long(opts["fetchoffset.numretries"]) if "fetchoffset.numretries" in opts else 3,
-        fetch_offset_retry_interval_ms=(
-            _long(opts["fetchoffset.retryintervalms"]) if "fetchoffset.retryintervalms" in opts else 1000
-        ),
+        min_partitions=long_option("minpartitions", None),
+        poll_timeout_ms=long_option("kafkaconsumer.polltimeoutms", 120_000) or 120_000,
+        fetch_offset_retries=long_option("fetchoffset.numretries", 3) or 0,
+        fetch_offset_retry_interval_ms=long_option("fetchoffset.retryintervalms", 1000) or 0,
         group_id_prefix=opts.get("groupidprefix", "spark-kafka-source"),
     )
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: records fetched per poll
 _BATCH = 10_000
+#: how long one poll waits: an empty one is looked into (see ``KafkaRangeReader.read``)
+_SLICE_S = 0.2
 #: Arrow batch size handed to Spark
 _ROWS_PER_BATCH = 50_000
 
@@ -72,7 +74,7 @@ class _Columns:
         kind, stamp = msg.timestamp()
         # confluent-kafka's 0/1/2 (none, create, log append) are Kafka's -1/0/1
         self.types.append(kind - 1)
-        self.stamps.append(None if kind == 0 else stamp * 1000)
+        self.stamps.append(stamp * 1000 if kind != 0 else -1000)  # no timestamp: -1 ms, as Spark shows it
         if self.include_headers:
             hs = msg.headers()
             self.headers.append(None if not hs else [{"key": k, "value": v} for k, v in hs])
@@ -99,20 +101,24 @@ class KafkaRangeReader:
     (``id`` of ``spark.range``), ``ranges`` what they stand for."""
 
     ranges: Sequence[OffsetRange]
-    kafka_params: Mapping[str, str]
-    group_id: str
+    kafka_params: Mapping[str, str] = field(repr=False)  # may hold credentials
+    group_id: str = ""
     include_headers: bool = False
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
-    accumulator: Any = field(default=None, compare=False)
+
+    @property
+    def executor_group_id(self) -> str:
+        """The group id the tasks' consumers use: the user's, or the query's with ``-executor``."""
+        return self.kafka_params.get("group.id") or f"{self.group_id}-executor"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ids = [int(i) for b in batches for i in b.column(0).to_pylist()]
+        ids = [int(i) for b in batches for i in b.column(0).to_pylist() if int(i) < len(self.ranges)]
         if not ids:
             return
         from confluent_kafka import Consumer
 
-        consumer = Consumer(consumer_config(self.kafka_params, self.group_id + "-executor", {"auto.offset.reset": "error"}))
+        consumer = Consumer(consumer_config(self.kafka_params, self.executor_group_id, {"auto.offset.reset": "error"}))
         try:
             for i in ids:
                 yield from self.read(consumer, self.ranges[i])
@@ -120,56 +126,81 @@ class KafkaRangeReader:
             consumer.close()
 
     def read(self, consumer: Any, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-        """The records of one range, in Arrow batches."""
-        from confluent_kafka import KafkaError, TopicPartition
+        """The records of one range, in Arrow batches.
+
+        A poll that brings nothing is looked into rather than waited out: a consumer whose
+        position moved past the offset asked for skipped offsets without records (transaction
+        markers, compaction), which is not data loss; a log that now begins above it, or ends
+        below it, lost records (``failOnDataLoss``); only a position that does not move for
+        ``kafkaConsumer.pollTimeoutMs`` is a timeout, as in Spark."""
+        from confluent_kafka import TopicPartition
 
         schema = arrow_schema(self.include_headers)
         cols = _Columns(self.include_headers)
-        nxt = r.from_offset
+        nxt, until = r.from_offset, r.until_offset
         consumer.assign([TopicPartition(r.topic, r.partition, nxt)])
-        timeout_s = self.poll_timeout_ms / 1000.0
+        idle_s = 0.0
         try:
-            while nxt < r.until_offset:
-                msgs = consumer.consume(min(_BATCH, r.until_offset - nxt), timeout=timeout_s)
-                if not msgs:
-                    nxt = self._nothing_returned(consumer, r, nxt, timeout_s)
-                    if nxt is None:
-                        break
-                    consumer.assign([TopicPartition(r.topic, r.partition, nxt)])
-                    continue
+            while nxt < until:
+                msgs = consumer.consume(min(_BATCH, until - nxt), timeout=_SLICE_S)
+                low = None  # the log's first offset, fetched at most once per chunk
+                seek_to = None
                 for msg in msgs:
                     err = msg.error()
                     if err is not None:
-                        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                            moved = self._out_of_range(consumer, r, nxt, timeout_s)
-                            if moved is None:
-                                return
-                            nxt = moved
-                            consumer.assign([TopicPartition(r.topic, r.partition, nxt)])
+                        seek_to = self._on_error(consumer, r, nxt, err)
+                        if seek_to is not None:
                             break
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise RuntimeError(f"Kafka: reading {tp_text((r.topic, r.partition))} at offset {nxt} failed: {err}")
+                        continue
                     offset = msg.offset()
-                    if offset >= r.until_offset:
-                        nxt = r.until_offset
+                    if offset < nxt:
+                        continue
+                    if offset >= until:
+                        nxt = until
                         break
-                    if offset > nxt:
-                        self._gap(consumer, r, nxt, offset, timeout_s)
+                    if offset > nxt:  # offsets without records: lost only below the log's start
+                        if low is None:
+                            low = self._watermarks(consumer, r)[0]
+                        if low > nxt:
+                            self._lost(r, nxt, min(offset, low))
                     cols.add(msg)
                     nxt = offset + 1
+                if seek_to is not None:
+                    if seek_to >= until:
+                        break
+                    nxt = seek_to
+                    consumer.assign([TopicPartition(r.topic, r.partition, nxt)])
+                    idle_s = 0.0
+                    continue
                 if len(cols) >= _ROWS_PER_BATCH:
                     yield cols.batch(r.topic, r.partition, schema)
                     cols.clear()
+                if msgs or nxt >= until:
+                    idle_s = 0.0
+                    continue
+                moved = self._after_empty_poll(consumer, r, nxt)
+                if moved is None:
+                    break
+                if moved > nxt:
+                    nxt = moved
+                    if nxt < until:
+                        consumer.assign([TopicPartition(r.topic, r.partition, nxt)])
+                    idle_s = 0.0
+                    continue
+                idle_s += _SLICE_S
+                if idle_s * 1000 >= self.poll_timeout_ms:
+                    from statestream.errors import StatestreamIllegalStateException
+
+                    raise StatestreamIllegalStateException(f"Cannot fetch record for offset {nxt} in {self.poll_timeout_ms} milliseconds")
         finally:
             consumer.unassign()
         if len(cols):
             yield cols.batch(r.topic, r.partition, schema)
 
-    def _low(self, consumer: Any, r: OffsetRange, timeout_s: float) -> tuple[int, int]:
+    def _watermarks(self, consumer: Any, r: OffsetRange) -> tuple[int, int]:
         from confluent_kafka import TopicPartition
 
-        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=timeout_s, cached=False)
+        low, high = consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition), timeout=self.poll_timeout_ms / 1000.0, cached=False)
         return int(low), int(high)
 
     def _lost(self, r: OffsetRange, start: int, end: int) -> None:
@@ -178,39 +209,50 @@ class KafkaRangeReader:
             raise KafkaDataLossError(
                 "COULD_NOT_READ_OFFSET_RANGE",
                 f"Could not read records in offset [{start}, {end}) for topic partition {tp_text((r.topic, r.partition))}\n"
-                f"with consumer group {self.group_id}-executor.",
+                f"with consumer group {self.executor_group_id}.",
             )
         log.warning(
             "Kafka: records [%d, %d) of %s are no longer available (failOnDataLoss=false): skipped",
             start, end, tp_text((r.topic, r.partition)),
         )
 
-    def _gap(self, consumer: Any, r: OffsetRange, nxt: int, got: int, timeout_s: float) -> None:
-        """A record beyond the one asked for: data loss only if the log now begins above it."""
-        low, _ = self._low(consumer, r, timeout_s)
-        if low > nxt:
-            self._lost(r, nxt, min(got, low))
+    def _after_empty_poll(self, consumer: Any, r: OffsetRange, nxt: int) -> int | None:
+        """Where to go on after a poll that brought nothing: the consumer's position if it moved
+        past ``nxt`` (offsets without records), the log's start if the records aged out, None
+        when the range is over (the log now ends below it: lost), ``nxt`` to keep waiting."""
+        from confluent_kafka import TopicPartition
 
-    def _out_of_range(self, consumer: Any, r: OffsetRange, nxt: int, timeout_s: float) -> int | None:
-        low, high = self._low(consumer, r, timeout_s)
-        if nxt < low:
-            self._lost(r, nxt, min(low, r.until_offset))
-            return low if low < r.until_offset else None
-        raise RuntimeError(
-            f"Kafka: offset {nxt} of {tp_text((r.topic, r.partition))} is out of range [{low}, {high}) while reading up to {r.until_offset}"
-        )
-
-    def _nothing_returned(self, consumer: Any, r: OffsetRange, nxt: int, timeout_s: float) -> int | None:
-        """A poll that returned nothing: the rest of the range aged out, or a timeout."""
-        low, high = self._low(consumer, r, timeout_s)
+        position = consumer.position([TopicPartition(r.topic, r.partition)])[0].offset
+        if position > nxt:
+            return position if position < r.until_offset else None
+        low, high = self._watermarks(consumer, r)
         if low > nxt:
             self._lost(r, nxt, min(low, r.until_offset))
             return low if low < r.until_offset else None
-        if high <= nxt:
-            # the log ends below the range (records that will never come, e.g. aborted ones)
+        if high <= nxt:  # the log was cut below the planned range (truncation, a recreated topic)
+            self._lost(r, nxt, r.until_offset)
             return None
-        from statestream.errors import StatestreamIllegalStateException
+        return nxt
 
-        raise StatestreamIllegalStateException(
-            f"Cannot fetch record for offset {nxt} in {self.poll_timeout_ms} milliseconds"
-        )
+    def _on_error(self, consumer: Any, r: OffsetRange, nxt: int, err: Any) -> int | None:
+        """An error event of the poll: an offset out of range is data loss or a move to the
+        log's start (the offset to go on from is returned); transient broker trouble is logged
+        and waited out; anything else about this partition fails the task."""
+        from confluent_kafka import KafkaError
+
+        code = err.code()
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            low, high = self._watermarks(consumer, r)
+            if nxt < low:
+                self._lost(r, nxt, min(low, r.until_offset))
+                return low
+            if nxt >= high:
+                self._lost(r, nxt, r.until_offset)  # the log ends below the offset asked for
+                return r.until_offset
+            return nxt  # a stale answer (the log moved meanwhile): ask again
+        if code == KafkaError._PARTITION_EOF:
+            return None
+        if not err.fatal() and (err.retriable() or code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)):
+            log.warning("Kafka: %s while reading %s at offset %d: retrying", err, tp_text((r.topic, r.partition)), nxt)
+            return None
+        raise RuntimeError(f"Kafka: reading {tp_text((r.topic, r.partition))} at offset {nxt} failed: {err}")

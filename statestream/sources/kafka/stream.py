@@ -30,7 +30,13 @@ from statestream.sources.kafka.offsets import (
     rate_limited_offsets,
     split_ranges,
 )
-from statestream.sources.kafka.options import KafkaSourceOptions, TopicPartition, parse_source_options
+from statestream.sources.kafka.options import (
+    KafkaSourceOptions,
+    TopicPartition,
+    include_headers,
+    parse_source_options,
+    validate_stream_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -69,6 +75,20 @@ def kafka_schema(include_headers: bool) -> "StructType":
     return StructType(fields)
 
 
+def _scala_double(x: float) -> str:
+    """A double as Scala's ``toString`` writes it (``3.0``, ``1.0E7``)."""
+    if x != 0 and (abs(x) >= 1e7 or abs(x) < 1e-3):
+        mantissa, exp = f"{x:.16E}".split("E")
+        mantissa = repr(float(mantissa))
+        return f"{mantissa}E{int(exp)}"
+    return repr(float(x))
+
+
+def _map_text(offsets: Mapping[TopicPartition, int]) -> str:
+    """An offset map as Spark's messages show it, ``Map(t-0 -> 5, ...)``."""
+    return "Map(" + ", ".join(f"{t}-{p} -> {o}" for (t, p), o in sorted(offsets.items())) + ")"
+
+
 class KafkaMicroBatchStream(Source):
     """The Kafka source of one streaming query.
 
@@ -86,21 +106,43 @@ class KafkaMicroBatchStream(Source):
     short_name = "kafka"
 
     def __init__(self, options: Mapping[str, Any], metadata_dir: str | None = None, clock: Callable[[], float] | None = None) -> None:
-        self.options: KafkaSourceOptions = parse_source_options(options)
+        validate_stream_options(options)  # what Spark checks at load(); the rest at query start
+        self._include_headers = include_headers(options)
         from statestream.sources.kafka.client import require_client
 
         require_client('readStream.format("kafka")')
+        self._raw_options = dict(options)
+        self._options: KafkaSourceOptions | None = None
         self.metadata_dir = metadata_dir
         self._clock = clock or (lambda: time.time() * 1000)
-        given = self.options.kafka_params.get("group.id")
-        suffix = zlib.crc32((metadata_dir or "").encode())
-        self.group_id = given or f"{self.options.group_id_prefix}-{uuid.uuid4()}-{suffix}"
+        self._group_id: str | None = None
         self._reader = None
         self._initial: dict[TopicPartition, int] | None = None
         self._available_now = False
         self._available_now_end: dict[TopicPartition, int] | None = None
         self._last_trigger_ms = 0.0
         self._latest: dict[TopicPartition, int] | None = None
+
+    @property
+    def options(self) -> KafkaSourceOptions:
+        """The parsed options: the JSON and timestamp ones are read when the query starts, as
+        in Spark (a bad one fails the query, not ``load()``)."""
+        if self._options is None:
+            self._options = parse_source_options(self._raw_options)
+            from statestream.sources.kafka.options import redacted_params
+
+            log.info("Kafka source %s, client settings %s", self.options.strategy, redacted_params(self._options.kafka_params))
+        return self._options
+
+    @property
+    def group_id(self) -> str:
+        """The user's ``kafka.group.id``, or one of the query's own: the prefix, a random UUID
+        and a hash of the source's checkpoint directory."""
+        if self._group_id is None:
+            given = self.options.kafka_params.get("group.id")
+            suffix = zlib.crc32((self.metadata_dir or "").encode())
+            self._group_id = given or f"{self.options.group_id_prefix}-{uuid.uuid4()}-{suffix}"
+        return self._group_id
 
     # -- the cluster ------------------------------------------------------------------------------
 
@@ -139,7 +181,7 @@ class KafkaMicroBatchStream(Source):
 
     @property
     def schema(self) -> "StructType":
-        return kafka_schema(self.options.include_headers)
+        return kafka_schema(self._include_headers)
 
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_rows=self.options.max_offsets_per_trigger)
@@ -160,13 +202,43 @@ class KafkaMicroBatchStream(Source):
             return start
         new = [tp for tp in latest if tp not in begin]
         base = {**begin, **(self.reader.earliest(new) if new else {})}
-        if self._held_back(base, latest, limit):
+        if self._held_back(begin, latest, limit):
             return start
         end = latest if limit.max_rows is None else rate_limited_offsets(base, latest, limit.max_rows)
+        if self._available_now:
+            self._check_available_now_end(end)
         if end == begin:
             return start
-        self._last_trigger_ms = self._clock()
         return offset_json(end)
+
+    def _check_available_now_end(self, end: Mapping[TopicPartition, int]) -> None:
+        """Spark's checks of an availableNow batch's end against the offsets fixed at the run's
+        start and the brokers' latest ones (raised as Spark raises them, whatever
+        ``failOnDataLoss`` says)."""
+        from statestream.errors import StatestreamError
+        from statestream.sources.kafka.offsets import set_text
+
+        fixed = self._available_now_end or {}
+        if set(end) != set(fixed):
+            raise StatestreamError(
+                "Kafka data source in Trigger.AvailableNow should provide the same topic partitions in pre-fetched offset to end "
+                "offset for each microbatch. The error could be transient - restart your query, and report if you still see the "
+                f"same issue.\ntopic-partitions for pre-fetched offset: {set_text(set(fixed))}, topic-partitions for end offset: "
+                f"{set_text(set(end))}."
+            )
+        now = self.reader.latest()
+        if not set(end) <= set(now):
+            raise StatestreamError(
+                "Some of partitions in Kafka topic(s) have been lost during running query with Trigger.AvailableNow. The error "
+                "could be transient - restart your query, and report if you still see the same issue.\ntopic-partitions for "
+                f"latest offset: {set_text(set(now))}, topic-partitions for end offset: {set_text(set(end))}"
+            )
+        if any(end[tp] > now[tp] for tp in end):
+            raise StatestreamError(
+                "Some of partitions in Kafka topic(s) report available offset which is less than end offset during running query "
+                "with Trigger.AvailableNow. The error could be transient - restart your query, and report if you still see the "
+                f"same issue.\nlatest offset: {_map_text(now)}, end offset: {_map_text(end)}"
+            )
 
     def _held_back(self, base: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], limit: ReadLimit) -> bool:
         """``minOffsetsPerTrigger``: too few new records and ``maxTriggerDelay`` not yet passed
@@ -174,10 +246,15 @@ class KafkaMicroBatchStream(Source):
         wanted = self.options.min_offsets_per_trigger
         if wanted is None or limit is ReadLimit.ALL_AVAILABLE or self._available_now:
             return False
-        if self._clock() - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+        now = self._clock()
+        if now - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now  # Spark restarts the delay whenever it lets a trigger through
             return False
         backlog = sum(end - base.get(tp, 0) for tp, end in latest.items())
-        return backlog < wanted
+        if backlog < wanted:
+            return True
+        self._last_trigger_ms = now
+        return False
 
     def get_batch(self, spark: "SparkSession", start: Any, end: Any) -> "DataFrame":
         """The records ``[start, end)`` of every partition, read by one Spark task per range."""
@@ -213,7 +290,7 @@ class KafkaMicroBatchStream(Source):
         if not behind:
             return {}
         return {
-            "avgOffsetsBehindLatest": repr(float(sum(behind) / len(behind))),
+            "avgOffsetsBehindLatest": _scala_double(sum(behind) / len(behind)),
             "maxOffsetsBehindLatest": str(max(behind)),
             "minOffsetsBehindLatest": str(min(behind)),
         }
