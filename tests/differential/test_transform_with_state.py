@@ -463,6 +463,12 @@ def _data_batches(engine: Any, build: Any, batches: list, tmp_path: Any, timeout
                 assert q.exception() is None, q.exception()
                 assert time.time() < deadline, f"no batch read file {i} within {timeout} s"
                 time.sleep(0.2)
+        # the sink saw the last file's rows; its progress event comes after the sink call (on
+        # Spark's engine a stop right away can lose it): wait for one event per file
+        deadline = time.time() + timeout
+        while sum(1 for p in q.recentProgress if (p if isinstance(p, dict) else json.loads(p.json)).get("numInputRows")) < len(batches):
+            assert time.time() < deadline, "a file's batch left no progress event"
+            time.sleep(0.2)
     finally:
         q.stop()
     progress = [p if isinstance(p, dict) else json.loads(p.json) for p in q.recentProgress]
