@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from statestream.errors import StatestreamIllegalStateException
 from statestream.sources.kafka.client import consumer_config
@@ -199,6 +198,3 @@ class KafkaOffsetReader:
         if found is None:
             raise StatestreamIllegalStateException(f"Kafka: partition {tp_text(tp)} does not exist (any more)")
         return found[which]
-
-    def describe(self) -> dict[str, Any]:
-        return {"strategy": str(self.strategy)}

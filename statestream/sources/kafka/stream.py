@@ -200,11 +200,14 @@ class KafkaMicroBatchStream(Source):
         self._latest = latest
         if not latest:  # no partition at all (every topic gone or not there yet): no batch, as Spark
             return start
-        new = [tp for tp in latest if tp not in begin]
-        base = {**begin, **(self.reader.earliest(new) if new else {})}
         if self._held_back(begin, latest, limit):
             return start
-        end = latest if limit.max_rows is None else rate_limited_offsets(base, latest, limit.max_rows)
+        if limit.max_rows is None:
+            end = latest
+        else:  # the split needs each new partition's backlog, from its earliest offset
+            new = [tp for tp in latest if tp not in begin]
+            base = {**begin, **(self.reader.earliest(new) if new else {})}
+            end = rate_limited_offsets(base, latest, limit.max_rows)
         if self._available_now:
             self._check_available_now_end(end)
         if end == begin:
