@@ -110,7 +110,10 @@ class KafkaWriteTask:
                         "[MISSING_KAFKA_OPTION] Kafka option bootstrap.servers is not set. Please make sure it is set and retry. "
                         "SQLSTATE: 42KDF"
                     )
-                producer = Producer(producer_config(self.params))
+                from statestream.sources.kafka.client import ClientErrors
+
+                client_errors = ClientErrors()
+                producer = Producer(client_errors.attach(producer_config(self.params)))
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
             n = batch.num_rows
             topics = [self.topic] * n if self.topic is not None else cols["topic"]
@@ -137,7 +140,12 @@ class KafkaWriteTask:
                 sent += 1
             producer.poll(0)
         if producer is not None:
-            left = producer.flush(120)
+            import time
+
+            deadline = time.monotonic() + 120
+            while (left := producer.flush(1)) and time.monotonic() < deadline:
+                if client_errors.fatal:  # a refused login or TLS handshake: waiting mends nothing
+                    raise RuntimeError(f"Kafka: the brokers refused this task's producer: {client_errors.fatal}")
             if errors:
                 raise RuntimeError(f"Kafka: a record of this task was not delivered: {errors[0]}")
             if left:

@@ -25,12 +25,13 @@ class Topic:
     """A topic on the test broker, and the records produced to it in order, with the partition
     and offset each got (offsets count from 0 per partition)."""
 
-    def __init__(self, bootstrap: str, partitions: int, name: str | None = None) -> None:
+    def __init__(self, bootstrap: str, partitions: int, name: str | None = None, conf: dict[str, Any] | None = None) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         self.bootstrap = bootstrap
+        self.conf = conf or {}  # client settings beyond the address (a login)
         self.name = name or f"t-{uuid.uuid4().hex[:10]}"
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient({"bootstrap.servers": bootstrap, **self.conf})
         for future in admin.create_topics([NewTopic(self.name, num_partitions=partitions, replication_factor=1)]).values():
             future.result(10)
         self.next_offset = [0] * partitions
@@ -40,7 +41,7 @@ class Topic:
         Kafka source's schema."""
         from confluent_kafka import Producer
 
-        producer = Producer(producer_conf(self.bootstrap))
+        producer = Producer({**producer_conf(self.bootstrap), **self.conf})
         rows = []
         for partition, key, value, ts in records:
             producer.produce(self.name, key=key, value=value, partition=partition, timestamp=ts)
@@ -111,13 +112,13 @@ def test_windowed_count_over_a_partitioned_topic_equals_spark(spark, ours, kafka
     assert last["metrics"] == {"avgOffsetsBehindLatest": "0.0", "maxOffsetsBehindLatest": "0", "minOffsetsBehindLatest": "0"}
 
 
-def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) -> list[Any]:
+def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 30.0, conf: dict[str, Any] | None = None) -> list[Any]:
     """Every record of ``topic``, waiting for ``expected`` of them."""
     import time
 
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4().hex[:6]}", "enable.auto.commit": False, **(conf or {})})
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])

@@ -425,3 +425,76 @@ def test_task_times_out_when_the_position_does_not_move():
 
     with pytest.raises(Exception, match="Cannot fetch record for offset 2 in 1000 milliseconds"):  # noqa: PT011
         read_range(Stuck(range(10), 0, 10), OffsetRange("t", 0, 2, 9), True)
+
+
+# -- the client's settings: Java's names in librdkafka's terms ------------------------------------
+
+
+def test_jaas_and_pem_trust_store_become_librdkafka_settings(tmp_path):
+    from statestream.sources.kafka.client import client_config
+
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    conf = client_config({
+        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p w";',
+        "ssl.truststore.location": str(pem),  # no type given: read off the file
+        "ssl.truststore.password": "unused", "ssl.endpoint.identification.algorithm": "",
+    })
+    conf.pop("logger")
+    assert conf == {
+        "bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "u", "sasl.password": "p w", "ssl.ca.location": str(pem),
+        "ssl.endpoint.identification.algorithm": "none",
+    }
+
+
+def test_key_stores_and_kerberos_login_translate(tmp_path):
+    from statestream.sources.kafka.client import client_config
+
+    p12 = tmp_path / "client.p12"
+    p12.write_bytes(b"\x30\x82\x09\x00rest")
+    conf = client_config({"ssl.keystore.location": str(p12), "ssl.keystore.password": "k", "ssl.key.password": "kk"})
+    assert (conf["ssl.keystore.location"], conf["ssl.keystore.password"], conf["ssl.key.password"]) == (str(p12), "k", "kk")
+    conf = client_config({"ssl.keystore.location": "/x/client.pem", "ssl.keystore.type": "PEM", "ssl.keystore.key": "KEY"})
+    assert (conf["ssl.certificate.location"], conf["ssl.key.location"], conf["ssl.key.pem"]) == ("/x/client.pem", "/x/client.pem", "KEY")
+    conf = client_config({"sasl.jaas.config": 'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true keyTab="/k.tab" principal="a@R";'})
+    assert (conf["sasl.kerberos.keytab"], conf["sasl.kerberos.principal"]) == ("/k.tab", "a@R")
+
+
+def test_a_jks_store_is_refused_saying_what_to_give(tmp_path):
+    from statestream.errors import StatestreamError
+    from statestream.sources.kafka.client import client_config
+
+    jks = tmp_path / "trust.jks"
+    jks.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
+    with pytest.raises(StatestreamError, match=r"'kafka.ssl.truststore.location' names a JKS trust store.*PEM"):
+        client_config({"ssl.truststore.location": str(jks)})
+    with pytest.raises(StatestreamError, match=r"'kafka.ssl.keystore.location' names a JKS key store.*PKCS12"):
+        client_config({"ssl.keystore.location": str(jks)})
+    # a file the driver cannot read, with no type: Java's default (JKS) is assumed and refused
+    with pytest.raises(StatestreamError, match="JKS trust store"):
+        client_config({"ssl.truststore.location": str(tmp_path / "absent")})
+
+
+def test_client_errors_keep_the_telling_cause_and_mask_secrets():
+    from statestream.sources.kafka.client import ClientErrors
+
+    class Err:
+        def __init__(self, name, text):
+            self._name, self._text = name, text
+
+        def name(self):
+            return self._name
+
+        def str(self):
+            return self._text
+
+    errors = ClientErrors()
+    conf = errors.attach({"sasl.password": "hunter2"})
+    assert conf["error_cb"] is errors
+    errors(Err("_TRANSPORT", "connection reset"))
+    errors(Err("_ALL_BROKERS_DOWN", "1/1 brokers are down"))
+    assert (errors.last, errors.fatal) == ("connection reset", None)
+    errors(Err("_AUTHENTICATION", "SASL authentication error for password hunter2"))
+    assert errors.fatal == errors.last == "SASL authentication error for password *********(redacted)"

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["client_config", "consumer_config", "producer_config", "require_client"]
+__all__ = ["ClientErrors", "client_config", "consumer_config", "producer_config", "require_client"]
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +22,7 @@ _JAVA_ONLY = {
     "value.serializer",
     "sasl.login.callback.handler.class",
     "sasl.client.callback.handler.class",
-    "ssl.truststore.type",
-    "ssl.keystore.type",
-    "ssl.truststore.location",
     "ssl.truststore.password",
-    "ssl.keystore.location",
-    "ssl.keystore.password",
-    "ssl.key.password",
     "default.api.timeout.ms",
     "request.timeout.ms",
     "retry.backoff.ms",
@@ -53,20 +47,118 @@ def require_client(what: str) -> None:
 
 
 def _jaas_credentials(jaas: str) -> dict[str, str]:
-    """username/password of a PLAIN or SCRAM ``sasl.jaas.config``, as librdkafka's settings."""
+    """The options of a ``sasl.jaas.config`` as librdkafka's settings: username/password of a
+    PLAIN or SCRAM login, keytab/principal of a Kerberos one."""
     found = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', jaas))
-    out = {}
-    if "username" in found:
-        out["sasl.username"] = found["username"]
-    if "password" in found:
-        out["sasl.password"] = found["password"]
+    names = {"username": "sasl.username", "password": "sasl.password", "keyTab": "sasl.kerberos.keytab", "principal": "sasl.kerberos.principal"}
+    return {names[k]: v for k, v in found.items() if k in names}
+
+
+#: the first bytes of a Java KeyStore (JKS) file, a format only Java reads
+_JKS_MAGIC = b"\xfe\xed\xfe\xed"
+
+
+def _store_type(params: Mapping[str, str], kind: str) -> str:
+    """The format of the ``ssl.<kind>store.location`` file: the ``ssl.<kind>store.type`` given,
+    else read off the file (PEM text, a JKS magic number, or PKCS12), else Java's default, JKS."""
+    given = params.get(f"ssl.{kind}store.type")
+    if given:
+        return given.upper()
+    try:
+        with open(params[f"ssl.{kind}store.location"], "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return "JKS"
+    if head.lstrip().startswith(b"-----BEGIN"):
+        return "PEM"
+    return "JKS" if head.startswith(_JKS_MAGIC) else "PKCS12"
+
+
+def _tls_stores(params: Mapping[str, str]) -> dict[str, str]:
+    """The Java client's trust and key stores in librdkafka's terms, or an error that says
+    what to give instead: librdkafka reads PEM certificates and PKCS12 key stores, never JKS.
+
+    A PEM trust store is ``ssl.ca.location``; a PKCS12 key store keeps its name; a PEM key store
+    holds the certificate and the key (``ssl.certificate.location``/``ssl.key.location``). Kafka's
+    inline PEM settings become librdkafka's ``*.pem`` ones."""
+    from statestream.errors import StatestreamError
+
+    out: dict[str, str] = {}
+    if "ssl.truststore.location" in params:
+        kind = _store_type(params, "trust")
+        if kind != "PEM":
+            raise StatestreamError(
+                f"Kafka option 'kafka.ssl.truststore.location' names a {kind} trust store, which this Kafka client "
+                "(librdkafka) cannot read: give the CA certificates as a PEM file, with 'kafka.ssl.truststore.type' "
+                "set to PEM or as 'kafka.ssl.ca.location' (keytool -exportcert -rfc writes one from a JKS store)"
+            )
+        out["ssl.ca.location"] = params["ssl.truststore.location"]
+    if "ssl.keystore.location" in params:
+        kind = _store_type(params, "key")
+        location = params["ssl.keystore.location"]
+        if kind == "PEM":
+            out["ssl.certificate.location"] = out["ssl.key.location"] = location
+        elif kind == "PKCS12":
+            out["ssl.keystore.location"] = location
+            if "ssl.keystore.password" in params:
+                out["ssl.keystore.password"] = params["ssl.keystore.password"]
+        else:
+            raise StatestreamError(
+                f"Kafka option 'kafka.ssl.keystore.location' names a {kind} key store, which this Kafka client "
+                "(librdkafka) cannot read: convert it to PKCS12 (keytool -importkeystore -deststoretype PKCS12) "
+                "or give PEM files as 'kafka.ssl.certificate.location' and 'kafka.ssl.key.location'"
+            )
+    if "ssl.key.password" in params:
+        out["ssl.key.password"] = params["ssl.key.password"]
+    inline = {"ssl.truststore.certificates": "ssl.ca.pem", "ssl.keystore.certificate.chain": "ssl.certificate.pem", "ssl.keystore.key": "ssl.key.pem"}
+    out.update({inline[k]: v for k, v in params.items() if k in inline})
+    if params.get("ssl.endpoint.identification.algorithm") == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"  # Java's empty value turns the check off
     return out
+
+
+_TLS_KEYS = frozenset({
+    "ssl.truststore.type", "ssl.keystore.type", "ssl.truststore.location", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.certificates", "ssl.keystore.certificate.chain", "ssl.keystore.key", "ssl.endpoint.identification.algorithm",
+})
+
+
+class ClientErrors:
+    """What librdkafka reports through its error callback, kept for the error a caller raises:
+    a failed login or TLS handshake shows up there only, while the request that needed the
+    connection just times out. Messages are kept with the client's secrets masked."""
+
+    #: librdkafka's error names that no retry can mend: the settings are wrong
+    FATAL = ("_AUTHENTICATION", "_SSL", "SASL_AUTHENTICATION_FAILED", "_INVALID_ARG")
+
+    def __init__(self, secrets: "list[str] | None" = None) -> None:
+        self.last: str | None = None
+        self.fatal: str | None = None
+        self._secrets = [s for s in (secrets or []) if s]
+
+    def __call__(self, err: Any) -> None:
+        text = str(err.str() if hasattr(err, "str") else err)
+        for secret in self._secrets:
+            text = text.replace(secret, "*********(redacted)")
+        name = err.name() if hasattr(err, "name") else ""
+        if name != "_ALL_BROKERS_DOWN" or self.last is None:  # keep the more telling cause
+            self.last = text
+        if name in self.FATAL:
+            self.fatal = text
+
+    def attach(self, conf: dict[str, Any]) -> dict[str, Any]:
+        """``conf`` with this collector as its error callback."""
+        self._secrets += [str(v) for k, v in conf.items() if "password" in k or k.endswith(".pem") and "key" in k]
+        conf["error_cb"] = self
+        return conf
 
 
 def client_config(params: Mapping[str, str]) -> dict[str, Any]:
     """The user's ``kafka.*`` parameters in librdkafka's terms, for a consumer or a producer:
-    ``sasl.jaas.config`` becomes ``sasl.username``/``sasl.password``, the Java client's own
-    settings are left out (named in the log), and librdkafka's log lines go to Python logging."""
+    ``sasl.jaas.config`` becomes ``sasl.username``/``sasl.password``, the Java trust and key
+    stores librdkafka's settings (a JKS store is an error that says what to give instead), the
+    Java client's own settings are left out (named in the log), and librdkafka's log lines go
+    to Python logging."""
     conf: dict[str, Any] = {}
     dropped = []
     for key, value in params.items():
@@ -74,8 +166,9 @@ def client_config(params: Mapping[str, str]) -> dict[str, Any]:
             conf.update(_jaas_credentials(value))
         elif key in _JAVA_ONLY or key == "partitioner.class":
             dropped.append(key)
-        else:
+        elif key not in _TLS_KEYS:
             conf[key] = value
+    conf.update(_tls_stores(params))
     if dropped:
         log.info("Kafka options for the Java client that this client has no use for: %s", ", ".join(sorted(dropped)))
     conf["logger"] = logging.getLogger("statestream.kafka.librdkafka")

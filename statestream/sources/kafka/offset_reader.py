@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 
 from statestream.errors import StatestreamIllegalStateException
-from statestream.sources.kafka.client import consumer_config
+from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.options import EARLIEST, LATEST, ConsumerStrategy, KafkaSourceOptions, OffsetRangeLimit, TopicPartition, tp_text
 
 __all__ = ["KafkaOffsetReader"]
@@ -22,7 +22,8 @@ _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class KafkaUnreachableError(StatestreamIllegalStateException):
-    """The brokers did not answer a metadata or offset request in time."""
+    """The brokers did not answer a metadata or offset request in time, or refused the
+    client's login or TLS handshake."""
 
 
 class KafkaOffsetReader:
@@ -37,7 +38,8 @@ class KafkaOffsetReader:
         self.options = options
         self.strategy: ConsumerStrategy = options.strategy
         self.timeout_s = timeout_ms / 1000.0
-        self._consumer = Consumer(consumer_config(options.kafka_params, group_id))
+        self.errors = ClientErrors()
+        self._consumer = Consumer(self.errors.attach(consumer_config(options.kafka_params, group_id)))
         self._warned_missing: set[str] = set()
 
     def close(self) -> None:
@@ -45,22 +47,41 @@ class KafkaOffsetReader:
 
     def _unreachable(self, what: str, exc: BaseException) -> KafkaUnreachableError:
         servers = self.options.kafka_params.get("bootstrap.servers", "")
+        if self.errors.fatal:
+            return KafkaUnreachableError(
+                f"Kafka: the brokers at {servers!r} refused the connection to {what}: {self.errors.fatal} "
+                "(check the options 'kafka.security.protocol', 'kafka.sasl.*' and 'kafka.ssl.*')"
+            )
+        seen = f" (the client's last error: {self.errors.last})" if self.errors.last else ""
         return KafkaUnreachableError(
             f"Kafka: no answer from the brokers at {servers!r} (option 'kafka.bootstrap.servers') to {what} "
-            f"within {self.timeout_s:g} s: {exc}"
+            f"within {self.timeout_s:g} s: {exc}{seen}"
         )
+
+    def _list_topics(self):
+        """The cluster's metadata, asked for in short slices so that a refused login or TLS
+        handshake (reported by the error callback; the request itself would only time out)
+        fails at once."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return self._consumer.list_topics(timeout=max(0.05, min(1.0, left)))
+            except KafkaException as exc:
+                self._consumer.poll(0)  # serves the error callback
+                if self.errors.fatal or left <= 1.0:
+                    raise self._unreachable("list the topics", exc) from None
 
     def partitions(self) -> list[TopicPartition]:
         """The partitions the strategy reads now. A topic the brokers do not know is not there
         (yet); one whose metadata carries another error (a leader being elected) is asked for
         again a few times, then the error is raised: taking it for deleted would be data loss."""
-        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka import KafkaError
 
         for attempt in range(self.options.fetch_offset_retries + 1):
-            try:
-                meta = self._consumer.list_topics(timeout=self.timeout_s)
-            except KafkaException as exc:
-                raise self._unreachable("list the topics", exc) from None
+            meta = self._list_topics()
             troubled = {
                 name: t.error for name, t in meta.topics.items()
                 if t.error is not None and t.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART and self._wanted(name)

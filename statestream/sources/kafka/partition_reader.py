@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statestream.sources.kafka.client import consumer_config
+from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.offsets import KafkaDataLossError, OffsetRange
 from statestream.sources.kafka.options import tp_text
 
@@ -118,14 +118,15 @@ class KafkaRangeReader:
             return
         from confluent_kafka import Consumer
 
-        consumer = Consumer(consumer_config(self.kafka_params, self.executor_group_id, {"auto.offset.reset": "error"}))
+        errors = ClientErrors()
+        consumer = Consumer(errors.attach(consumer_config(self.kafka_params, self.executor_group_id, {"auto.offset.reset": "error"})))
         try:
             for i in ids:
-                yield from self.read(consumer, self.ranges[i])
+                yield from self.read(consumer, self.ranges[i], errors)
         finally:
             consumer.close()
 
-    def read(self, consumer: Any, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    def read(self, consumer: Any, r: OffsetRange, errors: ClientErrors | None = None) -> Iterator[pa.RecordBatch]:
         """The records of one range, in Arrow batches.
 
         A poll that brings nothing is looked into rather than waited out: a consumer whose
@@ -178,6 +179,8 @@ class KafkaRangeReader:
                 if msgs or nxt >= until:
                     idle_s = 0.0
                     continue
+                if errors is not None and errors.fatal:  # a refused login or TLS handshake
+                    raise RuntimeError(f"Kafka: the brokers refused this task's consumer of {tp_text((r.topic, r.partition))}: {errors.fatal}")
                 moved = self._after_empty_poll(consumer, r, nxt)
                 if moved is None:
                     break

@@ -151,7 +151,9 @@ class KafkaMicroBatchStream(Source):
         if self._reader is None:
             from statestream.sources.kafka.offset_reader import KafkaOffsetReader
 
-            self._reader = KafkaOffsetReader(self.options, self.group_id + "-driver")
+            # the Java client's bound on a metadata or offset request, if the user set one
+            timeout_ms = int(self.options.kafka_params.get("default.api.timeout.ms") or 30_000)
+            self._reader = KafkaOffsetReader(self.options, self.group_id + "-driver", timeout_ms=timeout_ms)
         return self._reader
 
     def initial_offsets(self) -> dict[TopicPartition, int]:
