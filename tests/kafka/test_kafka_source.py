@@ -268,6 +268,75 @@ def test_subscribe_pattern_reads_a_topic_created_while_running(ours, kafka_boots
 
 
 
+def _window_rows(rows: list[dict[str, Any]]) -> list[tuple]:
+    return sorted((r["window"]["start"], r["window"]["end"], r["k"], r["c"], r["s"], r["p"]) for r in rows)
+
+
+def test_processing_time_trigger_keeps_up_with_a_topic_being_written(spark, ours, kafka_bootstrap, tmp_path):
+    """Records arrive while the query runs on a 1-second processing-time trigger: it reads them
+    in several batches as they come, each record once, and is caught up (no offsets behind the
+    latest) soon after the writer stops. Its output equals Spark's engine reading the same
+    records split into the same batches (from files): the same rows, the same final watermark."""
+    import threading
+    import time
+
+    topic = Topic(kafka_bootstrap, 2)
+    rounds = [events(r, 6, 2) for r in range(80)]
+    for r, plan in enumerate(rounds):  # event time moves on 0.5 s a round
+        plan[:] = [(p, k, v, T0 + r * 500 + i * 40) for i, (p, k, v, _ts) in enumerate(plan)]
+    produced: list[tuple] = []
+    batches_while_writing = []
+
+    def write() -> None:
+        """A round every 0.35 s until the query has finished three data batches meanwhile
+        (however long a batch takes on this machine), at most 80 rounds."""
+        for r, plan in enumerate(rounds):
+            produced.extend(topic.produce(plan))
+            time.sleep(0.35)
+            done = [p for p in query.recentProgress if p["numInputRows"]]
+            if r >= 8 and len(done) >= 3:
+                break
+        batches_while_writing.extend(p for p in query.recentProgress if p["numInputRows"])
+
+    collected: list[tuple[int, dict]] = []
+    query = (
+        windowed_count(kafka_reader(ours, kafka_bootstrap, topic.name, startingOffsets="earliest"))
+        .writeStream.outputMode("append").trigger(processingTime="1 second")
+        .foreachBatch(lambda df, bid: collected.extend((bid, r.asDict(recursive=True)) for r in df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    )
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        writer.join(60)
+        end = {str(p): topic.next_offset[p] for p in range(2)}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            last = query.lastProgress
+            if last and last["numInputRows"] == 0 and ast.literal_eval(last["sources"][0]["endOffset"]) == {topic.name: end}:
+                break
+            time.sleep(0.2)
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert query.lastProgress["sources"][0]["metrics"]["maxOffsetsBehindLatest"] == "0"
+    assert sum(p["numInputRows"] for p in progress) == len(produced)
+    assert len(batches_while_writing) >= 3, f"only {len(batches_while_writing)} batches ran while 80 rounds were written"
+
+    # the same split on Spark's engine: each data batch's records, by their offsets
+    splits = []
+    for p in progress:
+        start = (ast.literal_eval(str(p["sources"][0]["startOffset"])) or {}).get(topic.name, {})  # None at first
+        stop = ast.literal_eval(p["sources"][0]["endOffset"])[topic.name]
+        splits.append([r for r in produced if int(start.get(str(r[3]), 0)) <= r[4] < int(stop[str(r[3])])])
+    assert sum(map(len, splits)) == len(produced)
+    reference = run_stream(spark, windowed_count, splits, KAFKA_DDL, "append", tmp_path)
+    expected = _window_rows([r for b in reference.batches for r in b.rows])
+    assert expected, "the reference emitted nothing: the test would prove nothing"
+    assert _window_rows([r for _bid, r in collected]) == expected
+    assert query.lastProgress["eventTime"]["watermark"] == reference.batches[-1].watermark
+
+
 def _running_total(key, pdfs, state):
     import pandas as pd
 
