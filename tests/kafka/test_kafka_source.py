@@ -364,16 +364,82 @@ def stream_join_over_kafka(df):
     return left.join(right, cond, "inner").select("lk", "ln", "rn")
 
 
-@pytest.mark.parametrize("build", [python_state_over_kafka, stream_join_over_kafka], ids=["apply_in_pandas_with_state", "stream_join"])
+def _avro_long(n: int) -> bytes:
+    """Avro's encoding of a long: zigzag, then a little-endian base-128 varint."""
+    u = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        byte, u = u & 0x7F, u >> 7
+        out.append(byte | (0x80 if u else 0))
+        if not u:
+            return bytes(out)
+
+
+def avro_like(value: bytes) -> bytes:
+    """A JSON event {"k", "n"} as a schema-registry framed Avro record: magic byte 0, a 4-byte
+    schema id, then the record's fields in Avro's binary encoding (k a string, n a long)."""
+    import struct
+
+    event = json.loads(value)
+    k = event["k"].encode()
+    return b"\x00" + struct.pack(">i", 7) + _avro_long(len(k)) + k + _avro_long(event["n"])
+
+
+def _decode_avro_like(values):
+    """The Python decoder users run when spark-avro is not on the classpath (it is not in the
+    PySpark wheel): the frame checked, the fields read back."""
+    import pandas as pd
+
+    def read_long(buf: bytes, i: int) -> tuple[int, int]:
+        shift = u = 0
+        while True:
+            b = buf[i]
+            i += 1
+            u |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return (u >> 1) ^ -(u & 1), i
+
+    ks, ns = [], []
+    for buf in values:
+        if buf[0] != 0 or int.from_bytes(buf[1:5], "big") != 7:
+            raise ValueError(f"not a schema 7 record: {bytes(buf[:5])!r}")
+        length, i = read_long(buf, 5)
+        ks.append(bytes(buf[i:i + length]).decode())
+        ns.append(read_long(buf, i + length)[0])
+    return pd.DataFrame({"k": ks, "n": ns})
+
+
+def avro_like_over_kafka(df):
+    """Binary records decoded by a pandas UDF, then the windowed count."""
+    from pyspark.sql.functions import pandas_udf
+
+    decode = pandas_udf(_decode_avro_like, "k STRING, n LONG")
+    parsed = df.select(decode("value").alias("j"), "timestamp", "partition")
+    return (
+        parsed.select("j.k", "j.n", "timestamp", "partition")
+        .withWatermark("timestamp", "3 seconds")
+        .groupBy(F.window("timestamp", "2 seconds"), "k")
+        .agg(F.count("*").alias("c"), F.sum("n").alias("s"), F.max("partition").alias("p"))
+    )
+
+
+@pytest.mark.parametrize(
+    "build", [python_state_over_kafka, stream_join_over_kafka, avro_like_over_kafka],
+    ids=["apply_in_pandas_with_state", "stream_join", "avro_like_records"],
+)
 def test_kafka_composes_with_python_state_and_joins(spark, ours, kafka_bootstrap, tmp_path, build):
-    """The Kafka source under applyInPandasWithState and under a stream-stream join: each batch
-    equals Spark's engine reading the same records from files."""
+    """The Kafka source under applyInPandasWithState, under a stream-stream join, and with
+    binary (schema-registry framed Avro) records decoded by a pandas UDF: each batch equals
+    Spark's engine reading the same records from files."""
     from pyspark import cloudpickle
     import sys
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     topic = Topic(kafka_bootstrap, 2)
     plans = [events(b, 8, 2) for b in range(3)]
+    if build is avro_like_over_kafka:
+        plans = [[(p, k, avro_like(v), ts) for p, k, v, ts in plan] for plan in plans]
     batches: list[list[tuple]] = []
     run = run_stream(
         ours, build, plans, KAFKA_DDL, "update" if build is python_state_over_kafka else "append", tmp_path,
