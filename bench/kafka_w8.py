@@ -66,17 +66,22 @@ def start_broker() -> tuple[subprocess.Popen, str]:
 
 
 def fill(bootstrap: str, topic: str, total: int) -> list[dict]:
-    """Produce the events (one record per request: the test broker miscounts multi-record
-    requests); return them as rows of the Kafka source's schema for Spark's file run."""
+    """Produce the events; return them as rows of the Kafka source's schema for Spark's file
+    run. The test broker reports a partition's high watermark as ending at the first record of
+    the last produce request, so requests carry many records (fast) except the last record of
+    each partition, sent alone once the rest is flushed: the watermark is then exact."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
         f.result(10)
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0, "queue.buffering.max.messages": 1_000_000})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
     rows = []
     for i in range(total):
+        if i == total - PARTITIONS:  # the last record of each partition, one per request
+            assert producer.flush(300) == 0
+            producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0})
         key = f"k{i % KEYS}"
         value = json.dumps({"k": key, "n": i}).encode()
         ts = T0 + (i // 10_000) * 1000

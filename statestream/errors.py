@@ -199,6 +199,17 @@ def duplicate_query_id_error(query_id: str) -> StatestreamIllegalStateException:
     )
 
 
+def checkpoint_in_use_error(query_id: str, detail: str) -> StatestreamIllegalStateException:
+    """``start()`` on a checkpoint that a query in another process is running: Spark's text for
+    an active query of the same id, and who holds the checkpoint (Spark itself would run a whole
+    batch before failing on the offset log)."""
+    return StatestreamIllegalStateException(
+        f"Cannot start query with id {query_id} as another query with same id is already active. "
+        f"Perhaps you are attempting to restart a query from checkpoint that is already active: {detail}. "
+        "Stop that query first; a killed one releases the checkpoint with its process."
+    )
+
+
 def concurrent_query_error() -> StatestreamIllegalStateException:
     """Two runs of one query id started at the same moment: the second one is refused."""
     return StatestreamIllegalStateException(

@@ -175,6 +175,7 @@ class StreamingQueryManager:
             ex.discard()
             raise
         try:
+            ex.lock_checkpoint()
             ex.start()
         except BaseException:
             self._forget(q)

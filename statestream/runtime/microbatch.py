@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.writer_lock import CheckpointWriterLock
 from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
@@ -175,6 +176,7 @@ class MicroBatchExecution:
         self._source_indexes: dict[int, int] = {}
         self._physical: "PhysicalOperator" | None = None
         self.fm = CheckpointFileManager(self.checkpoint_location)
+        self.writer_lock = CheckpointWriterLock(self.fm)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -218,6 +220,18 @@ class MicroBatchExecution:
             meta.write(self.fm)
         self.query_id = meta.id
 
+    def lock_checkpoint(self) -> None:
+        """Take the checkpoint's writer lock (see ``checkpoint.writer_lock``), once the manager
+        has stopped an earlier run of this query in this process: a run in another process that
+        holds it is refused here, before anything of this run writes."""
+        from statestream.checkpoint.writer_lock import CheckpointLockedError
+        from statestream.errors import checkpoint_in_use_error
+
+        try:
+            self.writer_lock.acquire(self.query_id, self.run_id)
+        except CheckpointLockedError as exc:
+            raise checkpoint_in_use_error(self.query_id, str(exc)) from None
+
     def start(self) -> None:
         """Start the run, once ``prepare()`` is done and the manager accepted the query: the sink
         is told (a memory sink registers its view only now, so a refused query leaves the view
@@ -233,6 +247,7 @@ class MicroBatchExecution:
 
     def discard(self) -> None:
         """A query the manager refused: nothing ran; a temporary checkpoint made for it goes."""
+        self.writer_lock.release()
         if self.delete_checkpoint_on_stop:
             import shutil
 
@@ -322,6 +337,7 @@ class MicroBatchExecution:
                     s.stop()
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
+            self.writer_lock.release()
             self._delete_temporary_checkpoint()
             try:
                 self.listeners.post_terminated(self.query_id, self.run_id, self._exception)

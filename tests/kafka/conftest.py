@@ -6,7 +6,9 @@ Tansu 0.6.0), so that tests do not mistake it for statestream's behaviour:
 
 * after a produce request carrying several records, the partition's reported high watermark
   covered only the first record of the request: the producer here sends one record per request
-  (``batch.num.messages=1``, ``linger.ms=0``);
+  (``batch.num.messages=1``, ``linger.ms=0``), about 9,000 records/s. Many records a request
+  (hundreds of thousands a second) with the last record of each partition sent alone also
+  leaves the watermark exact: ``bench/kafka_w8.py`` fills its topic so;
 * ``offsets_for_times`` answered offset 0 for a timestamp that falls in the middle of a partition;
 * ``CreatePartitions`` is refused (``UNSUPPORTED_FEATURE``), so partitions cannot be added to a
   topic while it is in use;

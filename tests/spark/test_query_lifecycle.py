@@ -184,3 +184,54 @@ def test_second_run_of_an_active_id_stops_the_first_by_default(spark, tmp_path):
             first.stop()
     assert outcomes[0] == (False, None, True, True, True)
     assert outcomes[1] == outcomes[0]
+
+
+def test_checkpoint_run_by_another_process_is_refused_at_start(spark, tmp_path):
+    """A query of another process holds the checkpoint (the writer lock a running statestream
+    query takes): ``start()`` here is refused naming that process, before any thread, event or
+    file of this run; once that process is killed (SIGKILL: no clean release), the same start
+    runs. Spark's engine would run a whole batch first and fail on the offset log."""
+    import signal
+    import subprocess
+    import sys
+
+    from statestream.errors import StatestreamIllegalStateException
+
+    ss = StreamingSession(spark)
+    checkpoint = str(tmp_path / "ck")
+    first = _rate_query(ss, None, checkpoint)
+    first.processAllAvailable()
+    query_id = first.id
+    first.stop()
+    before = sorted(os.listdir(os.path.join(checkpoint, "offsets")))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from statestream.checkpoint.files import CheckpointFileManager\n"
+            "from statestream.checkpoint.writer_lock import CheckpointWriterLock\n"
+            f"CheckpointWriterLock(CheckpointFileManager({checkpoint!r})).acquire({query_id!r}, 'other-run')\n"
+            "print('held', flush=True)\n"
+            "time.sleep(600)\n"
+        )],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        recorder = _StartedRecorder()
+        ss.streams.addListener(recorder.listener)
+        threads = _query_threads()
+        with pytest.raises(StatestreamIllegalStateException) as err:
+            _rate_query(ss, None, checkpoint)
+        assert str(err.value).startswith(f"Cannot start query with id {query_id} as another query with same id is already active.")
+        assert f"run other-run of query {query_id} in process {holder.pid}" in str(err.value)
+        assert _query_threads() == threads and recorder.runs == [] and ss.streams.active == []
+        assert sorted(os.listdir(os.path.join(checkpoint, "offsets"))) == before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+    again = _rate_query(ss, None, checkpoint)
+    try:
+        again.processAllAvailable()
+        assert again.id == query_id and again.lastProgress is not None
+    finally:
+        again.stop()
