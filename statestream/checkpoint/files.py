@@ -87,6 +87,22 @@ class CheckpointFileManager:
     def mkdirs(self, rel: str = "") -> None:
         self.fs.create_dir(self.path(rel), recursive=True)
 
+    def check_root_is_directory(self) -> None:
+        """Refuse a root that is a file, or lies under one, with the texts of Hadoop's errors
+        that Spark's ``start()`` fails with (a missing root is fine: it is created)."""
+        from statestream.errors import CheckpointError
+
+        path = self._base.rstrip("/") or "/"
+        while True:
+            info = self.fs.get_file_info(path)
+            if info.type == pafs.FileType.File:
+                shown = self.display() if path == self._base.rstrip("/") else path
+                text = "Destination exists and is not a directory" if path == self._base.rstrip("/") else "Parent path is not a directory"
+                raise CheckpointError(f"checkpoint location: {text}: {shown}")
+            if info.type == pafs.FileType.Directory or "/" not in path.strip("/"):
+                return
+            path = path.rsplit("/", 1)[0] or "/"
+
     def list(self, rel: str = "") -> list[str]:
         """Names (not paths) of the entries of a directory; [] when it does not exist.
         Hidden temporary files (starting with '.') are left out."""

@@ -214,6 +214,7 @@ class MicroBatchExecution:
             except StatestreamAnalysisException:
                 pass  # what Spark's planner refuses, it refuses while planning the first batch
 
+        self.fm.check_root_is_directory()
         meta = StreamMetadata.read(self.fm)
         if meta is None:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))

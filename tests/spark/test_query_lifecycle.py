@@ -235,3 +235,20 @@ def test_checkpoint_run_by_another_process_is_refused_at_start(spark, tmp_path):
         assert again.id == query_id and again.lastProgress is not None
     finally:
         again.stop()
+
+
+def test_checkpoint_that_is_a_file_is_refused_at_start_as_spark(spark, tmp_path):
+    """A checkpoint location that is a file, or lies under one: ``start()`` fails on both
+    engines, with the text of the Hadoop error Spark's fails with, naming the path."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    texts = {}
+    for engine, tag in ((spark, "spark"), (StreamingSession(spark), "ours")):
+        for where in (afile, afile / "sub"):
+            with pytest.raises(Exception) as err:  # noqa: PT011 - Spark's is py4j's Py4JJavaError
+                _rate_query(engine, None, str(where))
+            texts[tag, where.name] = _text(err.value)
+            assert engine.streams.active == []
+    for tag in ("spark", "ours"):
+        assert f"Destination exists and is not a directory: {afile}" in texts[tag, "afile"]
+        assert "Parent path is not a directory:" in texts[tag, "sub"] and str(afile) in texts[tag, "sub"]
