@@ -9,7 +9,9 @@ committed instead of re-reading files.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
+import zlib
 from typing import Iterable
 
 import numpy as np
@@ -41,8 +43,37 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Version of the delta / snapshot file layout described in :class:`StateStoreProvider`.
-STATE_FILE_FORMAT_VERSION = 1
+#: Version of the delta / snapshot file layout described in :class:`StateStoreProvider`: 2 adds
+#: the checksum trailer; version 1 files (no trailer) are still read.
+STATE_FILE_FORMAT_VERSION = 2
+#: the format versions this statestream reads
+_READABLE_FORMATS = (b"1", str(STATE_FILE_FORMAT_VERSION).encode())
+#: the trailer of a version 2 state file: this magic, the CRC-32 of the Arrow stream before it
+#: (big-endian uint32) and that stream's length in bytes (big-endian uint64)
+CHECKSUM_MAGIC = b"SSTCRC32"
+_TRAILER = struct.Struct(">8sIQ")
+
+
+def add_checksum(body: bytes | pa.Buffer) -> bytes:
+    """``body`` with its checksum trailer (see :data:`CHECKSUM_MAGIC`)."""
+    view = memoryview(body)
+    return bytes(view) + _TRAILER.pack(CHECKSUM_MAGIC, zlib.crc32(view), len(view))
+
+
+def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
+    """The Arrow stream of a state file whose trailer checks out, or (None, what is wrong);
+    ``(None, None)`` when the file has no trailer at all (a version 1 file, or one cut short:
+    its format version tells which)."""
+    if len(data) < _TRAILER.size or data[-_TRAILER.size:][:8] != CHECKSUM_MAGIC:
+        return None, None
+    _magic, crc, length = _TRAILER.unpack(data[-_TRAILER.size:])
+    body = memoryview(data)[: len(data) - _TRAILER.size]
+    if length != len(body):
+        return None, f"its checksum trailer gives {length} bytes of data, the file holds {len(body)}"
+    if zlib.crc32(body) != crc:
+        return None, "its data does not match its checksum (the file was changed or damaged after it was written)"
+    return body, None
+
 #: Name of the operation column of a delta file.
 OP_COLUMN = "__op"
 
@@ -78,7 +109,9 @@ class StateStoreProvider:
         The full content of version ``v``: the key columns and the value columns.
 
     Both are compressed with the IPC body codec of ``StateStoreConf.compression`` (LZ4 frame by
-    default) and carry schema metadata: ``statestream.state.format`` (the layout version,
+    default) and end with a checksum trailer (:data:`CHECKSUM_MAGIC`): a file changed or cut
+    after it was written is refused as corrupt, naming it, whether or not it would still parse
+    (Spark 4.1 keeps such checksums in ``.crc`` side files). They carry schema metadata: ``statestream.state.format`` (the layout version,
     :data:`STATE_FILE_FORMAT_VERSION`), ``statestream.state.kind`` (``delta``/``snapshot``),
     ``statestream.state.version`` and ``statestream.state.numKeyColumns``. A reader refuses an
     unknown format version, naming the file and both versions, and checks column types against the
@@ -196,7 +229,7 @@ class StateStoreProvider:
         options = pa.ipc.IpcWriteOptions(compression=self.conf.ipc_compression)
         with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
             writer.write_table(table)
-        return sink.getvalue()
+        return add_checksum(sink.getvalue())
 
     def _write(self, table: pa.Table, kind: str, version: int) -> None:
         name = self.file_name(version, kind)
@@ -218,8 +251,11 @@ class StateStoreProvider:
         except OSError as exc:
             msg = f"Error reading state file {shown} of {self.store_id} (needed for version {needed_for}): {exc}"
             raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+        body, damage = verify_checksum(data)
+        if damage is not None:
+            raise StateStoreError(f"State file {shown} of {self.store_id} is corrupt: {damage}", "CANNOT_LOAD_STATE_STORE")
         try:
-            reader = pa.ipc.open_stream(pa.py_buffer(data))
+            reader = pa.ipc.open_stream(pa.py_buffer(data if body is None else body))
             meta = reader.schema.metadata or {}
             found = meta.get(_META_FORMAT)
             if found is None:
@@ -228,10 +264,15 @@ class StateStoreProvider:
                     f"(no format version in its schema metadata)",
                     "CANNOT_LOAD_STATE_STORE",
                 )
-            if found != str(STATE_FILE_FORMAT_VERSION).encode():
+            if body is None and found == str(STATE_FILE_FORMAT_VERSION).encode():
+                raise StateStoreError(
+                    f"State file {shown} of {self.store_id} is corrupt: its checksum trailer is missing (the file was cut short)",
+                    "CANNOT_LOAD_STATE_STORE",
+                )
+            if found not in _READABLE_FORMATS:
                 raise StateStoreError(
                     f"State file {shown} of {self.store_id} has format version {found.decode(errors='replace')}, "
-                    f"but this statestream reads format version {STATE_FILE_FORMAT_VERSION}",
+                    f"but this statestream reads format versions 1 to {STATE_FILE_FORMAT_VERSION}",
                     "CANNOT_LOAD_STATE_STORE",
                 )
             table = reader.read_all()

@@ -409,8 +409,9 @@ def test_delta_file_format(tmp_path):
     with pa.ipc.open_stream(pa.OSFile(str(path))) as reader:
         meta = reader.schema.metadata
         t = reader.read_all()
-    assert meta[b"statestream.state.format"] == b"1"
+    assert meta[b"statestream.state.format"] == b"2"
     assert meta[b"statestream.state.kind"] == b"delta"
+    assert path.read_bytes()[-20:-12] == b"SSTCRC32"  # the checksum trailer
     assert t.column_names == ["k", "count", "sum", OP_COLUMN]
     got = dict(zip(t.column("k").to_pylist(), t.column(OP_COLUMN).to_pylist()))
     assert got == {"a": 0, "b": 1}
@@ -476,7 +477,7 @@ def test_unknown_format_version_names_file_and_versions(tmp_path):
     with pytest.raises(StateStoreError) as err:
         get_provider(sid(tmp_path), KS1, VS1, run_id="r").get_store(1)
     msg = str(err.value)
-    assert "1.delta" in msg and "format version 99" in msg and "format version 1" in msg
+    assert "1.delta" in msg and "format version 99" in msg and "reads format versions 1 to 2" in msg
 
 
 def test_file_with_wrong_schema_is_rejected(tmp_path):
@@ -636,3 +637,50 @@ def test_replacing_a_version_drops_the_files_of_an_uncommitted_batch_above_it(tm
     assert sorted(p.list_files()) == [1]
     fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r")
     assert as_dict(fresh.get_store(1).table()) == {("'z'",): (9, 9.0)}
+
+
+def _committed_delta(tmp_path, values):
+    p = get_provider(sid(tmp_path), KS1, VS1, StateStoreConf(compression="none"), run_id="r")
+    s = p.get_store(0)
+    s.put(rows1([f"k{i}" for i in range(len(values))], values))
+    s.commit()
+    clear_provider_cache()
+    return tmp_path / "state" / "0" / "0" / "1.delta"
+
+
+def test_a_flipped_byte_that_still_parses_is_refused_by_the_checksum(tmp_path):
+    """A value changed inside the file (uncompressed, so it still parses as Arrow) would load
+    as wrong state without the checksum: it is refused, naming the file."""
+    path = _committed_delta(tmp_path, [1234567, 2])
+    data = bytearray(path.read_bytes())
+    at = bytes(data).find((1234567).to_bytes(8, "little"))
+    assert at > 0, "the value is not in the file as is: the test would prove nothing"
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(StateStoreError, match=rf"State file {path} .* is corrupt: its data does not match its checksum"):
+        get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_store(1)
+
+
+@pytest.mark.parametrize("cut", [1, 20, 21])
+def test_a_file_cut_short_is_refused(tmp_path, cut):
+    """Cut inside the trailer, exactly at it (a whole Arrow stream left: it would parse), or
+    into the data: each is refused as corrupt, naming the file."""
+    path = _committed_delta(tmp_path, [1, 2])
+    path.write_bytes(path.read_bytes()[:-cut])
+    with pytest.raises(StateStoreError, match=rf"State file {path} .* corrupt"):
+        get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_store(1)
+
+
+def test_version_1_files_without_a_checksum_are_still_read(tmp_path):
+    """A checkpoint written before checksums (format 1, no trailer) loads as before."""
+    path = _committed_delta(tmp_path, [1, 2])
+    body = path.read_bytes()[:-20]
+    table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+    meta = dict(table.schema.metadata)
+    meta[b"statestream.state.format"] = b"1"
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema.with_metadata(meta)) as w:
+        w.write_table(table)
+    path.write_bytes(sink.getvalue().to_pybytes())
+    store = get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_read_store(1)
+    assert sorted(store.table().column("k").to_pylist()) == ["k0", "k1"]
