@@ -214,9 +214,12 @@ class CompactibleFileStreamLog:
         return "\n".join(lines).encode("utf-8")
 
     def _deserialize(self, data: bytes, name: str) -> list[dict[str, Any]]:
-        text = data.decode("utf-8")
-        lines = text.split("\n")
         where = self.files.display(name)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CheckpointError(f"Log file {where} is corrupt: {exc}") from None
+        lines = text.split("\n")
         head = lines[0].strip()
         if not head.startswith("v") or not head[1:].isdigit():
             raise CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})")
@@ -226,7 +229,18 @@ class CompactibleFileStreamLog:
                 f"UnsupportedLogVersion: maximum supported log version is v{self.version}, but encountered "
                 f"v{found} in {where}. The log file was produced by a newer version."
             )
-        return [json.loads(line) for line in lines[1:] if line.strip()]
+        entries = []
+        for number, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError as exc:
+                raise CheckpointError(f"Log file {where} is corrupt: line {number}: {exc}") from None
+            if not isinstance(entry, dict):
+                raise CheckpointError(f"Log file {where} is corrupt: line {number} is not a JSON object")
+            entries.append(entry)
+        return entries
 
     # reading
 
@@ -369,6 +383,23 @@ class FileStreamSink(Sink):
         self.log = FileStreamSinkLog(self._out.path(METADATA_DIR), default_compact_interval=interval)
         self._cleanup_staging()
         self._last_rows = -1
+
+    def on_query_start(self, checkpoint_location: str, plan: Any) -> None:
+        """Check the sink's log before the first batch, so that a damaged one stops ``start()``
+        naming the file instead of leaving output that readers cannot see or read: every live
+        entry must parse and be there, and a log that has entries must reach the checkpoint's
+        last committed batch (each batch's entry is written before its commit)."""
+        from statestream.checkpoint.commits import CommitLog
+
+        self.log.all_entries()
+        latest = self.log.latest_batch_id()
+        committed = CommitLog(CheckpointFileManager(checkpoint_location).child("commits")).get_latest_batch_id()
+        if latest is not None and committed is not None and latest < committed:
+            raise CheckpointError(
+                f"The file sink's log {self.log.files.display()} ends at batch {latest}, but the checkpoint "
+                f"{checkpoint_location} committed batch {committed}: the log file "
+                f"{self.log.files.display(self.log._name(latest + 1))} is missing, so readers would not see that output"
+            )
 
     def _spark_path(self, rel: str = "") -> str:
         if _is_remote(self.path):

@@ -564,7 +564,20 @@ class FileStreamSource(Source):
         Files listed but left out by the limit are kept (Spark's unread-file cache) and served
         before the directory is listed again, unless fewer than ``discardCachedInputRatio`` of
         the limit are left (files, or bytes with ``maxBytesPerTrigger``); not with
-        ``latestFirst`` or ``availableNow``."""
+        ``latestFirst`` or ``availableNow``.
+
+        A log that ends below ``start`` (the offset the query's offset log has reached) lost
+        its last entries: the files they held would be read again as new, so it is an error
+        naming the missing file."""
+        reached = self._log_offset_of(start)
+        if reached > self._log_offset:
+            from statestream.errors import CheckpointError
+
+            missing = self.log.files.display(self.log._name(self._log_offset + 1))  # noqa: SLF001
+            raise CheckpointError(
+                f"The file source's log {self.log.files.display()} ends at batch {self._log_offset}, but the offset log "
+                f"has reached batch {reached}: the log file {missing} is missing (its files would be read again)"
+            )
         if self._unread:
             candidates = self._unread
         else:
