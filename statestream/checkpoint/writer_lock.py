@@ -64,7 +64,12 @@ class CheckpointWriterLock:
 
     @property
     def supported(self) -> bool:
-        """Whether the checkpoint's file system has the lock (a local or mounted directory)."""
+        """Whether the checkpoint's file system has the lock (a local or mounted directory, on
+        a system with ``flock``)."""
+        try:
+            import fcntl  # noqa: F401 - POSIX only
+        except ImportError:
+            return False
         return isinstance(self.fm.fs, pafs.LocalFileSystem)
 
     @property
@@ -76,7 +81,7 @@ class CheckpointWriterLock:
             return
         if not self.supported:
             log.info(
-                "checkpoint %s is on a file system without locks: a second writer in another process is refused "
+                "checkpoint %s is on a file system (or system) without locks: a second writer in another process is refused "
                 "only when it writes the offset log (as on Spark)", self.fm.display(),
             )
             return
