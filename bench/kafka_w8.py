@@ -96,6 +96,14 @@ def fill(bootstrap: str, topic: str, total: int) -> list[dict]:
         if i % 10_000 == 0:
             producer.poll(0)
     assert producer.flush(300) == 0
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "w8-check"})
+    for p in range(PARTITIONS):  # acknowledged records may be readable a moment later
+        want = sum(1 for r in rows if r[3] == p)
+        while consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] < want:
+            time.sleep(0.05)
+    consumer.close()
     return rows
 
 

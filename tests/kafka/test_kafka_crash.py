@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.crash.test_crash_recovery import job_for, recover_and_compare, sink_rows
-from tests.kafka.conftest import producer_conf
+from tests.kafka.conftest import producer_conf, wait_for_high_watermarks
 
 #: event times in seconds, in topic order; the same values as the file crash tests' input
 SECONDS = [10, 11, 12, 13, 14, 15, 31, 32, 8, 40, 41, 5, 17, 55, 12, 23, 60, 61, 38, 44]
@@ -57,6 +57,7 @@ def kafka_topic(kafka_bootstrap: str) -> str:
     for value, secs in enumerate(SECONDS):
         producer.produce(name, value=json.dumps({"ts": secs, "value": value}).encode(), partition=0)
     assert producer.flush(10) == 0
+    wait_for_high_watermarks(kafka_bootstrap, name, [len(SECONDS)])
     return name
 
 

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_same_batches, run_stream
-from tests.kafka.conftest import producer_conf
+from tests.kafka.conftest import producer_conf, wait_for_high_watermarks
 
 KAFKA_DDL = "key BINARY, value BINARY, topic STRING, partition INT, offset LONG, timestamp TIMESTAMP, timestampType INT"
 T0 = 1_700_000_000_000
@@ -49,7 +49,12 @@ class Topic:
             self.next_offset[partition] += 1
             rows.append((key, value, self.name, partition, offset, dt.datetime.fromtimestamp(ts / 1000, UTC), 0))
         assert producer.flush(10) == 0
+        self.wait_for_high_watermarks()
         return rows
+
+    def wait_for_high_watermarks(self) -> None:
+        """The records sent are readable (see ``conftest.wait_for_high_watermarks``)."""
+        wait_for_high_watermarks(self.bootstrap, self.name, self.next_offset, self.conf)
 
 
 def events(batch: int, n: int, partitions: int) -> list[tuple[int, bytes, bytes, int]]:
@@ -289,12 +294,13 @@ def test_processing_time_trigger_keeps_up_with_a_topic_being_written(spark, ours
 
     def write() -> None:
         """A round every 0.35 s until the query has finished three data batches meanwhile
-        (however long a batch takes on this machine), at most 80 rounds."""
+        (however long a batch takes on this machine), at least 20 rounds (10 s of event time:
+        the watermark closes windows), at most 80."""
         for r, plan in enumerate(rounds):
             produced.extend(topic.produce(plan))
             time.sleep(0.35)
             done = [p for p in query.recentProgress if p["numInputRows"]]
-            if r >= 8 and len(done) >= 3:
+            if r >= 19 and len(done) >= 3:
                 break
         batches_while_writing.extend(p for p in query.recentProgress if p["numInputRows"])
 
