@@ -42,7 +42,7 @@ EXPECTED["offsets", "missing"] = "recovers"
 EXPECTED["operator_metadata", "missing"] = "recovers"
 EXPECTED["state_schema", "missing"] = "recovers"
 
-SAMPLE = [("delta", "garbled"), ("commits", "missing"), ("offsets", "truncated"), ("sink_log", "missing")]
+SAMPLE = [("delta", "garbled"), ("commits", "missing"), ("offsets", "truncated"), ("sink_log", "missing"), ("sources", "missing")]
 
 
 def _query(ss: Any, root: Path):

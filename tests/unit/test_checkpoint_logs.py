@@ -364,3 +364,27 @@ def test_effective_conf_fresh_and_restart():
     assert conf["spark.sql.streaming.aggregation.stateFormatVersion"] == "1"
     assert conf["spark.sql.streaming.stateStore.rocksdb.formatVersion"] == "5"  # session default
     assert warnings
+
+
+# -- the file sink's and file source's logs at a restart -------------------------------------------
+
+
+def test_file_sink_log_behind_the_commits_is_named_at_start(tmp_path):
+    """Each batch's sink log entry is written before its commit: a log that ends below the last
+    commit lost entries (its output is invisible to readers), and ``start()`` says which."""
+    from statestream.sinks.files import FileStreamSink
+
+    ck = tmp_path / "ck"
+    commits = CommitLog(CheckpointFileManager(str(ck / "commits")))
+    sink = FileStreamSink(None, str(tmp_path / "out"), "parquet")
+    for b in range(3):
+        sink.log.add(b, [{"path": f"file:/out/part-{b}.parquet", "size": 1, "isDir": False, "modificationTime": 1,
+                          "blockReplication": 1, "blockSize": 1, "action": "add"}])
+        commits.add(b, CommitMetadata(0))
+    sink.on_query_start(str(ck), None)  # in step: fine
+    commits.add(3, CommitMetadata(0))
+    with pytest.raises(CheckpointError, match=r"ends at batch 2, but the checkpoint .* committed batch 3: the log file .*_spark_metadata/3 is missing"):
+        FileStreamSink(None, str(tmp_path / "out"), "parquet").on_query_start(str(ck), None)
+    (tmp_path / "out" / "_spark_metadata" / "1").write_bytes(b"v1\n{\"path\":\"file:/out/p\xff")
+    with pytest.raises(CheckpointError, match=r"Log file .*_spark_metadata/1 is corrupt"):
+        FileStreamSink(None, str(tmp_path / "out"), "parquet").on_query_start(str(ck), None)
