@@ -20,6 +20,11 @@ def _make_spark():
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # credentials for the S3 test server on loopback (tests/spark/test_object_store_checkpoint.py):
+    # set before the JVM starts, so that its Python workers, which write state, inherit them
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "statestream-test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "statestream-test")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 

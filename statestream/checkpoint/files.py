@@ -68,17 +68,30 @@ class CheckpointFileManager:
             return self._base
         return self._base.rstrip("/") + "/" + rel.lstrip("/")
 
+    @property
+    def remote(self) -> bool:
+        """Whether the root is a URI of another file system than the local one."""
+        return "://" in self.root and not self.root.startswith("file://")
+
+    def uri(self, rel: str = "") -> str:
+        """``rel`` as a location to root another manager at (or to hand to a component that
+        makes one): a URI for a remote root, its query (``?endpoint_override=...``) kept after
+        the path; a path otherwise."""
+        if not self.remote:
+            return self.path(rel)
+        base, sep, query = self.root.partition("?")
+        return base.rstrip("/") + ("/" + rel.strip("/") if rel else "") + sep + query
+
     def display(self, rel: str = "") -> str:
-        """A path as a user should see it in an error message."""
-        if "://" in self.root and not self.root.startswith("file://"):
-            return self.root.rstrip("/") + ("/" + rel.lstrip("/") if rel else "")
+        """A path as a user should see it in an error message (a remote root's query, which may
+        hold credentials, left out)."""
+        if self.remote:
+            return self.uri(rel).partition("?")[0]
         return self.path(rel)
 
     def child(self, rel: str) -> "CheckpointFileManager":
         """A manager rooted at a sub-directory."""
-        if "://" in self.root and not self.root.startswith("file://"):
-            return CheckpointFileManager(self.root.rstrip("/") + "/" + rel.strip("/"))
-        return CheckpointFileManager(self.path(rel))
+        return CheckpointFileManager(self.uri(rel))
 
     def exists(self, rel: str = "") -> bool:
         info = self.fs.get_file_info(self.path(rel))

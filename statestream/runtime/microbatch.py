@@ -409,7 +409,7 @@ class MicroBatchExecution:
         relations = self.plan.find(L.StreamingRelation)
         self.relations = relations
         self.sources: list[Source] = [
-            r.source_spec.create(user, self.fm.path(f"sources/{i}")) for i, r in enumerate(relations)
+            r.source_spec.create(user, self.fm.uri(f"sources/{i}")) for i, r in enumerate(relations)
         ]
         if self.trigger.kind == "availableNow":
             for s in self.sources:
@@ -623,7 +623,7 @@ class MicroBatchExecution:
         # planning simulates the propagation of the previous batch's and this batch's watermark
         self._check_watermark_propagation(prev_wm if record.batch_id > 0 else 0, record.watermark_ms)
         inc = IncrementalExecution(
-            state_root=self.fm.path("state") if "://" not in self.checkpoint_location else self.checkpoint_location.rstrip("/") + "/state",
+            state_root=self.fm.uri("state"),
             run_id=self.run_id,
             batch_id=record.batch_id,
             num_partitions=self.num_partitions,

@@ -380,7 +380,7 @@ class FileStreamSink(Sink):
             interval = int(spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10") or 10)
         # Creating the log directory up front makes readers use the (empty) log from the start
         # instead of listing half-written files of the first batch.
-        self.log = FileStreamSinkLog(self._out.path(METADATA_DIR), default_compact_interval=interval)
+        self.log = FileStreamSinkLog(self._out.uri(METADATA_DIR), default_compact_interval=interval)
         self._cleanup_staging()
         self._last_rows = -1
 

@@ -479,7 +479,7 @@ class FileStreamSource(Source):
             mgr = CheckpointFileManager(root)
             if not self._is_glob(self.path) and mgr.exists(METADATA_DIR):
                 # The directory is a file sink's output: its log says which files are complete.
-                for e in FileStreamSinkLog(mgr.path(METADATA_DIR)).all_entries():
+                for e in FileStreamSinkLog(mgr.uri(METADATA_DIR)).all_entries():
                     if not e.get("isDir", False):
                         files.append((e["path"], int(e["modificationTime"])))
                 continue

@@ -319,6 +319,7 @@ def run_stream(
     before_file: Callable[[int], None] | None = None,
     source: Callable[[Any], "DataFrame"] | None = None,
     feed: Callable[[int, InputBatch], None] | None = None,
+    checkpoint_location: str | None = None,
 ) -> StreamRun:
     """Run ``build`` over ``batches`` (one input file each) on ``engine`` and record every batch.
 
@@ -365,6 +366,8 @@ def run_stream(
         Another source than files (a Kafka topic): ``source(engine)`` gives the streaming
         DataFrame ``build`` receives, ``feed(index, batch)`` delivers a batch's rows to it where
         a file would have been written.
+    checkpoint_location
+        Another checkpoint than ``<workdir>/checkpoint`` (a URI of an object store).
     """
     from pyspark.sql.types import StructType
 
@@ -408,7 +411,7 @@ def run_stream(
     writer = (
         df.writeStream.outputMode(output_mode)
         .foreachBatch(sink)
-        .option("checkpointLocation", checkpoint.resolve().as_uri() if checkpoint_as_uri else str(checkpoint))
+        .option("checkpointLocation", checkpoint_location or (checkpoint.resolve().as_uri() if checkpoint_as_uri else str(checkpoint)))
         .queryName(query_name or f"diff_{name}_{uuid.uuid4().hex[:8]}")
     )
     if style == "all_at_once":
@@ -467,7 +470,7 @@ def run_stream(
                 progress=p,
             )
         )
-    return StreamRun(engine=name, batches=records, progress=progress, wall_seconds=wall, checkpoint=str(checkpoint))
+    return StreamRun(engine=name, batches=records, progress=progress, wall_seconds=wall, checkpoint=checkpoint_location or str(checkpoint))
 
 
 def _wait_idle(query: Any, timeout: float, name: str) -> None:
