@@ -12,8 +12,10 @@ Spark: ``FileStreamSink``, ``ManifestFileCommitProtocol``, ``FileStreamSinkLog``
 * A batch id that the log already holds is skipped: re-delivery after a crash writes nothing.
 * Every ``compactInterval`` (10) batches the log is compacted: batch ``b`` with
   ``(b + 1) % 10 == 0`` is written as ``b.compact`` and holds every live entry so far; readers
-  then start from the newest compact file. Old non-compact entries are *not* deleted (Spark
-  deletes them after ``spark.sql.streaming.fileSink.log.cleanupDelay``); they are harmless.
+  then start from the newest compact file. After a compaction, the files of batches before the
+  compact file that keeps ``minBatchesToRetain`` batches readable are deleted once they are
+  older than ``...log.cleanupDelay`` (10 minutes; a reader listing the log meanwhile still
+  finds them), as Spark does (``...log.deletion`` turns it off): the log stays bounded.
 * Only the append output mode is accepted, with Spark's error for the others.
 
 Data files are written by a Spark batch job into a hidden staging directory of the output path
@@ -27,8 +29,9 @@ import json
 import logging
 import os
 import re
+import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
@@ -158,13 +161,27 @@ class CompactibleFileStreamLog:
 
     key_order: Sequence[str] = ()
 
-    def __init__(self, root: str, version: int = 1, default_compact_interval: int = 10) -> None:
+    def __init__(
+        self,
+        root: str,
+        version: int = 1,
+        default_compact_interval: int = 10,
+        *,
+        delete_expired: bool = True,
+        cleanup_delay_ms: int = 600_000,
+        min_batches_to_retain: int = 100,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if default_compact_interval <= 0:
             raise ValueError(f"compactInterval must be positive, got {default_compact_interval}")
         self.files = CheckpointFileManager(root)
         self.version = version
         self.default_compact_interval = default_compact_interval
         self._compact_interval: int | None = None
+        self.delete_expired = delete_expired
+        self.cleanup_delay_ms = cleanup_delay_ms
+        self.min_batches_to_retain = min_batches_to_retain
+        self._clock = clock
         self.files.mkdirs()
 
     # batch ids and files
@@ -302,7 +319,54 @@ class CompactibleFileStreamLog:
             self.files.write_atomic(self._name(batch_id), self._serialize(to_write), overwrite=False)
         except FileAlreadyExistsError:
             return False
+        if self.delete_expired and self.is_compaction_batch(batch_id):
+            self._delete_expired(batch_id)
         return True
+
+    def _delete_expired(self, compaction_batch_id: int) -> None:
+        """Delete the files of batches below the compact file that keeps the last
+        ``min_batches_to_retain`` batches readable, if older than the cleanup delay."""
+        below = first_compaction_to_keep(compaction_batch_id, self.compact_interval, self.min_batches_to_retain)
+        if below is None:
+            return
+        expired = self._clock() * 1000 - self.cleanup_delay_ms
+        sel = pafs.FileSelector(self.files.path(), allow_not_found=True, recursive=False)
+        deleted = 0
+        for info in self.files.fs.get_file_info(sel):
+            m = _BATCH_FILE.match(info.base_name)
+            if m is None or int(m.group(1)) >= below or info.mtime_ns is None or info.mtime_ns / 1e6 > expired:
+                continue
+            self.files.fs.delete_file(info.path)
+            deleted += 1
+        if deleted:
+            logger.info("deleted %d expired log file(s) below batch %d of %s", deleted, below, self.files.display())
+
+
+def log_settings(spark: "SparkSession | None", which: str) -> dict[str, Any]:
+    """A compactible log's settings from Spark's confs ``spark.sql.streaming.<which>.log.*``
+    (``which``: ``fileSink`` or ``fileSource``) and ``minBatchesToRetain``."""
+    conf = (lambda key, default: default) if spark is None else (lambda key, default: spark.conf.get(key, default) or default)
+    delay = str(conf(f"spark.sql.streaming.{which}.log.cleanupDelay", "10m")).strip().lower()
+    m = re.fullmatch(r"(-?[0-9]+)\s*([a-z]*)", delay)
+    unit = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    if m is None or m.group(2) not in unit:
+        raise ValueError(f"spark.sql.streaming.{which}.log.cleanupDelay: not a time: {delay!r}")
+    return {
+        "default_compact_interval": int(conf(f"spark.sql.streaming.{which}.log.compactInterval", "10")),
+        "delete_expired": str(conf(f"spark.sql.streaming.{which}.log.deletion", "true")).strip().lower() == "true",
+        "cleanup_delay_ms": int(m.group(1)) * unit[m.group(2)],
+        "min_batches_to_retain": int(conf("spark.sql.streaming.minBatchesToRetain", "100")),
+    }
+
+
+def first_compaction_to_keep(current_batch_id: int, compact_interval: int, min_batches_to_retain: int) -> int | None:
+    """The compaction batch from which a compactible log must be kept so that the last
+    ``min_batches_to_retain`` batches stay readable (every file below it may go), or None
+    while the log is too short to delete anything (Spark's rule)."""
+    if compact_interval > current_batch_id + 1 - min_batches_to_retain:
+        return None
+    lowest = current_batch_id + 1 - min_batches_to_retain
+    return lowest - lowest % compact_interval - 1
 
 
 class FileStreamSinkLog(CompactibleFileStreamLog):
@@ -375,12 +439,9 @@ class FileStreamSink(Sink):
         self.partition_by = list(partition_by or [])
         self._out = CheckpointFileManager(path)
         self._out.mkdirs()
-        interval = 10
-        if spark is not None:
-            interval = int(spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10") or 10)
         # Creating the log directory up front makes readers use the (empty) log from the start
         # instead of listing half-written files of the first batch.
-        self.log = FileStreamSinkLog(self._out.uri(METADATA_DIR), default_compact_interval=interval)
+        self.log = FileStreamSinkLog(self._out.uri(METADATA_DIR), **log_settings(spark, "fileSink"))
         self._cleanup_staging()
         self._last_rows = -1
 

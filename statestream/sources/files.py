@@ -55,6 +55,7 @@ from statestream.sinks.files import (
     METADATA_DIR,
     CompactibleFileStreamLog,
     FileStreamSinkLog,
+    log_settings,
     _is_hidden,
     _is_remote,
     path_to_uri,
@@ -373,14 +374,11 @@ class FileStreamSource(Source):
         # Stop the reader from treating '[' or '*' in a listed file name as a glob.
         self.reader_options["__globPaths__"] = "false"
 
-        interval = 10
-        if spark is not None:
-            interval = int(spark.conf.get("spark.sql.streaming.fileSource.log.compactInterval", "10") or 10)
         self._temp_metadata_dir: str | None = None
         if metadata_dir is None:
             metadata_dir = self._temp_metadata_dir = tempfile.mkdtemp(prefix="statestream-filesource-")
             logger.info("file source without checkpoint: seen files kept in %s", metadata_dir)
-        self.log = FileStreamSourceLog(metadata_dir, default_compact_interval=interval)
+        self.log = FileStreamSourceLog(metadata_dir, **log_settings(spark, "fileSource"))
         latest = self.log.latest_batch_id()
         self._log_offset = -1 if latest is None else latest
         self.seen_files = SeenFilesMap(max_age, self.file_name_only)

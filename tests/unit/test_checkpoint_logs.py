@@ -388,3 +388,42 @@ def test_file_sink_log_behind_the_commits_is_named_at_start(tmp_path):
     (tmp_path / "out" / "_spark_metadata" / "1").write_bytes(b"v1\n{\"path\":\"file:/out/p\xff")
     with pytest.raises(CheckpointError, match=r"Log file .*_spark_metadata/1 is corrupt"):
         FileStreamSink(None, str(tmp_path / "out"), "parquet").on_query_start(str(ck), None)
+
+
+def test_first_compaction_to_keep_is_sparks_rule():
+    from statestream.sinks.files import first_compaction_to_keep
+
+    assert first_compaction_to_keep(9, 10, 100) is None  # too short to delete anything
+    assert first_compaction_to_keep(108, 10, 100) is None
+    assert first_compaction_to_keep(109, 10, 100) == 9  # batches 10..109 stay readable from 9.compact
+    assert first_compaction_to_keep(119, 10, 100) == 19
+    assert first_compaction_to_keep(29, 10, 2) == 19
+    assert first_compaction_to_keep(5, 3, 1) == 2
+
+
+def test_compactible_log_deletes_expired_entries_after_a_compaction(tmp_path):
+    """The files below the compact file that keeps ``min_batches_to_retain`` batches readable
+    go once older than the cleanup delay: the log stays bounded, and reads the same."""
+    from statestream.sinks.files import FileStreamSinkLog
+
+    now = [1_000_000.0]
+    log = FileStreamSinkLog(str(tmp_path / "log"), default_compact_interval=5, cleanup_delay_ms=60_000,
+                            min_batches_to_retain=5, clock=lambda: now[0])
+
+    def entry(b: int) -> dict:
+        return {"path": f"file:/out/p{b}", "size": 1, "isDir": False, "modificationTime": 1, "blockReplication": 1, "blockSize": 1, "action": "add"}
+
+    for b in range(15):
+        log.add(b, [entry(b)])
+    assert len(os.listdir(tmp_path / "log")) == 15  # all younger than the delay
+    for name in os.listdir(tmp_path / "log"):
+        os.utime(tmp_path / "log" / name, (now[0] - 3600, now[0] - 3600))
+    for b in range(15, 20):
+        log.add(b, [entry(b)])  # 19 is a compaction: below 14.compact goes
+    names = sorted(os.listdir(tmp_path / "log"), key=lambda n: int(n.split(".")[0]))
+    assert names[0] == "14.compact" and len(names) == 6
+    assert [e["path"] for e in log.all_entries()] == [f"file:/out/p{b}" for b in range(20)]
+    kept = FileStreamSinkLog(str(tmp_path / "kept"), default_compact_interval=5, delete_expired=False, min_batches_to_retain=1, cleanup_delay_ms=0)
+    for b in range(20):
+        kept.add(b, [entry(b)])
+    assert len(os.listdir(tmp_path / "kept")) == 20
