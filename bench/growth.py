@@ -1,13 +1,14 @@
 """Bounded growth over many batches (issue 15, item 6), both engines side by side.
 
-    python3 bench/growth.py [--batches 1000] [--every 100] [--engine both|spark|ours]
+    python3 bench/growth.py [--batches 1000] [--every 100] [--engine both|spark|ours] [--cleanup-delay 10m]
 
 One tiny JSON file per batch (20 rows, event time advancing 10 s a file) feeds a windowed count
 with a 20 s watermark into a parquet file sink, ``maxFilesPerTrigger=1`` and
 ``trigger(availableNow=True)``: so every batch adds an offsets and a commit entry, a file
 source log entry, a state version per partition and a sink log entry. Retention and compaction
 are each engine's defaults (``minBatchesToRetain`` 100, snapshots every 10 deltas, the file
-logs compacted every 10 batches).
+logs compacted every 10 batches, their old entries deleted 10 minutes after they were written:
+``--cleanup-delay`` shortens that delay on both engines, so a short run shows it).
 
 Every ``--every`` batches, from a listener on the query's progress: the checkpoint's file count
 and bytes, the sink log's file count, and the RSS of the whole process tree (driver Python, JVM,
@@ -45,7 +46,7 @@ def _dir_stats(path: Path) -> tuple[int, int]:
     return files, size
 
 
-def child(engine_kind: str, batches: int, every: int) -> None:
+def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> None:
     from run import _tree_rss  # the process-tree sampler of bench/run.py
 
     from pyspark.sql import SparkSession
@@ -65,7 +66,9 @@ def child(engine_kind: str, batches: int, every: int) -> None:
         os.utime(p, (base + i, base + i))
     spark = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC").getOrCreate()
+        .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.fileSource.log.cleanupDelay", cleanup_delay)
+        .config("spark.sql.streaming.fileSink.log.cleanupDelay", cleanup_delay).getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     engine: Any = spark
@@ -112,15 +115,17 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=1000)
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--engine", default="both", choices=["both", "spark", "ours"])
+    ap.add_argument("--cleanup-delay", default="10m")
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.batches, args.every)
+        child(args.child, args.batches, args.every, args.cleanup_delay)
         return
     results = {}
     for kind in (["spark", "ours"] if args.engine == "both" else [args.engine]):
         out = subprocess.run(
-            [sys.executable, __file__, "--child", kind, "--batches", str(args.batches), "--every", str(args.every)],
+            [sys.executable, __file__, "--child", kind, "--batches", str(args.batches), "--every", str(args.every),
+             "--cleanup-delay", args.cleanup_delay],
             capture_output=True, text=True, cwd=str(ROOT), env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
         line = [x for x in out.stdout.splitlines() if x.startswith("{")]
