@@ -87,8 +87,14 @@ def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> Non
             if (b + 1) % every == 0:
                 files, size = _dir_stats(work / "ck")
                 sink_files, _ = _dir_stats(work / "out" / "_spark_metadata")
-                rss = sum(r for _name, r in _tree_rss(os.getpid()).values())
-                samples.append({"batch": b, "files": files, "bytes": size, "sink_log_files": sink_files, "rss_mb": rss // 2**20})
+                tree = _tree_rss(os.getpid())
+                rss = sum(r for _name, r in tree.values())
+                by_name: dict[str, int] = {}
+                for pid, (name, r) in tree.items():
+                    key = "driver python" if pid == os.getpid() else name
+                    by_name[key] = by_name.get(key, 0) + r // 2**20
+                samples.append({"batch": b, "files": files, "bytes": size, "sink_log_files": sink_files, "rss_mb": rss // 2**20,
+                                "rss_mb_by_process": by_name})
 
         def onQueryIdle(self, event):  # noqa: N802
             pass
@@ -134,6 +140,10 @@ def main() -> None:
             raise SystemExit(f"{kind} failed")
         results[kind] = json.loads(line[-1])
         print(f"{kind}: {args.batches} batches in {results[kind]['wall_s']} s")
+    for kind, result in results.items():
+        first, last = result["samples"][0], result["samples"][-1]
+        print(f"{kind}: RSS by process, batch {first['batch']} -> {last['batch']}: "
+              + ", ".join(f"{k} {first['rss_mb_by_process'].get(k, 0)} -> {v} MB" for k, v in sorted(last["rss_mb_by_process"].items())))
     kinds = list(results)
     head = "| batch | " + " | ".join(f"{k} files | {k} MB on disk | {k} sink log files | {k} RSS MB" for k in kinds) + " |"
     print(head)
