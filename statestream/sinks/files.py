@@ -40,6 +40,7 @@ from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExist
 from statestream.errors import CheckpointError, analysis_error
 from statestream.faults import crash_point
 from statestream.sinks.base import Sink
+from statestream.sources.options import time_string_as_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -346,15 +347,10 @@ def log_settings(spark: "SparkSession | None", which: str) -> dict[str, Any]:
     """A compactible log's settings from Spark's confs ``spark.sql.streaming.<which>.log.*``
     (``which``: ``fileSink`` or ``fileSource``) and ``minBatchesToRetain``."""
     conf = (lambda key, default: default) if spark is None else (lambda key, default: spark.conf.get(key, default) or default)
-    delay = str(conf(f"spark.sql.streaming.{which}.log.cleanupDelay", "10m")).strip().lower()
-    m = re.fullmatch(r"(-?[0-9]+)\s*([a-z]*)", delay)
-    unit = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-    if m is None or m.group(2) not in unit:
-        raise ValueError(f"spark.sql.streaming.{which}.log.cleanupDelay: not a time: {delay!r}")
     return {
         "default_compact_interval": int(conf(f"spark.sql.streaming.{which}.log.compactInterval", "10")),
         "delete_expired": str(conf(f"spark.sql.streaming.{which}.log.deletion", "true")).strip().lower() == "true",
-        "cleanup_delay_ms": int(m.group(1)) * unit[m.group(2)],
+        "cleanup_delay_ms": time_string_as_ms(conf(f"spark.sql.streaming.{which}.log.cleanupDelay", "10m")),
         "min_batches_to_retain": int(conf("spark.sql.streaming.minBatchesToRetain", "100")),
     }
 

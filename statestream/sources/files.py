@@ -63,7 +63,7 @@ from statestream.sinks.files import (
     uri_to_path,
 )
 from statestream.sources.base import ReadLimit, Source, empty_batch
-from statestream.sources.options import TIME_SUFFIX_MS, arithmetic_error, illegal_argument, unsupported_operation
+from statestream.sources.options import arithmetic_error, illegal_argument, time_string_as_ms, unsupported_operation
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -152,18 +152,6 @@ def _positive_option(opts: Mapping[str, Any], name: str) -> int | None:
     if value <= 0:
         raise illegal_argument(f"Invalid value '{raw}' for option '{name}', must be a positive integer")
     return value
-
-
-def _time_string_as_ms(text: str) -> int:
-    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
-    if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
-        from statestream.errors import StatestreamNumberFormatException
-
-        raise StatestreamNumberFormatException(
-            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
-            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nFailed to parse time string: {text}"
-        )
-    return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
 def glob_match(pattern: str, name: str) -> bool:
@@ -356,7 +344,7 @@ class FileStreamSource(Source):
         self.recursive_file_lookup = _bool_option(opts, "recursivefilelookup", "recursiveFileLookup", False)
         self.latest_first = checked(lambda: _bool_option(opts, "latestfirst", "latestFirst", False), False)
         self.file_name_only = checked(lambda: _bool_option(opts, "filenameonly", "fileNameOnly", False), False)
-        max_age = checked(lambda: _time_string_as_ms(opts.get("maxfileage", "7d")), 7 * 86_400_000)
+        max_age = checked(lambda: time_string_as_ms(opts.get("maxfileage", "7d")), 7 * 86_400_000)
         if self.max_files_per_trigger is not None and self.max_bytes_per_trigger is not None and starting:
             raise illegal_argument("Options 'maxFilesPerTrigger' and 'maxBytesPerTrigger' can't be both set at the same time")
         if self.latest_first and (self.max_files_per_trigger is not None or self.max_bytes_per_trigger is not None):

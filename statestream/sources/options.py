@@ -9,6 +9,7 @@ A module of its own so that ``files.py`` and ``rate.py`` both import it instead 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from statestream.errors import (
@@ -22,6 +23,7 @@ __all__ = [
     "unsupported_operation",
     "arithmetic_error",
     "TIME_SUFFIX_MS",
+    "time_string_as_ms",
     "option_string",
     "present_options",
     "default_source",
@@ -37,6 +39,20 @@ TIME_SUFFIX_MS = {
     "h": 3_600_000,
     "d": 86_400_000,
 }
+
+
+def time_string_as_ms(text: str) -> int:
+    """A time string (``"7d"``, ``"10m"``, ``"500"``: milliseconds without a suffix) in
+    milliseconds, or Spark's ``NumberFormatException`` text for one it cannot parse."""
+    m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
+    if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
+        from statestream.errors import StatestreamNumberFormatException
+
+        raise StatestreamNumberFormatException(
+            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
+            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nFailed to parse time string: {text}"
+        )
+    return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
 def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
