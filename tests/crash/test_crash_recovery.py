@@ -50,6 +50,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash.class_archive import ENV_CHILD_JAVA_OPTIONS, child_java_options
 from tests.crash.crash_child import make_foreach_batch, start_query
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class ChildRun:
         env = {k: v for k, v in os.environ.items() if not k.startswith("STATESTREAM_TEST_CRASH")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
+        env[ENV_CHILD_JAVA_OPTIONS] = child_java_options()
         if self.crash_at is not None:
             env["STATESTREAM_TEST_CRASH_AT"] = self.crash_at
         t0 = time.monotonic()
