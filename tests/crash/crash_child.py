@@ -282,6 +282,33 @@ def executed_batch_ids(query) -> list[int]:
     return out
 
 
+def run_many(engine, job: dict) -> int:
+    """Run several queries at once in this process (``job["jobs"]``, each a job of its own with
+    its query, input, checkpoint and sink), as the random-kill torture does: one kill then
+    lands at a different moment of each query's batch. Once all have started, the file
+    ``job["started"]`` appears; when one ends, its ``done`` file appears (so the test counts a
+    kill only for the queries it interrupted)."""
+    queries = [(sub, start_query(engine, sub)) for sub in job["jobs"]]
+    with open(job["started"], "w", encoding="utf-8") as fh:
+        fh.write(str(time.time()))
+    deadline = time.time() + float(job.get("timeout", 300))
+    pending = list(queries)
+    while pending:
+        if time.time() > deadline:
+            raise SystemExit(f"queries still running after {job.get('timeout', 300)} s: {[s['query'] for s, _ in pending]}")
+        for sub, query in list(pending):
+            if query.awaitTermination(0.05):
+                exc = query.exception()
+                if exc is not None:
+                    raise SystemExit(f"query {sub['query']} failed: {exc}")
+                with open(sub["done"], "w", encoding="utf-8") as fh:
+                    json.dump({"id": str(query.id), "batches": executed_batch_ids(query)}, fh)
+                pending.remove((sub, query))
+    with open(job["result"], "w", encoding="utf-8") as fh:
+        json.dump({sub["query"]: str(query.id) for sub, query in queries}, fh)
+    return 0
+
+
 def main(job_path: str) -> int:
     with open(job_path, encoding="utf-8") as fh:
         job = json.load(fh)
@@ -304,7 +331,7 @@ def main(job_path: str) -> int:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", ("-Duser.timezone=UTC " + os.environ.get("STATESTREAM_TEST_CHILD_JAVA_OPTIONS", "")).strip())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -316,6 +343,10 @@ def main(job_path: str) -> int:
         engine = StreamingSession(spark)
     else:
         engine = spark
+    if "jobs" in job:
+        code = run_many(engine, job)
+        spark.stop()
+        return code
     t0 = time.time()
     query = start_query(engine, job)
     finished = query.awaitTermination(float(job.get("timeout", 300)))
