@@ -53,6 +53,20 @@ def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetE
     return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))
 
 
+def spark_connect_session_error(spark: object) -> NotSupportedYetError:
+    """The error of ``StreamingSession(spark)`` over a Spark Connect session. Why it cannot run:
+    statestream plans each micro-batch with Spark's own analyzer and optimizer and builds the
+    batch's physical plan through the driver's JVM (py4j), and keeps the state step's
+    accumulators in the driver's SparkContext; a Connect client has neither, only a gRPC
+    channel to a server that plans for it."""
+    return NotSupportedYetError(
+        f"StreamingSession needs a classic SparkSession, and {type(spark).__module__}.{type(spark).__name__} is a Spark Connect "
+        "session: statestream plans every micro-batch with Spark's analyzer through the driver's JVM (py4j), which a Connect "
+        "client does not have. Run the streaming job in a driver with a classic session (SparkSession.builder.master(...) or "
+        "spark-submit, on the same cluster); Connect clients can still read what its sinks write."
+    )
+
+
 def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError:
     """The error of ``obj.name`` when statestream's ``owner`` class has no such member: a
     ``NotSupportedYetError`` naming it when PySpark's class has it (a member a newer PySpark

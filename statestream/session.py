@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from statestream.errors import spark_connect_session_error
 from statestream.query import StreamingQueryManager
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ class StreamingSession:
     def __init__(self, spark: "SparkSession") -> None:
         from statestream.dataframe import install_stream_on_the_right
 
+        if type(spark).__module__.startswith("pyspark.sql.connect"):
+            raise spark_connect_session_error(spark)
         self.sparkSession = spark
         use_driver_python(spark)
         install_stream_on_the_right()
