@@ -1,0 +1,136 @@
+"""statestream on a Spark standalone cluster, with a worker killed in the middle of a query.
+
+``test_cluster.py`` runs on ``local-cluster``, whose master and workers live inside the driver's
+JVM. Here the cluster is the one a user starts: a master and two workers, each a process of its
+own started with ``bin/spark-class`` of the PySpark package, on loopback only
+(``SPARK_LOCAL_IP``), one core each. The driver (``cluster_child.py``, master
+``spark://127.0.0.1:<port>``) runs the seed query and a deduplication on Spark's engine and on
+statestream over the same files, with the checkpoints on a directory all processes share, and
+compares every batch (rows, watermark, event-time statistics, state metrics); statestream
+reaches the executors as a zip (``addPyFile``).
+
+Once statestream's seed query has committed its first batch, the second worker is SIGKILLed
+with everything it started: its executor JVM and that executor's Python workers, possibly in the
+middle of a state task. Spark marks the executor lost and runs its tasks again on the remaining
+executor, which then serves every state partition, reloading from the files what the dead one
+wrote. The query goes on, and every batch must still equal Spark's engine's; the driver must
+end with one executor, so the kill really happened mid-run.
+
+Slow: five JVMs start on the two cores of the test machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.crash.test_crash_recovery import _kill_session, _session_members
+
+ROOT = Path(__file__).resolve().parents[2]
+CHILD = Path(__file__).resolve().parent / "cluster_child.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spark_class() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [str(_spark_class()), *args], env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+
+
+def _wait_for(predicate, what: str, timeout: float, procs: list[subprocess.Popen], logs: list[Path]) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for proc, log in zip(procs, logs):
+            if proc.poll() is not None:
+                raise AssertionError(f"{log.name}: exited ({proc.returncode}) while waiting for {what}:\n{log.read_text(errors='replace')[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_standalone_cluster_survives_a_killed_worker(tmp_path):
+    from statestream._java import ensure_java
+
+    ensure_java()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATESTREAM_TEST_")}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_PUBLIC_DNS="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    port = _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    master_log = tmp_path / "master.log"
+    procs: list[subprocess.Popen] = []
+    logs: list[Path] = []
+    try:
+        procs.append(_start(
+            ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())],
+            master_log, env,
+        ))
+        logs.append(master_log)
+        for i in range(2):
+            log = tmp_path / f"worker{i}.log"
+            work = tmp_path / f"worker{i}"
+            work.mkdir()
+            procs.append(_start(
+                ["org.apache.spark.deploy.worker.Worker", master_url, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                 "--webui-port", str(_free_port()), "--work-dir", str(work)],
+                log, env,
+            ))
+            logs.append(log)
+        _wait_for(
+            lambda: all("Successfully registered with master" in log.read_text(errors="replace") for log in logs[1:]),
+            "both workers registering", 240, procs, logs,
+        )
+
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        job = {"master": master_url, "queries": ["seed", "dedup"], "workdir": str(workdir), "result": str(workdir / "result.json"), "py_files": True}
+        (workdir / "job.json").write_text(json.dumps(job))
+        child_env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p), PYTHONUNBUFFERED="1")
+        child_log = tmp_path / "driver.log"
+        with open(child_log, "wb") as out:
+            child = subprocess.Popen(
+                [sys.executable, str(CHILD), str(workdir / "job.json")],
+                env=child_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        procs.append(child)
+        logs.append(child_log)
+        first_commit = workdir / "seed" / "statestream" / "checkpoint" / "commits" / "0"
+        _wait_for(first_commit.exists, "statestream's first commit", 600, [child], [child_log])
+        killed = _kill_session(procs[2].pid)
+        assert any("Worker" in cmd for _, _, cmd in killed), killed
+        try:
+            rc = child.wait(1200)
+        except subprocess.TimeoutExpired:
+            rc = None
+        tail = "\n".join(child_log.read_text(errors="replace").splitlines()[-40:])
+        assert rc == 0, f"the driver failed (exit {rc}):\n{tail}\n{(workdir / 'result.json').read_text() if (workdir / 'result.json').exists() else ''}"
+        result = json.loads((workdir / "result.json").read_text())
+        assert result["executors"] == 2, result
+        assert result["executorsAtEnd"] == 1, f"the killed worker's executor is still registered: {result}"
+        for name in job["queries"]:
+            assert result["queries"][name]["ok"], result["queries"][name]
+        assert not result["driverProviders"], "the driver process must not hold state stores"
+    finally:
+        for proc in reversed(procs):
+            if _session_members(proc.pid):
+                _kill_session(proc.pid)
+            proc.wait()
