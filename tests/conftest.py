@@ -6,7 +6,11 @@ Tests under ``tests/unit`` must not need Spark at all; they never ask for the ``
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
+from typing import Iterator
 
 import pytest
 
@@ -76,3 +80,36 @@ def _drop_samples_covered_by_the_slow_tier(config, items) -> None:
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = [item for item in items if item not in drop]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """An S3-compatible server (moto's) on loopback with a bucket ``checkpoints``; its
+    ``host:port``. The credentials are the environment's (set above, before the JVM starts)."""
+    pytest.importorskip("moto", reason="the object-store test needs moto[server] (pip install -e .[test])")
+    import pyarrow.fs as pafs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="statestream-test", secret_key="statestream-test",
+                               region="us-east-1", allow_bucket_creation=True)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fs.create_dir("checkpoints")
+                break
+            except OSError:
+                assert proc.poll() is None, "the S3 test server exited"
+                assert time.monotonic() < deadline, "the S3 test server did not start"
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -8,47 +8,11 @@ restart on the same URI goes on from it."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_same_batches, run_stream
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[str]:
-    pytest.importorskip("moto", reason="the object-store test needs moto[server] (pip install -e .[test])")
-    import pyarrow.fs as pafs
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-    )
-    endpoint = f"127.0.0.1:{port}"
-    try:
-        fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", access_key="statestream-test", secret_key="statestream-test",
-                               region="us-east-1", allow_bucket_creation=True)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                fs.create_dir("checkpoints")
-                break
-            except OSError:
-                assert proc.poll() is None, "the S3 test server exited"
-                assert time.monotonic() < deadline, "the S3 test server did not start"
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _windowed_count(df):
