@@ -47,6 +47,7 @@ import pyarrow.fs as pafs
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     StatestreamArithmeticException,
+    analysis_error,
     StatestreamError,
     StatestreamIllegalArgumentException,
     StatestreamUnsupportedOperationException,
@@ -126,6 +127,14 @@ def parse_schema(schema: "StructType | str | None") -> "StructType | None":
 
         parsed = StructType([StructField("value", parsed, True)])
     return parsed
+
+
+def _require_existing_path(path: str) -> None:
+    """Spark's PATH_NOT_FOUND for a source directory that does not exist (checked at load())."""
+    mgr = CheckpointFileManager(FileStreamSource._spark_path(path))
+    if mgr.fs.get_file_info(mgr.path()).type == pafs.FileType.NotFound:
+        shown = path.partition("?")[0]  # as given (Spark's text); a URI's query may hold credentials
+        raise analysis_error("PATH_NOT_FOUND", f"[PATH_NOT_FOUND] Path does not exist: {shown}. SQLSTATE: 42K03", "42K03", path=shown)
 
 
 def _bool_option(opts: Mapping[str, Any], key: str, name: str, default: bool) -> bool:
@@ -307,11 +316,15 @@ class FileStreamSource(Source):
         infer = fmt == "text" or (
             spark is not None and str(spark.conf.get(SCHEMA_INFERENCE_CONF, "false")).strip().lower() == "true"
         )
-        if parsed is None and not infer:
-            raise illegal_argument(SCHEMA_REQUIRED_MESSAGE)
+        # Spark's order at load() (DataSource.sourceSchema): a path given, existing unless it
+        # is a glob (which may only match once upstream writes), then a schema
         path = path if path is not None else opts.get("path")
         if not path:
             raise illegal_argument("'path' is not specified.")
+        if metadata_dir is None and not self._is_glob(str(path)):
+            _require_existing_path(str(path))
+        if parsed is None and not infer:
+            raise illegal_argument(SCHEMA_REQUIRED_MESSAGE)
         self.path = str(path)
         self.fmt = fmt
         if parsed is None and fmt != "text":
