@@ -179,7 +179,8 @@ def test_state_holds_the_buffer_fields(spark, tmp_path):
     from statestream.plan.planner import aggregation_info
 
     ss = StreamingSession(spark)
-    stream = ss.readStream.schema(SCHEMA).parquet(str(tmp_path / "none"))
+    (tmp_path / "in").mkdir()  # load() needs an existing directory (Spark's PATH_NOT_FOUND)
+    stream = ss.readStream.schema(SCHEMA).parquet(str(tmp_path / "in"))
     agg = stream.groupBy("k").agg(weighted_mean("x", "y"), F.sum("i"))
     info = aggregation_info(agg._plan)
     fields = [(f["name"], f["type"]) for f in info.value_schema_json["fields"]]
