@@ -11,7 +11,8 @@ logs compacted every 10 batches, their old entries deleted 10 minutes after they
 ``--cleanup-delay`` shortens that delay on both engines, so a short run shows it).
 
 Every ``--every`` batches, from a listener on the query's progress: the checkpoint's file count
-and bytes, the sink log's file count, and the RSS of the whole process tree (driver Python, JVM,
+and bytes, the sink log's file count, the driver JVM's heap in use after a full GC, and the RSS
+of the whole process tree (driver Python, JVM,
 Python workers). Each engine runs in its own child process (a fresh JVM). The parent prints both
 engines' figures side by side.
 """
@@ -44,6 +45,14 @@ def _dir_stats(path: Path) -> tuple[int, int]:
             except OSError:
                 pass
     return files, size
+
+
+def _live_heap_mb(spark: Any) -> int:
+    """The driver JVM's heap in use right after a full collection: what it really holds, where
+    RSS also counts heap the JVM took and has not given back."""
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    jvm.java.lang.System.gc()
+    return int(jvm.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage().getUsed()) // 2**20
 
 
 def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> None:
@@ -94,7 +103,7 @@ def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> Non
                     key = "driver python" if pid == os.getpid() else name
                     by_name[key] = by_name.get(key, 0) + r // 2**20
                 samples.append({"batch": b, "files": files, "bytes": size, "sink_log_files": sink_files, "rss_mb": rss // 2**20,
-                                "rss_mb_by_process": by_name})
+                                "rss_mb_by_process": by_name, "heap_live_mb": _live_heap_mb(spark)})
 
         def onQueryIdle(self, event):  # noqa: N802
             pass
@@ -145,14 +154,14 @@ def main() -> None:
         print(f"{kind}: RSS by process, batch {first['batch']} -> {last['batch']}: "
               + ", ".join(f"{k} {first['rss_mb_by_process'].get(k, 0)} -> {v} MB" for k, v in sorted(last["rss_mb_by_process"].items())))
     kinds = list(results)
-    head = "| batch | " + " | ".join(f"{k} files | {k} MB on disk | {k} sink log files | {k} RSS MB" for k in kinds) + " |"
+    head = "| batch | " + " | ".join(f"{k} files | {k} MB on disk | {k} sink log files | {k} RSS MB | {k} live heap MB" for k in kinds) + " |"
     print(head)
-    print("|" + "---|" * (1 + 4 * len(kinds)))
+    print("|" + "---|" * (1 + 5 * len(kinds)))
     rows = zip(*(results[k]["samples"] for k in kinds))
     for row in rows:
         cells = [str(row[0]["batch"])]
         for s in row:
-            cells += [str(s["files"]), f"{s['bytes'] / 2**20:.2f}", str(s["sink_log_files"]), str(s["rss_mb"])]
+            cells += [str(s["files"]), f"{s['bytes'] / 2**20:.2f}", str(s["sink_log_files"]), str(s["rss_mb"]), str(s.get("heap_live_mb", ""))]
         print("| " + " | ".join(cells) + " |")
 
 
