@@ -281,7 +281,9 @@ def test_file_source_partitioned_dirs_and_odd_names(spark, tmp_path):
 
 
 def test_file_source_without_data_yields_no_offset(spark, tmp_path):
-    src = FileStreamSource(spark, str(tmp_path / "missing"), "parquet", "a INT", {})
+    # a started source (its metadata directory given) whose directory is gone: no offset, as in
+    # Spark (load() refuses a missing directory, a running source does not check again)
+    src = FileStreamSource(spark, str(tmp_path / "missing"), "parquet", "a INT", {}, metadata_dir=str(tmp_path / "md"))
     assert src.latest_offset(None, ReadLimit.ALL_AVAILABLE) is None
     assert src.get_batch(spark, None, {"logOffset": -1}).count() == 0
     src.stop()
