@@ -47,10 +47,10 @@ import pyarrow.fs as pafs
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     StatestreamArithmeticException,
-    analysis_error,
     StatestreamError,
     StatestreamIllegalArgumentException,
     StatestreamUnsupportedOperationException,
+    analysis_error,
 )
 from statestream.sinks.files import (
     METADATA_DIR,
@@ -131,8 +131,7 @@ def parse_schema(schema: "StructType | str | None") -> "StructType | None":
 
 def _require_existing_path(path: str) -> None:
     """Spark's PATH_NOT_FOUND for a source directory that does not exist (checked at load())."""
-    mgr = CheckpointFileManager(FileStreamSource._spark_path(path))
-    if mgr.fs.get_file_info(mgr.path()).type == pafs.FileType.NotFound:
+    if not CheckpointFileManager(FileStreamSource._spark_path(path)).exists():
         shown = path.partition("?")[0]  # as given (Spark's text); a URI's query may hold credentials
         raise analysis_error("PATH_NOT_FOUND", f"[PATH_NOT_FOUND] Path does not exist: {shown}. SQLSTATE: 42K03", "42K03", path=shown)
 

@@ -26,6 +26,7 @@ import decimal
 import json
 import math
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -759,6 +760,34 @@ def error_text(exc: BaseException) -> str:
     for cut in ("\n\nJVM stacktrace:", ";\n"):
         text = text.split(cut, 1)[0]
     return text.strip()
+
+
+def normalise_run_text(text: str, workdir: Path) -> str:
+    """Ids and paths are run-specific: ``workdir`` (plain or as a ``file:`` URI) becomes
+    ``<dir>`` and every UUID ``<uuid>``."""
+    root = str(workdir)
+    text = text.replace("file://" + root, "<dir>").replace("file:" + root, "<dir>").replace(root, "<dir>")
+    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
+
+
+def failure_verdict(exc: BaseException, workdir: Path, bases: tuple[type, ...] = ()) -> tuple[str, str | None, str]:
+    """(exception type, error condition, normalised text) of a failure, comparable across the
+    engines: the type is the name of the first of ``bases`` (PySpark's exception classes) that
+    ``exc`` is an instance of, else its own; the text stops before the ``=== Streaming Query ===``
+    report that ``query.exception()`` appends (it shows Spark's internal logical plan)."""
+    kind = type(exc).__name__
+    for base in bases:
+        if isinstance(exc, base):
+            kind = base.__name__
+    condition = None
+    for getter in ("getCondition", "getErrorClass"):
+        fn = getattr(exc, getter, None)
+        if callable(fn):
+            condition = fn()
+            if condition:
+                break
+    text = error_text(exc).split("\n=== Streaming Query ===", 1)[0]
+    return kind, condition, normalise_run_text(text, workdir)
 
 
 def state_store_error_cause(text: str) -> str:

@@ -12,38 +12,21 @@ A checkpoint directory without write permission cannot be tested here: the tests
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from tests.differential.harness import error_text, write_input_file
+from tests.differential.harness import failure_verdict, write_input_file
 
 SCHEMA = "value LONG"
-
-
-def _normalise(text: str, workdir: Path) -> str:
-    root = str(workdir)
-    text = text.replace("file://" + root, "<dir>").replace("file:" + root, "<dir>").replace(root, "<dir>")
-    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
 
 
 def _describe(stage: str, exc: BaseException, workdir: Path) -> tuple:
     from pyspark.errors import AnalysisException, IllegalArgumentException, StreamingQueryException
 
-    kind = type(exc).__name__
-    for base in (StreamingQueryException, AnalysisException, IllegalArgumentException):
-        if isinstance(exc, base):
-            kind = base.__name__
-    condition = None
-    for getter in ("getCondition", "getErrorClass"):
-        fn = getattr(exc, getter, None)
-        if callable(fn):
-            condition = fn() or condition
-    text = error_text(exc).split("\n=== Streaming Query ===", 1)[0]
-    return stage, kind, condition, _normalise(text, workdir)
+    return (stage, *failure_verdict(exc, workdir, (StreamingQueryException, AnalysisException, IllegalArgumentException)))
 
 
 def _run(engine: Any, workdir: Path, reader: Callable, transform: Callable, checkpoint: str | None) -> tuple:

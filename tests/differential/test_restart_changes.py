@@ -10,7 +10,6 @@ text, once query ids, run ids and paths are normalised.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from tests.differential.harness import DEFAULT_TIMEOUT_S, engine_name, error_text, write_input_file
+from tests.differential.harness import DEFAULT_TIMEOUT_S, engine_name, failure_verdict, write_input_file
 
 SCHEMA = "value LONG"
 
@@ -144,37 +143,16 @@ FIRST_RUN = [[10, 11, 12], [25]]
 RESTART_RUN = [[40, 3]]
 
 
-def _normalise(text: str, workdir: Path) -> str:
-    """Ids and paths are run-specific: replace them with placeholders."""
-    root = str(workdir)
-    text = text.replace("file://" + root, "<dir>").replace("file:" + root, "<dir>").replace(root, "<dir>")
-    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<uuid>", text)
-
-
 Verdict = tuple[str, str | None, str]
 
 
 def _describe(exc: BaseException | None, workdir: Path) -> Verdict | None:
-    """(exception type, error condition, normalised text) of a failure, or None. The text stops
-    before the ``=== Streaming Query ===`` report that ``query.exception()`` appends: it shows
-    Spark's internal logical plan."""
+    """(exception type, error condition, normalised text) of a failure, or None."""
     if exc is None:
         return None
     from pyspark.errors import AnalysisException, StreamingQueryException
 
-    kind = type(exc).__name__
-    for base in (StreamingQueryException, AnalysisException):
-        if isinstance(exc, base):
-            kind = base.__name__
-    condition = None
-    for getter in ("getCondition", "getErrorClass"):
-        fn = getattr(exc, getter, None)
-        if callable(fn):
-            condition = fn()
-            if condition:
-                break
-    text = error_text(exc).split("\n=== Streaming Query ===", 1)[0]
-    return kind, condition, _normalise(text, workdir)
+    return failure_verdict(exc, workdir, (StreamingQueryException, AnalysisException))
 
 
 def _run(
