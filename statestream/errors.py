@@ -264,6 +264,25 @@ class CheckpointError(StatestreamError):
     """A checkpoint log file is missing, corrupt, or written by a newer version."""
 
 
+class ConcurrentStreamLogUpdateError(CheckpointError):
+    """Another writer wrote the log entry this query was about to write: two runs on one
+    checkpoint (Spark's CONCURRENT_STREAM_LOG_UPDATE)."""
+
+    error_class = "CONCURRENT_STREAM_LOG_UPDATE"
+
+    def getCondition(self) -> str:  # noqa: N802 - PySpark's name
+        return self.error_class
+
+
+def concurrent_stream_log_update_error(batch_id: int, path: str) -> ConcurrentStreamLogUpdateError:
+    """The offset or commit log already holds ``batch_id`` when this run comes to write it:
+    Spark's text, and the file (``path``) the other writer wrote."""
+    return ConcurrentStreamLogUpdateError(
+        f"[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for {batch_id}. "
+        f"Please make sure only one streaming job runs on a specific checkpoint location at a time. ({path} was written by another run)"
+    )
+
+
 class IncompatibleRestartError(StatestreamError):
     """A query restarted on a checkpoint that it cannot continue (and the message says why)."""
 

@@ -89,6 +89,11 @@ def s3_endpoint() -> Iterator[str]:
     pytest.importorskip("moto", reason="the object-store test needs moto[server] (pip install -e .[test])")
     import pyarrow.fs as pafs
 
+    # (also set before the JVM starts, by _make_spark, for a run that has Spark)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "statestream-test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "statestream-test")
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

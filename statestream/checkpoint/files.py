@@ -12,9 +12,13 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+if TYPE_CHECKING:
+    from statestream.checkpoint.object_store import S3ConditionalWrites
 
 __all__ = ["CheckpointFileManager", "FileAlreadyExistsError"]
 
@@ -46,6 +50,7 @@ class CheckpointFileManager:
     root: str
     _fs: pafs.FileSystem | None = field(default=None, init=False, repr=False, compare=False)
     _base: str = field(default="", init=False, repr=False, compare=False)
+    _conditional: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._fs, self._base = _split_uri(self.root)
@@ -55,6 +60,7 @@ class CheckpointFileManager:
 
     def __setstate__(self, state: dict) -> None:
         self.root = state["root"]
+        self._conditional = None
         self._fs, self._base = _split_uri(self.root)
 
     @property
@@ -92,6 +98,19 @@ class CheckpointFileManager:
     def child(self, rel: str) -> "CheckpointFileManager":
         """A manager rooted at a sub-directory."""
         return CheckpointFileManager(self.uri(rel))
+
+    @property
+    def conditional(self) -> "S3ConditionalWrites | None":
+        """The object store's create-if-absent (``checkpoint.object_store``), when the root is
+        on one that has it; ``None`` on a local or mounted directory, whose writes rename under
+        the writer lock instead."""
+        if not self.remote:
+            return None
+        if self._conditional is None:
+            from statestream.checkpoint.object_store import conditional_writes
+
+            self._conditional = conditional_writes(self.root) or False
+        return self._conditional or None
 
     def exists(self, rel: str = "") -> bool:
         info = self.fs.get_file_info(self.path(rel))
@@ -142,6 +161,11 @@ class CheckpointFileManager:
         With ``overwrite=False`` an existing target raises ``FileAlreadyExistsError`` (Spark's
         metadata logs refuse to overwrite a batch entry)."""
         target = self.path(rel)
+        if not overwrite and self.conditional is not None:
+            # an object store: one conditional PUT is atomic, and exactly one writer creates
+            if not self.conditional.create(target, data):
+                raise FileAlreadyExistsError(self.display(rel))
+            return
         parent = target.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         if not overwrite and self.exists(rel):

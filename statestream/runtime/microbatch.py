@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.checkpoint.writer_lock import CheckpointWriterLock
-from statestream.errors import StatestreamStreamingQueryException, stream_failed_error
+from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
+from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext
@@ -53,6 +53,10 @@ if TYPE_CHECKING:
     from statestream.sources.base import Source
 
 logger = logging.getLogger(__name__)
+
+#: how long the writer lease of a checkpoint on an object store may stand still before its
+#: holder counts as dead (``checkpoint.writer_lock``)
+WRITER_LEASE_CONF = "spark.statestream.checkpoint.writerLeaseTimeout"
 
 __all__ = ["MicroBatchExecution", "Trigger", "plan_for_explain"]
 
@@ -176,7 +180,9 @@ class MicroBatchExecution:
         self._source_indexes: dict[int, int] = {}
         self._physical: "PhysicalOperator" | None = None
         self.fm = CheckpointFileManager(self.checkpoint_location)
-        self.writer_lock = CheckpointWriterLock(self.fm)
+        self.writer_lock = CheckpointWriterLock(
+            self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
+        )
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -507,7 +513,9 @@ class MicroBatchExecution:
                     crash_point("before_offsets", batch_id)
                     t = time.perf_counter()
                     meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
-                    self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta))
+                    self.writer_lock.check_held()
+                    if not self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta)):
+                        raise concurrent_stream_log_update_error(batch_id, self.offset_log.path_of(batch_id))
                     self.progress.record_duration("walCommit", t)
                     # Spark tells the sources that the previous batch is done only now, once the
                     # next batch's offsets are logged (a file source's cleanSource acts then)
@@ -531,7 +539,9 @@ class MicroBatchExecution:
             first_batch_of_run = False
             # finish: watermark, commit
             t = time.perf_counter()
-            self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark))
+            self.writer_lock.check_held()
+            if not self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark)):
+                raise concurrent_stream_log_update_error(record.batch_id, self.commit_log.path_of(record.batch_id))
             self.progress.record_duration("commitOffsets", t)
             crash_point("after_commit", record.batch_id)
             self.progress.finish_batch(record)

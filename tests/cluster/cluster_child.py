@@ -143,6 +143,9 @@ def make_session(job: dict):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    # the test's class-data archive and C1-only JIT (tests/crash/class_archive.py) for the driver
+    # and the executors alike: every JVM of this test is short-lived
+    java_options = ("-Duser.timezone=UTC " + os.environ.get("STATESTREAM_TEST_CHILD_JAVA_OPTIONS", "")).strip()
     builder = (
         SparkSession.builder.master(job["master"])
         .appName("statestream-cluster-test")
@@ -154,8 +157,8 @@ def make_session(job: dict):
         .config("spark.driver.memory", "1g")
         .config("spark.executor.memory", "700m")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.sql.streaming.pollingDelay", "10ms")
     )
     # A real cluster does not pass the driver's environment to executors: say it explicitly.

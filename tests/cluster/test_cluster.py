@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from tests.crash.class_archive import ENV_CHILD_JAVA_OPTIONS, child_java_options
 from tests.crash.test_crash_recovery import _kill_session, _session_members
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ def run_child(workdir: Path) -> tuple[int, dict[str, Any] | None, list[dict[str,
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     env["STATESTREAM_TEST_TASK_LOG"] = str(task_log)
+    env[ENV_CHILD_JAVA_OPTIONS] = child_java_options()
     out_path = workdir / "child.log"
     with open(out_path, "wb") as out:
         proc = subprocess.Popen(

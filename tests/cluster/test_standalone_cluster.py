@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.crash.class_archive import ENV_CHILD_JAVA_OPTIONS, child_java_options
 from tests.crash.test_crash_recovery import _kill_session, _session_members
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,10 @@ def test_standalone_cluster_survives_a_killed_worker(tmp_path):
     ensure_java()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATESTREAM_TEST_")}
     env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_PUBLIC_DNS="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    # every JVM here (master, workers, the driver and its executors) is short-lived: the test's
+    # class-data archive and C1 only (tests/crash/class_archive.py)
+    java_options = child_java_options()
+    env["SPARK_DAEMON_JAVA_OPTS"] = java_options
     port = _free_port()
     master_url = f"spark://127.0.0.1:{port}"
     master_log = tmp_path / "master.log"
@@ -104,7 +109,7 @@ def test_standalone_cluster_survives_a_killed_worker(tmp_path):
         workdir.mkdir()
         job = {"master": master_url, "queries": ["seed", "dedup"], "workdir": str(workdir), "result": str(workdir / "result.json"), "py_files": True}
         (workdir / "job.json").write_text(json.dumps(job))
-        child_env = dict(env, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p), PYTHONUNBUFFERED="1")
+        child_env = dict(env, **{ENV_CHILD_JAVA_OPTIONS: java_options}, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p), PYTHONUNBUFFERED="1")
         child_log = tmp_path / "driver.log"
         with open(child_log, "wb") as out:
             child = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_same_batches, run_stream
@@ -49,3 +50,92 @@ def test_checkpoint_on_s3_equals_spark_and_restarts(spark, s3_endpoint, tmp_path
                      "checkpoints/q1/state/0/0/1.delta", "checkpoints/q1/state/0/_metadata/metadata"):
         assert expected in stored, f"{expected} is not on the object store: {sorted(stored)[:40]}"
     assert not (tmp_path / "ours" / "checkpoint").exists(), "a part of the checkpoint went to the local disk"
+
+
+def _rate_to_noop(ss, checkpoint: str):
+    return ss.readStream.format("rate").option("rowsPerSecond", 1).load().writeStream.format("noop").option("checkpointLocation", checkpoint).start()
+
+
+def test_one_writer_per_checkpoint_on_s3(spark, s3_endpoint, tmp_path):
+    """Without file locks or rename, the writer lease on S3's conditional PUT: a writer in
+    another process holds the checkpoint, and ``start()`` here is refused naming it, before this
+    run writes anything; once that process is killed (no release), the start takes the lease
+    over at once (its holder was a process of this host that is gone; a holder on another host
+    is watched for a whole timeout, tests/unit/test_object_store_lease.py) and goes on from the
+    checkpoint. And a
+    run that lost its lease (stalled while another took over) stops before its next log write."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pyarrow.fs as pafs
+
+    from statestream import StreamingSession
+    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.errors import (
+        StatestreamIllegalStateException,
+        StatestreamStreamingQueryException,
+    )
+
+    uri = f"s3://checkpoints/one-writer?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http", region="us-east-1")
+
+    def logged(kind: str) -> list[str]:
+        sel = pafs.FileSelector(f"checkpoints/one-writer/{kind}", allow_not_found=True)
+        return sorted(i.base_name for i in fs.get_file_info(sel) if i.base_name.isdigit())
+
+    spark.conf.set("spark.statestream.checkpoint.writerLeaseTimeout", "2s")
+    ss = StreamingSession(spark)
+    try:
+        first = _rate_to_noop(ss, uri)
+        first.processAllAvailable()
+        query_id = first.id
+        first.stop()
+        before = logged("offsets")
+        holder = subprocess.Popen(
+            [sys.executable, "-c", (
+                "import time\n"
+                "from statestream.checkpoint.files import CheckpointFileManager\n"
+                "from statestream.checkpoint.writer_lock import CheckpointWriterLock\n"
+                f"CheckpointWriterLock(CheckpointFileManager({uri!r}), lease_ms=2000).acquire({query_id!r}, 'other-run')\n"
+                "print('held', flush=True)\n"
+                "time.sleep(600)\n"
+            )],
+            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            with pytest.raises(StatestreamIllegalStateException) as err:
+                _rate_to_noop(ss, uri)
+            assert str(err.value).startswith(f"Cannot start query with id {query_id} as another query with same id is already active.")
+            assert f"run other-run of query {query_id} in process {holder.pid}" in str(err.value)
+            assert ss.streams.active == [] and logged("offsets") == before
+        finally:
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(10)
+        t0 = time.monotonic()
+        again = _rate_to_noop(ss, uri)
+        waited = time.monotonic() - t0
+        try:
+            assert waited < 20, f"the start took {waited:.1f} s"
+            again.processAllAvailable()
+            assert again.id == query_id and int(logged("offsets")[-1]) > int(before[-1])
+            # another writer takes the lease over (as one does that judged this run dead)
+            lease_dir = CheckpointFileManager(uri).child(".statestream-writer-lease")
+            top = max(int(n) for n in lease_dir.list())
+            assert lease_dir.conditional.create(lease_dir.path(str(top + 1)), b'{"runId": "usurper", "beat": 0}')
+            deadline = time.monotonic() + 60
+            while again.isActive and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not again.isActive, "the run that lost its lease kept running"
+            exc = again.exception()
+            assert isinstance(exc, StatestreamStreamingQueryException) and "usurper" in str(exc), exc
+            offsets, commits = logged("offsets"), logged("commits")
+            assert offsets == commits or offsets[:-1] == commits, (offsets, commits)
+        finally:
+            again.stop()
+    finally:
+        spark.conf.unset("spark.statestream.checkpoint.writerLeaseTimeout")
+

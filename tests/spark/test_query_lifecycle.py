@@ -252,3 +252,33 @@ def test_checkpoint_that_is_a_file_is_refused_at_start_as_spark(spark, tmp_path)
     for tag in ("spark", "ours"):
         assert f"Destination exists and is not a directory: {afile}" in texts[tag, "afile"]
         assert "Parent path is not a directory:" in texts[tag, "sub"] and str(afile) in texts[tag, "sub"]
+
+
+def test_a_log_entry_another_writer_wrote_stops_the_run(spark, tmp_path):
+    """The offset log entry this run is about to write is already there (a second writer that
+    got past every lock, on a store without one): the run stops with Spark's
+    CONCURRENT_STREAM_LOG_UPDATE instead of running the batch over another's offsets."""
+    import time
+
+    from statestream import StreamingSession
+    from statestream.errors import StatestreamStreamingQueryException
+
+    ss = StreamingSession(spark)
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "0.json").write_text('{"v": 1}\n')
+    ck = tmp_path / "ck"
+    q = ss.readStream.schema("v LONG").json(str(src)).writeStream.format("noop").option("checkpointLocation", str(ck)).trigger(processingTime="100 milliseconds").start()
+    try:
+        q.processAllAvailable()
+        (ck / "offsets" / "1").write_text((ck / "offsets" / "0").read_text())  # the other writer's entry
+        (src / "1.json").write_text('{"v": 2}\n')
+        deadline = time.monotonic() + 60
+        while q.isActive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        exc = q.exception()
+        assert exc is not None and isinstance(exc, StatestreamStreamingQueryException)
+        assert "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for 1." in str(exc)
+        assert not (ck / "commits" / "1").exists()
+    finally:
+        q.stop()
