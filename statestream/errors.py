@@ -14,6 +14,7 @@ from pyspark.errors import AnalysisException as _PySparkAnalysisException
 from pyspark.errors import ArithmeticException as _PySparkArithmeticException
 from pyspark.errors import IllegalArgumentException as _PySparkIllegalArgumentException
 from pyspark.errors import NumberFormatException as _PySparkNumberFormatException
+from pyspark.errors import SparkRuntimeException as _PySparkSparkRuntimeException
 from pyspark.errors import UnsupportedOperationException as _PySparkUnsupportedOperationException
 from pyspark.errors import StreamingQueryException as _PySparkStreamingQueryException
 
@@ -25,6 +26,7 @@ __all__ = [
     "StatestreamIllegalArgumentException",
     "StatestreamIllegalStateException",
     "StatestreamNumberFormatException",
+    "StatestreamSparkRuntimeException",
     "StatestreamUnsupportedOperationException",
     "StatestreamArithmeticException",
     "CheckpointError",
@@ -188,6 +190,18 @@ class StatestreamNumberFormatException(
 ):
     """What PySpark raises for a JVM ``NumberFormatException`` (``For input string: "x"``), e.g. a
     numeric source option that is not a number."""
+
+
+class StatestreamSparkRuntimeException(
+    _JvmShapedException, _PySparkSparkRuntimeException, StatestreamError, RuntimeError
+):
+    """What PySpark raises for Spark's ``SparkRuntimeException`` (the state data sources'
+    ``STDS_*`` errors among them): same class, same text."""
+
+
+def spark_error_text(error_class: str, message: str, sql_state: str) -> str:
+    """Spark's rendering of an error-class error: ``[CLASS] message SQLSTATE: state``."""
+    return f"[{error_class}] {message} SQLSTATE: {sql_state}"
 
 
 class StatestreamIllegalStateException(_JvmShapedException, StatestreamError, RuntimeError):

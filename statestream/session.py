@@ -10,6 +10,7 @@ from statestream.query import StreamingQueryManager
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from statestream.batch_reader import DataFrameReader
     from statestream.reader import DataStreamReader
 
 __all__ = ["StreamingSession"]
@@ -90,6 +91,22 @@ class StreamingSession:
         if len(streams) > 1 or args or kwargs:
             raise not_supported_yet("StreamingSession", "sql", f"SQL over several streaming views or with arguments ({', '.join(streams)})")
         return self._view(streams[0])._sql_over_view(streams[0], sqlQuery)  # noqa: SLF001
+
+    @property
+    def read(self) -> "DataFrameReader":
+        """Spark's batch reader, plus the ``statestore`` and ``state-metadata`` sources over
+        statestream checkpoints (``batch_reader``)."""
+        from statestream.batch_reader import DataFrameReader
+
+        return DataFrameReader(self.sparkSession)
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else of the SparkSession (``createDataFrame``, ``range``, ``udf``,
+        ``catalog``, ``version``, ...): a job that says ``StreamingSession(spark)`` where it said
+        ``spark`` keeps its batch code."""
+        if name.startswith("_") or name == "sparkSession":
+            raise AttributeError(name)
+        return getattr(self.sparkSession, name)
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802

@@ -183,6 +183,15 @@ class StateStoreProvider:
         """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
         return ReadStateStore(self, version, self._load(version, begins_at))
 
+    def read_delta(self, version: int) -> pa.Table:
+        """The changes ``version`` made: its delta file as written (the key and value columns,
+        then ``__op``; a removal's values are null). The state readers' change feed."""
+        return self._read(version, _DELTA, version)
+
+    def has_snapshot(self, version: int) -> bool:
+        """Whether ``version`` has a snapshot file (where a reader may start instead of 0)."""
+        return _SNAPSHOT in self.list_files().get(version, set())
+
     # -- metrics ------------------------------------------------------------------------------
     def cache_counts(self) -> tuple[int, int]:
         """(cache hits, cache misses) since this provider was created."""

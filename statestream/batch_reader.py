@@ -1,0 +1,87 @@
+"""``StreamingSession.read``: Spark's DataFrameReader, with the state data sources added.
+
+Every format Spark reads is read by Spark (the reader's settings are replayed on
+``spark.read``); ``statestore`` and ``state-metadata`` read statestream's checkpoints
+(``tools.state_reader``), as Spark's own sources of those names read Spark's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["DataFrameReader"]
+
+
+class DataFrameReader:
+    """PySpark's ``DataFrameReader`` surface (``format``, ``option``, ``options``, ``schema``,
+    ``load`` and the per-format shortcuts), chaining like it."""
+
+    def __init__(self, spark: "SparkSession") -> None:
+        self._spark = spark
+        self._format: str | None = None
+        self._options: dict[str, Any] = {}
+        self._schema: Any = None
+
+    def format(self, source: str) -> "DataFrameReader":
+        self._format = source
+        return self
+
+    def option(self, key: str, value: Any) -> "DataFrameReader":
+        self._options[key] = value
+        return self
+
+    def options(self, **options: Any) -> "DataFrameReader":
+        self._options.update(options)
+        return self
+
+    def schema(self, schema: Any) -> "DataFrameReader":
+        self._schema = schema
+        return self
+
+    def _ours(self) -> str | None:
+        from statestream.tools.state_reader import STATE_METADATA_FORMAT, STATE_STORE_FORMAT
+
+        name = (self._format or "").lower()
+        return name if name in (STATE_STORE_FORMAT, STATE_METADATA_FORMAT) else None
+
+    def _spark_reader(self) -> Any:
+        reader = self._spark.read
+        if self._format is not None:
+            reader = reader.format(self._format)
+        if self._options:
+            reader = reader.options(**self._options)
+        if self._schema is not None:
+            reader = reader.schema(self._schema)
+        return reader
+
+    def load(self, path: Any = None, format: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: A002
+        if format is not None:
+            self.format(format)
+        if schema is not None:
+            self.schema(schema)
+        self._options.update(options)
+        ours = self._ours()
+        if ours is None:
+            return self._spark_reader().load(path)
+        from statestream.tools.state_reader import STATE_METADATA_FORMAT, read_state_metadata, read_state_store
+
+        if self._schema is not None:
+            from statestream.errors import StatestreamAnalysisException
+
+            raise StatestreamAnalysisException(
+                f"[UNSUPPORTED_FEATURE.SCHEMA_NOT_SUPPORTED] The {ours} source does not take a user-specified schema.",
+                error_class="UNSUPPORTED_FEATURE.SCHEMA_NOT_SUPPORTED",
+            )
+        path = path if path is not None else self._options.get("path")
+        if ours == STATE_METADATA_FORMAT:
+            return read_state_metadata(self._spark, path)
+        return read_state_store(self._spark, self._options, path)
+
+    def __getattr__(self, name: str) -> Any:
+        # parquet, json, csv, table, jdbc, orc, text, xml: Spark's, with the settings so far
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._spark_reader(), name)

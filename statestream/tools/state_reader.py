@@ -1,0 +1,500 @@
+"""Spark's state data sources over statestream checkpoints: ``statestore`` and ``state-metadata``.
+
+``ss.read.format("statestore").load(checkpoint)`` gives, as Spark's reader does over Spark's
+checkpoints, one row per state entry: ``key`` (a struct of the operator's state key), ``value``
+(a struct of its state value) and ``partition_id``; with ``readChangeFeed`` the rows are the
+changes of a range of batches, with ``batch_id`` and ``change_type`` in front.
+``ss.read.format("state-metadata").load(checkpoint)`` gives one row per operator and store.
+
+statestream stores a state partition as Arrow files with internal column names; the names and
+types the reader shows come from the operator's schema file, which statestream writes in Spark's
+format (``state.schema``), matched to the stored columns by position.
+
+Reading is a Spark job: one task per state partition, each loading its partition's files with
+the engine's own ``StateStoreProvider`` (what a restart would load), never a loop on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import (
+    StatestreamIllegalArgumentException,
+    StatestreamNumberFormatException,
+    StatestreamSparkRuntimeException,
+    spark_error_text,
+)
+from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
+from statestream.state.schema import read_all_operator_metadata, read_operator_metadata, read_state_schema
+from statestream.state.store import OP_PUT, StateStoreId
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "STATE_METADATA_FORMAT",
+    "STATE_STORE_FORMAT",
+    "StateSourceOptions",
+    "read_state_metadata",
+    "read_state_store",
+    "state_metadata_rows",
+]
+
+log = logging.getLogger(__name__)
+
+STATE_STORE_FORMAT = "statestore"
+STATE_METADATA_FORMAT = "state-metadata"
+
+#: the state-metadata source's columns (Spark's names and types)
+METADATA_SCHEMA = (
+    "operatorId LONG, operatorName STRING, stateStoreName STRING, numPartitions INT, "
+    "minBatchId LONG, maxBatchId LONG, operatorProperties STRING"
+)
+
+
+#: SQLSTATEs of the state sources' error classes
+_SQL_STATES = {
+    "STDS_INVALID_OPTION_VALUE": "42616",
+    "STDS_REQUIRED_OPTION_UNSPECIFIED": "42601",
+    "STDS_CONFLICT_OPTIONS": "42613",
+    "STDS_COMMITTED_BATCH_UNAVAILABLE": "KD006",
+    "STDS_OFFSET_LOG_UNAVAILABLE": "KD006",
+    "STDS_FAILED_TO_READ_STATE_SCHEMA": "42K03",
+    "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE": "KD006",
+    "CANNOT_LOAD_STATE_STORE": "58030",
+}
+
+
+def _error(error_class: str, message: str, params: dict[str, str]) -> StatestreamSparkRuntimeException:
+    sql_state = _SQL_STATES[error_class.split(".")[0]]
+    return StatestreamSparkRuntimeException(spark_error_text(error_class, message, sql_state), error_class, params, sql_state)
+
+
+def _invalid(option: str, sub: str, message: str) -> StatestreamSparkRuntimeException:
+    params = {"optionName": option} if sub != "WITH_MESSAGE" else {"optionName": option, "message": message}
+    return _error(f"STDS_INVALID_OPTION_VALUE.{sub}", f"Invalid value for source option '{option}': {message}", params)
+
+
+def _required(option: str) -> StatestreamSparkRuntimeException:
+    return _error("STDS_REQUIRED_OPTION_UNSPECIFIED", f"'{option}' must be specified.", {"optionName": option})
+
+
+def _conflict(*options: str) -> StatestreamSparkRuntimeException:
+    listed = "[" + ", ".join(f"'{o}'" for o in options) + "]"
+    return _error("STDS_CONFLICT_OPTIONS", f"The options {listed} cannot be specified together. Please specify the one.", {"options": listed})
+
+
+def _committed_batch_unavailable(location: str) -> StatestreamSparkRuntimeException:
+    return _error(
+        "STDS_COMMITTED_BATCH_UNAVAILABLE",
+        f"No committed batch found, checkpoint location: {location}. Ensure that the query has run and committed any "
+        "microbatch before stopping.",
+        {"checkpointLocation": location},
+    )
+
+
+def _number(options: Mapping[str, Any], name: str) -> int | None:
+    """A numeric option as Spark parses it (Java's ``parseLong``: no blanks, a sign allowed)."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    text = str(raw)
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or not body.isascii() or not body.isdigit():
+        raise StatestreamNumberFormatException(f'For input string: "{text}"')
+    return int(text)
+
+
+def _boolean(options: Mapping[str, Any], name: str, default: bool, wrapped: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    text = str(raw).lower()
+    if text not in ("true", "false"):
+        if wrapped:
+            raise _invalid(name, "WITH_MESSAGE", "Boolean value is expected")
+        raise StatestreamIllegalArgumentException(f"For input string: \"{raw}\"")
+    return text == "true"
+
+
+def resolved_location(path: str) -> str:
+    """The checkpoint as Spark's messages show it: a local path fully qualified (``file:/...``)."""
+    if "://" in path or path.startswith("file:"):
+        return path
+    import os
+
+    return "file://" + os.path.abspath(path)
+
+
+@dataclass(frozen=True)
+class StateSourceOptions:
+    """The statestore source's options (Spark's names, case-insensitive), checked in Spark's
+    order, before any state file is read."""
+
+    path: str
+    batch_id: int
+    operator_id: int = 0
+    store_name: str = "default"
+    join_side: str = "none"
+    snapshot_start_batch_id: int | None = None
+    snapshot_partition_id: int | None = None
+    read_change_feed: bool = False
+    change_start_batch_id: int | None = None
+    change_end_batch_id: int | None = None
+    state_var_name: str | None = None
+    read_registered_timers: bool = False
+    flatten_collection_types: bool = True
+
+    @property
+    def location(self) -> str:
+        return resolved_location(self.path)
+
+    def spark_text(self) -> str:
+        """The options as Spark's messages print them (its ``toString``, stray ``+`` included)."""
+        var = "None" if self.state_var_name is None else f"Some({self.state_var_name})"
+        text = (
+            f"StateSourceOptions(checkpointLocation={self.location}, batchId={self.batch_id}, operatorId={self.operator_id}, "
+            f"storeName={self.store_name}, joinSide={self.join_side}, stateVarName={var}, "
+            f"+flattenCollectionTypes={str(self.flatten_collection_types).lower()}"
+        )
+        for name, value in (
+            ("snapshotStartBatchId", self.snapshot_start_batch_id), ("snapshotPartitionId", self.snapshot_partition_id),
+            ("changeStartBatchId", self.change_start_batch_id), ("changeEndBatchId", self.change_end_batch_id),
+        ):
+            if value is not None:
+                text += f", {name}={value}"
+        return text + ")"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], path: str | None) -> "StateSourceOptions":
+        opts = {str(k).lower(): v for k, v in options.items() if v is not None}
+        path = path if path is not None else opts.get("path")
+        if not path:
+            raise _required("path")
+        operator_id = _number(opts, "operatorId")
+        if operator_id is not None and operator_id < 0:
+            raise _invalid("operatorId", "IS_NEGATIVE", "cannot be negative.")
+        store_name = str(opts.get("storename", "default")).strip()
+        if not store_name:
+            raise _invalid("storeName", "IS_EMPTY", "cannot be empty.")
+        timers = _boolean(opts, "readRegisteredTimers", False, wrapped=True)
+        state_var = opts.get("statevarname")
+        state_var = str(state_var).strip() if state_var is not None else None
+        if timers and state_var is not None:
+            raise _conflict("readRegisteredTimers", "stateVarName")
+        flatten = _boolean(opts, "flattenCollectionTypes", True, wrapped=True)
+        join_side = str(opts.get("joinside", "none"))
+        if join_side not in ("left", "right", "none"):
+            raise _invalid("joinSide", "WITH_MESSAGE", "Valid values are left,right,none")
+        if join_side != "none" and store_name != "default":
+            raise _conflict("joinSide", "storeName")
+        location = resolved_location(str(path))
+        change_feed = _boolean(opts, "readChangeFeed", False, wrapped=False)
+        batch_id = _number(opts, "batchId")
+        snapshot_start = _number(opts, "snapshotStartBatchId")
+        snapshot_partition = _number(opts, "snapshotPartitionId")
+        change_start = _number(opts, "changeStartBatchId")
+        change_end = _number(opts, "changeEndBatchId")
+        last = _last_committed(str(path))
+        if change_feed:
+            for name, value in (("joinSide", None if join_side == "none" else join_side), ("batchId", batch_id),
+                                ("snapshotStartBatchId", snapshot_start), ("snapshotPartitionId", snapshot_partition)):
+                if value is not None:
+                    raise _conflict(name, "readChangeFeed")
+            if change_start is None:
+                raise _required("changeStartBatchId")
+            if change_end is None:
+                if last is None:
+                    raise _committed_batch_unavailable(location)
+                change_end = last
+            if change_start < 0:
+                raise _invalid("changeStartBatchId", "IS_NEGATIVE", "cannot be negative.")
+            if change_end < change_start:
+                raise _invalid(
+                    "changeEndBatchId", "WITH_MESSAGE",
+                    "changeEndBatchId cannot be smaller than changeStartBatchId. Please check the input to changeEndBatchId, "
+                    f"or if you are using its default value, make sure that changeStartBatchId is less than {change_end}.",
+                )
+            batch_id = change_end
+        else:
+            for name, value in (("changeStartBatchId", change_start), ("changeEndBatchId", change_end)):
+                if value is not None:
+                    raise _invalid(name, "WITH_MESSAGE", "Only specify this option when readChangeFeed is set to true.")
+            if batch_id is None:
+                if last is None:
+                    raise _committed_batch_unavailable(location)
+                batch_id = last
+            if batch_id < 0:
+                raise _invalid("batchId", "IS_NEGATIVE", "cannot be negative.")
+            if snapshot_start is not None and snapshot_start < 0:
+                raise _invalid("snapshotStartBatchId", "IS_NEGATIVE", "cannot be negative.")
+            if snapshot_start is not None and snapshot_start > batch_id:
+                raise _invalid("snapshotStartBatchId", "WITH_MESSAGE", f"value should be less than or equal to {batch_id}")
+            if snapshot_partition is not None and snapshot_partition < 0:
+                raise _invalid("snapshotPartitionId", "IS_NEGATIVE", "cannot be negative.")
+            if snapshot_partition is not None and snapshot_start is None:
+                raise _required("snapshotStartBatchId")
+            if snapshot_start is not None and snapshot_partition is None:
+                raise _required("snapshotPartitionId")
+        first = snapshot_start if snapshot_start is not None else change_start if change_start is not None else batch_id
+        commits = CheckpointFileManager(str(path)).child("commits")
+        for batch in (first, change_end if change_end is not None else batch_id):
+            if not commits.exists(str(batch)):
+                raise _committed_batch_unavailable(location)
+        return cls(
+            path=str(path), batch_id=batch_id, operator_id=operator_id or 0, store_name=store_name, join_side=join_side,
+            snapshot_start_batch_id=snapshot_start, snapshot_partition_id=snapshot_partition, read_change_feed=change_feed,
+            change_start_batch_id=change_start, change_end_batch_id=change_end, state_var_name=state_var,
+            read_registered_timers=timers, flatten_collection_types=flatten,
+        )
+
+
+def _last_committed(checkpoint: str) -> int | None:
+    return CommitLog(CheckpointFileManager(checkpoint).child("commits")).get_latest_batch_id()
+
+
+# -- state-metadata ------------------------------------------------------------------------------
+
+
+def _committed_batches(checkpoint: str) -> list[int]:
+    files = CheckpointFileManager(checkpoint).child("commits")
+    return sorted(int(n) for n in files.list() if n.isdigit())
+
+
+def state_metadata_rows(checkpoint: str) -> list[tuple[Any, ...]]:
+    """The state-metadata source's rows: per operator and store, its name, partition count and
+    the range of committed batches (the commit log's first and last entry, -1 when empty)."""
+    state_root = CheckpointFileManager(checkpoint).child("state").root
+    batches = _committed_batches(checkpoint)
+    lo, hi = (batches[0], batches[-1]) if batches else (-1, -1)
+    rows = []
+    for op_id, md in sorted(read_all_operator_metadata(state_root).items()):
+        for store in md.state_store_info:
+            rows.append((op_id, md.operator_name, store.store_name, store.num_partitions, lo, hi, None))
+    return rows
+
+
+def read_state_metadata(spark: "SparkSession", checkpoint: str | None) -> "DataFrame":
+    if not checkpoint:
+        raise _required("path")
+    return spark.createDataFrame(state_metadata_rows(checkpoint), METADATA_SCHEMA)
+
+
+# -- statestore ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ReadPlan:
+    """What each task of a read needs (picklable): the store, the version range, the names."""
+
+    state_root: str
+    operator_id: int
+    store_name: str
+    partitions: tuple[int, ...]
+    #: plain read: the version to load; change feed: (first, last) versions whose deltas to list
+    version: int
+    change_versions: tuple[int, int] | None
+    key_names: tuple[str, ...]
+    value_names: tuple[str, ...]
+    snapshot_start_version: int | None
+    arrow_schema: pa.Schema
+
+
+def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
+    """What the read needs, and its schema; Spark's errors for what the checkpoint lacks."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructType
+
+    files = CheckpointFileManager(opts.path)
+    state_root = files.child("state").root
+    if opts.join_side != "none" or opts.state_var_name is not None or opts.read_registered_timers:
+        from statestream.errors import not_supported_yet
+
+        raise not_supported_yet("statestore reader", "load", "joinSide, stateVarName and readRegisteredTimers are not read yet")
+    if opts.store_name != "default" and not files.exists(f"state/{opts.operator_id}/0/left-keyToNumValues/_metadata/schema"):
+        # Spark takes another store name of an operator that is not a join (with its stores in
+        # directories of their own) for a state variable's, whose single operator entry it then
+        # requires: a bare requirement failure
+        raise StatestreamIllegalArgumentException("requirement failed")
+    md = read_operator_metadata(state_root, opts.operator_id)
+    stores = [s for s in md.state_store_info if s.store_name == opts.store_name] if md is not None else []
+    schema = read_state_schema(state_root, opts.operator_id) if stores else None
+    if schema is None:
+        raise _error(
+            "STDS_FAILED_TO_READ_STATE_SCHEMA",
+            "Failed to read the state schema. Either the file does not exist, or the file is corrupted. "
+            f"options: {opts.spark_text()}.\nRerun the streaming query to construct the state schema, and report to the "
+            "corresponding communities or vendors if the error persists.",
+            {"sourceOptions": opts.spark_text()},
+        )
+    if not files.exists(f"offsets/{opts.batch_id}"):
+        raise _error(
+            "STDS_OFFSET_LOG_UNAVAILABLE",
+            f"The offset log for {opts.batch_id} does not exist, checkpoint location: {opts.location}.\nPlease specify the "
+            "batch ID which is available for querying - you can query the available batch IDs via using state metadata "
+            "data source.",
+            {"batchId": str(opts.batch_id), "checkpointLocation": opts.location},
+        )
+    op_files = files.child(f"state/{opts.operator_id}")
+    partitions = tuple(sorted(int(n) for n in op_files.list() if n.isdigit()))
+    if not partitions:
+        raise _error(
+            "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE",
+            f"The state does not have any partition. Please double check that the query points to the valid state. "
+            f"options: {opts.spark_text()}",
+            {"sourceOptions": opts.spark_text()},
+        )
+    if opts.snapshot_partition_id is not None:
+        if opts.snapshot_partition_id not in partitions:
+            # (a Hadoop Path's text here, where the other messages show the URI: file:/x, not file:///x)
+            location = f"{opts.location}/state".replace("file:///", "file:/", 1)
+            raise _error(
+                "CANNOT_LOAD_STATE_STORE.SNAPSHOT_PARTITION_ID_NOT_FOUND",
+                f"An error occurred during loading state. Partition id {opts.snapshot_partition_id} not found for state of "
+                f"operator {opts.operator_id} at {location}.",
+                {"snapshotPartitionId": str(opts.snapshot_partition_id), "operatorId": str(opts.operator_id), "checkpointLocation": location},
+            )
+        partitions = (opts.snapshot_partition_id,)
+    key_type = StructType.fromJson(schema.key_schema)
+    value_type = StructType.fromJson(schema.value_schema)
+    # the tasks send the structs with positional field names (a value struct may repeat a name,
+    # as an average's buffer beside a count's does, which Arrow's exchange with the JVM cannot
+    # carry); a positional cast restores Spark's names
+    final = {"key": key_type, "value": value_type}
+    key_type, value_type = _positional(key_type), _positional(value_type)
+    if opts.read_change_feed:
+        assert opts.change_start_batch_id is not None and opts.change_end_batch_id is not None
+        spark_schema = (
+            StructType().add("batch_id", LongType()).add("change_type", StringType())
+            .add("key", key_type).add("value", value_type).add("partition_id", IntegerType())
+        )
+        change_versions: tuple[int, int] | None = (opts.change_start_batch_id + 1, opts.change_end_batch_id + 1)
+    else:
+        spark_schema = StructType().add("key", key_type).add("value", value_type).add("partition_id", IntegerType())
+        change_versions = None
+    plan = _ReadPlan(
+        state_root=state_root,
+        operator_id=opts.operator_id,
+        store_name=opts.store_name,
+        partitions=partitions,
+        version=opts.batch_id + 1,
+        change_versions=change_versions,
+        key_names=tuple(f.name for f in key_type.fields),
+        value_names=tuple(f.name for f in value_type.fields),
+        snapshot_start_version=None if opts.snapshot_start_batch_id is None else opts.snapshot_start_batch_id + 1,
+        arrow_schema=to_arrow_schema(spark_schema),
+    )
+    return plan, (spark_schema, final)
+
+
+def _positional(struct: Any) -> Any:
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f"_{i}", f.dataType, f.nullable) for i, f in enumerate(struct.fields)])
+
+
+def _struct(columns: list[pa.ChunkedArray], names: tuple[str, ...], where: str) -> pa.Array:
+    if len(columns) != len(names):
+        raise ValueError(f"{where}: {len(columns)} stored columns for the {len(names)} fields {list(names)} of the schema file")
+    arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+    if not arrays:
+        return pa.array([{}] * 0, pa.struct([]))
+    return pa.StructArray.from_arrays(arrays, names=list(names))
+
+
+def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
+    """One state partition's rows in the reader's layout (runs in a task)."""
+    sid = StateStoreId(plan.state_root, plan.operator_id, partition, plan.store_name)
+    schemas = stored_schemas(sid)
+    if schemas is None:
+        return plan.arrow_schema.empty_table()
+    key_schema, value_schema = schemas
+    provider = StateStoreProvider(sid, key_schema, value_schema)
+    nk, nv = len(key_schema), len(value_schema)
+    where = f"state partition {partition} of operator {plan.operator_id}"
+    if plan.change_versions is None:
+        if plan.snapshot_start_version is not None and plan.snapshot_start_version > 0 and not provider.has_snapshot(plan.snapshot_start_version):
+            raise FileNotFoundError(
+                f"[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] no snapshot of version {plan.snapshot_start_version} in {where} "
+                "(snapshotStartBatchId must name a batch whose state was snapshotted)"
+            )
+        table = provider.get_read_store(plan.version).table()
+        n = table.num_rows
+        columns = {
+            "key": _struct(table.columns[:nk], plan.key_names, where),
+            "value": _struct(table.columns[nk:nk + nv], plan.value_names, where),
+            "partition_id": pa.array([partition] * n, pa.int32()),
+        }
+        return pa.table(columns).cast(plan.arrow_schema)
+    parts = []
+    first, last = plan.change_versions
+    for version in range(first, last + 1):
+        delta = provider.read_delta(version)
+        n = delta.num_rows
+        if not n:
+            continue
+        ops = delta.column(OP_COLUMN).to_numpy()
+        deleted = pa.array(ops != OP_PUT)
+        value_type = plan.arrow_schema.field("value").type
+        children = [
+            _fill_nulls(c.combine_chunks(), value_type.field(i)) for i, c in enumerate(delta.columns[nk:nk + nv])
+        ]
+        value = pa.StructArray.from_arrays(children, fields=list(value_type), mask=deleted)
+        parts.append(pa.table({
+            "batch_id": pa.array([version - 1] * n, pa.int64()),
+            "change_type": pa.array(["update" if op == OP_PUT else "delete" for op in ops], pa.string()),
+            "key": _struct(delta.columns[:nk], plan.key_names, where),
+            "value": value,
+            "partition_id": pa.array([partition] * n, pa.int32()),
+        }).cast(plan.arrow_schema))
+    return pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
+
+
+def _fill_nulls(array: pa.Array, target: pa.Field) -> pa.Array:
+    """A removal's value columns are null; under a null value struct they are never shown, but a
+    field the schema declares non-null must still hold something: the type's zero."""
+    if target.nullable or array.null_count == 0:
+        return array
+    t = array.type
+    if pa.types.is_struct(t):
+        return pa.StructArray.from_arrays(
+            [_fill_nulls(array.field(i), target.type.field(i)) for i in range(t.num_fields)], fields=list(target.type)
+        )
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        zero = pa.scalar([], type=t)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        zero = pa.scalar("", type=t)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        zero = pa.scalar(b"", type=t)
+    elif pa.types.is_boolean(t):
+        zero = pa.scalar(False)
+    else:
+        zero = pa.scalar(0, type=pa.int64()).cast(t) if not pa.types.is_decimal(t) else pa.scalar(0, type=t)
+    return pc.fill_null(array, zero)
+
+
+def read_state_store(spark: "SparkSession", options: Mapping[str, Any], path: str | None = None) -> "DataFrame":
+    """``ss.read.format("statestore")...load(path)``: the rows of one store as of a batch, or its
+    change feed, read by a Spark job with a task per state partition."""
+    opts = StateSourceOptions.parse(options, path)
+    plan, (schema, final) = _plan(opts)
+    partitions = list(plan.partitions)
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                yield from _partition_table(plan, partitions[partition]).to_batches()
+
+    ids = spark.range(0, len(partitions), 1, max(1, len(partitions)))
+    from pyspark.sql import functions as F
+
+    wire = ids.mapInArrow(read, schema)
+    return wire.select(*[F.col(c).cast(final[c]).alias(c) if c in final else F.col(c) for c in schema.fieldNames()])

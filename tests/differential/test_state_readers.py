@@ -1,0 +1,202 @@
+"""Spark's state data sources over statestream's checkpoints (issue 16, item 1).
+
+The same batches run on Spark's engine and on statestream; then ``spark.read.format(...)`` over
+Spark's checkpoint and ``ss.read.format(...)`` over statestream's must give the same rows:
+``statestore`` as of every batch, its change feed over every range, and ``state-metadata``.
+One run of each engine per operator, shared by the cases that read it. Rows are compared
+sorted (neither reader orders them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tests.differential.harness import StreamRun, run_stream
+
+
+def _events(df: DataFrame) -> DataFrame:
+    return df.withColumn("t", F.timestamp_seconds("v"))
+
+
+def windowed_aggregate(df: DataFrame) -> DataFrame:
+    return (
+        _events(df).withWatermark("t", "10 seconds")
+        .groupBy(F.window("t", "5 seconds"), (F.col("v") % 2).alias("odd"))
+        .agg(F.count("*").alias("n"), F.sum("v").alias("s"), F.avg("v").alias("a"), F.max("k").alias("m"))
+    )
+
+
+def deduplicate(df: DataFrame) -> DataFrame:
+    return _events(df).withWatermark("t", "10 seconds").dropDuplicates(["k", "t"])
+
+
+def deduplicate_within_watermark(df: DataFrame) -> DataFrame:
+    return _events(df).withWatermark("t", "10 seconds").dropDuplicatesWithinWatermark(["k"])
+
+
+def limit(df: DataFrame) -> DataFrame:
+    return df.limit(5)
+
+
+#: operator -> (query, output mode); each batch below is one input file
+QUERIES: dict[str, tuple[Callable[[DataFrame], DataFrame], str]] = {
+    "aggregate": (windowed_aggregate, "update"),
+    "dedup": (deduplicate, "append"),
+    "dedup_within_watermark": (deduplicate_within_watermark, "append"),
+    "limit": (limit, "append"),
+}
+
+BATCHES = [
+    [(1, "a"), (2, "b"), (3, "a"), (3, "a")],
+    [(6, "b"), (7, "c"), (12, "a"), (2, "b")],
+    [(14, "c"), (21, "d"), (22, "a"), (1, "z")],
+    [(30, "a"), (31, "e"), (33, "b")],
+    [(45, "f")],
+]
+SCHEMA = "v LONG, k STRING"
+
+
+@pytest.fixture(scope="module")
+def runs(spark, tmp_path_factory) -> dict[str, tuple[StreamRun, StreamRun]]:
+    """Each operator's query on both engines, once per module: (Spark's run, statestream's)."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    out = {}
+    for name, (build, mode) in QUERIES.items():
+        tmp = tmp_path_factory.mktemp(f"state-readers-{name}")
+        expected = run_stream(spark, build, BATCHES, SCHEMA, mode, tmp)
+        actual = run_stream(ss, build, BATCHES, SCHEMA, mode, tmp)
+        assert [b.batch_id for b in expected.batches] == [b.batch_id for b in actual.batches], (expected.describe(), actual.describe())
+        out[name] = (expected, actual)
+    return out
+
+
+def _rows(df: DataFrame) -> list[str]:
+    return sorted(str(r) for r in df.collect())
+
+
+def _both(spark, runs, name: str, fmt: str, options: dict[str, Any]) -> tuple[DataFrame, DataFrame]:
+    from statestream import StreamingSession
+
+    expected, actual = runs[name]
+    theirs = spark.read.format(fmt).options(**options).load(expected.checkpoint)
+    ours = StreamingSession(spark).read.format(fmt).options(**options).load(actual.checkpoint)
+    return theirs, ours
+
+
+def _assert_same(spark, runs, name: str, fmt: str, options: dict[str, Any]) -> list[str]:
+    theirs, ours = _both(spark, runs, name, fmt, options)
+    assert ours.schema == theirs.schema, f"{name} {options}:\nSpark: {theirs.schema.simpleString()}\nours:  {ours.schema.simpleString()}"
+    expected, got = _rows(theirs), _rows(ours)
+    assert got == expected, f"{name} {options}:\nSpark: {expected}\nours:  {got}"
+    return expected
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_state_metadata(spark, runs, name):
+    rows = _assert_same(spark, runs, name, "state-metadata", {})
+    assert rows, "no operator listed"
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_state_as_of_every_batch(spark, runs, name):
+    expected, _ = runs[name]
+    seen = []
+    for batch in [None] + [b.batch_id for b in expected.batches]:
+        seen += _assert_same(spark, runs, name, "statestore", {} if batch is None else {"batchId": batch})
+    assert seen, "the state was empty at every batch: the comparison proves nothing"
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_change_feed(spark, runs, name):
+    expected, _ = runs[name]
+    last = expected.batches[-1].batch_id
+    rows = _assert_same(spark, runs, name, "statestore", {"readChangeFeed": "true", "changeStartBatchId": 0})
+    assert any("delete" in r for r in rows) or name == "limit", "no removal in the change feed: evictions went untested"
+    for start, end in ((1, 1), (1, last - 1), (last, last)):
+        _assert_same(spark, runs, name, "statestore", {"readChangeFeed": "true", "changeStartBatchId": start, "changeEndBatchId": end})
+
+
+#: option sets that Spark refuses, and where: all of them at ``load()``
+BAD_OPTIONS = {
+    "negative_batch": {"batchId": -1},
+    "batch_not_committed": {"batchId": 99},
+    "negative_operator": {"operatorId": -2},
+    "empty_store": {"storeName": "  "},
+    "bad_join_side": {"joinSide": "both"},
+    "join_side_and_store": {"joinSide": "left", "storeName": "x"},
+    "timers_and_var": {"readRegisteredTimers": "true", "stateVarName": "x"},
+    "timers_not_boolean": {"readRegisteredTimers": "maybe"},
+    "change_feed_and_batch": {"readChangeFeed": "true", "batchId": 1, "changeStartBatchId": 0},
+    "change_feed_without_start": {"readChangeFeed": "true"},
+    "change_end_before_start": {"readChangeFeed": "true", "changeStartBatchId": 3, "changeEndBatchId": 1},
+    "change_start_negative": {"readChangeFeed": "true", "changeStartBatchId": -1},
+    "change_options_without_feed": {"changeStartBatchId": 1},
+    "snapshot_partition_alone": {"snapshotPartitionId": 0},
+    "snapshot_start_alone": {"snapshotStartBatchId": 0},
+    "snapshot_after_batch": {"snapshotStartBatchId": 3, "snapshotPartitionId": 0, "batchId": 1},
+    "snapshot_partition_missing": {"snapshotStartBatchId": 0, "snapshotPartitionId": 7},
+    "no_such_operator": {"operatorId": 5},
+    "no_such_store": {"storeName": "left-keyToNumValues"},
+    "batch_not_a_number": {"batchId": "one"},
+}
+
+
+def _failure(fn: Callable[[], Any]) -> tuple[type, str]:
+    """The class and text of what ``fn`` raised (``type(None)`` when it raised nothing)."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the outcome under test
+        java = getattr(exc, "java_exception", None)
+        text = str(java.getMessage()) if java is not None else str(exc).split("\n\nJVM stacktrace:")[0]
+        return type(exc), text
+    return type(None), ""
+
+
+def _same_failure(ours: tuple[type, str], theirs: tuple[type, str], normalise: Callable[[str], str] = lambda t: t) -> None:
+    """statestream raises what PySpark raised, catchable the same way (PySpark's class of that
+    name, of which Spark's captured class is a subclass too), with the same text."""
+    base = next((c for c in theirs[0].__mro__ if c.__module__ == "pyspark.errors.exceptions.base"), theirs[0])
+    assert issubclass(ours[0], base), f"ours {ours[0].__mro__} is not a {base}: {ours[1]}"
+    assert normalise(ours[1]) == normalise(theirs[1])
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_bad_options_fail_as_on_spark(spark, runs, case):
+    from statestream import StreamingSession
+
+    expected, actual = runs["aggregate"]
+    options = BAD_OPTIONS[case]
+    theirs = _failure(lambda: spark.read.format("statestore").options(**options).load(expected.checkpoint).collect())
+    ours = _failure(lambda: StreamingSession(spark).read.format("statestore").options(**options).load(actual.checkpoint).collect())
+    assert theirs[0] is not type(None), f"Spark accepted {options}"
+    # the checkpoint's own path differs between the runs
+    paths = (str(Path(expected.checkpoint).resolve()), str(Path(actual.checkpoint).resolve()))
+    _same_failure(ours, theirs, lambda text: text.replace(paths[0], "<ckpt>").replace(paths[1], "<ckpt>"))
+
+
+def test_path_is_required(spark):
+    from statestream import StreamingSession
+
+    for fmt in ("statestore", "state-metadata"):
+        theirs = _failure(lambda: spark.read.format(fmt).load().collect())
+        ours = _failure(lambda: StreamingSession(spark).read.format(fmt).load().collect())
+        assert theirs[0] is not type(None), fmt
+        _same_failure(ours, theirs)
+
+
+def test_other_formats_are_sparks(spark, tmp_path):
+    """``ss.read`` is Spark's reader for every other format (a job keeps its batch code)."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    spark.range(3).write.parquet(str(tmp_path / "p"))
+    assert sorted(r.id for r in ss.read.parquet(str(tmp_path / "p")).collect()) == [0, 1, 2]
+    assert sorted(r.id for r in ss.read.format("parquet").load(str(tmp_path / "p")).collect()) == [0, 1, 2]
+    assert ss.range(2).count() == 2 and ss.createDataFrame([(1,)], "a INT").count() == 1
