@@ -289,7 +289,7 @@ class ConcurrentStreamLogUpdateError(CheckpointError):
 
 
 def concurrent_stream_log_update_error(batch_id: int, path: str) -> ConcurrentStreamLogUpdateError:
-    """The offset or commit log already holds ``batch_id`` when this run comes to write it:
+    """The offset log already holds ``batch_id`` when this run comes to write it:
     Spark's text, and the file (``path``) the other writer wrote."""
     return ConcurrentStreamLogUpdateError(
         f"[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for {batch_id}. "

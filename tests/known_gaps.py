@@ -7,6 +7,24 @@ still reported, and a gap that gets fixed fails the run until its entry is remov
 from __future__ import annotations
 
 KNOWN_GAPS: dict[str, str] = {
+    'tests/differential/test_state_readers.py::test_state_as_of_every_batch[join-joinSide=right]': (
+        "state reader of a stream-stream join's right side: Spark's value struct has 'rts' NOT NULL (its physical plan filters isnotnull(rts), inferred from the range condition, below the join, and the state schema takes that child's output); statestream records the input's nullability (nullable), so the schemas differ in that one flag; the rows are equal"
+    ),
+    'tests/differential/test_state_readers.py::test_state_as_of_every_batch[join-storeName=right-keyWithIndexToValue]': (
+        "state reader of a stream-stream join's right side: Spark's value struct has 'rts' NOT NULL (its physical plan filters isnotnull(rts), inferred from the range condition, below the join, and the state schema takes that child's output); statestream records the input's nullability (nullable), so the schemas differ in that one flag; the rows are equal"
+    ),
+    'tests/differential/test_state_readers.py::test_join_store_change_feed[left-keyToNumValues]': (
+        "change feed of a stream-stream join's stores: Spark's lists every put a batch made (key 1 in batch 0: count 1, then 2; a left row put with matched=false, then again with matched=true); statestream's delta files hold each key's net change in the batch (count 2; matched=true), so Spark's feed has the extra intermediate rows"
+    ),
+    'tests/differential/test_state_readers.py::test_join_store_change_feed[left-keyWithIndexToValue]': (
+        "change feed of a stream-stream join's stores: Spark's lists every put a batch made (key 1 in batch 0: count 1, then 2; a left row put with matched=false, then again with matched=true); statestream's delta files hold each key's net change in the batch (count 2; matched=true), so Spark's feed has the extra intermediate rows"
+    ),
+    'tests/differential/test_state_readers.py::test_join_store_change_feed[right-keyToNumValues]': (
+        "change feed of a stream-stream join's stores: Spark's lists every put a batch made (key 1 in batch 0: count 1, then 2; a left row put with matched=false, then again with matched=true); statestream's delta files hold each key's net change in the batch (count 2; matched=true), so Spark's feed has the extra intermediate rows"
+    ),
+    'tests/differential/test_state_readers.py::test_join_store_change_feed[right-keyWithIndexToValue]': (
+        "change feed of a stream-stream join's stores: Spark's lists every put a batch made (key 1 in batch 0: count 1, then 2; a left row put with matched=false, then again with matched=true); statestream's delta files hold each key's net change in the batch (count 2; matched=true), so Spark's feed has the extra intermediate rows"
+    ),
     "tests/differential/test_apply_in_pandas_with_state.py::test_explain_matches_spark": (
         "explain() of applyInPandasWithState: Spark shows '!FlatMapGroupsInPandasWithState <udf>(<input "
         "attributes>), [keys], [output attributes], [state fields], state info [...] stateStoreCkptIds = None, 2, "

@@ -162,6 +162,22 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
     def state_schemas(self) -> tuple[dict, dict]:
         return self.info.key_schema_json, self.info.value_schema_json
 
+    def store_schemas(self) -> dict[str, tuple[dict, dict]]:
+        """Each of the four stores' key and value schemas as Spark records them (join state
+        format 2): the join keys (``field0``...) to a count, and the join keys plus ``index`` to a
+        side's input row plus ``matched``. Written beside the stores, where Spark's state reader
+        (and statestream's) finds the names and types of what it reads."""
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
+
+        key = self.info.key_schema_json
+        out = {}
+        for side, row in (("left", self.info.left_schema), ("right", self.info.right_schema)):
+            out[f"{side}-keyToNumValues"] = (key, StructType([StructField("value", LongType())]).jsonValue())
+            with_index = {"type": "struct", "fields": list(key["fields"]) + [StructField("index", LongType()).jsonValue()]}
+            value = StructType(list(row.fields) + [StructField("matched", BooleanType())]).jsonValue()
+            out[f"{side}-keyWithIndexToValue"] = (with_index, value)
+        return out
+
     # ---------------------------------------------------------------- explain
     def simple_string(self) -> str:
         info = self.info

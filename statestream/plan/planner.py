@@ -526,19 +526,21 @@ def session_window_info(node: L.Aggregate):
     agg = aggregation_info(node)
     for call in agg.calls:
         call.row_columns()  # a function without per-row buffers says so here, from start()
-    _, value_buffers = _state_schema_json(node, agg.calls)
+    spark_key, value_buffers = _state_schema_json(node, agg.calls)
     partials = [p for c in agg.calls for p in c.partial_columns()]
     buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema
     # buffers the batch aggregation does not compute itself (sketch words) declare their fields
     declared = {f.name: f for c in agg.calls for f in c.state_fields()}
     buffer_types = tuple((declared.get(b) or buffer_schema[b]).dataType for b in agg.buffer_columns)
-    grouping = [node.schema[n] for n in names]
-    key = StructType(
-        [StructField(f.name, f.dataType, f.nullable) for i, f in enumerate(grouping) if i != session_index]
-        + [StructField("sessionStartTime", TimestampType(), False)]
-    )
-    value = StructType(grouping).jsonValue()
-    value["fields"] += value_buffers["fields"]
+    # the grouping attributes as Spark's planner names them (a computed key is
+    # _groupingexpression), which its state schema (and its state reader) shows
+    grouping = spark_key["fields"] if len(spark_key["fields"]) == len(names) else StructType([node.schema[n] for n in names]).jsonValue()["fields"]
+    key = {
+        "type": "struct",
+        "fields": [f for i, f in enumerate(grouping) if i != session_index]
+        + [StructField("sessionStartTime", TimestampType(), False).jsonValue()],
+    }
+    value = {"type": "struct", "fields": list(grouping) + value_buffers["fields"]}
     conf = node.template.sparkSession.conf.get(MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, "false")
     child_names = set(node.child.schema.names) if node.child is not None else set()
     plain = all(_is_plain_column(g, child_names) for i, g in enumerate(node.grouping) if i != session_index)
@@ -548,7 +550,7 @@ def session_window_info(node: L.Aggregate):
         merge_local=str(conf).strip().lower() == "true",
         buffer_types=buffer_types,
         keys_are_columns=plain,
-        key_schema_json=key.jsonValue(),
+        key_schema_json=key,
         value_schema_json=value,
     )
 

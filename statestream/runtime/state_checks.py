@@ -38,6 +38,8 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
                 state_root, i, key_json, value_json,
                 check_value=getattr(w, "check_value_schema", True), schema_check_enabled=schema_check,
             )
+        for store, (key_json, value_json) in getattr(w, "store_schemas", dict)().items():
+            S.write_store_schema(state_root, i, store, key_json, value_json)
         S.write_operator_metadata(
             state_root,
             S.OperatorStateMetadata(

@@ -372,6 +372,30 @@ def read_state_schema(state_root: str, operator_id: int) -> StateSchema | None:
     return decode_schema_file(files.read_bytes(rel), files.display(rel))
 
 
+def store_schema_file_path(operator_id: int, store_name: str) -> str:
+    """Where Spark keeps the schema of a named store (a join's four): in partition 0's store
+    directory."""
+    return f"{operator_id}/0/{store_name}/_metadata/schema"
+
+
+def write_store_schema(
+    state_root: str, operator_id: int, store_name: str, key_schema: Mapping[str, Any], value_schema: Mapping[str, Any]
+) -> None:
+    """Write (atomically) the v2 schema file of one named store of ``operator_id``."""
+    CheckpointFileManager(state_root).write_atomic(
+        store_schema_file_path(operator_id, store_name), encode_schema_file(key_schema, value_schema)
+    )
+
+
+def read_store_schema(state_root: str, operator_id: int, store_name: str) -> StateSchema | None:
+    """The schema of a named store (see ``store_schema_file_path``), or None."""
+    files = CheckpointFileManager(state_root)
+    rel = store_schema_file_path(operator_id, store_name)
+    if not files.exists(rel):
+        return None
+    return decode_schema_file(files.read_bytes(rel), files.display(rel))
+
+
 def write_state_schema(
     state_root: str, operator_id: int, key_schema: Mapping[str, Any], value_schema: Mapping[str, Any]
 ) -> None:

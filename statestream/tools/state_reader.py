@@ -33,7 +33,7 @@ from statestream.errors import (
     spark_error_text,
 )
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
-from statestream.state.schema import read_all_operator_metadata, read_operator_metadata, read_state_schema
+from statestream.state.schema import read_all_operator_metadata, read_operator_metadata, read_state_schema, read_store_schema
 from statestream.state.store import OP_PUT, StateStoreId
 
 if TYPE_CHECKING:
@@ -306,6 +306,12 @@ class _ReadPlan:
     value_names: tuple[str, ...]
     snapshot_start_version: int | None
     arrow_schema: pa.Schema
+    #: how the value struct's fields come from the stored columns, where not one to one:
+    #: ("key", i) the i-th key column, ("stored", j) the j-th value column, ("session", (i, j))
+    #: a session struct of key column i (its start) and value column j (its end)
+    value_recipe: tuple[tuple[str, Any], ...] | None = None
+    #: the leading key columns the reader shows (a join side's keys without the index)
+    key_take: int | None = None
 
 
 def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
@@ -315,18 +321,26 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
 
     files = CheckpointFileManager(opts.path)
     state_root = files.child("state").root
-    if opts.join_side != "none" or opts.state_var_name is not None or opts.read_registered_timers:
+    if opts.state_var_name is not None or opts.read_registered_timers:
         from statestream.errors import not_supported_yet
 
-        raise not_supported_yet("statestore reader", "load", "joinSide, stateVarName and readRegisteredTimers are not read yet")
-    if opts.store_name != "default" and not files.exists(f"state/{opts.operator_id}/0/left-keyToNumValues/_metadata/schema"):
+        raise not_supported_yet("statestore reader", "load", "stateVarName and readRegisteredTimers are not read yet")
+    join_stores = files.exists(f"state/{opts.operator_id}/0/left-keyToNumValues/_metadata/schema")
+    if opts.store_name != "default" and not join_stores:
         # Spark takes another store name of an operator that is not a join (with its stores in
         # directories of their own) for a state variable's, whose single operator entry it then
         # requires: a bare requirement failure
         raise StatestreamIllegalArgumentException("requirement failed")
     md = read_operator_metadata(state_root, opts.operator_id)
-    stores = [s for s in md.state_store_info if s.store_name == opts.store_name] if md is not None else []
-    schema = read_state_schema(state_root, opts.operator_id) if stores else None
+    # a join side is read from the side's rows store; its key from the counts store's schema
+    store_name = f"{opts.join_side}-keyWithIndexToValue" if opts.join_side != "none" else opts.store_name
+    stores = [s for s in md.state_store_info if s.store_name == store_name] if md is not None else []
+    if not stores:
+        schema = None
+    elif opts.join_side != "none" or opts.store_name != "default":
+        schema = read_store_schema(state_root, opts.operator_id, store_name)
+    else:
+        schema = read_state_schema(state_root, opts.operator_id)
     if schema is None:
         raise _error(
             "STDS_FAILED_TO_READ_STATE_SCHEMA",
@@ -365,6 +379,14 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
         partitions = (opts.snapshot_partition_id,)
     key_type = StructType.fromJson(schema.key_schema)
     value_type = StructType.fromJson(schema.value_schema)
+    key_take: int | None = None
+    if opts.join_side != "none":
+        # one row per buffered input row: the join keys without the index, the row without
+        # ``matched`` (Spark's reader of a join side)
+        key_type = StructType(key_type.fields[:-1])
+        key_take = len(key_type.fields)
+        if value_type.fields and value_type.fields[-1].name == "matched":
+            value_type = StructType(value_type.fields[:-1])
     # the tasks send the structs with positional field names (a value struct may repeat a name,
     # as an average's buffer beside a count's does, which Arrow's exchange with the JVM cannot
     # carry); a positional cast restores Spark's names
@@ -383,7 +405,7 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
     plan = _ReadPlan(
         state_root=state_root,
         operator_id=opts.operator_id,
-        store_name=opts.store_name,
+        store_name=store_name,
         partitions=partitions,
         version=opts.batch_id + 1,
         change_versions=change_versions,
@@ -391,8 +413,62 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
         value_names=tuple(f.name for f in value_type.fields),
         snapshot_start_version=None if opts.snapshot_start_batch_id is None else opts.snapshot_start_batch_id + 1,
         arrow_schema=to_arrow_schema(spark_schema),
+        value_recipe=_recipe(md.operator_name if md is not None else "", store_name, final["value"], len(key_type.fields)),
+        key_take=key_take,
     )
     return plan, (spark_schema, final)
+
+
+SESSION_OPERATOR = "sessionWindowStateStoreSaveExec"
+JOIN_OPERATOR = "symmetricHashJoin"
+
+
+def _recipe(operator_name: str, store_name: str, value_type: Any, num_keys: int) -> tuple[tuple[str, Any], ...] | None:
+    """How the reader's value comes from the stored columns where not one to one."""
+    if operator_name == SESSION_OPERATOR:
+        return _session_recipe(value_type, num_keys)
+    if operator_name == JOIN_OPERATOR and store_name.endswith("-keyWithIndexToValue"):
+        # statestream keeps a side's row as one struct column, then ``matched``
+        n = len(value_type.fields)
+        has_matched = bool(value_type.fields) and value_type.fields[-1].name == "matched"
+        row = n - 1 if has_matched else n
+        return tuple([("child", (0, c)) for c in range(row)] + ([("stored", 1)] if has_matched else []))
+    return None
+
+
+def _session_recipe(value_type: Any, num_keys: int) -> tuple[tuple[str, Any], ...]:
+    """A session window's value, as Spark stores it: the whole aggregated row (the grouping
+    keys with the session struct among them, then the buffers). statestream keeps the keys and
+    the session start in the key and the session end before the buffers in the value."""
+    recipe: list[tuple[str, Any]] = []
+    key_index = 0
+    for f in value_type.fields[:num_keys]:
+        if (f.metadata or {}).get("spark.sessionWindow"):
+            recipe.append(("session", (num_keys - 1, 0)))
+        else:
+            recipe.append(("key", key_index))
+            key_index += 1
+    recipe += [("stored", j) for j in range(1, len(value_type.fields) - num_keys + 1)]
+    return tuple(recipe)
+
+
+def _value_arrays(plan: _ReadPlan, keys: list[pa.Array], values: list[pa.Array]) -> list[pa.Array]:
+    """The value struct's fields, in the schema's order, from a table's stored columns."""
+    if plan.value_recipe is None:
+        return values
+    value_type = plan.arrow_schema.field("value").type
+    out = []
+    for i, (kind, where) in enumerate(plan.value_recipe):
+        if kind == "key":
+            out.append(keys[where])
+        elif kind == "stored":
+            out.append(values[where])
+        elif kind == "child":
+            out.append(values[where[0]].field(where[1]))
+        else:
+            start, end = keys[where[0]], values[where[1]]
+            out.append(pa.StructArray.from_arrays([start, end], fields=list(value_type.field(i).type)))
+    return out
 
 
 def _positional(struct: Any) -> Any:
@@ -428,9 +504,12 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
             )
         table = provider.get_read_store(plan.version).table()
         n = table.num_rows
+        keys = [c.combine_chunks() for c in table.columns[:nk]]
+        values = _value_arrays(plan, keys, [c.combine_chunks() for c in table.columns[nk:nk + nv]])
+        keys = keys[: plan.key_take] if plan.key_take is not None else keys
         columns = {
-            "key": _struct(table.columns[:nk], plan.key_names, where),
-            "value": _struct(table.columns[nk:nk + nv], plan.value_names, where),
+            "key": _struct(keys, plan.key_names, where),
+            "value": _struct(values, plan.value_names, where),
             "partition_id": pa.array([partition] * n, pa.int32()),
         }
         return pa.table(columns).cast(plan.arrow_schema)
@@ -444,14 +523,14 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         ops = delta.column(OP_COLUMN).to_numpy()
         deleted = pa.array(ops != OP_PUT)
         value_type = plan.arrow_schema.field("value").type
-        children = [
-            _fill_nulls(c.combine_chunks(), value_type.field(i)) for i, c in enumerate(delta.columns[nk:nk + nv])
-        ]
+        keys = [c.combine_chunks() for c in delta.columns[:nk]]
+        stored = _value_arrays(plan, keys, [c.combine_chunks() for c in delta.columns[nk:nk + nv]])
+        children = [_fill_nulls(c, value_type.field(i)) for i, c in enumerate(stored)]
         value = pa.StructArray.from_arrays(children, fields=list(value_type), mask=deleted)
         parts.append(pa.table({
             "batch_id": pa.array([version - 1] * n, pa.int64()),
             "change_type": pa.array(["update" if op == OP_PUT else "delete" for op in ops], pa.string()),
-            "key": _struct(delta.columns[:nk], plan.key_names, where),
+            "key": _struct(keys, plan.key_names, where),
             "value": value,
             "partition_id": pa.array([partition] * n, pa.int32()),
         }).cast(plan.arrow_schema))
@@ -498,3 +577,19 @@ def read_state_store(spark: "SparkSession", options: Mapping[str, Any], path: st
 
     wire = ids.mapInArrow(read, schema)
     return wire.select(*[F.col(c).cast(final[c]).alias(c) if c in final else F.col(c) for c in schema.fieldNames()])
+
+
+def read_state_table(options: Mapping[str, Any], path: str | None = None) -> pa.Table:
+    """The statestore source's rows as one Arrow table, read in this process (no Spark job):
+    what the command line shows. Same options, errors and layout as ``read_state_store``."""
+    opts = StateSourceOptions.parse(options, path)
+    plan, (schema, final) = _plan(opts)
+    parts = [_partition_table(plan, p) for p in plan.partitions]
+    table = pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
+    for name in ("key", "value"):
+        column = table.column(name).combine_chunks()
+        named = pa.StructArray.from_arrays(
+            column.flatten(), names=[f.name for f in final[name].fields], mask=column.is_null() if column.null_count else None
+        )
+        table = table.set_column(table.schema.get_field_index(name), name, named)
+    return table

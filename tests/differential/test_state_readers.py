@@ -17,6 +17,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tests.differential.harness import StreamRun, run_stream
+from tests.differential.test_stream_joins import INPUT as JOIN_INPUT
+from tests.differential.test_stream_joins import SCHEMA as JOIN_SCHEMA
+from tests.differential.test_stream_joins import _range_join
 
 
 def _events(df: DataFrame) -> DataFrame:
@@ -39,6 +42,14 @@ def deduplicate_within_watermark(df: DataFrame) -> DataFrame:
     return _events(df).withWatermark("t", "10 seconds").dropDuplicatesWithinWatermark(["k"])
 
 
+def sessions(df: DataFrame) -> DataFrame:
+    return (
+        _events(df).withWatermark("t", "10 seconds")
+        .groupBy(F.session_window("t", "4 seconds"), (F.col("v") % 2).alias("odd"))
+        .agg(F.count("*").alias("n"), F.sum("v").alias("s"), F.max("k").alias("m"))
+    )
+
+
 def limit(df: DataFrame) -> DataFrame:
     return df.limit(5)
 
@@ -49,6 +60,8 @@ QUERIES: dict[str, tuple[Callable[[DataFrame], DataFrame], str]] = {
     "dedup": (deduplicate, "append"),
     "dedup_within_watermark": (deduplicate_within_watermark, "append"),
     "limit": (limit, "append"),
+    "sessions": (sessions, "append"),
+    "join": (_range_join("left"), "append"),
 }
 
 BATCHES = [
@@ -70,8 +83,9 @@ def runs(spark, tmp_path_factory) -> dict[str, tuple[StreamRun, StreamRun]]:
     out = {}
     for name, (build, mode) in QUERIES.items():
         tmp = tmp_path_factory.mktemp(f"state-readers-{name}")
-        expected = run_stream(spark, build, BATCHES, SCHEMA, mode, tmp)
-        actual = run_stream(ss, build, BATCHES, SCHEMA, mode, tmp)
+        batches, schema = (JOIN_INPUT, JOIN_SCHEMA) if name == "join" else (BATCHES, SCHEMA)
+        expected = run_stream(spark, build, batches, schema, mode, tmp)
+        actual = run_stream(ss, build, batches, schema, mode, tmp)
         assert [b.batch_id for b in expected.batches] == [b.batch_id for b in actual.batches], (expected.describe(), actual.describe())
         out[name] = (expected, actual)
     return out
@@ -104,23 +118,50 @@ def test_state_metadata(spark, runs, name):
     assert rows, "no operator listed"
 
 
-@pytest.mark.parametrize("name", sorted(QUERIES))
-def test_state_as_of_every_batch(spark, runs, name):
+JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
+
+#: operator -> the option sets that pick what to read: a join's sides and its four stores
+READS = {name: [{}] for name in QUERIES}
+READS["join"] = [{"joinSide": "left"}, {"joinSide": "right"}] + [{"storeName": s} for s in JOIN_STORES]
+
+
+#: (operator, what to read) cases, named like ``join-joinSide=left``
+PICKS = [
+    pytest.param(name, pick, id=name + "".join(f"-{k}={v}" for k, v in pick.items()))
+    for name in sorted(QUERIES) for pick in READS[name]
+]
+
+
+@pytest.mark.parametrize("name, pick", PICKS)
+def test_state_as_of_every_batch(spark, runs, name, pick):
     expected, _ = runs[name]
     seen = []
     for batch in [None] + [b.batch_id for b in expected.batches]:
-        seen += _assert_same(spark, runs, name, "statestore", {} if batch is None else {"batchId": batch})
-    assert seen, "the state was empty at every batch: the comparison proves nothing"
+        seen += _assert_same(spark, runs, name, "statestore", dict(pick) if batch is None else dict(pick, batchId=batch))
+    assert seen, f"{pick}: the state was empty at every batch: the comparison proves nothing"
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_change_feed(spark, runs, name):
     expected, _ = runs[name]
     last = expected.batches[-1].batch_id
-    rows = _assert_same(spark, runs, name, "statestore", {"readChangeFeed": "true", "changeStartBatchId": 0})
-    assert any("delete" in r for r in rows) or name == "limit", "no removal in the change feed: evictions went untested"
+    for pick in READS[name]:
+        if "joinSide" in pick or "storeName" in pick:
+            continue  # Spark refuses a side's change feed; the stores': test_join_store_change_feed
+        rows = _assert_same(spark, runs, name, "statestore", dict(pick, readChangeFeed="true", changeStartBatchId=0))
+        assert any("delete" in r for r in rows) or name == "limit", f"{pick}: no removal in the change feed: evictions went untested"
+        for start, end in ((1, 1), (1, last - 1), (last, last)):
+            _assert_same(spark, runs, name, "statestore", dict(pick, readChangeFeed="true", changeStartBatchId=start, changeEndBatchId=end))
+
+
+@pytest.mark.parametrize("store", JOIN_STORES)
+def test_join_store_change_feed(spark, runs, store):
+    expected, _ = runs["join"]
+    last = expected.batches[-1].batch_id
+    rows = _assert_same(spark, runs, "join", "statestore", {"storeName": store, "readChangeFeed": "true", "changeStartBatchId": 0})
+    assert any("delete" in r for r in rows), f"{store}: no removal in the change feed: evictions went untested"
     for start, end in ((1, 1), (1, last - 1), (last, last)):
-        _assert_same(spark, runs, name, "statestore", {"readChangeFeed": "true", "changeStartBatchId": start, "changeEndBatchId": end})
+        _assert_same(spark, runs, "join", "statestore", {"storeName": store, "readChangeFeed": "true", "changeStartBatchId": start, "changeEndBatchId": end})
 
 
 #: option sets that Spark refuses, and where: all of them at ``load()``
@@ -145,6 +186,13 @@ BAD_OPTIONS = {
     "no_such_operator": {"operatorId": 5},
     "no_such_store": {"storeName": "left-keyToNumValues"},
     "batch_not_a_number": {"batchId": "one"},
+    "join_side_of_an_aggregate": {"joinSide": "left"},
+}
+
+#: bad option sets on the join's checkpoint
+BAD_JOIN_OPTIONS = {
+    "join_side_and_change_feed": {"joinSide": "left", "readChangeFeed": "true", "changeStartBatchId": 0},
+    "no_such_join_store": {"storeName": "left-nothing"},
 }
 
 
@@ -167,12 +215,12 @@ def _same_failure(ours: tuple[type, str], theirs: tuple[type, str], normalise: C
     assert normalise(ours[1]) == normalise(theirs[1])
 
 
-@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS) + sorted(BAD_JOIN_OPTIONS))
 def test_bad_options_fail_as_on_spark(spark, runs, case):
     from statestream import StreamingSession
 
-    expected, actual = runs["aggregate"]
-    options = BAD_OPTIONS[case]
+    expected, actual = runs["join" if case in BAD_JOIN_OPTIONS else "aggregate"]
+    options = BAD_JOIN_OPTIONS.get(case) or BAD_OPTIONS[case]
     theirs = _failure(lambda: spark.read.format("statestore").options(**options).load(expected.checkpoint).collect())
     ours = _failure(lambda: StreamingSession(spark).read.format("statestore").options(**options).load(actual.checkpoint).collect())
     assert theirs[0] is not type(None), f"Spark accepted {options}"

@@ -91,12 +91,19 @@ def kafka_reader(session: Any, bootstrap: str, topic: str, **options: str):
     return reader.load()
 
 
+#: records a batch of the partitioned-topic case
+BATCH_RECORDS = 12
+
+
 def test_windowed_count_over_a_partitioned_topic_equals_spark(spark, ours, kafka_bootstrap, tmp_path):
     """Three partitions, five batches, a watermark and append mode: each batch's output, its
     watermark and its state equal Spark's reading the same records from files; progress shows
-    Spark's source description and offsets."""
+    Spark's source description and offsets. A batch's records are sent one request each, so a
+    trigger could fire while some are still on their way and split the batch (seen under load):
+    with ``minOffsetsPerTrigger`` set to a batch's size, a data batch starts only once all of
+    its records are readable."""
     topic = Topic(kafka_bootstrap, 3)
-    plans = [events(b, 9 + b, 3) for b in range(5)]
+    plans = [events(b, BATCH_RECORDS, 3) for b in range(5)]
     batches: list[list[tuple]] = []
 
     def feed(i: int, _rows: Any) -> None:
@@ -104,7 +111,8 @@ def test_windowed_count_over_a_partitioned_topic_equals_spark(spark, ours, kafka
 
     run = run_stream(
         ours, windowed_count, plans, KAFKA_DDL, "append", tmp_path,
-        source=lambda s: kafka_reader(s, kafka_bootstrap, topic.name, startingOffsets="earliest"), feed=feed,
+        source=lambda s: kafka_reader(s, kafka_bootstrap, topic.name, startingOffsets="earliest", minOffsetsPerTrigger=str(BATCH_RECORDS)),
+        feed=feed,
     )
     reference = run_stream(spark, windowed_count, batches, KAFKA_DDL, "append", tmp_path)
     assert_same_batches(reference, run)

@@ -1,0 +1,231 @@
+"""The ``statestream`` command line.
+
+    statestream demo [--seconds N]                       the seed query on a local Spark
+    statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
+    statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
+    statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
+
+Reading state here runs in this process, through the same code as the Spark-compatible
+``statestore`` reader (``tools.state_reader``), without starting Spark. Tables are aligned text
+for a terminal; ``--json`` prints JSON for scripts (one document; rows as a list).
+"""
+# ruff: noqa: T201 - a command line prints
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import decimal
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _leaves(prefix: str, scalar: Any, out: dict[str, Any]) -> None:
+    """``scalar``'s leaves under dotted names (``key.window.start``), a null struct's as nulls; a
+    repeated field name (an average's ``count`` beside a count's) gets ``#position``."""
+    import pyarrow as pa
+
+    if not pa.types.is_struct(scalar.type):
+        out[prefix] = scalar.as_py()
+        return
+    seen: set[str] = set()
+    for j, field in enumerate(scalar.type):
+        name = field.name if field.name not in seen else f"{field.name}#{j}"
+        seen.add(field.name)
+        child = scalar[j] if scalar.is_valid else pa.scalar(None, type=field.type)
+        _leaves(f"{prefix}.{name}", child, out)
+
+
+def _rows(table: Any) -> list[dict[str, Any]]:
+    """A reader table's rows, the key and value structs flattened to dotted columns."""
+    names = table.schema.names
+    columns = [table.column(n).combine_chunks() for n in names]
+    rows = []
+    for i in range(table.num_rows):
+        row: dict[str, Any] = {}
+        for name, column in zip(names, columns):
+            _leaves(name, column[i], row)
+        rows.append(row)
+    return rows
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_text(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(r) for r in cells)])
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=_json_default))
+
+
+# -- commands ----------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from statestream.tools.checkpoint_info import describe_checkpoint
+
+    info = describe_checkpoint(args.checkpoint)
+    if args.json:
+        _print_json(info)
+        return 0
+    print(f"checkpoint  {info['checkpoint']}")
+    print(f"query id    {info['id']}")
+    committed = info["commits"]
+    print(f"batches     {'none committed' if not committed else f'{committed[0]}..{committed[1]} committed'}"
+          + (f", batch {info['uncommittedBatch']} planned and not committed" if info["uncommittedBatch"] is not None else ""))
+    print(f"watermark   {info['watermark'] or 'none'}")
+    print(f"on disk     {info['files']} files, {info['bytes']} bytes")
+    print()
+    rows = [
+        {"operator": op["operatorId"], "name": op["operatorName"], "store": s["name"], "partitions": s["partitions"],
+         "rows": s["rows"], "files": op["files"], "bytes": op["bytes"]}
+        for op in info["operators"] for s in op["stores"]
+    ]
+    print(_table(rows) if rows else "(no stateful operator)")
+    return 0
+
+
+def _read_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"operatorId": args.operator}
+    if args.store is not None:
+        options["storeName"] = args.store
+    return options
+
+
+def _filter(rows: list[dict[str, Any]], wheres: list[str]) -> list[dict[str, Any]]:
+    for where in wheres:
+        column, sep, wanted = where.partition("=")
+        if not sep:
+            raise SystemExit(f"--where takes COLUMN=VALUE, not {where!r}")
+        if rows and column not in rows[0]:
+            raise SystemExit(f"--where: no column {column!r}; the columns are {', '.join(rows[0])}")
+        rows = [r for r in rows if _text(r.get(column)) == wanted]
+    return rows
+
+
+def _show_rows(rows: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    rows = _filter(rows, args.where)
+    shown = rows[: args.limit] if args.limit else rows
+    if args.json:
+        _print_json(shown)
+    else:
+        print(_table(shown))
+        if len(shown) < len(rows):
+            more = len(rows) - len(shown)
+            print(f"({more} more row{'' if more == 1 else 's'}; --limit 0 shows all)")
+    return 0
+
+
+def _sort_key(row: dict[str, Any]) -> list[str]:
+    return [_text(v) for v in row.values()]
+
+
+def _state_show(args: argparse.Namespace) -> int:
+    from statestream.tools.state_reader import read_state_table
+
+    options = _read_options(args)
+    if args.batch is not None:
+        options["batchId"] = args.batch
+    rows = sorted(_rows(read_state_table(options, args.checkpoint)), key=_sort_key)
+    return _show_rows(rows, args)
+
+
+def _state_diff(args: argparse.Namespace) -> int:
+    from statestream.tools.state_reader import read_state_table
+
+    options = dict(_read_options(args), readChangeFeed="true", changeStartBatchId=args.start + 1)
+    if args.end is not None:
+        options["changeEndBatchId"] = args.end
+    rows = _rows(read_state_table(options, args.checkpoint))
+    rows.sort(key=lambda r: [r["batch_id"], *_sort_key(r)])
+    return _show_rows(rows, args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from statestream import demo
+
+    argv = [] if args.seconds is None else ["--seconds", str(args.seconds)]
+    return demo.main(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run the seed query on a local Spark (Ctrl-C stops it)")
+    demo.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
+    demo.set_defaults(run=_demo)
+
+    checkpoint = commands.add_parser("checkpoint", help="a checkpoint as a whole")
+    checkpoint_commands = checkpoint.add_subparsers(dest="action", required=True, metavar="ACTION")
+    inspect = checkpoint_commands.add_parser("inspect", help="operators, stores, partitions, batches, state rows and files")
+    inspect.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    inspect.set_defaults(run=_inspect)
+
+    state = commands.add_parser("state", help="the rows of a state store")
+    state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+        p.add_argument("--operator", type=int, default=0, help="the stateful operator's id (default 0)")
+        p.add_argument("--store", default=None, help="the store's name (default: the operator's default store)")
+        p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
+                       help="keep rows whose COLUMN (e.g. key.window.start) shows as VALUE; repeatable")
+        p.add_argument("--limit", type=int, default=50, help="rows to print (default 50; 0: all)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    show = state_commands.add_parser("show", help="the store's rows as of a batch (default: the last committed)")
+    common(show)
+    show.add_argument("--batch", type=int, default=None, help="the batch id (default: the last committed)")
+    show.set_defaults(run=_state_show)
+
+    diff = state_commands.add_parser("diff", help="what the batches after --from up to --to changed (updates and deletes)")
+    common(diff)
+    diff.add_argument("--from", dest="start", type=int, required=True, help="the state as of this batch is the base")
+    diff.add_argument("--to", dest="end", type=int, default=None, help="the last batch whose changes to show (default: the last committed)")
+    diff.set_defaults(run=_state_diff)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from statestream.errors import StatestreamError
+
+    try:
+        return int(args.run(args) or 0)
+    except (FileNotFoundError, ValueError, RuntimeError, StatestreamError) as exc:
+        print(f"statestream: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
