@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Run the test suite (default: everything but @slow). `scripts/test.sh --slow` runs the slow cases too.
 # Two pytest workers by default (each with its own SparkSession: one per process), a module's
-# tests on one worker (they share its oracle runs; xdist starts the modules with the most tests
-# first: the long crash modules, which have few, then overlap the tail, measured faster than
-# starting them first); STATESTREAM_TEST_WORKERS=1 runs in one process.
+# tests on one worker (they share its oracle runs), in the order tests/conftest.py gives (the long
+# modules first); STATESTREAM_TEST_WORKERS=1 runs in one process.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
 WORKERS="${STATESTREAM_TEST_WORKERS:-2}"
 PARALLEL=()
 if [ "$WORKERS" != "1" ] && [ "$WORKERS" != "0" ]; then
-  PARALLEL=(-n "$WORKERS" --dist loadscope)
+  PARALLEL=(-n "$WORKERS" --dist loadscope --no-loadscope-reorder)
 fi
 if [ "${1:-}" = "--slow" ]; then
   shift

@@ -62,6 +62,25 @@ def pytest_collection_modifyitems(config, items):
 
     apply(items)
     _drop_samples_covered_by_the_slow_tier(config, items)
+    items.sort(key=_schedule_rank)
+
+
+#: modules that run for minutes, longest first: they go first, so that with two workers
+#: (scripts/test.sh) the long ones overlap the many short ones instead of ending the run alone
+LONG_MODULES = (
+    "tests/crash/test_random_kills.py",
+    "tests/cluster/",
+    "tests/crash/",
+    "tests/kafka/test_kafka_crash.py",
+)
+
+
+def _schedule_rank(item) -> int:
+    path = item.nodeid.split("::")[0]
+    for rank, prefix in enumerate(LONG_MODULES):
+        if path.startswith(prefix):
+            return rank
+    return len(LONG_MODULES)
 
 
 def _drop_samples_covered_by_the_slow_tier(config, items) -> None:
