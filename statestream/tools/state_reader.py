@@ -264,16 +264,11 @@ def _last_committed(checkpoint: str) -> int | None:
 # -- state-metadata ------------------------------------------------------------------------------
 
 
-def _committed_batches(checkpoint: str) -> list[int]:
-    files = CheckpointFileManager(checkpoint).child("commits")
-    return sorted(int(n) for n in files.list() if n.isdigit())
-
-
 def state_metadata_rows(checkpoint: str) -> list[tuple[Any, ...]]:
     """The state-metadata source's rows: per operator and store, its name, partition count and
     the range of committed batches (the commit log's first and last entry, -1 when empty)."""
     state_root = CheckpointFileManager(checkpoint).child("state").root
-    batches = _committed_batches(checkpoint)
+    batches = CommitLog(CheckpointFileManager(checkpoint).child("commits")).list_batch_ids()
     lo, hi = (batches[0], batches[-1]) if batches else (-1, -1)
     rows = []
     for op_id, md in sorted(read_all_operator_metadata(state_root).items()):
