@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from statestream.batch_reader import DataFrameReader
+    from statestream.checkpoint_manager import StreamingCheckpointManager
     from statestream.reader import DataStreamReader
 
 __all__ = ["StreamingSession"]
@@ -99,6 +100,18 @@ class StreamingSession:
         from statestream.batch_reader import DataFrameReader
 
         return DataFrameReader(self.sparkSession)
+
+    @property
+    def checkpointManager(self) -> "StreamingCheckpointManager":  # noqa: N802
+        """Offline operations on a stopped query's checkpoint (``repartition``)."""
+        from statestream.checkpoint_manager import StreamingCheckpointManager
+
+        return StreamingCheckpointManager(self.sparkSession)
+
+    @property
+    def _streamingCheckpointManager(self) -> "StreamingCheckpointManager":  # noqa: N802
+        """Spark's (private) name of :attr:`checkpointManager`."""
+        return self.checkpointManager
 
     def __getattr__(self, name: str) -> Any:
         """Everything else of the SparkSession (``createDataFrame``, ``range``, ``udf``,

@@ -43,6 +43,9 @@ __all__ = [
     "RecoveryPlan",
     "plan_recovery",
     "plan_recovery_from_logs",
+    "SHUFFLE_PARTITIONS",
+    "partitions_of_batch",
+    "is_repartition_batch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -441,3 +444,24 @@ def plan_recovery_from_logs(offset_log: OffsetSeqLog, commit_log: CommitLog) -> 
     latest = offset_log.get_latest()
     previous = offset_log.get(latest[0] - 1) if latest is not None and latest[0] > 0 else None
     return plan_recovery(latest, previous, commit_log.get_latest())
+
+
+#: the pinned conf that is the number of state partitions
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def partitions_of_batch(entry: OffsetSeq | None) -> int | None:
+    """The shuffle partitions an offset-log entry pins (None when it records none)."""
+    if entry is None or entry.metadata is None:
+        return None
+    value = entry.metadata.conf.get(SHUFFLE_PARTITIONS)
+    return int(value) if value is not None else None
+
+
+def is_repartition_batch(offset_log: OffsetSeqLog, batch_id: int) -> bool:
+    """Whether ``batch_id`` is a repartition batch: its pinned partition count differs from the
+    previous batch's (a query's own batches never change it; it is pinned)."""
+    if batch_id <= 0:
+        return False
+    now, before = partitions_of_batch(offset_log.get(batch_id)), partitions_of_batch(offset_log.get(batch_id - 1))
+    return now is not None and before is not None and now != before

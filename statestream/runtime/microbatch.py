@@ -370,6 +370,24 @@ class MicroBatchExecution:
             return exc
         return stream_failed_error(self.query_id, self.run_id, exc)
 
+    def _finish_interrupted_repartition(self, recovery: Any) -> Any:
+        """A last batch that is an uncommitted repartition batch (an offline repartition that
+        was interrupted) is finished here, before anything runs: its state is rewritten from
+        the untouched old partitions, and the query resumes after it with the new count."""
+        from statestream.checkpoint.offsets import plan_recovery_from_logs
+        from statestream.runtime.state_repartition import OfflineStateRepartitionRunner, is_repartition_batch, partitions_of_batch
+
+        if recovery.action != "rerun" or not is_repartition_batch(self.offset_log, recovery.batch_id):
+            return recovery
+        count = partitions_of_batch(self.offset_log.get(recovery.batch_id))
+        assert count is not None
+        logger.warning(
+            "the last batch %d of %s is an interrupted repartition to %d partitions: finishing it before the query starts",
+            recovery.batch_id, self.fm.display(), count,
+        )
+        OfflineStateRepartitionRunner(self.session.sparkSession, self.fm.uri()).run(count, lock=False)
+        return plan_recovery_from_logs(self.offset_log, self.commit_log)
+
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
         """A clone of the user's session for this query's batches: AQE off (it could change the
         number of partitions of the stateful exchange) and the pinned number of shuffle
@@ -423,6 +441,7 @@ class MicroBatchExecution:
 
         # ---- populate start offsets (recovery): Spark's populateStartOffsets
         recovery = plan_recovery_from_logs(self.offset_log, self.commit_log)
+        recovery = self._finish_interrupted_repartition(recovery)
         pending: _BatchRecord | None = None
         batch_id = recovery.batch_id
         watermark = recovery.watermark_ms

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
 from statestream.errors import (
     StatestreamIllegalArgumentException,
     StatestreamNumberFormatException,
@@ -354,6 +355,11 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
         )
     op_files = files.child(f"state/{opts.operator_id}")
     partitions = tuple(sorted(int(n) for n in op_files.list() if n.isdigit()))
+    # a repartition leaves the partitions above the new count with their old files: the
+    # batch's own count (pinned in its offset entry) says which partitions hold its state
+    count = partitions_of_batch(OffsetSeqLog(files.child("offsets")).get(opts.batch_id))
+    if count is not None:
+        partitions = tuple(p for p in partitions if p < count)
     if not partitions:
         raise _error(
             "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE",

@@ -76,9 +76,16 @@ class StateTables:
             raise StateStoreError(f"the checkpoint {self.checkpoint} has no state operator {operator_id}; operators: {sorted(ops)}")
         return ops[operator_id]
 
-    def _partitions(self, operator_id: int) -> list[int]:
+    def _partitions(self, operator_id: int, version: int) -> list[int]:
+        """The partitions holding ``version`` of an operator's state: a repartition leaves the
+        partitions above its new count with their old files, so the count that the batch
+        pinned in its offset entry bounds them."""
+        from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+
         op = CheckpointFileManager(self.state_root).child(str(operator_id))
-        return sorted(int(n) for n in op.list() if n.isdigit()) if op.exists() else []
+        found = sorted(int(n) for n in op.list() if n.isdigit()) if op.exists() else []
+        count = partitions_of_batch(OffsetSeqLog(self._root_files.child("offsets")).get(version - 1))
+        return [p for p in found if count is None or p < count]
 
     def _provider(self, operator_id: int, partition: int, store_name: str) -> StateStoreProvider | None:
         sid = StateStoreId(self.state_root, operator_id, partition, store_name)
@@ -123,7 +130,7 @@ class StateTables:
         begins_at = self._begins_at(operator_id, store_name)
         version = self._stored_version(operator_id, store_name, version)
         parts: list[pa.Table] = []
-        for partition in self._partitions(operator_id):
+        for partition in self._partitions(operator_id, version):
             provider = self._provider(operator_id, partition, store_name)
             if provider is None:
                 continue
@@ -146,7 +153,7 @@ class StateTables:
             )
         if PARTITION_COLUMN not in table.column_names:
             raise ValueError(f"the edited table needs the {PARTITION_COLUMN!r} column that read() gives")
-        partitions = self._partitions(operator_id)
+        partitions = self._partitions(operator_id, version)
         given = set(table.column(PARTITION_COLUMN).to_pylist())
         unknown = sorted(p for p in given if p not in partitions)
         if unknown:

@@ -248,3 +248,87 @@ def test_other_formats_are_sparks(spark, tmp_path):
     assert sorted(r.id for r in ss.read.parquet(str(tmp_path / "p")).collect()) == [0, 1, 2]
     assert sorted(r.id for r in ss.read.format("parquet").load(str(tmp_path / "p")).collect()) == [0, 1, 2]
     assert ss.range(2).count() == 2 and ss.createDataFrame([(1,)], "a INT").count() == 1
+
+
+# -- offline repartition (issue 16, item 2) ----------------------------------------------------------
+#
+# statestream's run of each query again, from 4 state partitions, repartitioned to 7 after the
+# second input file and to 2 after the fourth: the batches it runs (the repartition batches run
+# nothing) must equal Spark's uninterrupted run above, batch for batch, and its state at the end
+# must read as Spark's does (keys and values; partition ids differ by design).
+
+#: (input files before the repartition, partitions after it)
+REPARTITIONS = ((2, 7), (4, 2))
+
+
+def run_repartitioned(spark, build, batches, schema, mode, workdir: Path, first: int = 4) -> tuple[list, list]:
+    """statestream's run of ``build`` with the repartitions of :data:`REPARTITIONS`: (its
+    batches, the repartition results)."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(first))
+    try:
+        got, results, done = [], [], 0
+        for upto, count in REPARTITIONS + ((len(batches), None),):
+            run = run_stream(ss, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
+            got += run.batches
+            done = upto
+            if count is not None:
+                results.append(ss.checkpointManager.repartition(run.checkpoint, count))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    return got, results
+
+
+def run_restarted(spark, build, batches, schema, mode, workdir: Path) -> StreamRun:
+    """Spark's run of ``build`` stopped and restarted where :func:`run_repartitioned` repartitions."""
+    got, done = [], 0
+    for upto, _ in REPARTITIONS + ((len(batches), None),):
+        run = run_stream(spark, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
+        got += run.batches
+        done = upto
+    return StreamRun("spark (restarted)", got, checkpoint=run.checkpoint)
+
+
+def assert_same_as_uninterrupted(expected: StreamRun, got: list, results: list) -> None:
+    """``got`` skips exactly the repartition batches' ids, and otherwise equals ``expected``."""
+    import dataclasses
+
+    from tests.differential.harness import assert_same_batches
+
+    skipped = [r.repartition_batch for r in results]
+    ids = [b.batch_id for b in got]
+    assert not set(skipped) & set(ids), f"a repartition batch ran: {skipped} in {ids}"
+    assert [r.base_batch + 1 for r in results] == skipped
+    assert [(r.old_partitions, r.new_partitions) for r in results] == [(4, 7), (7, 2)]
+    renumbered = [dataclasses.replace(b, batch_id=i) for i, b in enumerate(got)]
+    assert_same_batches(expected, StreamRun("StreamingSession (repartitioned 4 -> 7 -> 2)", renumbered))
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_repartition_then_more_batches_equals_spark(spark, runs, name, tmp_path):
+    from statestream import StreamingSession
+
+    build, mode = QUERIES[name]
+    batches, schema = (JOIN_INPUT, JOIN_SCHEMA) if name == "join" else (BATCHES, SCHEMA)
+    expected, _ = runs[name]
+    if name == "join":
+        # two inputs: a restart forgets each input's maximum event time and keeps only the
+        # global watermark (on both engines), so a restart alone changes the join's later
+        # watermarks; Spark's run restarted where ours is repartitioned is the reference
+        expected = run_restarted(spark, build, batches, schema, mode, tmp_path / "spark")
+    got, results = run_repartitioned(spark, build, batches, schema, mode, tmp_path)
+    assert_same_as_uninterrupted(expected, got, results)
+    if name != "limit":
+        assert sum(results[0].rows.values()) > 0, "the first repartition moved no state: the test would prove nothing"
+    # the state after the last batch reads as Spark's, from the 2 partitions it now has
+    checkpoint = str(tmp_path / "w" / "checkpoint")
+    for pick in READS[name]:
+        theirs = spark.read.format("statestore").options(**pick).load(expected.checkpoint)
+        ours = StreamingSession(spark).read.format("statestore").options(**pick).load(checkpoint)
+        assert _rows(ours.drop("partition_id")) == _rows(theirs.drop("partition_id")), pick
+        assert {r.partition_id for r in ours.select("partition_id").collect()} <= {0, 1}, pick
+    metadata = StreamingSession(spark).read.format("state-metadata").load(checkpoint).collect()
+    assert {r.numPartitions for r in metadata} == {2}, metadata

@@ -1,0 +1,37 @@
+"""``StreamingSession.checkpointManager``: operations on a stopped query's checkpoint.
+
+Spark's newest code has a private ``spark._streamingCheckpointManager.repartition(checkpoint,
+numPartitions)``; a StreamingSession offers the same object under that name, so code written for
+Spark's runs unchanged, and under the public name ``checkpointManager``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statestream.runtime.state_repartition import RepartitionResult
+
+__all__ = ["StreamingCheckpointManager"]
+
+
+class StreamingCheckpointManager:
+    """Offline operations on checkpoints, each a Spark job over the state files."""
+
+    def __init__(self, spark: "SparkSession") -> None:
+        self._spark = spark
+
+    def repartition(
+        self, checkpointLocation: Any, numPartitions: Any, enforceExactlyOnceSink: bool = True  # noqa: N803
+    ) -> "RepartitionResult":
+        """Rewrite the state of the stopped query at ``checkpointLocation`` into
+        ``numPartitions`` partitions; its next start runs with that many. It writes a batch of
+        its own (the last committed batch's offsets, no input, no output). Refused with Spark's
+        ``STATE_REPARTITION_INVALID_PARAMETER.*`` / ``STATE_REPARTITION_INVALID_CHECKPOINT.*``
+        errors; ``enforceExactlyOnceSink=False`` repartitions from the last committed batch
+        when a later batch failed (its output may then be written twice)."""
+        from statestream.runtime.state_repartition import repartition_state
+
+        return repartition_state(self._spark, checkpointLocation, numPartitions, enforceExactlyOnceSink)

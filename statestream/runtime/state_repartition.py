@@ -1,0 +1,503 @@
+"""Offline repartition of a stopped query's state (Spark's ``OfflineStateRepartitionRunner``).
+
+A stateful query's state is split into as many partitions as ``spark.sql.shuffle.partitions``
+had when the checkpoint was created, and Spark pins that count in the offset log: changing the
+conf later changes nothing. Repartitioning rewrites every operator's state into a new number of
+partitions and records it, so the next start runs with it.
+
+How (the layout of Spark's own offline repartition, which writes a batch of its own):
+
+1. The last committed batch ``B`` is the base. A *repartition batch* ``R = B + 1`` is written to
+   the offset log first: ``B``'s offsets, watermark, timestamp and confs, except the new
+   ``spark.sql.shuffle.partitions``. Its sources read nothing, its sink writes nothing.
+2. A Spark job per store reads each old partition's state (version ``B + 1``) in a task, hands
+   the keys to Spark to compute ``pmod(hash(keys), N)`` (the partition Spark's exchange gives a
+   key, so each key's state stays where its input rows arrive), checks that the same hash
+   modulo the old count gives back the partition each key was read from (a store whose keys do
+   not follow Spark's hash is refused rather than scattered), and writes each key's rows into
+   the new partition's share; a second job joins the shares of each new partition into a
+   snapshot of version ``R + 1``.
+3. Each operator's metadata records ``N``; then ``commits/R`` (with ``B``'s watermark) makes the
+   repartition visible.
+
+Nothing before step 3 changes what a restart loads: the old state (version ``B + 1``) is never
+touched, so an interrupted repartition leaves a checkpoint whose last batch is an uncommitted
+repartition batch; running the repartition again with the same count, or starting the query,
+finishes it (the shares and snapshots are simply written again). Partitions beyond ``N`` keep
+their old files, for reading the state as of earlier batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.offsets import (
+    SHUFFLE_PARTITIONS,
+    OffsetSeq,
+    OffsetSeqLog,
+    OffsetSeqMetadata,
+    is_repartition_batch,
+    partitions_of_batch,
+)
+from statestream.errors import (
+    StatestreamIllegalArgumentException,
+    StatestreamIllegalStateException,
+    StateStoreError,
+    spark_error_text,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "OfflineStateRepartitionRunner",
+    "RepartitionResult",
+    "is_repartition_batch",
+    "partitions_of_batch",
+    "repartition_state",
+]
+
+log = logging.getLogger(__name__)
+
+#: where the shares of the new partitions are written while a repartition runs
+WORK_DIR = ".statestream-repartition"
+#: operators whose state is a single partition whatever the shuffle partitions (their input is
+#: brought to one partition): their partition 0 is carried over as it is
+SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
+#: key columns of the Python state stores that address an entry below a grouping key
+_ENTRY_KEY_COLUMNS = frozenset({"__index", "__userKey", "__expiryTimestampMs"})
+
+# -- Spark's errors --------------------------------------------------------------------------------
+
+_PARAMETER_TEXTS = {
+    "IS_NULL": "cannot be null.",
+    "IS_EMPTY": "cannot be empty.",
+    "IS_NOT_GREATER_THAN_ZERO": "must be greater than zero.",
+}
+_CHECKPOINT_TEXTS = {
+    "NO_COMMITTED_BATCH": (
+        "There is no committed microbatch. Make sure the streaming query has successfully completed at least one "
+        "microbatch before repartitioning."
+    ),
+    "NO_BATCH_FOUND": (
+        "No microbatch has been recorded in the checkpoint location. Make sure the streaming query has successfully "
+        "completed at least one microbatch before repartitioning."
+    ),
+    "LAST_BATCH_FAILED": (
+        "The last batch ID <lastBatchId> didn't finish successfully. Please make sure the streaming query finishes "
+        "successfully, before repartitioning.\nIf using ProcessingTime trigger, you can use AvailableNow trigger instead, "
+        "which will make sure the query terminates successfully by itself.\nIf you want to skip this check, set "
+        "enforceExactlyOnceSink parameter in repartition to false.\nBut this can cause duplicate output records from the "
+        "failed batch when using exactly-once sinks."
+    ),
+    "LAST_BATCH_ABANDONED_REPARTITION": (
+        "The last batch ID <lastBatchId> is a repartition batch with <lastBatchShufflePartitions> shuffle partitions and "
+        "didn't finish successfully.\nYou're now requesting to repartition to <numPartitions> shuffle partitions.\nPlease "
+        "retry with the same number of shuffle partitions as the previous attempt.\nOnce that completes successfully, you "
+        "can repartition to another number of shuffle partitions."
+    ),
+    "SHUFFLE_PARTITIONS_ALREADY_MATCH": (
+        "The number of shuffle partitions in the last committed batch (id=<batchId>) is the same as the requested "
+        "<numPartitions> partitions.\nHence, already has the requested number of partitions, so no-op."
+    ),
+    "OFFSET_SEQ_NOT_FOUND": (
+        "Offset sequence entry for batch ID <batchId> not found. You might have set a very low value for\n"
+        "'spark.sql.streaming.minBatchesToRetain' config during the streaming query execution or you deleted files in the "
+        "checkpoint location."
+    ),
+    "MISSING_OFFSET_SEQ_METADATA": (
+        "The OffsetSeq (v<version>) metadata is missing for batch ID <batchId>. Please make sure the checkpoint is from a "
+        "supported Spark version (Spark 4.0+)."
+    ),
+    "UNSUPPORTED_STATEFUL_OPERATOR": (
+        "Unsupported stateful operator <operatorName>. Please use a checkpoint with supported stateful operators."
+    ),
+}
+# Spark's error-conditions (the templates are facts of its API: the same texts, reworded nowhere)
+_PARAMETER_HEAD = "The repartition parameter <parameter> is invalid:"
+_CHECKPOINT_HEAD = "The provided checkpoint location '<checkpointLocation>' is in an invalid state."
+_PARAMETER_SQL_STATE = "42616"
+_CHECKPOINT_SQL_STATE = "55019"
+
+
+def _render(template: str, params: dict[str, str]) -> str:
+    for name, value in params.items():
+        template = template.replace(f"<{name}>", value)
+    return template
+
+
+def invalid_parameter(sub: str, parameter: str) -> StatestreamIllegalArgumentException:
+    """``STATE_REPARTITION_INVALID_PARAMETER.<sub>`` (a ``SparkIllegalArgumentException``)."""
+    params = {"parameter": parameter}
+    cls = f"STATE_REPARTITION_INVALID_PARAMETER.{sub}"
+    text = _render(f"{_PARAMETER_HEAD} {_PARAMETER_TEXTS[sub]}", params)
+    return StatestreamIllegalArgumentException(spark_error_text(cls, text, _PARAMETER_SQL_STATE), cls, params, _PARAMETER_SQL_STATE)
+
+
+def invalid_checkpoint(sub: str, location: str, **extra: Any) -> StatestreamIllegalStateException:
+    """``STATE_REPARTITION_INVALID_CHECKPOINT.<sub>`` (a ``SparkIllegalStateException``)."""
+    params = {"checkpointLocation": location, **{k: str(v) for k, v in extra.items()}}
+    cls = f"STATE_REPARTITION_INVALID_CHECKPOINT.{sub}"
+    text = _render(f"{_CHECKPOINT_HEAD} {_CHECKPOINT_TEXTS[sub]}", params)
+    return StatestreamIllegalStateException(spark_error_text(cls, text, _CHECKPOINT_SQL_STATE), cls, params, _CHECKPOINT_SQL_STATE)
+
+
+# -- rules (no Spark) ------------------------------------------------------------------------------
+
+
+def hash_key_count(operator_name: str, store_name: str, key_names: list[str], num_cols_prefix_key: int) -> int:
+    """How many leading key columns Spark's exchange hashes for a store: the grouping or join
+    keys, without what addresses an entry under them (a join row's index, a session's start, a
+    Python state variable's list index, map key or timer time)."""
+    if store_name.endswith("keyWithIndexToValue"):
+        return len(key_names) - 1
+    if num_cols_prefix_key > 0:
+        return num_cols_prefix_key
+    n = len(key_names)
+    while n > 0 and key_names[n - 1] in _ENTRY_KEY_COLUMNS:
+        n -= 1
+    return n
+
+
+@dataclass(frozen=True)
+class RepartitionStep:
+    """What a repartition does (decided from the logs, before anything is written)."""
+
+    base_batch: int
+    repartition_batch: int
+    old_partitions: int
+    new_partitions: int
+    #: the repartition batch's offset entry is already written (an interrupted repartition)
+    resume: bool
+
+
+def decide(location: str, offset_log: OffsetSeqLog, commit_log: CommitLog, num_partitions: int, enforce_exactly_once_sink: bool = True) -> RepartitionStep:
+    """The repartition of a checkpoint to ``num_partitions``, or Spark's refusal."""
+    last_commit = commit_log.get_latest_batch_id()
+    if last_commit is None:
+        raise invalid_checkpoint("NO_COMMITTED_BATCH", location)
+    last = offset_log.get_latest_batch_id()
+    if last is None:
+        raise invalid_checkpoint("NO_BATCH_FOUND", location)
+    base = last_commit
+    resume = False
+    if last > last_commit:
+        if last == last_commit + 1 and is_repartition_batch(offset_log, last):
+            pinned = partitions_of_batch(offset_log.get(last))
+            if pinned != num_partitions:
+                raise invalid_checkpoint(
+                    "LAST_BATCH_ABANDONED_REPARTITION", location,
+                    lastBatchId=last, lastBatchShufflePartitions=pinned, numPartitions=num_partitions,
+                )
+            resume = True
+        elif enforce_exactly_once_sink:
+            raise invalid_checkpoint("LAST_BATCH_FAILED", location, lastBatchId=last)
+    base_entry = offset_log.get(base)
+    if base_entry is None:
+        raise invalid_checkpoint("OFFSET_SEQ_NOT_FOUND", location, batchId=base)
+    old = partitions_of_batch(base_entry)
+    if old is None:
+        raise invalid_checkpoint("MISSING_OFFSET_SEQ_METADATA", location, version=1, batchId=base)
+    if not resume and old == num_partitions:
+        raise invalid_checkpoint("SHUFFLE_PARTITIONS_ALREADY_MATCH", location, batchId=base, numPartitions=num_partitions)
+    return RepartitionStep(base, last if resume else last + 1, old, num_partitions, resume)
+
+
+# -- the Spark jobs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Store:
+    """One store to move (picklable, sent to the tasks)."""
+
+    state_root: str
+    operator_id: int
+    store_name: str
+    #: the version to read in the old partitions, and what the store began at
+    version: int
+    begins_at: int | None
+    old_partitions: int
+    new_partitions: int
+    new_version: int
+    work_root: str
+    hash_keys: int
+    single_partition: bool
+
+
+def _provider(store: _Store, partition: int) -> Any:
+    from statestream.state.provider import StateStoreProvider, stored_schemas
+    from statestream.state.store import StateStoreId
+
+    sid = StateStoreId(store.state_root, store.operator_id, partition, store.store_name)
+    schemas = stored_schemas(sid)
+    return None if schemas is None else StateStoreProvider(sid, *schemas)
+
+
+def _old_table(store: _Store, partition: int) -> pa.Table | None:
+    provider = _provider(store, partition)
+    if provider is None:
+        return None
+    return provider.get_read_store(store.version, begins_at=store.begins_at).table()
+
+
+def _share_name(new_partition: int, old_partition: int) -> str:
+    return f"{new_partition}/{old_partition}.arrow"
+
+
+def _write_ipc(files: CheckpointFileManager, rel: str, table: pa.Table) -> None:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    files.write_atomic(rel, sink.getvalue().to_pybytes())
+
+
+def _read_ipc(files: CheckpointFileManager, rel: str) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(files.read_bytes(rel))).read_all()
+
+
+def _split_store(spark: "SparkSession", store: _Store, key_schema: pa.Schema) -> int:
+    """Job 1 of a store: each old partition's rows split into the new partitions' shares, each
+    key placed by Spark's hash. Returns the rows moved."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import IntegerType, LongType, StructField, StructType
+
+    hashed = pa.schema([pa.field(f"_k{i}", f.type, True) for i, f in enumerate(list(key_schema)[: store.hash_keys])])
+    wire = StructType([StructField("_p", IntegerType()), StructField("_i", LongType()), *from_arrow_schema(hashed).fields])
+
+    def emit_keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                table = _old_table(store, partition)
+                if table is None or table.num_rows == 0:
+                    continue
+                n = table.num_rows
+                columns = [pa.array(np.full(n, partition, dtype=np.int32)), pa.array(np.arange(n, dtype=np.int64))]
+                columns += [c.combine_chunks() for c in table.columns[: store.hash_keys]]
+                yield from pa.Table.from_arrays(columns, schema=pa.schema([pa.field("_p", pa.int32()), pa.field("_i", pa.int64()), *hashed])).to_batches()
+
+    done = StructType([StructField("_p", IntegerType()), StructField("rows", LongType())])
+
+    def write_shares(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        parts, idx, new, check = [], [], [], []
+        for batch in batches:
+            parts.append(batch.column(0).to_numpy())
+            idx.append(batch.column(1).to_numpy())
+            new.append(batch.column(2).to_numpy())
+            check.append(batch.column(3).to_numpy())
+        if not parts:
+            return
+        partition = int(parts[0][0])
+        order = np.concatenate(idx)
+        target = np.empty(len(order), dtype=np.int32)
+        target[order] = np.concatenate(new)
+        back = np.empty(len(order), dtype=np.int32)
+        back[order] = np.concatenate(check)
+        if not (back == partition).all():
+            bad = int(np.argmax(back != partition))
+            raise StateStoreError(
+                f"state partition {partition} of operator {store.operator_id} (store {store.store_name!r}) holds a key that "
+                f"Spark's hash places in partition {int(back[bad])} of {store.old_partitions}: its keys do not follow Spark's "
+                "exchange, so they cannot be moved to new partitions safely; nothing was changed"
+            )
+        table = _old_table(store, partition)
+        assert table is not None and table.num_rows == len(order)
+        files = CheckpointFileManager(store.work_root)
+        for np_ in np.unique(target):
+            _write_ipc(files, _share_name(int(np_), partition), table.filter(pa.array(target == np_)))
+        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([len(order)], pa.int64())], names=["_p", "rows"])
+
+    keys = [F.col(f"_k{i}") for i in range(store.hash_keys)]
+    ids = spark.range(0, store.old_partitions, 1, store.old_partitions).select(F.col("id").cast("int"))
+    shaped = ids.mapInArrow(emit_keys, wire).select(
+        "_p", "_i",
+        F.pmod(F.hash(*keys), F.lit(store.new_partitions)).cast("int").alias("_n"),
+        F.pmod(F.hash(*keys), F.lit(store.old_partitions)).cast("int").alias("_c"),
+    )
+    rows = shaped.mapInArrow(write_shares, done).collect()
+    return sum(r["rows"] for r in rows)
+
+
+def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
+    """Job 2: each new partition of each store becomes a snapshot of the repartition batch's
+    version, made of its shares (empty where no key lands)."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    tasks = [(i, p) for i, s in enumerate(stores) for p in range(1 if s.single_partition else s.new_partitions)]
+
+    def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from statestream.state.provider import StateStoreProvider
+        from statestream.state.store import StateStoreId
+
+        for batch in batches:
+            for t in batch.column(0).to_pylist():
+                i, partition = tasks[t]
+                store = stores[i]
+                schemas = _schemas(store)
+                provider = StateStoreProvider(StateStoreId(store.state_root, store.operator_id, partition, store.store_name), *schemas)
+                if store.single_partition:
+                    table = _old_table(store, 0)
+                else:
+                    files = CheckpointFileManager(store.work_root)
+                    shares = [
+                        _read_ipc(files, _share_name(partition, old))
+                        for old in range(store.old_partitions) if files.exists(_share_name(partition, old))
+                    ]
+                    table = pa.concat_tables(shares) if shares else None
+                provider.replace_version(store.new_version, table if table is not None else provider.schema.empty_table())
+                yield pa.record_batch([pa.array([t], pa.int32())], names=["t"])
+
+    ids = spark.range(0, len(tasks), 1, max(1, min(len(tasks), 64)))
+    from pyspark.sql import functions as F
+
+    ids.select(F.col("id").cast("int")).mapInArrow(build, StructType([StructField("t", IntegerType())])).collect()
+
+
+def _schemas(store: _Store) -> tuple[pa.Schema, pa.Schema]:
+    """A store's key and value schemas, from its newest file in any old partition."""
+    for partition in range(store.old_partitions):
+        provider = _provider(store, partition)
+        if provider is not None:
+            return provider.key_schema, provider.value_schema
+    raise StateStoreError(f"operator {store.operator_id} has no state files of store {store.store_name!r}")
+
+
+@dataclass(frozen=True)
+class RepartitionResult:
+    """What a repartition did."""
+
+    checkpoint: str
+    repartition_batch: int
+    base_batch: int
+    old_partitions: int
+    new_partitions: int
+    #: (operator id, store name) -> rows moved
+    rows: dict[tuple[int, str], int]
+
+
+class OfflineStateRepartitionRunner:
+    """Repartitions the state of a stopped query's checkpoint (see the module docstring)."""
+
+    def __init__(self, spark: "SparkSession", checkpoint: str) -> None:
+        self.spark = spark
+        self.checkpoint = checkpoint
+        self.fm = CheckpointFileManager(checkpoint)
+        self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
+        self.commit_log = CommitLog(self.fm.child("commits"))
+
+    def run(self, num_partitions: int, enforce_exactly_once_sink: bool = True, *, lock: bool = True) -> RepartitionResult:
+        """Repartition to ``num_partitions`` (or finish an interrupted repartition to it).
+        ``lock``: take the checkpoint's writer lock (a running query refuses it); False when the
+        caller is the query's own start, which holds it."""
+        from statestream.checkpoint.writer_lock import CheckpointWriterLock
+
+        step = decide(self.checkpoint, self.offset_log, self.commit_log, num_partitions, enforce_exactly_once_sink)
+        writer = CheckpointWriterLock(self.fm)
+        if lock:
+            writer.acquire(f"repartition-{uuid.uuid4()}", str(uuid.uuid4()))
+        try:
+            return self._run(step)
+        finally:
+            if lock:
+                writer.release()
+
+    def _run(self, step: RepartitionStep) -> RepartitionResult:
+        from statestream.errors import concurrent_stream_log_update_error
+        from statestream.state.schema import read_all_operator_metadata, write_operator_metadata
+
+        base_entry = self.offset_log.get(step.base_batch)
+        assert base_entry is not None and base_entry.metadata is not None
+        if not step.resume:
+            conf = dict(base_entry.metadata.conf)
+            conf[SHUFFLE_PARTITIONS] = str(step.new_partitions)
+            meta = OffsetSeqMetadata(base_entry.metadata.batch_watermark_ms, base_entry.metadata.batch_timestamp_ms, conf)
+            if not self.offset_log.add(step.repartition_batch, OffsetSeq(list(base_entry.offsets), meta)):
+                raise concurrent_stream_log_update_error(step.repartition_batch, self.offset_log.path_of(step.repartition_batch))
+        state_root = self.fm.child("state").root
+        work = self.fm.child(f"{WORK_DIR}/{step.repartition_batch}")
+        self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
+        operators = read_all_operator_metadata(state_root) if self.fm.exists("state") else {}
+        stores = self._stores(step, state_root, work, operators)
+        rows: dict[tuple[int, str], int] = {}
+        for store, key_schema in stores:
+            if not store.single_partition:
+                rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, key_schema)
+        if stores:
+            _build_snapshots(self.spark, [s for s, _ in stores])
+        for op_id, md in operators.items():
+            from dataclasses import replace
+
+            write_operator_metadata(state_root, replace(md, state_store_info=tuple(
+                replace(s, num_partitions=step.new_partitions) for s in md.state_store_info
+            )))
+        commit = self.commit_log.get(step.base_batch)
+        from statestream.checkpoint.commits import CommitMetadata
+
+        self.commit_log.add(step.repartition_batch, commit if commit is not None else CommitMetadata())
+        self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
+        log.info(
+            "repartitioned %s from %d to %d partitions in batch %d (%d rows)",
+            self.checkpoint, step.old_partitions, step.new_partitions, step.repartition_batch, sum(rows.values()),
+        )
+        return RepartitionResult(self.checkpoint, step.repartition_batch, step.base_batch, step.old_partitions, step.new_partitions, rows)
+
+    def _stores(self, step: RepartitionStep, state_root: str, work: CheckpointFileManager, operators: dict) -> list[tuple[_Store, pa.Schema]]:
+        from statestream.state.schema import read_dormant_stores, read_operator_properties, read_stores_first_batch
+
+        out = []
+        for op_id, md in sorted(operators.items()):
+            python_state = read_operator_properties(state_root, op_id) is not None
+            first = read_stores_first_batch(state_root, op_id) or {} if python_state else {}
+            dormant = read_dormant_stores(state_root, op_id) if python_state else {}
+            for info in md.state_store_info:
+                if dormant.get(info.store_name, (None, None))[0] is not None:
+                    raise invalid_checkpoint(
+                        "UNSUPPORTED_STATEFUL_OPERATOR", self.checkpoint,
+                        operatorName=f"{md.operator_name} (state variable {info.store_name} is not declared by the last run)",
+                    )
+                store = _Store(
+                    state_root=state_root,
+                    operator_id=op_id,
+                    store_name=info.store_name,
+                    version=step.base_batch + 1,
+                    begins_at=first.get(info.store_name) if python_state else 0,
+                    old_partitions=step.old_partitions,
+                    new_partitions=step.new_partitions,
+                    new_version=step.repartition_batch + 1,
+                    work_root=work.child(f"{op_id}/{info.store_name}").root,
+                    hash_keys=0,
+                    single_partition=md.operator_name in SINGLE_PARTITION_OPERATORS,
+                )
+                try:
+                    key_schema, _ = _schemas(store)
+                except StateStoreError:
+                    continue  # a store that never wrote a file (no batch reached it)
+                from dataclasses import replace
+
+                n = hash_key_count(md.operator_name, info.store_name, key_schema.names, info.num_cols_prefix_key)
+                out.append((replace(store, hash_keys=n), key_schema))
+        return out
+
+
+def repartition_state(
+    spark: "SparkSession", checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True
+) -> RepartitionResult:
+    """Repartition a stopped query's state to ``num_partitions`` (Spark's parameter checks and
+    errors); see :class:`OfflineStateRepartitionRunner`."""
+    if checkpoint is None:
+        raise invalid_parameter("IS_NULL", "checkpointLocation")
+    if not str(checkpoint).strip():
+        raise invalid_parameter("IS_EMPTY", "checkpointLocation")
+    if num_partitions is None:
+        raise invalid_parameter("IS_NULL", "numPartitions")
+    if int(num_partitions) <= 0:
+        raise invalid_parameter("IS_NOT_GREATER_THAN_ZERO", "numPartitions")
+    return OfflineStateRepartitionRunner(spark, str(checkpoint)).run(int(num_partitions), enforce_exactly_once_sink)
