@@ -2,6 +2,7 @@
 
     statestream demo [--seconds N]                       the seed query on a local Spark
     statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
+    statestream checkpoint repartition CHECKPOINT --partitions N [--master M]   rewrite the state into N partitions
     statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
     statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
 
@@ -175,6 +176,44 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.main(argv)
 
 
+def _spark(args: argparse.Namespace) -> Any:
+    """The Spark session a command's job runs on: ``--master`` (default ``local[*]``), UI off."""
+    from pyspark.sql import SparkSession
+
+    from statestream.session import use_driver_python
+
+    spark = (
+        SparkSession.builder.master(args.master).appName(f"statestream checkpoint {args.action}")
+        .config("spark.ui.enabled", "false").getOrCreate()
+    )
+    use_driver_python(spark)
+    return spark
+
+
+def _repartition(args: argparse.Namespace) -> int:
+    from statestream.runtime.state_repartition import plan_repartition, repartition_state
+
+    plan_repartition(args.checkpoint, args.partitions, not args.skip_failed_batch)  # refusals before Spark starts
+    result = repartition_state(_spark(args), args.checkpoint, args.partitions, not args.skip_failed_batch)
+    summary = {
+        "checkpoint": result.checkpoint,
+        "repartitionBatchId": result.repartition_batch,
+        "baseBatchId": result.base_batch,
+        "fromPartitions": result.old_partitions,
+        "toPartitions": result.new_partitions,
+        "rowsMoved": [{"operatorId": op, "storeName": store, "rows": n} for (op, store), n in sorted(result.rows.items())],
+    }
+    if args.json:
+        _print_json(summary)
+    else:
+        print(
+            f"repartitioned {result.checkpoint} from {result.old_partitions} to {result.new_partitions} partitions "
+            f"(batch {result.repartition_batch}, based on batch {result.base_batch}); the next start runs with {result.new_partitions}"
+        )
+        print(_table(summary["rowsMoved"], ["operatorId", "storeName", "rows"]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -189,6 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
     inspect.add_argument("--json", action="store_true", help="print JSON instead of a table")
     inspect.set_defaults(run=_inspect)
+    repartition = checkpoint_commands.add_parser(
+        "repartition", help="rewrite a stopped query's state into N partitions (its next start runs with N)",
+        description="Rewrite the state of a stopped query into N partitions with a Spark job, as a batch of its own "
+        "(no input, no output); the next start of the query runs with N. Interrupted, it leaves the old state usable, "
+        "and running it again (or starting the query) finishes it.",
+    )
+    repartition.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    repartition.add_argument("--partitions", type=int, required=True, metavar="N", help="the new number of state partitions")
+    repartition.add_argument("--skip-failed-batch", action="store_true",
+                             help="base on the last committed batch even if a later batch failed (its output may be written twice)")
+    repartition.add_argument("--master", default="local[*]", help="the Spark master the job runs on (default local[*])")
+    repartition.add_argument("--json", action="store_true", help="print JSON instead of text")
+    repartition.set_defaults(run=_repartition)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

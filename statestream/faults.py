@@ -25,6 +25,12 @@ JVM and its Python workers inherit it. Points:
     ``commits/<N>`` is not (driver).
 ``after_commit``
     ``commits/<N>`` is written; the next batch is not planned (driver).
+``repartition_after_offsets``
+    An offline repartition wrote its batch N's offset entry and nothing else (driver).
+``repartition_snapshot_written``
+    An offline repartition wrote the snapshot of one new partition of batch N (inside a Python
+    worker; with a partition, that partition's); other partitions, the operator metadata and
+    ``commits/<N>`` are not written.
 
 Dying means ``SIGKILL`` to the process group named by ``STATESTREAM_TEST_CRASH_PGID`` (the
 test's child process starts its own session and sets it to its pid, so the driver and its JVM go
@@ -71,6 +77,8 @@ CRASH_POINTS = (
     "sink_files_published",
     "after_sink",
     "after_commit",
+    "repartition_after_offsets",
+    "repartition_snapshot_written",
 )
 
 

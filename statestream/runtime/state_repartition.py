@@ -53,6 +53,7 @@ from statestream.errors import (
     StateStoreError,
     spark_error_text,
 )
+from statestream.faults import crash_point
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +62,7 @@ __all__ = [
     "OfflineStateRepartitionRunner",
     "RepartitionResult",
     "is_repartition_batch",
-    "partitions_of_batch",
+    "plan_repartition",
     "repartition_state",
 ]
 
@@ -353,6 +354,7 @@ def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
                     ]
                     table = pa.concat_tables(shares) if shares else None
                 provider.replace_version(store.new_version, table if table is not None else provider.schema.empty_table())
+                crash_point("repartition_snapshot_written", store.new_version - 1, partition)
                 yield pa.record_batch([pa.array([t], pa.int32())], names=["t"])
 
     ids = spark.range(0, len(tasks), 1, max(1, min(len(tasks), 64)))
@@ -421,6 +423,7 @@ class OfflineStateRepartitionRunner:
             meta = OffsetSeqMetadata(base_entry.metadata.batch_watermark_ms, base_entry.metadata.batch_timestamp_ms, conf)
             if not self.offset_log.add(step.repartition_batch, OffsetSeq(list(base_entry.offsets), meta)):
                 raise concurrent_stream_log_update_error(step.repartition_batch, self.offset_log.path_of(step.repartition_batch))
+        crash_point("repartition_after_offsets", step.repartition_batch)
         state_root = self.fm.child("state").root
         work = self.fm.child(f"{WORK_DIR}/{step.repartition_batch}")
         self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
@@ -487,11 +490,8 @@ class OfflineStateRepartitionRunner:
         return out
 
 
-def repartition_state(
-    spark: "SparkSession", checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True
-) -> RepartitionResult:
-    """Repartition a stopped query's state to ``num_partitions`` (Spark's parameter checks and
-    errors); see :class:`OfflineStateRepartitionRunner`."""
+def check_parameters(checkpoint: Any, num_partitions: Any) -> None:
+    """Spark's parameter checks of a repartition call."""
     if checkpoint is None:
         raise invalid_parameter("IS_NULL", "checkpointLocation")
     if not str(checkpoint).strip():
@@ -500,4 +500,20 @@ def repartition_state(
         raise invalid_parameter("IS_NULL", "numPartitions")
     if int(num_partitions) <= 0:
         raise invalid_parameter("IS_NOT_GREATER_THAN_ZERO", "numPartitions")
+
+
+def plan_repartition(checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True) -> RepartitionStep:
+    """What a repartition of ``checkpoint`` would do, or Spark's refusal, from the logs alone
+    (no Spark): the command line answers before it starts a Spark job."""
+    check_parameters(checkpoint, num_partitions)
+    fm = CheckpointFileManager(str(checkpoint))
+    return decide(str(checkpoint), OffsetSeqLog(fm.child("offsets")), CommitLog(fm.child("commits")), int(num_partitions), enforce_exactly_once_sink)
+
+
+def repartition_state(
+    spark: "SparkSession", checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True
+) -> RepartitionResult:
+    """Repartition a stopped query's state to ``num_partitions`` (Spark's parameter checks and
+    errors); see :class:`OfflineStateRepartitionRunner`."""
+    check_parameters(checkpoint, num_partitions)
     return OfflineStateRepartitionRunner(spark, str(checkpoint)).run(int(num_partitions), enforce_exactly_once_sink)

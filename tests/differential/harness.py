@@ -830,3 +830,54 @@ def start_error(
         return (type(exc).__name__, error_text(exc))
     query.stop()
     return None
+
+
+# -- runs with offline repartitions (issue 16) ----------------------------------------------------
+
+#: (input files before the repartition, partitions after it)
+REPARTITIONS = ((2, 7), (4, 2))
+
+
+def run_repartitioned(spark, build, batches, schema, mode, workdir: Path, first: int = 4, splits=REPARTITIONS) -> tuple[list, list]:
+    """statestream's run of ``build`` with the repartitions of :data:`REPARTITIONS`: (its
+    batches, the repartition results)."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(first))
+    try:
+        got, results, done = [], [], 0
+        for upto, count in tuple(splits) + ((len(batches), None),):
+            run = run_stream(ss, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
+            got += run.batches
+            done = upto
+            if count is not None:
+                results.append(ss.checkpointManager.repartition(run.checkpoint, count))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    return got, results
+
+
+def run_restarted(spark, build, batches, schema, mode, workdir: Path, splits=REPARTITIONS) -> StreamRun:
+    """Spark's run of ``build`` stopped and restarted where :func:`run_repartitioned` repartitions."""
+    got, done = [], 0
+    for upto, _ in tuple(splits) + ((len(batches), None),):
+        run = run_stream(spark, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
+        got += run.batches
+        done = upto
+    return StreamRun("spark (restarted)", got, checkpoint=run.checkpoint)
+
+
+def assert_same_as_uninterrupted(expected: StreamRun, got: list, results: list, first: int = 4, splits=REPARTITIONS) -> None:
+    """``got`` skips exactly the repartition batches' ids, and otherwise equals ``expected``."""
+    import dataclasses
+
+    skipped = [r.repartition_batch for r in results]
+    ids = [b.batch_id for b in got]
+    assert not set(skipped) & set(ids), f"a repartition batch ran: {skipped} in {ids}"
+    assert [r.base_batch + 1 for r in results] == skipped
+    counts = [c for _, c in splits]
+    assert [(r.old_partitions, r.new_partitions) for r in results] == list(zip([first] + counts[:-1], counts))
+    renumbered = [dataclasses.replace(b, batch_id=i) for i, b in enumerate(got)]
+    assert_same_batches(expected, StreamRun(f"StreamingSession (repartitioned {first} -> {' -> '.join(map(str, counts))})", renumbered))

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.differential.harness import StreamRun, run_stream
+from tests.differential.harness import StreamRun, assert_same_as_uninterrupted, run_repartitioned, run_restarted, run_stream
 from tests.differential.test_stream_joins import INPUT as JOIN_INPUT
 from tests.differential.test_stream_joins import SCHEMA as JOIN_SCHEMA
 from tests.differential.test_stream_joins import _range_join
@@ -256,56 +256,6 @@ def test_other_formats_are_sparks(spark, tmp_path):
 # second input file and to 2 after the fourth: the batches it runs (the repartition batches run
 # nothing) must equal Spark's uninterrupted run above, batch for batch, and its state at the end
 # must read as Spark's does (keys and values; partition ids differ by design).
-
-#: (input files before the repartition, partitions after it)
-REPARTITIONS = ((2, 7), (4, 2))
-
-
-def run_repartitioned(spark, build, batches, schema, mode, workdir: Path, first: int = 4) -> tuple[list, list]:
-    """statestream's run of ``build`` with the repartitions of :data:`REPARTITIONS`: (its
-    batches, the repartition results)."""
-    from statestream import StreamingSession
-
-    ss = StreamingSession(spark)
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(first))
-    try:
-        got, results, done = [], [], 0
-        for upto, count in REPARTITIONS + ((len(batches), None),):
-            run = run_stream(ss, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
-            got += run.batches
-            done = upto
-            if count is not None:
-                results.append(ss.checkpointManager.repartition(run.checkpoint, count))
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)
-    return got, results
-
-
-def run_restarted(spark, build, batches, schema, mode, workdir: Path) -> StreamRun:
-    """Spark's run of ``build`` stopped and restarted where :func:`run_repartitioned` repartitions."""
-    got, done = [], 0
-    for upto, _ in REPARTITIONS + ((len(batches), None),):
-        run = run_stream(spark, build, batches[done:upto], schema, mode, workdir, workdir=workdir / "w")
-        got += run.batches
-        done = upto
-    return StreamRun("spark (restarted)", got, checkpoint=run.checkpoint)
-
-
-def assert_same_as_uninterrupted(expected: StreamRun, got: list, results: list) -> None:
-    """``got`` skips exactly the repartition batches' ids, and otherwise equals ``expected``."""
-    import dataclasses
-
-    from tests.differential.harness import assert_same_batches
-
-    skipped = [r.repartition_batch for r in results]
-    ids = [b.batch_id for b in got]
-    assert not set(skipped) & set(ids), f"a repartition batch ran: {skipped} in {ids}"
-    assert [r.base_batch + 1 for r in results] == skipped
-    assert [(r.old_partitions, r.new_partitions) for r in results] == [(4, 7), (7, 2)]
-    renumbered = [dataclasses.replace(b, batch_id=i) for i, b in enumerate(got)]
-    assert_same_batches(expected, StreamRun("StreamingSession (repartitioned 4 -> 7 -> 2)", renumbered))
-
 
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_repartition_then_more_batches_equals_spark(spark, runs, name, tmp_path):

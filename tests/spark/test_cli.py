@@ -44,7 +44,7 @@ def checkpoint(spark, tmp_path_factory) -> str:
 
 
 def test_help_everywhere():
-    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
+    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["checkpoint", "repartition"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
         out = cli(*args, "--help").stdout
         assert out.startswith("usage: statestream"), (args, out)
 
@@ -94,3 +94,46 @@ def test_errors_name_what_is_wrong(tmp_path, checkpoint):
     assert bad.returncode == 2 and "STDS_COMMITTED_BATCH_UNAVAILABLE" in bad.stderr
     where = cli("state", "show", checkpoint, "--where", "nosuch=1", check=False)
     assert where.returncode != 0 and "no column 'nosuch'" in where.stderr
+
+
+def test_repartition_killed_midway_leaves_a_checkpoint_that_restarts_right(spark, tmp_path):
+    """``checkpoint repartition`` killed (SIGKILL, the whole process group) after it wrote one new
+    partition's snapshot: the old state still reads as before, a repartition to another count
+    is refused with Spark's error, and the query's next start finishes the repartition and goes
+    on with results equal to Spark's uninterrupted run."""
+    import dataclasses
+
+    from statestream import StreamingSession
+    from tests.differential.harness import StreamRun, assert_same_batches
+
+    batches = [[(1,), (2,), (3,)], [(6,), (7,), (12,)], [(14,), (21,)], [(30,), (31,)], [(45,)]]
+    ours = StreamingSession(spark)
+    work = tmp_path / "w"
+    first = run_stream(ours, _windowed, batches[:2], "v LONG", "update", tmp_path, workdir=work)
+    checkpoint = first.checkpoint
+    before = cli("state", "show", checkpoint, "--json").stdout
+    last = max(int(n) for n in os.listdir(Path(checkpoint) / "commits") if n.isdigit())
+    repartition_batch = last + 1
+    killed = subprocess.run(
+        ["bash", "-c", f'export STATESTREAM_TEST_CRASH_PGID=$$; exec "{SCRIPT}" checkpoint repartition "{checkpoint}" --partitions 3 --master "local[2]"'],
+        capture_output=True, text=True, timeout=180, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": os.getcwd(), "STATESTREAM_TEST_CRASH_AT": f"repartition_snapshot_written:{repartition_batch}:1"},
+    )
+    assert killed.returncode == -9, (killed.returncode, killed.stdout, killed.stderr[-3000:])
+    assert (Path(checkpoint) / "offsets" / str(repartition_batch)).exists()
+    assert not (Path(checkpoint) / "commits" / str(repartition_batch)).exists()
+    assert (Path(checkpoint) / "state" / "0" / "1" / f"{repartition_batch + 1}.snapshot").exists(), "the kill came before any snapshot"
+    assert cli("state", "show", checkpoint, "--json").stdout == before
+    other = cli("checkpoint", "repartition", checkpoint, "--partitions", "5", check=False)
+    assert other.returncode == 2 and "STATE_REPARTITION_INVALID_CHECKPOINT.LAST_BATCH_ABANDONED_REPARTITION" in other.stderr, other.stderr
+
+    rest = run_stream(ours, _windowed, batches[2:], "v LONG", "update", tmp_path, workdir=work)
+    assert (Path(checkpoint) / "commits" / str(repartition_batch)).exists()
+    assert {r.numPartitions for r in ours.read.format("state-metadata").load(checkpoint).collect()} == {3}
+    expected = run_stream(spark, _windowed, batches, "v LONG", "update", tmp_path / "spark")
+    got = first.batches + rest.batches
+    assert repartition_batch not in [b.batch_id for b in got]
+    renumbered = [dataclasses.replace(b, batch_id=i) for i, b in enumerate(got)]
+    assert_same_batches(expected, StreamRun("StreamingSession (repartition killed, finished at start)", renumbered))
+    done = json.loads(cli("checkpoint", "repartition", checkpoint, "--partitions", "2", "--json").stdout)
+    assert (done["fromPartitions"], done["toPartitions"], done["baseBatchId"]) == (3, 2, got[-1].batch_id)
