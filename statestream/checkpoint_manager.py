@@ -13,12 +13,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from statestream.runtime.state_repartition import RepartitionResult
+    from statestream.tools.rollback import RollbackResult
 
 __all__ = ["StreamingCheckpointManager"]
 
 
 class StreamingCheckpointManager:
-    """Offline operations on checkpoints, each a Spark job over the state files."""
+    """Offline operations on a stopped query's checkpoint: repartition (a Spark job over the
+    state files) and rollback."""
 
     def __init__(self, spark: "SparkSession") -> None:
         self._spark = spark
@@ -35,3 +37,12 @@ class StreamingCheckpointManager:
         from statestream.runtime.state_repartition import repartition_state
 
         return repartition_state(self._spark, checkpointLocation, numPartitions, enforceExactlyOnceSink)
+
+    def rollback(self, checkpointLocation: str, batchId: int, fileSinks: "list[str] | tuple[str, ...]" = ()) -> "RollbackResult":  # noqa: N803
+        """Make ``batchId`` the last committed batch of the stopped query at
+        ``checkpointLocation``: its next start reprocesses everything after it. The offset and
+        commit logs, the state files, the file sources' logs and the given file sinks' logs (and
+        the data files only later batches wrote) go back; see ``statestream.tools.rollback``."""
+        from statestream.tools.rollback import rollback_checkpoint
+
+        return rollback_checkpoint(checkpointLocation, int(batchId), tuple(fileSinks))

@@ -3,6 +3,7 @@
     statestream demo [--seconds N]                       the seed query on a local Spark
     statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
     statestream checkpoint repartition CHECKPOINT --partitions N [--master M]   rewrite the state into N partitions
+    statestream checkpoint rollback CHECKPOINT --to-batch N [--file-sink PATH]   make batch N the last committed
     statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
     statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
 
@@ -214,6 +215,30 @@ def _repartition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rollback(args: argparse.Namespace) -> int:
+    from statestream.tools.rollback import rollback_checkpoint
+
+    result = rollback_checkpoint(args.checkpoint, args.to_batch, tuple(args.file_sink))
+    summary = {
+        "checkpoint": result.checkpoint,
+        "lastCommittedBatch": result.to_batch,
+        "batchesRemoved": result.batches_removed,
+        "stateFilesRemoved": result.state_files_removed,
+        "sourceLogEntriesRemoved": {str(k): v for k, v in result.source_log_entries_removed.items()},
+        "sinkLogEntriesRemoved": result.sink_log_entries_removed,
+        "sinkFilesRemoved": result.sink_files_removed,
+    }
+    if args.json:
+        _print_json(summary)
+    else:
+        removed = result.batches_removed
+        span = f"batches {removed[0]}..{removed[-1]}" if removed else "no batch"
+        print(f"rolled {result.checkpoint} back to batch {result.to_batch}: removed {span}, {result.state_files_removed} state files"
+              + (f", {result.sink_files_removed} sink files" if result.sink_files_removed else "")
+              + "; the next start reprocesses from there")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -241,6 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
     repartition.add_argument("--master", default="local[*]", help="the Spark master the job runs on (default local[*])")
     repartition.add_argument("--json", action="store_true", help="print JSON instead of text")
     repartition.set_defaults(run=_repartition)
+    rollback = checkpoint_commands.add_parser(
+        "rollback", help="make batch N the last committed one (the next start reprocesses after it)",
+        description="Make batch N the last committed batch of a stopped query: the offset and commit logs, the state "
+        "files, the file sources' logs and (with --file-sink) a file sink's log and the data files only later batches "
+        "wrote go back to batch N. The next start reprocesses from there. Interrupted, it leaves a marker that stops "
+        "the query from starting until it is run again.",
+    )
+    rollback.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    rollback.add_argument("--to-batch", type=int, required=True, metavar="N", help="the batch that becomes the last committed one")
+    rollback.add_argument("--file-sink", action="append", default=[], metavar="PATH",
+                          help="the output directory of a file sink of the query, rolled back too; repeatable")
+    rollback.add_argument("--json", action="store_true", help="print JSON instead of text")
+    rollback.set_defaults(run=_rollback)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

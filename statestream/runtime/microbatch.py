@@ -221,6 +221,9 @@ class MicroBatchExecution:
                 pass  # what Spark's planner refuses, it refuses while planning the first batch
 
         self.fm.check_root_is_directory()
+        from statestream.checkpoint.rollback_marker import check_no_interrupted_rollback
+
+        check_no_interrupted_rollback(self.fm)  # from start(), with what to run to finish it
         meta = StreamMetadata.read(self.fm)
         if meta is None:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))

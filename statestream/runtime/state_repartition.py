@@ -445,7 +445,7 @@ class OfflineStateRepartitionRunner:
         from statestream.checkpoint.commits import CommitMetadata
 
         self.commit_log.add(step.repartition_batch, commit if commit is not None else CommitMetadata())
-        self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
+        self.fm.delete(WORK_DIR)
         log.info(
             "repartitioned %s from %d to %d partitions in batch %d (%d rows)",
             self.checkpoint, step.old_partitions, step.new_partitions, step.repartition_batch, sum(rows.values()),

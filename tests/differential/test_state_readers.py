@@ -9,6 +9,7 @@ sorted (neither reader orders them).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.differential.harness import StreamRun, assert_same_as_uninterrupted, run_repartitioned, run_restarted, run_stream
+from tests.differential.harness import StreamRun, assert_same_as_uninterrupted, assert_same_batches, run_repartitioned, run_restarted, run_stream
 from tests.differential.test_stream_joins import INPUT as JOIN_INPUT
 from tests.differential.test_stream_joins import SCHEMA as JOIN_SCHEMA
 from tests.differential.test_stream_joins import _range_join
@@ -282,3 +283,76 @@ def test_repartition_then_more_batches_equals_spark(spark, runs, name, tmp_path)
         assert {r.partition_id for r in ours.select("partition_id").collect()} <= {0, 1}, pick
     metadata = StreamingSession(spark).read.format("state-metadata").load(checkpoint).collect()
     assert {r.numPartitions for r in metadata} == {2}, metadata
+
+
+# -- rollback (issue 16, item 3) ------------------------------------------------------------------
+
+
+def test_rollback_then_restart_equals_spark_restarted_there(spark, tmp_path):
+    """statestream runs all five files, is rolled back to the batch where Spark's run of the
+    first two files stopped, and restarts: what it reprocesses equals Spark's run restarted
+    there with the other files present, batch for batch (ids included); the state as of that
+    batch reads the same before and after the rollback."""
+    import time
+
+    from pyspark.sql.types import StructType
+
+    from statestream import StreamingSession
+    from tests.differential.harness import write_input_file
+
+    ss = StreamingSession(spark)
+    build, mode = QUERIES["aggregate"]
+    ours_dir, spark_dir = tmp_path / "ours", tmp_path / "spark"
+    full = run_stream(ss, build, BATCHES, SCHEMA, mode, tmp_path, workdir=ours_dir)
+    first = run_stream(spark, build, BATCHES[:2], SCHEMA, mode, tmp_path, workdir=spark_dir)
+    to_batch = first.batches[-1].batch_id
+    assert [b.batch_id for b in full.batches][: len(first.batches)] == [b.batch_id for b in first.batches]
+    assert full.batches[-1].batch_id > to_batch + 2, "nothing after the rollback point: the test would prove nothing"
+    as_of = lambda: _rows(ss.read.format("statestore").option("batchId", to_batch).load(full.checkpoint))  # noqa: E731
+    before = as_of()
+
+    result = ss.checkpointManager.rollback(full.checkpoint, to_batch)
+    assert result.batches_removed == list(range(to_batch + 1, full.batches[-1].batch_id + 1))
+    assert result.state_files_removed > 0 and result.source_log_entries_removed == {0: [2, 3, 4]}
+    assert as_of() == before
+    assert _rows(ss.read.format("statestore").load(full.checkpoint)) == before  # the last committed batch now
+
+    schema = StructType.fromDDL(SCHEMA)
+    for i in range(2, len(BATCHES)):  # Spark's remaining files, present before its restart
+        write_input_file(spark_dir / "input", i, BATCHES[i], schema, "parquet", time.time() - 3600 + i)
+    expected = run_stream(spark, build, [], SCHEMA, mode, tmp_path, workdir=spark_dir)
+    again = run_stream(ss, build, [], SCHEMA, mode, tmp_path, workdir=ours_dir)
+    assert [b.batch_id for b in again.batches][0] == to_batch + 1
+    assert_same_batches(expected, again)
+
+
+def test_rollback_refusals_name_what_is_wrong(spark, runs, tmp_path):
+    """Refused: a batch that is not committed; a running query; and a start after an
+    interrupted rollback says how to finish it."""
+    import shutil
+
+    from statestream import StreamingSession
+    from statestream.errors import CheckpointError
+    from statestream.tools.rollback import ROLLBACK_MARKER
+
+    _, actual = runs["dedup"]
+    checkpoint = str(tmp_path / "checkpoint")
+    shutil.copytree(actual.checkpoint, checkpoint)
+    ss = StreamingSession(spark)
+    last = actual.batches[-1].batch_id
+    with pytest.raises(CheckpointError, match=f"batch {last + 5} is not a committed batch of .*: the committed batches retained are 0..{last}"):
+        ss.checkpointManager.rollback(checkpoint, last + 5)
+    (Path(checkpoint) / ROLLBACK_MARKER).write_text('{"toBatch": 1}')
+    build, mode = QUERIES["dedup"]
+    (tmp_path / "in").mkdir()
+    query = (
+        build(ss.readStream.format("parquet").schema(SCHEMA).load(str(tmp_path / "in")))
+        .writeStream.outputMode(mode).foreachBatch(lambda df, b: None).option("checkpointLocation", checkpoint)
+    )
+    with pytest.raises(CheckpointError, match=r"rollback of the checkpoint .* to batch 1 was interrupted .*--to-batch 1` again"):
+        query.start()
+    with pytest.raises(CheckpointError, match="to batch 1 was interrupted: finish it first"):
+        ss.checkpointManager.rollback(checkpoint, 2)
+    ss.checkpointManager.rollback(checkpoint, 1)
+    assert not (Path(checkpoint) / ROLLBACK_MARKER).exists()
+    assert sorted(int(n) for n in os.listdir(Path(checkpoint) / "commits") if n.isdigit())[-1] == 1

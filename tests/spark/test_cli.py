@@ -44,7 +44,7 @@ def checkpoint(spark, tmp_path_factory) -> str:
 
 
 def test_help_everywhere():
-    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["checkpoint", "repartition"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
+    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["checkpoint", "repartition"], ["checkpoint", "rollback"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
         out = cli(*args, "--help").stdout
         assert out.startswith("usage: statestream"), (args, out)
 
@@ -137,3 +137,55 @@ def test_repartition_killed_midway_leaves_a_checkpoint_that_restarts_right(spark
     assert_same_batches(expected, StreamRun("StreamingSession (repartition killed, finished at start)", renumbered))
     done = json.loads(cli("checkpoint", "repartition", checkpoint, "--partitions", "2", "--json").stdout)
     assert (done["fromPartitions"], done["toPartitions"], done["baseBatchId"]) == (3, 2, got[-1].batch_id)
+
+
+def _file_sink_run(engine, input_dir: Path, out: Path, checkpoint: Path) -> None:
+    query = (
+        _windowed(engine.readStream.format("parquet").schema("v LONG").option("maxFilesPerTrigger", 1).load(str(input_dir)))
+        .writeStream.outputMode("append").format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint)).start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def test_rollback_with_a_file_sink(spark, tmp_path):
+    """``checkpoint rollback --file-sink``: the output read through its log is what batch N had
+    written, the data files of later batches are gone, and the restarted query ends with the
+    output of Spark's uninterrupted run."""
+    from pyspark.sql.types import StructType
+
+    from statestream import StreamingSession
+    from tests.differential.harness import write_input_file
+
+    batches = [[(1,), (2,), (3,)], [(6,), (7,), (12,)], [(14,), (21,)], [(30,), (31,)], [(45,)], [(70,)]]
+    input_dir = tmp_path / "in"
+    input_dir.mkdir()
+    for i, b in enumerate(batches):
+        write_input_file(input_dir, i, b, StructType.fromDDL("v LONG"), "parquet", 1_700_000_000 + i)
+    ours = StreamingSession(spark)
+    out, checkpoint = tmp_path / "out", tmp_path / "ck"
+    _file_sink_run(ours, input_dir, out, checkpoint)
+    _file_sink_run(spark, input_dir, tmp_path / "spark-out", tmp_path / "spark-ck")
+    everything = sorted(map(str, spark.read.parquet(str(out)).collect()))
+    assert everything == sorted(map(str, spark.read.parquet(str(tmp_path / "spark-out")).collect()))
+    sink_log = sorted(int(n) for n in os.listdir(out / "_spark_metadata") if n.isdigit())
+    to_batch = sink_log[len(sink_log) // 2]
+    as_of = sorted(map(str, spark.read.parquet(*[
+        json.loads(line)["path"] for b in sink_log if b <= to_batch
+        for line in (out / "_spark_metadata" / str(b)).read_text().splitlines()[1:]
+    ]).collect())) if to_batch >= 0 else []
+    data_files = lambda: sorted(p.name for p in out.glob("*.parquet"))  # noqa: E731
+    files_before = data_files()
+
+    done = json.loads(cli("checkpoint", "rollback", str(checkpoint), "--to-batch", str(to_batch), "--file-sink", str(out), "--json").stdout)
+    assert done["lastCommittedBatch"] == to_batch and done["sinkFilesRemoved"] > 0
+    assert done["sinkLogEntriesRemoved"] and min(next(iter(done["sinkLogEntriesRemoved"].values()))) == to_batch + 1
+    assert sorted(map(str, spark.read.parquet(str(out)).collect())) == as_of
+    assert len(data_files()) == len(files_before) - done["sinkFilesRemoved"]
+
+    _file_sink_run(ours, input_dir, out, checkpoint)
+    assert sorted(map(str, spark.read.parquet(str(out)).collect())) == everything
+    refused = cli("checkpoint", "rollback", str(checkpoint), "--to-batch", "999", check=False)
+    assert refused.returncode == 2 and "batch 999 is not a committed batch" in refused.stderr

@@ -1,0 +1,238 @@
+"""Rollback of a stopped query's checkpoint to an earlier committed batch.
+
+``statestream checkpoint rollback CHECKPOINT --to-batch N`` makes batch ``N`` the last committed
+batch, so that the next start reprocesses everything after it (after a fix to the query, or
+to replay a sink's output). What the project owns goes back with it:
+
+* the offset and commit logs lose the entries after ``N``;
+* every state store loses its files of versions after ``N + 1`` (the state batch ``N``
+  committed), in every partition, so nothing written later can outrank what a rerun writes;
+* each file source's log loses the entries after the one ``offsets/N`` ends at, so the files
+  read after ``N`` are discovered again, in the same batches;
+* a file sink (``--file-sink PATH``, the query's output directory) loses the log entries of the
+  batches after ``N`` and the data files only they listed: readers of the output through its
+  ``_spark_metadata`` see exactly what batch ``N`` left.
+
+Other sinks are the user's (``foreachBatch``, Kafka, ...): the reprocessed batches reach them
+again with the same batch ids, as after a crash.
+
+A rollback is refused, with what is wrong, when the query runs (the writer lock), when batch
+``N`` is not committed or its logs or state files are no longer retained. It first writes a
+marker (``.statestream-rollback``); a start refuses a checkpoint with the marker, naming the
+command that finishes it, so an interrupted rollback never runs half-done. Running it again
+with the same batch finishes it.
+
+The state readers read the state as of any retained batch without changing anything
+(``batchId``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+from statestream.checkpoint.rollback_marker import ROLLBACK_MARKER, check_no_interrupted_rollback
+from statestream.errors import CheckpointError
+
+__all__ = ["ROLLBACK_MARKER", "RollbackResult", "check_no_interrupted_rollback", "rollback_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+_STATE_FILE_SUFFIXES = (".delta", ".snapshot")
+
+@dataclass
+class RollbackResult:
+    """What a rollback removed."""
+
+    checkpoint: str
+    to_batch: int
+    batches_removed: list[int] = field(default_factory=list)
+    state_files_removed: int = 0
+    source_log_entries_removed: dict[int, list[int]] = field(default_factory=dict)
+    sink_log_entries_removed: dict[str, list[int]] = field(default_factory=dict)
+    sink_files_removed: int = 0
+
+
+def _state_files_after(state: CheckpointFileManager, version: int) -> list[str]:
+    """The state files (relative to ``state/``) of versions above ``version``, every operator,
+    partition and store."""
+    out: list[str] = []
+    if not state.exists():
+        return out
+
+    def scan(rel: str) -> None:
+        for name in state.list(rel):
+            if name.startswith("_") or name.startswith("."):
+                continue
+            path = f"{rel}/{name}"
+            stem, dot, suffix = name.partition(".")
+            if dot and f".{suffix}" in _STATE_FILE_SUFFIXES and stem.isdigit():
+                if int(stem) > version:
+                    out.append(path)
+            elif not dot:
+                scan(path)  # a partition, or a named store inside one
+
+    for op in state.list():
+        if op.isdigit():
+            scan(op)
+    return sorted(out)
+
+
+def _log_files_after(files: CheckpointFileManager, batch_id: int) -> list[tuple[int, str]]:
+    out = []
+    for name in files.list() if files.exists() else []:
+        stem = name.split(".", 1)[0]
+        if stem.isdigit() and name in (stem, f"{stem}.compact") and int(stem) > batch_id:
+            out.append((int(stem), name))
+    return sorted(out)
+
+
+def _compactible_entries_as_of(log_: Any, batch_id: int) -> list[dict[str, Any]]:
+    """A compactible log's live entries as of ``batch_id``; refuses when a file they need is
+    gone (retention deleted it)."""
+    out: list[dict[str, Any]] = []
+    for b in log_._valid_batches(batch_id):  # noqa: SLF001 - the log's own rule
+        entries = log_.get(b)
+        if entries is None:
+            raise CheckpointError(f"{log_.files.display(str(b))} is no longer retained: the log cannot go back to batch {batch_id}")
+        out.extend(entries)
+    return log_.compact_logs(out)
+
+
+def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str] = ()) -> RollbackResult:
+    """Make ``to_batch`` the last committed batch of the stopped query at ``checkpoint`` (see
+    the module docstring); ``file_sinks``: output directories of file sinks to roll back too."""
+    from statestream.checkpoint.writer_lock import CheckpointWriterLock
+
+    fm = CheckpointFileManager(checkpoint)
+    if not fm.exists("offsets") and not fm.exists("commits"):
+        raise CheckpointError(f"no checkpoint at {fm.display()}: it has no offsets/ and no commits/")
+    offsets, commits = OffsetSeqLog(fm.child("offsets")), CommitLog(fm.child("commits"))
+    resuming = fm.exists(ROLLBACK_MARKER)
+    if resuming:
+        marked = json.loads(fm.read_bytes(ROLLBACK_MARKER)).get("toBatch")
+        if marked != to_batch:
+            raise CheckpointError(
+                f"a rollback of {fm.display()} to batch {marked} was interrupted: finish it first (--to-batch {marked})"
+            )
+    committed = commits.list_batch_ids()
+    if to_batch < 0 or to_batch not in committed:
+        last = committed[-1] if committed else None
+        raise CheckpointError(
+            f"batch {to_batch} is not a committed batch of {fm.display()}: "
+            + (f"the committed batches retained are {committed[0]}..{last}" if committed else "it has no committed batch")
+        )
+    entry = offsets.get(to_batch)
+    if entry is None:
+        raise CheckpointError(f"{offsets.path_of(to_batch)} is no longer retained: the checkpoint cannot go back to batch {to_batch}")
+    state = fm.child("state")
+    _check_state_retained(state, to_batch + 1, partitions_of_batch(entry))
+    writer = CheckpointWriterLock(fm)
+    writer.acquire(f"rollback-{uuid.uuid4()}", str(uuid.uuid4()))
+    try:
+        if not resuming:
+            fm.write_atomic(ROLLBACK_MARKER, json.dumps({"toBatch": to_batch}).encode())
+        result = RollbackResult(fm.display(), to_batch)
+        later = sorted({b for b in offsets.list_batch_ids() + committed if b > to_batch}, reverse=True)
+        for b in later:  # newest first: each step leaves the logs a prefix
+            fm.delete(f"commits/{b}")
+            fm.delete(f"offsets/{b}")
+        result.batches_removed = sorted(later)
+        stale = _state_files_after(state, to_batch + 1)
+        for rel in stale:
+            state.delete(rel)
+        result.state_files_removed = len(stale)
+        _rewrite_operator_metadata(state, partitions_of_batch(entry))
+        for i, offset in enumerate(entry.offsets):
+            if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
+                source = fm.child(f"sources/{i}")
+                removed = _log_files_after(source, offset["logOffset"])
+                for _, name in removed:
+                    source.delete(name)
+                if removed:
+                    result.source_log_entries_removed[i] = [b for b, _ in removed]
+        for sink in file_sinks:
+            _rollback_file_sink(sink, to_batch, result)
+        fm.delete(ROLLBACK_MARKER)
+    finally:
+        writer.release()
+    log.info("rolled %s back to batch %d: %s", fm.display(), to_batch, result)
+    return result
+
+
+def _check_state_retained(state: CheckpointFileManager, version: int, partitions: int | None) -> None:
+    """Every store keeps what loading ``version`` needs: a snapshot at or below it and every
+    delta above that snapshot (or all deltas from 1); refuses, naming the first file missing."""
+    if not state.exists():
+        return
+    stores: dict[str, set[str]] = {}
+    for rel in _state_files_after(state, 0):
+        directory, _, name = rel.rpartition("/")
+        stores.setdefault(directory, set()).add(name)
+    for directory, names in sorted(stores.items()):
+        parts = directory.split("/")
+        if partitions is not None and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) >= partitions:
+            continue  # a partition a repartition added later (or left over): not read at that batch
+        versions = {int(n.split(".")[0]): n for n in names}
+        present = [v for v in versions if v <= version]
+        if not present:
+            continue  # a store that began after that version (or never committed then)
+        snapshots = [v for v in present if f"{v}.snapshot" in names]
+        start = max(snapshots) if snapshots else min(present) - 1
+        missing = [v for v in range(start + 1, version + 1) if f"{v}.delta" not in names]
+        if missing and not (snapshots and max(snapshots) == version):
+            raise CheckpointError(
+                f"{state.display(f'{directory}/{missing[0]}.delta')} is no longer retained: the state cannot go back to "
+                f"version {version} (raise spark.sql.streaming.minBatchesToRetain to keep more)"
+            )
+
+
+def _rewrite_operator_metadata(state: CheckpointFileManager, partitions: int | None) -> None:
+    """The operator metadata records the partition count of the batch rolled back to (a
+    repartition after it is undone)."""
+    if partitions is None or not state.exists():
+        return
+    from dataclasses import replace
+
+    from statestream.state.schema import read_all_operator_metadata, write_operator_metadata
+
+    for md in read_all_operator_metadata(state.root).values():
+        if any(s.num_partitions != partitions for s in md.state_store_info) and md.operator_name != "globalLimit":
+            write_operator_metadata(state.root, replace(md, state_store_info=tuple(replace(s, num_partitions=partitions) for s in md.state_store_info)))
+
+
+def _rollback_file_sink(path: str, to_batch: int, result: RollbackResult) -> None:
+    """A file sink's log back to ``to_batch``, and the data files that only later batches listed."""
+    import pyarrow.fs as pafs
+
+    from statestream.sinks.files import FileStreamSinkLog
+
+    out = CheckpointFileManager(path)
+    if not out.exists("_spark_metadata"):
+        raise CheckpointError(f"{out.display()} is not a file sink's output: it has no _spark_metadata/")
+    sink_log = FileStreamSinkLog(out.child("_spark_metadata").root)
+    later = _log_files_after(sink_log.files, to_batch)
+    if not later:
+        return
+    kept = {e["path"] for e in _compactible_entries_as_of(sink_log, to_batch)} if sink_log.latest_batch_id() is not None and to_batch >= 0 else set()
+    written = set()
+    for b, _name in later:
+        written |= {e["path"] for e in (sink_log.get(b) or []) if e.get("action", "add") == "add"}
+    for _, name in sorted(later, reverse=True):
+        sink_log.files.delete(name)
+    removed = 0
+    for uri in sorted(written - kept):
+        fs, file_path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+        try:
+            fs.delete_file(file_path)
+            removed += 1
+        except (FileNotFoundError, OSError):
+            log.info("rollback: %s was already gone", uri)
+    result.sink_log_entries_removed[out.display()] = [b for b, _ in later]
+    result.sink_files_removed += removed
