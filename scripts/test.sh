@@ -4,6 +4,11 @@
 # tests on one worker (they share its oracle runs), in the order tests/conftest.py gives (the long
 # modules first); STATESTREAM_TEST_WORKERS=1 runs in one process.
 source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+# the dashboard's browser test needs Debian's chromium (headless, on loopback)
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 WORKERS="${STATESTREAM_TEST_WORKERS:-2}"
 PARALLEL=()
 if [ "$WORKERS" != "1" ] && [ "$WORKERS" != "0" ]; then

@@ -4,6 +4,7 @@
     statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
     statestream checkpoint repartition CHECKPOINT --partitions N [--master M]   rewrite the state into N partitions
     statestream checkpoint rollback CHECKPOINT --to-batch N [--file-sink PATH]   make batch N the last committed
+    statestream ui CHECKPOINT [--port P]                 a live dashboard of the query's progress history
     statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
     statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
 
@@ -239,6 +240,26 @@ def _rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ui(args: argparse.Namespace) -> int:
+    import time
+
+    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.tools.dashboard import serve_dashboard
+
+    if not CheckpointFileManager(args.checkpoint).exists():
+        raise FileNotFoundError(f"no checkpoint at {args.checkpoint}")
+    server = serve_dashboard(args.checkpoint, args.port, args.host)
+    print(f"statestream dashboard of {args.checkpoint}: {server.url} (Ctrl-C stops it)", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -279,6 +300,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the output directory of a file sink of the query, rolled back too; repeatable")
     rollback.add_argument("--json", action="store_true", help="print JSON instead of text")
     rollback.set_defaults(run=_rollback)
+
+    ui = commands.add_parser("ui", help="a live dashboard of a query's progress, from its checkpoint",
+                             description="Serve a web page with the charts of Spark UI's Structured Streaming tab for the "
+                             "query of CHECKPOINT: its whole progress history (kept in the checkpoint), updated live while it runs.")
+    ui.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    ui.add_argument("--port", type=int, default=4050, help="the port (default 4050; 0: any free port)")
+    ui.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1, this machine only)")
+    ui.set_defaults(run=_ui)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

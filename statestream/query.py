@@ -29,6 +29,13 @@ class StreamingQuery:
 
     def __init__(self, execution: "MicroBatchExecution") -> None:
         self._ex = execution
+        #: the dashboard served for this query (``spark.statestream.ui.port``), or None
+        self._dashboard: Any = None
+
+    @property
+    def dashboardUrl(self) -> str | None:  # noqa: N802
+        """The address of this query's dashboard, when ``spark.statestream.ui.port`` is set."""
+        return None if self._dashboard is None else self._dashboard.url
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.query import StreamingQuery as _PySpark
@@ -91,6 +98,9 @@ class StreamingQuery:
 
     def stop(self) -> None:
         self._ex.stop()
+        if self._dashboard is not None:
+            self._dashboard.stop()
+            self._dashboard = None
 
     def exception(self) -> BaseException | None:
         """The failure that ended the query, shaped as PySpark's ``query.exception()`` shapes it

@@ -216,7 +216,7 @@ class DataStreamWriter:
     ) -> "StreamingQuery":
         from statestream.plan.analysis import check_for_streaming
         from statestream.query import StreamingQuery
-        from statestream.runtime.microbatch import MicroBatchExecution, Trigger
+        from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
         from statestream.sinks import FILE_FORMATS, create_sink
         from statestream.sources.options import default_source, illegal_argument
 
@@ -270,4 +270,10 @@ class DataStreamWriter:
         )
         query = StreamingQuery(ex)
         self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts
+        port = self._session.sparkSession.conf.get(UI_PORT_CONF, None)
+        if port is not None:
+            from statestream.tools.dashboard import serve_dashboard
+
+            query._dashboard = serve_dashboard(checkpoint, int(port))  # noqa: SLF001
+            logger.warning("statestream dashboard of query %s: %s", query.id, query._dashboard.url)  # noqa: SLF001
         return query

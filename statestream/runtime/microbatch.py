@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
@@ -61,6 +62,11 @@ WRITER_LEASE_CONF = "spark.statestream.checkpoint.writerLeaseTimeout"
 __all__ = ["MicroBatchExecution", "Trigger", "plan_for_explain"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+#: keep each batch's progress in ``<checkpoint>/progress`` (default true), and for how many batches
+PROGRESS_HISTORY_CONF = "spark.statestream.progress.history"
+PROGRESS_RETAIN_CONF = "spark.statestream.progress.retainBatches"
+#: serve the dashboard of a running query on this loopback port (0: any free port)
+UI_PORT_CONF = "spark.statestream.ui.port"
 
 
 class _ListAccumulatorParam(AccumulatorParam):
@@ -183,6 +189,10 @@ class MicroBatchExecution:
         self.writer_lock = CheckpointWriterLock(
             self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
         )
+        #: each batch's progress, kept in the checkpoint (``checkpoint.progress_log``)
+        self.progress_log: ProgressLog | None = None
+        if conf.get(PROGRESS_HISTORY_CONF, "true").lower() == "true":
+            self.progress_log = ProgressLog(self.fm.child("progress"), int(conf.get(PROGRESS_RETAIN_CONF, str(DEFAULT_RETAIN))))
 
     # ------------------------------------------------------------------ lifecycle
     @property

@@ -206,6 +206,9 @@ class ProgressTracker:
         with self._lock:
             self._recent.append(prog)
         self.ex.listeners.post_progress(prog)
+        history = getattr(self.ex, "progress_log", None)
+        if history is not None:
+            history.add(prog)
         self._last_no_execution_report = time.monotonic()
         self._last_sink_rows_reported = prog["sink"]["numOutputRows"] != -1
         self._executed = True

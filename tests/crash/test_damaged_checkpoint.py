@@ -41,6 +41,9 @@ EXPECTED["snapshot", "missing"] = "recovers"
 EXPECTED["offsets", "missing"] = "recovers"
 EXPECTED["operator_metadata", "missing"] = "recovers"
 EXPECTED["state_schema", "missing"] = "recovers"
+# the progress history (for the dashboard) is never read by a run: damage costs history only
+for _damage in ("missing", "truncated", "garbled"):
+    EXPECTED["progress", _damage] = "recovers"
 
 SAMPLE = [("delta", "garbled"), ("commits", "missing"), ("offsets", "truncated"), ("sink_log", "missing"), ("sources", "missing")]
 
@@ -121,6 +124,8 @@ def _target(root: Path, kind: str) -> Path:
         return state / "_metadata" / "metadata"
     if kind == "sink_log":
         return _last(root / "output" / "_spark_metadata")
+    if kind == "progress":
+        return max((ck / "progress").glob("*.json"), key=lambda p: int(p.name.split(".")[0]))
     raise ValueError(kind)
 
 
