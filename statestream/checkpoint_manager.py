@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from statestream.runtime.state_repartition import RepartitionResult
+    from statestream.tools.compatibility import CompatibilityReport
     from statestream.tools.rollback import RollbackResult
 
 __all__ = ["StreamingCheckpointManager"]
@@ -20,10 +21,12 @@ __all__ = ["StreamingCheckpointManager"]
 
 class StreamingCheckpointManager:
     """Offline operations on a stopped query's checkpoint: repartition (a Spark job over the
-    state files) and rollback."""
+    state files), rollback and the compatibility check of a changed query."""
 
-    def __init__(self, spark: "SparkSession") -> None:
-        self._spark = spark
+    def __init__(self, session: Any) -> None:
+        #: the StreamingSession that offers it
+        self._session = session
+        self._spark: "SparkSession" = session.sparkSession
 
     def repartition(
         self, checkpointLocation: Any, numPartitions: Any, enforceExactlyOnceSink: bool = True  # noqa: N803
@@ -46,3 +49,13 @@ class StreamingCheckpointManager:
         from statestream.tools.rollback import rollback_checkpoint
 
         return rollback_checkpoint(checkpointLocation, int(batchId), tuple(fileSinks))
+
+    def check(self, checkpointLocation: str, query: Any, numPartitions: int | None = None) -> "CompatibilityReport":  # noqa: N803
+        """Plan ``query`` (a function of the StreamingSession that returns the changed streaming
+        DataFrame, or its ``writeStream`` with the output mode set) against the stopped query's
+        checkpoint, writing nothing: ``compatible``, or each difference with Spark's error class
+        and the fix (``numPartitions``: the partition count the deploy asks for, compared with
+        the checkpoint's); see ``statestream.tools.compatibility``."""
+        from statestream.tools.compatibility import check_compatibility
+
+        return check_compatibility(self._session, checkpointLocation, query, numPartitions)

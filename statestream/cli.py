@@ -4,6 +4,8 @@
     statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
     statestream checkpoint repartition CHECKPOINT --partitions N [--master M]   rewrite the state into N partitions
     statestream checkpoint rollback CHECKPOINT --to-batch N [--file-sink PATH]   make batch N the last committed
+    statestream checkpoint check CHECKPOINT --query MODULE:FUNCTION   can a changed query restart from it?
+    statestream late-rows LEDGER [--operator N] [--batch B]   the rows a watermark dropped (opt-in ledger)
     statestream ui CHECKPOINT [--port P]                 a live dashboard of the query's progress history
     statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
     statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
@@ -240,6 +242,44 @@ def _rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from statestream import StreamingSession
+    from statestream.tools.compatibility import check_compatibility, load_query_builder
+
+    build = load_query_builder(args.query)
+    report = check_compatibility(StreamingSession(_spark(args)), args.checkpoint, build, args.partitions)
+    if args.json:
+        _print_json(report.to_json())
+    elif not report.differences:
+        print(f"compatible: the query can restart from {report.checkpoint}")
+    else:
+        print(("compatible, with differences" if report.compatible else "NOT compatible") + f": {report.checkpoint}")
+        for d in report.differences:
+            where = f" (operator {d.operator_id})" if d.operator_id is not None else ""
+            print(f"\n- {d.kind}{where}{': ' + d.error_class if d.error_class else ''}\n  {d.message}\n  fix: {d.fix}")
+    return 0 if report.compatible else 1
+
+
+def _late_rows(args: argparse.Namespace) -> int:
+    import pyarrow.dataset as ds
+
+    from statestream.checkpoint.files import CheckpointFileManager
+
+    root = CheckpointFileManager(args.path)
+    if not root.exists():
+        raise FileNotFoundError(f"no late-row ledger at {args.path} (is spark.statestream.lateRows.path set to it?)")
+    op = root.child(f"operator={args.operator}")
+    if not op.exists():
+        raise FileNotFoundError(f"the ledger at {args.path} has no rows of operator {args.operator}: operators {sorted(root.list())}")
+    table = ds.dataset(op.root, format="parquet", partitioning="hive", filesystem=op.fs if "://" in args.path else None).to_table()
+    if args.batch is not None:
+        import pyarrow.compute as pc
+
+        table = table.filter(pc.equal(table.column("batch"), args.batch))
+    rows = sorted(_rows(table), key=lambda r: (r.get("batch", 0), json.dumps(r, default=_json_default, sort_keys=True)))
+    return _show_rows([{"batch": r.pop("batch"), **r} for r in rows], args)
+
+
 def _ui(args: argparse.Namespace) -> int:
     import time
 
@@ -300,6 +340,19 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the output directory of a file sink of the query, rolled back too; repeatable")
     rollback.add_argument("--json", action="store_true", help="print JSON instead of text")
     rollback.set_defaults(run=_rollback)
+    check = checkpoint_commands.add_parser(
+        "check", help="can a changed query restart from this checkpoint? (exit 0: yes, 1: no)",
+        description="Plan the query that --query builds against the checkpoint, as its first batch would, writing "
+        "nothing, and list each difference (operators, state schemas, sources, partitions, output mode, watermarks) with "
+        "Spark's error class where Spark refuses the restart, and the fix. Exit status 0 when it can restart, 1 when not.",
+    )
+    check.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    check.add_argument("--query", required=True, metavar="MODULE:FUNCTION",
+                       help="a function of a StreamingSession that returns the new streaming DataFrame (or its writeStream with the output mode set)")
+    check.add_argument("--partitions", type=int, default=None, help="the spark.sql.shuffle.partitions the deploy sets (compared with the checkpoint's)")
+    check.add_argument("--master", default="local[*]", help="the Spark master that plans the query (default local[*])")
+    check.add_argument("--json", action="store_true", help="print JSON instead of text")
+    check.set_defaults(run=_check)
 
     ui = commands.add_parser("ui", help="a live dashboard of a query's progress, from its checkpoint",
                              description="Serve a web page with the charts of Spark UI's Structured Streaming tab for the "
@@ -308,6 +361,17 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=4050, help="the port (default 4050; 0: any free port)")
     ui.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1, this machine only)")
     ui.set_defaults(run=_ui)
+
+    late = commands.add_parser("late-rows", help="the rows a watermark dropped (the late-row ledger)",
+                               description="The rows that an operator dropped as late, from the late-row ledger a query "
+                               "writes when spark.statestream.lateRows.path is set: each with the batch and the watermark that dropped it.")
+    late.add_argument("path", help="the ledger's directory (spark.statestream.lateRows.path)")
+    late.add_argument("--operator", type=int, default=0, help="the stateful operator's id (default 0)")
+    late.add_argument("--batch", type=int, default=None, help="only this batch's rows")
+    late.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="keep rows whose COLUMN shows as VALUE; repeatable")
+    late.add_argument("--limit", type=int, default=50, help="rows to print (default 50; 0: all)")
+    late.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    late.set_defaults(run=_late_rows)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -106,7 +106,7 @@ class StreamingSession:
         """Offline operations on a stopped query's checkpoint (``repartition``)."""
         from statestream.checkpoint_manager import StreamingCheckpointManager
 
-        return StreamingCheckpointManager(self.sparkSession)
+        return StreamingCheckpointManager(self)
 
     @property
     def _streamingCheckpointManager(self) -> "StreamingCheckpointManager":  # noqa: N802

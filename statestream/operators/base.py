@@ -220,6 +220,8 @@ class StateStoreWriter(StatefulOperator):
             "version": si.store_version,
             "store_conf": getattr(self, "store_conf", None),
             "accumulator": ctx.metrics_accumulator,
+            "late_rows": ctx.late_rows_path,
+            "operator_name": self.operator_name,
         }
 
 

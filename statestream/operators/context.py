@@ -28,3 +28,5 @@ class BatchContext:
     metrics_accumulator: Any = None
     #: operator id -> number of rows the operator saw per source (for progress)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the late-row ledger's root (``spark.statestream.lateRows.path``), None when off
+    late_rows_path: str | None = None

@@ -374,6 +374,9 @@ class DeduplicationStateStep(StateStep):
     delay_ms: int = 0
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
 
     def _value_schema(self) -> pa.Schema:
         if self.within_watermark:
@@ -398,6 +401,7 @@ class DeduplicationStateStep(StateStep):
                 late = older_than_watermark(table, self.event_time_index, self.event_time_is_struct, self.w_late_ms)
                 n_late = int(pc.sum(late).as_py() or 0)
                 if n_late:
+                    self.record_late_rows(partition, table.filter(late), self.w_late_ms)
                     keep = pc.invert(late)
                     table = table.filter(keep)
                     keys = keys.filter(keep)

@@ -210,6 +210,9 @@ class FlatMapGroupsWithStateStep(StateStep):
     timezone: str | None = None
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
 
     # -- schemas ---------------------------------------------------------------------------------
 
@@ -248,6 +251,7 @@ class FlatMapGroupsWithStateStep(StateStep):
             late = older_than_watermark(table, info.event_time_index, info.event_time_is_struct, self.w_late_ms)
             n_late = int(pc.sum(late).as_py() or 0)
             if n_late:
+                self.record_late_rows(partition, table.filter(late), self.w_late_ms)
                 table = table.filter(pc.invert(late))
             m["numRowsDroppedByWatermark"] = n_late
 

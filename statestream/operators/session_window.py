@@ -513,6 +513,9 @@ class SessionWindowStateStep(StateStep):
     merge_local: bool = False
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
 
     # -- layouts ----------------------------------------------------------------------------
     def _buffer_columns(self) -> list[str]:
@@ -576,7 +579,7 @@ class SessionWindowStateStep(StateStep):
         )
         try:
             t0 = time.perf_counter()
-            table = self._drop_late(table, m)
+            table = self._drop_late(table, m, partition)
             if table.num_rows:
                 self._merge_and_put(store, table, key_schema, m)
             removal_ms = 0.0
@@ -605,7 +608,7 @@ class SessionWindowStateStep(StateStep):
         wm, name, is_struct = self.w_evict_ms, self.event_time_key, self.event_time_is_struct
         return store.evict(lambda t: older_than_watermark(t, name, is_struct, wm))
 
-    def _drop_late(self, table: pa.Table, m: dict) -> pa.Table:
+    def _drop_late(self, table: pa.Table, m: dict, partition: int = 0) -> pa.Table:
         """Spark's restore-side late filter. Its input rows are the Partial aggregate's: one
         per (keys, input partition, initial session), or, with the local-merge conf, one per
         session merged inside an input partition. A row is late when its event time (the
@@ -639,6 +642,9 @@ class SessionWindowStateStep(StateStep):
                 cols = [sub.column(c) for c in [*self.key_columns, INPUT_PARTITION_COLUMN, SESSION_START_COLUMN, SESSION_END_COLUMN]]
                 n_late = int(group_ids(cols, sub.num_rows).max()) + 1
         m["numRowsDroppedByWatermark"] = n_late
+        if n_late:
+            dropped = table.filter(pa.array(late))
+            self.record_late_rows(partition, dropped.drop_columns([c for c in dropped.column_names if c == INPUT_PARTITION_COLUMN]), wm)
         return table.filter(pa.array(~late)) if n_late else table
 
     def _merge_and_put(self, store, table: pa.Table, key_schema: pa.Schema, m: dict) -> None:

@@ -61,6 +61,16 @@ class StateStep:
         provider = get_provider(store_id, key_schema, value_schema, conf, self.run_id)  # type: ignore[attr-defined]
         return provider, provider.get_store(self.version)  # type: ignore[attr-defined]
 
+    def record_late_rows(self, partition: int, rows: pa.Table, watermark_ms: int | None) -> None:
+        """Write the rows this task dropped as late to the late-row ledger, when it is on."""
+        root = getattr(self, "late_rows", None)
+        if root and rows.num_rows and watermark_ms is not None:
+            from statestream.operators.late_rows import write_late_rows
+
+            write_late_rows(
+                root, self.operator_id, getattr(self, "operator_name", ""), self.version, partition, watermark_ms, rows  # type: ignore[attr-defined]
+            )
+
     def new_metrics(self, partition: int, **extra: Any) -> dict:
         """The task's metric record with Spark's writer counters at 0, plus ``extra``."""
         m: dict[str, Any] = {

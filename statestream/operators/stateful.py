@@ -162,6 +162,9 @@ class AggregationStateStep(StateStep):
     event_time_is_struct: bool
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
     #: calls finished here from their buffers (``finish(table)``), whose buffers are then not
     #: emitted (HyperLogLog++'s estimate: the sketch words stay in the state)
     finishers: tuple[Any, ...] = ()
@@ -208,6 +211,7 @@ class AggregationStateStep(StateStep):
                     late = older_than_watermark(merged, self.event_time_key, self.event_time_is_struct, self.w_late_ms)
                     n_late = int(pc.sum(late).as_py() or 0)
                     if n_late:
+                        self.record_late_rows(partition, merged.filter(late), self.w_late_ms)
                         merged = merged.filter(pc.invert(late))
                     m["numRowsDroppedByWatermark"] = n_late
                 store.put(merged)

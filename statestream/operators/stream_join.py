@@ -291,6 +291,8 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
                     (info.right_event_time, info.right_event_time_is_struct),
                 ),
                 outer_early_emit=info.outer_early_emit,
+                side_names=(tuple(info.left_schema.names), tuple(info.right_schema.names)),
+                late_watermark_ms=self.event_time_watermark_for_late_events,
                 **more,
             )
             return step_in.mapInArrow(step, out_struct)
@@ -529,6 +531,13 @@ class JoinStateStep(StateStep):
     #: watermark evicts them
     outer_early_emit: bool = False
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
+    #: the user's column names of each side's rows (the ledger shows rows under them)
+    side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    #: the watermark that dropped late rows in this batch
+    late_watermark_ms: int | None = None
 
     def __call__(self, batches):
         """``mapInArrow``: the task's state partition is the one its rows name (each task gets
@@ -541,6 +550,18 @@ class JoinStateStep(StateStep):
         if self.accumulator is not None:
             self.accumulator.add([metrics])
         yield from out.to_batches(max_chunksize=1 << 16)
+
+    def _record_late_join_rows(self, partition: int, rows: pa.Table) -> None:
+        """The late-row ledger's rows of a join: ``_side`` (left/right) and each side's row
+        under its own column names (null for the other side's rows)."""
+        sides = []
+        for j, column in ((0, LROW), (1, RROW)):
+            struct = rows.column(column).combine_chunks()
+            names = self.side_names[j] if len(self.side_names[j]) == struct.type.num_fields else [f.name for f in struct.type]
+            sides.append(pa.StructArray.from_arrays(struct.flatten(), names=list(names), mask=struct.is_null()))
+        side = pa.array(["left" if s == 0 else "right" for s in rows.column(SIDE).to_pylist()], pa.string())
+        watermark = self.late_watermark_ms if self.late_watermark_ms is not None else 0
+        self.record_late_rows(partition, pa.table({"_side": side, "left": sides[0], "right": sides[1]}), watermark)
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         table = self.partition_input(batches, partition, "the exchange did not route the rows by state partition", drop_partition_column=False)
@@ -560,6 +581,8 @@ class JoinStateStep(StateStep):
             idx_null = np.asarray(pc.is_null(table.column(IDX)).to_numpy(zero_copy_only=False), dtype=bool)
             is_new = kind == 0
             m["numRowsDroppedByWatermark"] = int(np.sum(is_new & late))
+            if self.late_rows and m["numRowsDroppedByWatermark"]:
+                self._record_late_join_rows(partition, table.filter(pa.array(is_new & late)))
             outputs: list[pa.Table] = []
             updated = 0
             removed_counted = 0

@@ -271,6 +271,23 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             names += (timer_store_name(self.info.time_mode),)
         return names or ("default",)
 
+    def _restart_properties(self) -> dict[str, str]:
+        assert self.info is not None
+        return {"timeMode": _time_mode_name(self.info.time_mode), "outputMode": self.info.output_mode.capitalize()}
+
+    def check_state_schema_compatible(self, state_root: str, operator_id: int) -> None:
+        """Raise Spark's error if this processor cannot continue the stored state (the key
+        schema as for every operator, then :func:`check_restart`); writes nothing (the
+        compatibility check calls it too)."""
+        from statestream.state import schema as S
+
+        stored = S.read_state_schema(state_root, operator_id)
+        if stored is None:
+            return
+        key_json, value_json = self.state_schemas()
+        S.check_state_schema(stored, key_json, stored.value_schema, check_value=False)
+        check_restart(key_json, stored.value_schema, value_json, S.read_operator_properties(state_root, operator_id), self._restart_properties())
+
     def validate_and_write_state_schema(self, state_root: str, operator_id: int, schema_check_enabled: bool, batch_id: int) -> None:
         """The first batch of a run: the key schema as for every operator, then
         :func:`check_restart` against what the last run recorded, then the files are rewritten
@@ -280,13 +297,12 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
         assert self.info is not None
         key_json, value_json = self.state_schemas()
-        props = {"timeMode": _time_mode_name(self.info.time_mode), "outputMode": self.info.output_mode.capitalize()}
+        props = self._restart_properties()
         stored = S.read_state_schema(state_root, operator_id)
         stored_props = S.read_operator_properties(state_root, operator_id) if stored is not None else None
         if stored is not None:
             try:
-                S.check_state_schema(stored, key_json, stored.value_schema, check_value=False)
-                check_restart(key_json, stored.value_schema, value_json, stored_props, props)
+                self.check_state_schema_compatible(state_root, operator_id)
             except IncompatibleRestartError as exc:
                 if schema_check_enabled:
                     raise
@@ -480,6 +496,9 @@ class TransformWithStateStep(StateStep):
     timezone: str | None = None
     store_conf: Any = None
     accumulator: Any = field(default=None, compare=False)
+    #: the late-row ledger's root (``operators.late_rows``), None when off
+    late_rows: str | None = None
+    operator_name: str = ""
     lineage: StoreLineage = field(default_factory=StoreLineage)
 
     # -- stores ---------------------------------------------------------------------------------
@@ -544,6 +563,7 @@ class TransformWithStateStep(StateStep):
             late = older_than_watermark(data, info.event_time_index, info.event_time_is_struct, self.w_late_ms)
             n_late = int(pc.sum(late).as_py() or 0)
             if n_late:
+                self.record_late_rows(partition, data.filter(late), self.w_late_ms)
                 data = data.filter(pc.invert(late))
             m["numRowsDroppedByWatermark"] = n_late
 

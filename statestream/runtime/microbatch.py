@@ -20,6 +20,7 @@ offsets, watermark and timestamp recorded for it, and its state version is rewri
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -189,6 +190,11 @@ class MicroBatchExecution:
         self.writer_lock = CheckpointWriterLock(
             self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
         )
+        #: the late-row ledger (``operators.late_rows``), None when off
+        from statestream.operators.late_rows import LATE_ROWS_CONF
+
+        ledger = conf.get(LATE_ROWS_CONF, None)
+        self.late_rows_path: str | None = None if not ledger else (ledger if "://" in ledger else os.path.abspath(ledger))
         #: each batch's progress, kept in the checkpoint (``checkpoint.progress_log``)
         self.progress_log: ProgressLog | None = None
         if conf.get(PROGRESS_HISTORY_CONF, "true").lower() == "true":
@@ -234,6 +240,11 @@ class MicroBatchExecution:
         from statestream.checkpoint.rollback_marker import check_no_interrupted_rollback
 
         check_no_interrupted_rollback(self.fm)  # from start(), with what to run to finish it
+        from statestream.checkpoint.query_record import record_query
+
+        record_query(
+            self.fm, self.output_mode, [(n.column, n.delay_text) for n in self.plan.find(L.EventTimeWatermark)], self.late_rows_path
+        )
         meta = StreamMetadata.read(self.fm)
         if meta is None:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
@@ -689,6 +700,7 @@ class MicroBatchExecution:
             source_batches=batches,
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
+            late_rows_path=self.late_rows_path,
         )
         result = with_batch_timestamp(plan.execute(ctx), record.timestamp_ms)
         self.progress.record_duration("queryPlanning", t)

@@ -57,6 +57,7 @@ class RollbackResult:
     source_log_entries_removed: dict[int, list[int]] = field(default_factory=dict)
     sink_log_entries_removed: dict[str, list[int]] = field(default_factory=dict)
     sink_files_removed: int = 0
+    late_row_batches_removed: int = 0
 
 
 def _state_files_after(state: CheckpointFileManager, version: int) -> list[str]:
@@ -159,6 +160,7 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
                     result.source_log_entries_removed[i] = [b for b, _ in removed]
         for sink in file_sinks:
             _rollback_file_sink(sink, to_batch, result)
+        _rollback_late_rows(fm, to_batch, result)
         fm.delete(ROLLBACK_MARKER)
     finally:
         writer.release()
@@ -236,3 +238,22 @@ def _rollback_file_sink(path: str, to_batch: int, result: RollbackResult) -> Non
             log.info("rollback: %s was already gone", uri)
     result.sink_log_entries_removed[out.display()] = [b for b, _ in later]
     result.sink_files_removed += removed
+
+
+def _rollback_late_rows(fm: CheckpointFileManager, to_batch: int, result: RollbackResult) -> None:
+    """The late-row ledger's files of the undone batches (the ledger the last run recorded)."""
+    from statestream.checkpoint.query_record import read_query_record
+
+    root = (read_query_record(fm) or {}).get("lateRows")
+    if not root:
+        return
+    ledger = CheckpointFileManager(root)
+    if not ledger.exists():
+        return
+    for op in ledger.list():
+        if not op.startswith("operator="):
+            continue
+        for batch in ledger.list(op):
+            if batch.startswith("batch=") and batch[len("batch="):].isdigit() and int(batch[len("batch="):]) > to_batch:
+                ledger.delete(f"{op}/{batch}")
+                result.late_row_batches_removed += 1

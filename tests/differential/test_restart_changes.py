@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from tests.differential.conftest import AGAINST_SPARK
 from tests.differential.harness import DEFAULT_TIMEOUT_S, engine_name, failure_verdict, write_input_file
 
 SCHEMA = "value LONG"
@@ -199,7 +200,8 @@ def _run(
 
 
 def restart_verdict(
-    engine: Any, mode: str, first: Build, second: Build, tmp_path: Path, second_mode: str | None = None, sink: list | None = None
+    engine: Any, mode: str, first: Build, second: Build, tmp_path: Path, second_mode: str | None = None, sink: list | None = None,
+    between: Callable[[Path], None] | None = None,
 ) -> tuple[Verdict | None, Verdict | None]:
     """Run ``first`` to a checkpoint, then ``second`` on it (in ``second_mode``, by default the
     same output mode); the second start's failure as raised and as ``query.exception()``, and
@@ -208,6 +210,8 @@ def restart_verdict(
     raised, exc = _run(engine, first, mode, workdir, FIRST_RUN, DEFAULT_TIMEOUT_S)
     assert raised is None and exc is None, f"{engine_name(engine)}: the first run failed: {raised or exc}"
     assert (workdir / "checkpoint" / "commits" / "1").exists()
+    if between is not None:
+        between(workdir)
     raised, exc = _run(engine, second, second_mode or mode, workdir, RESTART_RUN, DEFAULT_TIMEOUT_S, sink)
     return _describe(raised, workdir), _describe(exc, workdir)
 
@@ -217,8 +221,28 @@ def test_restart_with_changed_query_matches_spark(spark, ours, tmp_path, name):
     mode, first, second, refused = CASES[name]
     expected = restart_verdict(spark, mode, first, second, tmp_path)
     assert (expected[0] is not None) == (expected[1] is not None) == refused, f"Spark's verdict changed for {name}: {expected}"
-    actual = restart_verdict(ours(), mode, first, second, tmp_path)
+    reports = []
+
+    def check(workdir: Path) -> None:
+        """statestream's compatibility check of the restart, before it runs (issue 16)."""
+        engine = ours()
+
+        def build(ss: Any) -> Any:
+            stream = lambda d: ss.readStream.format("parquet").schema(SCHEMA).load(str(workdir / d))  # noqa: E731
+            return second(stream("input"), lambda: stream("input2")).writeStream.outputMode(mode)
+
+        reports.append(engine.checkpointManager.check(str(workdir / "checkpoint"), build))
+
+    actual = restart_verdict(ours(), mode, first, second, tmp_path, between=check if not AGAINST_SPARK else None)
     assert actual[0] == expected[0], f"{name} ({mode}), raised:\n  spark: {expected[0]}\n  ours:  {actual[0]}"
+    if reports:
+        [report] = reports
+        assert report.compatible == (not refused), f"{name}: the check said compatible={report.compatible}: {report.to_json()}"
+        if refused:  # Spark's error (a STREAM_FAILED wrapping it, or start()'s) names the class the check names
+            named = [d.error_class for d in report.differences if d.error_class and d.error_class in expected[0][2]]
+            assert named or not any(d.error_class for d in report.differences), (
+                f"{name}: Spark refuses with {expected[0]}; the check names {report.to_json()}"
+            )
     assert actual[1] == expected[1], f"{name} ({mode}), query.exception():\n  spark: {expected[1]}\n  ours:  {actual[1]}"
 
 

@@ -356,3 +356,53 @@ def test_rollback_refusals_name_what_is_wrong(spark, runs, tmp_path):
     ss.checkpointManager.rollback(checkpoint, 1)
     assert not (Path(checkpoint) / ROLLBACK_MARKER).exists()
     assert sorted(int(n) for n in os.listdir(Path(checkpoint) / "commits") if n.isdigit())[-1] == 1
+
+
+# -- the late-row ledger (issue 16, item 5) ---------------------------------------------------------
+
+
+def _ledger(path: Path) -> Any:
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(path / "operator=0"), format="parquet", partitioning="hive").to_table()
+
+
+@pytest.mark.parametrize("name", ["aggregate", "dedup", "dedup_within_watermark", "join"])
+def test_late_row_ledger_holds_what_the_watermark_dropped(spark, runs, name, tmp_path):
+    """With the ledger on, each batch's late rows are written once: as many per batch as Spark's
+    run counts in ``numRowsDroppedByWatermark``, with the watermark that dropped them; a rollback
+    takes the undone batches' rows away and the rerun writes its own, none twice."""
+    import collections
+
+    from statestream import StreamingSession
+    from statestream.operators.late_rows import LATE_ROWS_CONF
+
+    build, mode = QUERIES[name]
+    batches, schema = (JOIN_INPUT, JOIN_SCHEMA) if name == "join" else (BATCHES, SCHEMA)
+    expected, _ = runs[name]
+    if name == "aggregate":  # its windows close late: a row of a long-closed window (Spark's run too)
+        batches = BATCHES + [[(3, "late"), (50, "x")]]
+        expected = run_stream(spark, build, batches, schema, mode, tmp_path / "spark")
+    drops = {b.batch_id: b.state[0]["numRowsDroppedByWatermark"] for b in expected.batches if b.state[0]["numRowsDroppedByWatermark"]}
+    assert drops, f"Spark's run of {name} drops no late row: the test would prove nothing"
+    ledger, work = tmp_path / "late", tmp_path / "w"
+    ss = StreamingSession(spark)
+    spark.conf.set(LATE_ROWS_CONF, str(ledger))
+    try:
+        run = run_stream(ss, build, batches, schema, mode, tmp_path, workdir=work)
+        table = _ledger(ledger)
+        assert dict(collections.Counter(table.column("batch").to_pylist())) == drops
+        marks = {b.batch_id: b.watermark for b in run.batches}
+        for batch, watermark in zip(table.column("batch").to_pylist(), table.column("_watermark").to_pylist()):
+            assert watermark.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" == marks[batch]
+        if name == "dedup":  # input rows as they came: (1, "z") of the third file, after the watermark passed 1 s
+            assert sorted(zip(table.column("v").to_pylist(), table.column("k").to_pylist())) == [(1, "z")]
+        to_batch = min(drops) - 1
+        result = ss.checkpointManager.rollback(run.checkpoint, to_batch)
+        assert result.late_row_batches_removed == len(drops)
+        rerun = run_stream(ss, build, [], schema, mode, tmp_path, workdir=work)
+    finally:
+        spark.conf.unset(LATE_ROWS_CONF)
+    again = collections.Counter(_ledger(ledger).column("batch").to_pylist())
+    counted = {b.batch_id: b.state[0]["numRowsDroppedByWatermark"] for b in rerun.batches if b.state[0]["numRowsDroppedByWatermark"]}
+    assert dict(again) == counted and sum(counted.values()) == sum(drops.values())

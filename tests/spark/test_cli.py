@@ -44,7 +44,7 @@ def checkpoint(spark, tmp_path_factory) -> str:
 
 
 def test_help_everywhere():
-    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["checkpoint", "repartition"], ["checkpoint", "rollback"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
+    for args in ([], ["checkpoint"], ["checkpoint", "inspect"], ["checkpoint", "repartition"], ["checkpoint", "rollback"], ["checkpoint", "check"], ["late-rows"], ["ui"], ["state"], ["state", "show"], ["state", "diff"], ["demo"]):
         out = cli(*args, "--help").stdout
         assert out.startswith("usage: statestream"), (args, out)
 
@@ -189,3 +189,65 @@ def test_rollback_with_a_file_sink(spark, tmp_path):
     assert sorted(map(str, spark.read.parquet(str(out)).collect())) == everything
     refused = cli("checkpoint", "rollback", str(checkpoint), "--to-batch", "999", check=False)
     assert refused.returncode == 2 and "batch 999 is not a committed batch" in refused.stderr
+
+
+QUERIES_MODULE = '''
+from pyspark.sql import functions as F
+
+
+def _stream(ss):
+    return ss.readStream.format("parquet").schema("v LONG").load("{input}")
+
+
+def same(ss):
+    return (
+        _stream(ss).withColumn("t", F.timestamp_seconds("v")).withWatermark("t", "10 seconds")
+        .groupBy(F.window("t", "5 seconds")).agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+        .writeStream.outputMode("update")
+    )
+
+
+def changed(ss):
+    return (
+        _stream(ss).withColumn("t", F.timestamp_seconds("v")).withWatermark("t", "20 seconds")
+        .groupBy(F.window("t", "5 seconds")).agg(F.count("*").alias("n"), F.avg("v").alias("a"))
+        .writeStream.outputMode("append")
+    )
+'''
+
+
+def test_check_and_late_rows(checkpoint, tmp_path):
+    """``checkpoint check`` through the entry point: the same query is compatible (exit 0); a
+    changed aggregate is refused with Spark's class and the fix (exit 1), beside the watermark,
+    output mode and partition differences Spark lets through. ``late-rows`` shows a ledger."""
+    import pyarrow as pa
+
+    from statestream.operators.late_rows import write_late_rows
+
+    (tmp_path / "deploy_queries.py").write_text(QUERIES_MODULE.replace("{input}", str(Path(checkpoint).parent / "input")))
+    env_path = f"{tmp_path}{os.pathsep}{os.getcwd()}"
+
+    def check(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(SCRIPT), "checkpoint", "check", checkpoint, "--master", "local[1]", *args],
+            capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": env_path},
+        )
+
+    same = check("--query", "deploy_queries:same")
+    assert same.returncode == 0 and same.stdout.startswith("compatible: the query can restart"), same.stdout + same.stderr[-2000:]
+    changed = check("--query", "deploy_queries:changed", "--partitions", "5", "--json")
+    assert changed.returncode == 1, changed.stdout + changed.stderr[-2000:]
+    report = json.loads(changed.stdout)
+    kinds = {d["kind"]: d for d in report["differences"]}
+    assert report["compatible"] is False and set(kinds) == {"value schema", "partitions", "output mode", "watermark"}, kinds
+    assert kinds["value schema"]["error_class"] == "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" and "new checkpoint" in kinds["value schema"]["fix"]
+    assert "checkpoint repartition" in kinds["partitions"]["fix"] and not kinds["partitions"]["refusesRestart"]
+
+    ledger = tmp_path / "late"
+    rows = pa.table({"v": pa.array([3, 4], pa.int64()), "k": ["a", "b"]})
+    write_late_rows(str(ledger), 0, "dedupe", 7, 1, 12_000, rows)
+    shown = json.loads(cli("late-rows", str(ledger), "--json").stdout)
+    assert [(r["batch"], r["v"], r["k"], r["_operator"]) for r in shown] == [(7, 3, "a", "dedupe"), (7, 4, "b", "dedupe")]
+    assert "1970-01-01 00:00:12+00:00" in cli("late-rows", str(ledger), "--batch", "7").stdout
+    missing = cli("late-rows", str(ledger), "--operator", "3", check=False)
+    assert missing.returncode == 2 and "has no rows of operator 3" in missing.stderr
