@@ -230,6 +230,7 @@ def _rollback(args: argparse.Namespace) -> int:
         "sourceLogEntriesRemoved": {str(k): v for k, v in result.source_log_entries_removed.items()},
         "sinkLogEntriesRemoved": result.sink_log_entries_removed,
         "sinkFilesRemoved": result.sink_files_removed,
+        "lateRowBatchesRemoved": result.late_row_batches_removed,
     }
     if args.json:
         _print_json(summary)
@@ -238,6 +239,7 @@ def _rollback(args: argparse.Namespace) -> int:
         span = f"batches {removed[0]}..{removed[-1]}" if removed else "no batch"
         print(f"rolled {result.checkpoint} back to batch {result.to_batch}: removed {span}, {result.state_files_removed} state files"
               + (f", {result.sink_files_removed} sink files" if result.sink_files_removed else "")
+              + (f", the late rows of {result.late_row_batches_removed} batches" if result.late_row_batches_removed else "")
               + "; the next start reprocesses from there")
     return 0
 
@@ -271,7 +273,7 @@ def _late_rows(args: argparse.Namespace) -> int:
     op = root.child(f"operator={args.operator}")
     if not op.exists():
         raise FileNotFoundError(f"the ledger at {args.path} has no rows of operator {args.operator}: operators {sorted(root.list())}")
-    table = ds.dataset(op.root, format="parquet", partitioning="hive", filesystem=op.fs if "://" in args.path else None).to_table()
+    table = ds.dataset(op.path(), format="parquet", partitioning="hive", filesystem=op.fs).to_table()
     if args.batch is not None:
         import pyarrow.compute as pc
 

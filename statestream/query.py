@@ -97,10 +97,7 @@ class StreamingQuery:
             raise
 
     def stop(self) -> None:
-        self._ex.stop()
-        if self._dashboard is not None:
-            self._dashboard.stop()
-            self._dashboard = None
+        self._ex.stop()  # the run's end stops the dashboard it serves
 
     def exception(self) -> BaseException | None:
         """The failure that ended the query, shaped as PySpark's ``query.exception()`` shapes it

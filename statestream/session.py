@@ -103,7 +103,8 @@ class StreamingSession:
 
     @property
     def checkpointManager(self) -> "StreamingCheckpointManager":  # noqa: N802
-        """Offline operations on a stopped query's checkpoint (``repartition``)."""
+        """Offline operations on a stopped query's checkpoint: ``repartition``, ``rollback``,
+        ``check`` (of a changed query)."""
         from statestream.checkpoint_manager import StreamingCheckpointManager
 
         return StreamingCheckpointManager(self)

@@ -269,11 +269,17 @@ class DataStreamWriter:
             delete_checkpoint_on_stop=temporary_checkpoint,
         )
         query = StreamingQuery(ex)
-        self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts
         port = self._session.sparkSession.conf.get(UI_PORT_CONF, None)
-        if port is not None:
+        if port is not None:  # served before the query starts: a busy port fails start(), not a running query
             from statestream.tools.dashboard import serve_dashboard
 
-            query._dashboard = serve_dashboard(checkpoint, int(port))  # noqa: SLF001
+            query._dashboard = ex.dashboard = serve_dashboard(checkpoint, int(port))  # noqa: SLF001
+        try:
+            self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts
+        except BaseException:
+            if query._dashboard is not None:  # noqa: SLF001
+                query._dashboard.stop()  # noqa: SLF001
+            raise
+        if query._dashboard is not None:  # noqa: SLF001
             logger.warning("statestream dashboard of query %s: %s", query.id, query._dashboard.url)  # noqa: SLF001
         return query

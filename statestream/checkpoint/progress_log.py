@@ -64,6 +64,26 @@ class ProgressLog:
             if m and int(m.group(2)) <= last - self.retain:
                 self.files.delete(name)
 
+    def truncate_after(self, batch_id: int) -> None:
+        """Forget the progress of the batches after ``batch_id`` (a rollback): a block that
+        holds some of them is split back into files of the batches it keeps."""
+        if not self.files.exists():
+            return
+        for name in self.files.list():
+            m = _BATCH.match(name)
+            if m and int(m.group(1)) > batch_id:
+                self.files.delete(name)
+            m = _BLOCK.match(name)
+            if m and int(m.group(2)) > batch_id:
+                for line in self.files.read_bytes(name).decode().splitlines():
+                    try:
+                        b = int(json.loads(line)["batchId"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if b <= batch_id:
+                        self.files.write_atomic(f"{b}.json", line.encode())
+                self.files.delete(name)
+
     def read(self, after: int | None = None) -> list[dict[str, Any]]:
         """Every recorded progress with a batch id above ``after`` (all when None), by batch id;
         unreadable entries are skipped with a warning."""

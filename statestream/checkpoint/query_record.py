@@ -4,7 +4,8 @@ Spark's checkpoint does not say in which output mode, or with which watermarks, 
 the compatibility check (``tools.compatibility``) compares a changed query with them, and a
 rollback removes the undone batches' late rows, so every start writes
 ``<checkpoint>/.statestream-query``: ``{"outputMode": ..., "watermarks": [{"column": ...,
-"delay": ...}], "lateRows": <the late-row ledger's root or null>}``. Nothing in a run reads it.
+"delay": ...}], "lateRows": <the late-row ledger's root or null>, "fileSink": <a file sink's output
+directory or null>}``, after the start took the writer lock. Nothing in a run reads it.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ log = logging.getLogger(__name__)
 QUERY_RECORD = ".statestream-query"
 
 
-def record_query(fm: CheckpointFileManager, output_mode: str, watermarks: list[tuple[str, str]], late_rows: str | None = None) -> None:
+def record_query(
+    fm: CheckpointFileManager, output_mode: str, watermarks: list[tuple[str, str]], late_rows: str | None = None, file_sink: str | None = None
+) -> None:
     """Record a run's output mode, watermarks and late-row ledger (written at each start; the
     compatibility check compares them, a rollback finds the ledger)."""
-    body = {"outputMode": output_mode, "watermarks": [{"column": c, "delay": d} for c, d in watermarks], "lateRows": late_rows}
+    body = {"outputMode": output_mode, "watermarks": [{"column": c, "delay": d} for c, d in watermarks], "lateRows": late_rows, "fileSink": file_sink}
     try:
         fm.write_atomic(QUERY_RECORD, json.dumps(body).encode())
     except OSError:

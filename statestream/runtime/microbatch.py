@@ -62,10 +62,12 @@ WRITER_LEASE_CONF = "spark.statestream.checkpoint.writerLeaseTimeout"
 
 __all__ = ["MicroBatchExecution", "Trigger", "plan_for_explain"]
 
-SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+from statestream.checkpoint.offsets import SHUFFLE_PARTITIONS  # noqa: E402 - the pinned conf of the partition count
 #: keep each batch's progress in ``<checkpoint>/progress`` (default true), and for how many batches
 PROGRESS_HISTORY_CONF = "spark.statestream.progress.history"
 PROGRESS_RETAIN_CONF = "spark.statestream.progress.retainBatches"
+#: idle inputs: a watermark input without rows for this long no longer holds the watermark back
+IDLE_TIMEOUT_CONF = "spark.statestream.watermark.idleTimeout"
 #: serve the dashboard of a running query on this loopback port (0: any free port)
 UI_PORT_CONF = "spark.statestream.ui.port"
 
@@ -190,6 +192,8 @@ class MicroBatchExecution:
         self.writer_lock = CheckpointWriterLock(
             self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
         )
+        #: the dashboard served while this run lasts (given by the writer; has ``stop()``)
+        self.dashboard: Any = None
         #: the late-row ledger (``operators.late_rows``), None when off
         from statestream.operators.late_rows import LATE_ROWS_CONF
 
@@ -240,11 +244,6 @@ class MicroBatchExecution:
         from statestream.checkpoint.rollback_marker import check_no_interrupted_rollback
 
         check_no_interrupted_rollback(self.fm)  # from start(), with what to run to finish it
-        from statestream.checkpoint.query_record import record_query
-
-        record_query(
-            self.fm, self.output_mode, [(n.column, n.delay_text) for n in self.plan.find(L.EventTimeWatermark)], self.late_rows_path
-        )
         meta = StreamMetadata.read(self.fm)
         if meta is None:
             meta = StreamMetadata(id=self.query_id or str(uuid.uuid4()))
@@ -262,6 +261,13 @@ class MicroBatchExecution:
             self.writer_lock.acquire(self.query_id, self.run_id)
         except CheckpointLockedError as exc:
             raise checkpoint_in_use_error(self.query_id, str(exc)) from None
+        from statestream.checkpoint.query_record import record_query
+
+        file_sink = getattr(self.sink, "path", None) if type(self.sink).__name__ == "FileStreamSink" else None
+        record_query(
+            self.fm, self.output_mode, [(n.column, n.delay_text) for n in self.plan.find(L.EventTimeWatermark)],
+            self.late_rows_path, file_sink,
+        )
 
     def start(self) -> None:
         """Start the run, once ``prepare()`` is done and the manager accepted the query: the sink
@@ -369,6 +375,8 @@ class MicroBatchExecution:
                 except Exception:  # noqa: BLE001
                     logger.warning("failed to stop source %s", s, exc_info=True)
             self.writer_lock.release()
+            if self.dashboard is not None:
+                self.dashboard.stop()
             self._delete_temporary_checkpoint()
             try:
                 self.listeners.post_terminated(self.query_id, self.run_id, self._exception)
@@ -409,7 +417,7 @@ class MicroBatchExecution:
             "the last batch %d of %s is an interrupted repartition to %d partitions: finishing it before the query starts",
             recovery.batch_id, self.fm.display(), count,
         )
-        OfflineStateRepartitionRunner(self.session.sparkSession, self.fm.uri()).run(count, lock=False)
+        OfflineStateRepartitionRunner(self.session.sparkSession, self.fm.uri()).run(count, enforce_exactly_once_sink=False, lock=False)
         return plan_recovery_from_logs(self.offset_log, self.commit_log)
 
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
@@ -496,7 +504,13 @@ class MicroBatchExecution:
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)
         self.spark.sparkContext.addJobTag(self.job_tag)  # every job of this thread: interrupt() cancels them
-        self.tracker = WatermarkTracker(parse_policy(conf.get("spark.sql.streaming.multipleWatermarkPolicy") or "min"))
+        from statestream.runtime.intervals import parse_time_conf_ms
+
+        idle = user.conf.get(IDLE_TIMEOUT_CONF, None)
+        self.tracker = WatermarkTracker(
+            parse_policy(conf.get("spark.sql.streaming.multipleWatermarkPolicy") or "min"),
+            idle_timeout_ms=parse_time_conf_ms(idle) if idle else None,
+        )
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], _ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
@@ -732,7 +746,7 @@ class MicroBatchExecution:
             if values is not None:
                 observed[name] = values
         self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
-        self.tracker.update_watermark_from(stats, delays)
+        self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
         self._last_plan = plan
         self._last_execution = inc
 

@@ -54,6 +54,7 @@ from statestream.errors import (
     spark_error_text,
 )
 from statestream.faults import crash_point
+from statestream.state.schema import SINGLE_PARTITION_OPERATORS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,9 +71,6 @@ log = logging.getLogger(__name__)
 
 #: where the shares of the new partitions are written while a repartition runs
 WORK_DIR = ".statestream-repartition"
-#: operators whose state is a single partition whatever the shuffle partitions (their input is
-#: brought to one partition): their partition 0 is carried over as it is
-SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
 #: key columns of the Python state stores that address an entry below a grouping key
 _ENTRY_KEY_COLUMNS = frozenset({"__index", "__userKey", "__expiryTimestampMs"})
 
@@ -191,7 +189,9 @@ def decide(location: str, offset_log: OffsetSeqLog, commit_log: CommitLog, num_p
     base = last_commit
     resume = False
     if last > last_commit:
-        if last == last_commit + 1 and is_repartition_batch(offset_log, last):
+        # an interrupted repartition: its batch follows the last commit, or the failed batches
+        # it skipped (--skip-failed-batch); it is finished with its own count only
+        if is_repartition_batch(offset_log, last):
             pinned = partitions_of_batch(offset_log.get(last))
             if pinned != num_partitions:
                 raise invalid_checkpoint(
@@ -343,6 +343,7 @@ def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
                 i, partition = tasks[t]
                 store = stores[i]
                 schemas = _schemas(store)
+                assert schemas is not None  # only stores with files are moved
                 provider = StateStoreProvider(StateStoreId(store.state_root, store.operator_id, partition, store.store_name), *schemas)
                 if store.single_partition:
                     table = _old_table(store, 0)
@@ -363,13 +364,14 @@ def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
     ids.select(F.col("id").cast("int")).mapInArrow(build, StructType([StructField("t", IntegerType())])).collect()
 
 
-def _schemas(store: _Store) -> tuple[pa.Schema, pa.Schema]:
-    """A store's key and value schemas, from its newest file in any old partition."""
+def _schemas(store: _Store) -> tuple[pa.Schema, pa.Schema] | None:
+    """A store's key and value schemas, from its newest file in any old partition; None when
+    no partition has a file of it (a damaged file raises, naming it)."""
     for partition in range(store.old_partitions):
         provider = _provider(store, partition)
         if provider is not None:
             return provider.key_schema, provider.value_schema
-    raise StateStoreError(f"operator {store.operator_id} has no state files of store {store.store_name!r}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -413,7 +415,7 @@ class OfflineStateRepartitionRunner:
 
     def _run(self, step: RepartitionStep) -> RepartitionResult:
         from statestream.errors import concurrent_stream_log_update_error
-        from statestream.state.schema import read_all_operator_metadata, write_operator_metadata
+        from statestream.state.schema import read_all_operator_metadata, set_operator_partitions
 
         base_entry = self.offset_log.get(step.base_batch)
         assert base_entry is not None and base_entry.metadata is not None
@@ -435,12 +437,8 @@ class OfflineStateRepartitionRunner:
                 rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, key_schema)
         if stores:
             _build_snapshots(self.spark, [s for s, _ in stores])
-        for op_id, md in operators.items():
-            from dataclasses import replace
-
-            write_operator_metadata(state_root, replace(md, state_store_info=tuple(
-                replace(s, num_partitions=step.new_partitions) for s in md.state_store_info
-            )))
+        if operators:
+            set_operator_partitions(state_root, step.new_partitions)
         commit = self.commit_log.get(step.base_batch)
         from statestream.checkpoint.commits import CommitMetadata
 
@@ -477,12 +475,12 @@ class OfflineStateRepartitionRunner:
                     new_version=step.repartition_batch + 1,
                     work_root=work.child(f"{op_id}/{info.store_name}").root,
                     hash_keys=0,
-                    single_partition=md.operator_name in SINGLE_PARTITION_OPERATORS,
+                    single_partition=md.operator_name in SINGLE_PARTITION_OPERATORS,  # partition 0 carried over
                 )
-                try:
-                    key_schema, _ = _schemas(store)
-                except StateStoreError:
+                found = _schemas(store)
+                if found is None:
                     continue  # a store that never wrote a file (no batch reached it)
+                key_schema = found[0]
                 from dataclasses import replace
 
                 n = hash_key_count(md.operator_name, info.store_name, key_schema.names, info.num_cols_prefix_key)

@@ -215,13 +215,28 @@ class WatermarkTracker:
     On restart only G is restored (:meth:`set_watermark`); per-node values start empty again, as
     in Spark.
 
+    Idle inputs (opt-in, ``idle_timeout_ms``; Flink's ``withIdleness``, which Spark lacks): a
+    node that has seen no row for that long, by the batches' clock (``now_ms`` of the updates;
+    a node never seen counts from the first update), takes no part in the choice, so an input
+    that went quiet no longer holds G back. G still never decreases; when every node is idle G
+    stays. A node that sees rows again takes part again at once.
+
     Node ids are any hashable values (the logical ``EventTimeWatermark`` node id).
     """
 
-    def __init__(self, policy: MultipleWatermarkPolicy | str = MultipleWatermarkPolicy.MIN) -> None:
+    def __init__(self, policy: MultipleWatermarkPolicy | str = MultipleWatermarkPolicy.MIN, idle_timeout_ms: int | None = None) -> None:
         self.policy = policy if isinstance(policy, MultipleWatermarkPolicy) else MultipleWatermarkPolicy.parse(policy)
         self._node_watermarks: dict[Hashable, int] = {}
         self._global_ms = 0
+        self.idle_timeout_ms = idle_timeout_ms
+        #: node -> the batch time it last saw a row (or was first seen without one)
+        self._last_data_ms: dict[Hashable, int] = {}
+
+    def idle_nodes(self, now_ms: int) -> set[Hashable]:
+        """The nodes idle at ``now_ms`` (none without an idle timeout)."""
+        if self.idle_timeout_ms is None:
+            return set()
+        return {n for n, t in self._last_data_ms.items() if now_ms - t >= self.idle_timeout_ms}
 
     @property
     def current_watermark(self) -> int:
@@ -242,6 +257,7 @@ class WatermarkTracker:
         self,
         stats_by_node: Mapping[Hashable, StatsLike],
         delays_by_node: Mapping[Hashable, int],
+        now_ms: int | None = None,
     ) -> bool:
         """Fold one batch's event-time statistics into the watermark.
 
@@ -254,6 +270,8 @@ class WatermarkTracker:
         delays_by_node:
             The delay (ms) of every watermark node of the executed plan. These keys define the
             set of nodes that take part; a node with statistics must have a delay.
+        now_ms:
+            The batch's time, for idle inputs (ignored without an idle timeout).
 
         Returns
         -------
@@ -277,9 +295,22 @@ class WatermarkTracker:
             previous = self._node_watermarks.get(node)
             if previous is None or candidate > previous:
                 self._node_watermarks[node] = candidate
+            if now_ms is not None:
+                self._last_data_ms[node] = now_ms
         for node in nodes:
             self._node_watermarks.setdefault(node, 0)
-        chosen = self.policy.choose(self._node_watermarks.values())
+            if now_ms is not None:
+                self._last_data_ms.setdefault(node, now_ms)
+        values = self._node_watermarks.values()
+        if self.idle_timeout_ms is not None and now_ms is not None:
+            idle = self.idle_nodes(now_ms)
+            active = [w for n, w in self._node_watermarks.items() if n not in idle]
+            if idle and active:
+                logger.info("watermark: inputs %s idle for %d ms or more take no part", sorted(map(str, idle)), self.idle_timeout_ms)
+            if not active:
+                return False
+            values = active
+        chosen = self.policy.choose(values)
         if chosen > self._global_ms:
             logger.info("event-time watermark advanced from %d to %d ms", self._global_ms, chosen)
             self._global_ms = chosen

@@ -697,6 +697,25 @@ def write_operator_metadata(state_root: str, metadata: OperatorStateMetadata) ->
     CheckpointFileManager(state_root).write_atomic(operator_metadata_path(metadata.operator_id), text.encode("utf-8"))
 
 
+#: operators whose state is one partition whatever the shuffle partitions (their input is
+#: brought to one partition first)
+SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
+
+
+def set_operator_partitions(state_root: str, num_partitions: int) -> None:
+    """Record ``num_partitions`` in every operator's metadata (a repartition, or a rollback to a
+    batch before one); a single-partition operator's stores keep theirs."""
+    from dataclasses import replace
+
+    for md in read_all_operator_metadata(state_root).values():
+        if md.operator_name in SINGLE_PARTITION_OPERATORS:
+            continue
+        if any(s.num_partitions != num_partitions for s in md.state_store_info):
+            write_operator_metadata(
+                state_root, replace(md, state_store_info=tuple(replace(s, num_partitions=num_partitions) for s in md.state_store_info))
+            )
+
+
 def read_operator_metadata(state_root: str, operator_id: int) -> OperatorStateMetadata | None:
     """The metadata of ``operator_id``, or None if the checkpoint has none."""
     files = CheckpointFileManager(state_root)

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+from statestream.checkpoint.query_record import read_query_record
 from statestream.checkpoint.rollback_marker import ROLLBACK_MARKER, check_no_interrupted_rollback
 from statestream.errors import CheckpointError
 
@@ -134,6 +135,9 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
         raise CheckpointError(f"{offsets.path_of(to_batch)} is no longer retained: the checkpoint cannot go back to batch {to_batch}")
     state = fm.child("state")
     _check_state_retained(state, to_batch + 1, partitions_of_batch(entry))
+    recorded_sink = (read_query_record(fm) or {}).get("fileSink")
+    sinks = list(dict.fromkeys([*file_sinks, *([recorded_sink] if recorded_sink else [])]))
+    plans = [_plan_file_sink(sink, to_batch) for sink in sinks]  # refusals before anything changes
     writer = CheckpointWriterLock(fm)
     writer.acquire(f"rollback-{uuid.uuid4()}", str(uuid.uuid4()))
     try:
@@ -150,6 +154,7 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
             state.delete(rel)
         result.state_files_removed = len(stale)
         _rewrite_operator_metadata(state, partitions_of_batch(entry))
+        _rollback_python_state_records(state, to_batch)
         for i, offset in enumerate(entry.offsets):
             if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
                 source = fm.child(f"sources/{i}")
@@ -158,9 +163,12 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
                     source.delete(name)
                 if removed:
                     result.source_log_entries_removed[i] = [b for b, _ in removed]
-        for sink in file_sinks:
-            _rollback_file_sink(sink, to_batch, result)
+        for plan in plans:
+            _rollback_file_sink(plan, result)
         _rollback_late_rows(fm, to_batch, result)
+        from statestream.checkpoint.progress_log import ProgressLog
+
+        ProgressLog(fm.child("progress")).truncate_after(to_batch)
         fm.delete(ROLLBACK_MARKER)
     finally:
         writer.release()
@@ -200,19 +208,23 @@ def _rewrite_operator_metadata(state: CheckpointFileManager, partitions: int | N
     repartition after it is undone)."""
     if partitions is None or not state.exists():
         return
-    from dataclasses import replace
+    from statestream.state.schema import set_operator_partitions
 
-    from statestream.state.schema import read_all_operator_metadata, write_operator_metadata
-
-    for md in read_all_operator_metadata(state.root).values():
-        if any(s.num_partitions != partitions for s in md.state_store_info) and md.operator_name != "globalLimit":
-            write_operator_metadata(state.root, replace(md, state_store_info=tuple(replace(s, num_partitions=partitions) for s in md.state_store_info)))
+    set_operator_partitions(state.root, partitions)
 
 
-def _rollback_file_sink(path: str, to_batch: int, result: RollbackResult) -> None:
-    """A file sink's log back to ``to_batch``, and the data files that only later batches listed."""
-    import pyarrow.fs as pafs
+@dataclass
+class _SinkPlan:
+    """What rolling back one file sink removes (worked out before anything is changed)."""
 
+    out: CheckpointFileManager
+    log_files: list[tuple[int, str]]
+    data_files: list[str]
+
+
+def _plan_file_sink(path: str, to_batch: int) -> _SinkPlan:
+    """A file sink's log files after ``to_batch`` and the data files only they list; refuses a
+    directory that is not a file sink's output or a log no longer retained back to the batch."""
     from statestream.sinks.files import FileStreamSinkLog
 
     out = CheckpointFileManager(path)
@@ -221,23 +233,66 @@ def _rollback_file_sink(path: str, to_batch: int, result: RollbackResult) -> Non
     sink_log = FileStreamSinkLog(out.child("_spark_metadata").root)
     later = _log_files_after(sink_log.files, to_batch)
     if not later:
-        return
-    kept = {e["path"] for e in _compactible_entries_as_of(sink_log, to_batch)} if sink_log.latest_batch_id() is not None and to_batch >= 0 else set()
-    written = set()
+        return _SinkPlan(out, [], [])
+    kept = {e["path"] for e in _compactible_entries_as_of(sink_log, to_batch)} if any(b <= to_batch for b in sink_log._batch_files()) else set()  # noqa: SLF001
+    written: set[str] = set()
     for b, _name in later:
         written |= {e["path"] for e in (sink_log.get(b) or []) if e.get("action", "add") == "add"}
-    for _, name in sorted(later, reverse=True):
-        sink_log.files.delete(name)
+    return _SinkPlan(out, later, sorted(written - kept))
+
+
+def _rollback_file_sink(plan: _SinkPlan, result: RollbackResult) -> None:
+    """Remove the data files first, then the log files: a rollback interrupted in between is
+    run again (its marker) and finds the same log files, whose data files are then gone."""
+    if not plan.log_files:
+        return
+    root = plan.out.uri().rstrip("/") + "/"
     removed = 0
-    for uri in sorted(written - kept):
-        fs, file_path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+    for uri in plan.data_files:
+        rel = uri[len(root):] if uri.startswith(root) else None
         try:
-            fs.delete_file(file_path)
-            removed += 1
-        except (FileNotFoundError, OSError):
+            if rel is not None:
+                if plan.out.exists(rel):
+                    plan.out.delete(rel)
+                    removed += 1
+            else:  # a file outside the output directory (an absolute path the log lists)
+                import pyarrow.fs as pafs
+
+                fs, file_path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
+                fs.delete_file(file_path)
+                removed += 1
+        except FileNotFoundError:
             log.info("rollback: %s was already gone", uri)
-    result.sink_log_entries_removed[out.display()] = [b for b, _ in later]
+    log_dir = plan.out.child("_spark_metadata")
+    for _, name in sorted(plan.log_files, reverse=True):
+        log_dir.delete(name)
+    result.sink_log_entries_removed[plan.out.display()] = [b for b, _ in plan.log_files]
     result.sink_files_removed += removed
+
+
+def _rollback_python_state_records(state: CheckpointFileManager, to_batch: int) -> None:
+    """A Python state operator's records of its stores (``state.schema``'s first-batch and
+    dormant properties) back to ``to_batch``: a store first declared after it begins at the
+    rerun's first version (its later files are gone), and a store left undeclared after it is
+    no longer recorded as frozen (its files up to the batch are all there)."""
+    if not state.exists():
+        return
+    from statestream.state import schema as S
+
+    for op in (n for n in state.list() if n.isdigit()):
+        props = S.read_operator_properties(state.root, int(op))
+        if props is None:
+            continue
+        changed = dict(props)
+        first = S.read_stores_first_batch(state.root, int(op))
+        if first is not None:
+            changed[S.FIRST_BATCH_PROPERTY] = json.dumps({n: min(b, to_batch + 1) for n, b in first.items()}, sort_keys=True)
+        dormant = S.read_dormant_stores(state.root, int(op))
+        if dormant:
+            kept = {n: list(v) for n, v in dormant.items() if v[0] <= to_batch + 1}
+            changed[S.DORMANT_PROPERTY] = json.dumps(kept, sort_keys=True)
+        if changed != props:
+            S.write_operator_properties(state.root, int(op), changed)
 
 
 def _rollback_late_rows(fm: CheckpointFileManager, to_batch: int, result: RollbackResult) -> None:

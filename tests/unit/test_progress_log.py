@@ -29,3 +29,15 @@ def test_damage_costs_history_not_batches(tmp_path, caplog):
     history.add({"numInputRows": 3})  # no batch id: logged, not raised
     assert [p["batchId"] for p in history.read()] == [0]
     assert "unreadable progress entry" in caplog.text and "could not record the progress" in caplog.text
+
+
+def test_a_rollback_forgets_later_batches(tmp_path):
+    history = ProgressLog(CheckpointFileManager(str(tmp_path)))
+    for b in range(250):
+        history.add({"batchId": b})
+    history.truncate_after(150)
+    assert [p["batchId"] for p in history.read()] == list(range(151))
+    for b in range(151, 200):  # the rerun: its block is made again from the kept files and its own
+        history.add({"batchId": b, "again": True})
+    assert [p["batchId"] for p in history.read()] == list(range(200))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0-99.jsonl", "100-199.jsonl"]

@@ -99,3 +99,13 @@ def test_parameters(location, count, sub, parameter):
 )
 def test_hashed_key_columns(store, names, prefix, expected):
     assert hash_key_count("any", store, names, prefix) == expected
+
+
+def test_an_interrupted_repartition_after_skipped_failed_batches_resumes(tmp_path):
+    """--skip-failed-batch: batch 2 failed, the repartition batch 3 was cut short; only its own
+    count finishes it (a start does so too), another one is refused."""
+    where, offsets, commits = logs(tmp_path, [4, 4, 4, 7], [0, 1])
+    step = decide(where, offsets, commits, 7, enforce_exactly_once_sink=True)
+    assert (step.base_batch, step.repartition_batch, step.resume) == (1, 3, True)
+    with pytest.raises(StatestreamIllegalStateException, match="LAST_BATCH_ABANDONED_REPARTITION"):
+        decide(where, offsets, commits, 5, enforce_exactly_once_sink=False)
