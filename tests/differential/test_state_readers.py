@@ -367,7 +367,7 @@ def _ledger(path: Path) -> Any:
     return ds.dataset(str(path / "operator=0"), format="parquet", partitioning="hive").to_table()
 
 
-@pytest.mark.parametrize("name", ["aggregate", "dedup", "dedup_within_watermark", "join"])
+@pytest.mark.parametrize("name", ["aggregate", "dedup", "join"])
 def test_late_row_ledger_holds_what_the_watermark_dropped(spark, runs, name, tmp_path):
     """With the ledger on, each batch's late rows are written once: as many per batch as Spark's
     run counts in ``numRowsDroppedByWatermark``, with the watermark that dropped them; a rollback

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from tests.differential.harness import write_input_file
 
-SCHEMA = StructType.fromDDL("v LONG")
+SCHEMA = StructType([StructField("v", LongType())])
 
 
 def _run(spark, tmp_path: Path, idle: str | None) -> tuple[list[int], list[tuple]]:
@@ -25,8 +25,8 @@ def _run(spark, tmp_path: Path, idle: str | None) -> tuple[list[int], list[tuple
 
     ss = StreamingSession(spark)
     a, b, checkpoint = tmp_path / "a", tmp_path / "b", tmp_path / "ck"
-    a.mkdir()
-    b.mkdir()
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
 
     def stream(d: Path):
         return ss.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1).load(str(d)).withColumn(
