@@ -39,6 +39,7 @@ __all__ = [
     "STATE_FILE_FORMAT_VERSION",
     "OP_COLUMN",
     "stored_schemas",
+    "parse_state_file_name",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,10 @@ _DELTA = "delta"
 _SNAPSHOT = "snapshot"
 
 
-def _parse_file_name(name: str) -> tuple[int, str] | None:
-    """``"12.delta"`` -> ``(12, "delta")``; anything else (crc files, strays) -> None."""
+def parse_state_file_name(name: str) -> tuple[int, str] | None:
+    """``"12.delta"`` -> ``(12, "delta")``, ``"12.snapshot"`` -> ``(12, "snapshot")``; anything
+    else (crc files, strays, directories) -> None. The one rule for what a state file is (the
+    checkpoint tools use it too)."""
     stem, dot, kind = name.partition(".")
     if not dot or kind not in (_DELTA, _SNAPSHOT) or not stem.isdigit():
         return None
@@ -221,7 +224,7 @@ class StateStoreProvider:
         """Versions present on disk and which kinds of file each has."""
         found: dict[int, set[str]] = {}
         for name in self._files.list():
-            parsed = _parse_file_name(name)
+            parsed = parse_state_file_name(name)
             if parsed is not None:
                 found.setdefault(parsed[0], set()).add(parsed[1])
         return found
@@ -498,7 +501,7 @@ def stored_schemas(store_id: StateStoreId) -> tuple[pa.Schema, pa.Schema] | None
     files = CheckpointFileManager(store_id.checkpoint_root).child(store_id.relative_dir)
     if not files.exists():
         return None
-    found = sorted((p, n) for n in files.list() if (p := _parse_file_name(n)) is not None)
+    found = sorted((p, n) for n in files.list() if (p := parse_state_file_name(n)) is not None)
     if not found:
         return None
     (_, kind), name = found[-1]

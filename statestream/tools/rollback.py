@@ -40,12 +40,12 @@ from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
 from statestream.checkpoint.query_record import read_query_record
 from statestream.checkpoint.rollback_marker import ROLLBACK_MARKER, check_no_interrupted_rollback
 from statestream.errors import CheckpointError
+from statestream.state.provider import parse_state_file_name
 
 __all__ = ["ROLLBACK_MARKER", "RollbackResult", "check_no_interrupted_rollback", "rollback_checkpoint"]
 
 log = logging.getLogger(__name__)
 
-_STATE_FILE_SUFFIXES = (".delta", ".snapshot")
 
 @dataclass
 class RollbackResult:
@@ -73,11 +73,11 @@ def _state_files_after(state: CheckpointFileManager, version: int) -> list[str]:
             if name.startswith("_") or name.startswith("."):
                 continue
             path = f"{rel}/{name}"
-            stem, dot, suffix = name.partition(".")
-            if dot and f".{suffix}" in _STATE_FILE_SUFFIXES and stem.isdigit():
-                if int(stem) > version:
+            parsed = parse_state_file_name(name)  # the provider's rule for a state file
+            if parsed is not None:
+                if parsed[0] > version:
                     out.append(path)
-            elif not dot:
+            elif "." not in name:
                 scan(path)  # a partition, or a named store inside one
 
     for op in state.list():

@@ -8,7 +8,7 @@ import json
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.state import schema as S
-from statestream.tools.rollback import _rollback_python_state_records
+from statestream.tools.rollback import _rollback_python_state_records, _state_files_after
 
 
 def test_store_records_go_back_with_the_batches(tmp_path):
@@ -23,3 +23,23 @@ def test_store_records_go_back_with_the_batches(tmp_path):
     assert S.read_stores_first_batch(state.root, 0) == {"a": 0, "b": 11, "c": 9}
     assert S.read_dormant_stores(state.root, 0) == {"old": (4, None)}
     assert S.read_operator_properties(state.root, 0)["timeMode"] == "None"
+
+
+def test_state_files_after_a_version_follow_the_providers_file_names(tmp_path):
+    """Deltas and snapshots above the version in every partition and named store; crc files,
+    strays and the operator's own files are not state files."""
+    root = tmp_path / "state"
+    names = {
+        "0/0": ["1.delta", "2.delta", "2.snapshot", "3.delta", ".3.delta.crc", "3.delta.tmp", "x.delta"],
+        "0/1/left-keyToNumValues": ["2.delta", "4.snapshot"],
+        "0/_metadata": ["schema"],
+    }
+    for rel, files in names.items():
+        (root / rel).mkdir(parents=True)
+        for name in files:
+            (root / rel / name).write_bytes(b"")
+    (root / "notes").mkdir()
+    (root / "notes" / "9.delta").write_bytes(b"")
+    state = CheckpointFileManager(str(root))
+    assert _state_files_after(state, 2) == ["0/0/3.delta", "0/1/left-keyToNumValues/4.snapshot"]
+    assert len(_state_files_after(state, 0)) == 6
