@@ -1,13 +1,18 @@
 """Checks made on the first batch of every run, before any state is touched (Spark: the state
 schema check and the operator metadata check that ``IncrementalExecution`` makes when
 ``isFirstBatch``): a restarted query must have the same stateful operators, with compatible
-state schemas, as the run that wrote the checkpoint."""
+state schemas, as the run that wrote the checkpoint.
+
+The compatibility check of a deploy (``statestream.tools.compatibility``) runs the same
+per-operator step, :func:`check_operator_state` with ``check_only=True``, which writes nothing:
+what it reports is what a restart would refuse."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from statestream.errors import IncompatibleRestartError
 from statestream.plan.incremental import state_writers
 from statestream.state import schema as S
 
@@ -16,38 +21,92 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_state_on_first_batch"]
+__all__ = ["SCHEMA_CHECK_CONF", "check_operator_state", "check_state_on_first_batch", "operator_names", "schema_check_enabled"]
+
+#: Spark's switch: off, an incompatible state schema is logged instead of refused
+SCHEMA_CHECK_CONF = "spark.sql.streaming.stateStore.stateSchemaCheck"
+
+
+def schema_check_enabled(conf_get: Callable[[str, str], Any]) -> bool:
+    """Whether :data:`SCHEMA_CHECK_CONF` is on (``conf_get``: a session conf's ``get``)."""
+    return str(conf_get(SCHEMA_CHECK_CONF, "true")).lower() == "true"
+
+
+def operator_names(writers: Sequence[Any]) -> dict[int, str]:
+    """``{operator id: operator name}`` of a plan's state writers (what the operator metadata
+    records)."""
+    return {i: w.operator_name for i, w in enumerate(writers)}
+
+
+def _checked(check: Callable[[], None], enabled: bool, quiet: bool) -> None:
+    """Run a schema check; with the schema check off its refusal is only logged."""
+    try:
+        check()
+    except IncompatibleRestartError as exc:
+        if enabled:
+            raise
+        if not quiet:
+            logger.warning("state schema check disabled; ignoring: %s", exc)
+
+
+def check_operator_state(
+    state_root: str,
+    operator_id: int,
+    writer: Any,
+    *,
+    schema_check: bool,
+    batch_id: int | None = None,
+    num_partitions: int = 0,
+    check_only: bool = False,
+) -> None:
+    """One stateful operator's step of the first batch of a run.
+
+    Its new state schemas are checked against the stored ones (Spark's rule: the key, then the
+    value unless the operator does not check it; a Python state operator by its own restart
+    rules), raising what the restart raises (only logged with ``schema_check`` off); then the
+    state schema file (when there was none), the named stores' schema files and the operator
+    metadata (``num_partitions`` partitions) are written; ``batch_id``: the run's first batch
+    (what a Python state operator records). ``check_only``: the same checks, nothing written and
+    nothing logged (the compatibility check of a deploy; ``batch_id`` is not needed)."""
+    if hasattr(writer, "validate_and_write_state_schema"):  # an operator with its own restart rules
+        if check_only:  # the check its own validate step makes, without the writes
+            _checked(lambda: writer.check_state_schema_compatible(state_root, operator_id), schema_check, quiet=True)
+        else:
+            assert batch_id is not None, "the first batch's writes need its batch id"
+            writer.validate_and_write_state_schema(state_root, operator_id, schema_check, batch_id)
+    else:
+        key_json, value_json = writer.state_schemas()
+        stored = S.read_state_schema(state_root, operator_id)
+        if stored is not None:
+            check_value = getattr(writer, "check_value_schema", True)
+            _checked(lambda: S.check_state_schema(stored, key_json, value_json, check_value), schema_check, quiet=check_only)
+        elif not check_only:
+            S.write_state_schema(state_root, operator_id, key_json, value_json)
+    if check_only:
+        return
+    for store, (key_json, value_json) in getattr(writer, "store_schemas", dict)().items():
+        S.write_store_schema(state_root, operator_id, store, key_json, value_json)
+    S.write_operator_metadata(
+        state_root,
+        S.OperatorStateMetadata(
+            operator_id,
+            writer.operator_name,
+            tuple(
+                S.StateStoreMetadata(name, getattr(writer, "num_cols_prefix_key", 0), num_partitions)
+                for name in getattr(writer, "state_store_names", ("default",))
+            ),
+        ),
+    )
 
 
 def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> None:
     """Verify (restart) then write the operator metadata and state schema files."""
     state_root = ex.fm.child("state").root
-    schema_check = ex.session.sparkSession.conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true").lower() == "true"
+    schema_check = schema_check_enabled(ex.session.sparkSession.conf.get)
     writers = state_writers(plan)
-    current = {i: w.operator_name for i, w in enumerate(writers)}
     if batch_id > 0:
         existing = S.read_all_operator_metadata(state_root)
         if existing:
-            S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, current)
+            S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, operator_names(writers))
     for i, w in enumerate(writers):
-        if hasattr(w, "validate_and_write_state_schema"):  # an operator with its own restart rules
-            w.validate_and_write_state_schema(state_root, i, schema_check, batch_id)
-        else:
-            key_json, value_json = w.state_schemas()
-            S.validate_and_write_state_schema(
-                state_root, i, key_json, value_json,
-                check_value=getattr(w, "check_value_schema", True), schema_check_enabled=schema_check,
-            )
-        for store, (key_json, value_json) in getattr(w, "store_schemas", dict)().items():
-            S.write_store_schema(state_root, i, store, key_json, value_json)
-        S.write_operator_metadata(
-            state_root,
-            S.OperatorStateMetadata(
-                i,
-                w.operator_name,
-                tuple(
-                    S.StateStoreMetadata(name, getattr(w, "num_cols_prefix_key", 0), ex.num_partitions)
-                    for name in getattr(w, "state_store_names", ("default",))
-                ),
-            ),
-        )
+        check_operator_state(state_root, i, w, schema_check=schema_check, batch_id=batch_id, num_partitions=ex.num_partitions)

@@ -17,7 +17,9 @@ difference:
 
 Each difference carries Spark's error class where Spark refuses the restart with one, and the
 fix (a new checkpoint, a repartition, ...). The refusals are the ones a real restart makes: the
-same checks (``state.schema``, the Python state operators' own) run on the same plan.
+first batch's own per-operator step (``runtime.state_checks.check_operator_state``, Spark's
+schema rule or a Python state operator's restart rules) runs on the same plan, with
+``check_only`` (it writes nothing).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def check_compatibility(ss: Any, checkpoint: str, build: Callable[[Any], Any], n
     from statestream.plan.analysis import check_for_streaming
     from statestream.plan.incremental import state_writers
     from statestream.plan.planner import plan_streaming_query
+    from statestream.runtime.state_checks import check_operator_state, operator_names, schema_check_enabled
     from statestream.state import schema as S
     from statestream.state.store import StateStoreConf
 
@@ -150,7 +153,7 @@ def check_compatibility(ss: Any, checkpoint: str, build: Callable[[Any], Any], n
     writers = state_writers(physical)
     state_root = fm.child("state").root
     stored_ops = S.read_all_operator_metadata(state_root) if fm.exists("state") else {}
-    current = {i: w.operator_name for i, w in enumerate(writers)}
+    current = operator_names(writers)
     names = {k: v.operator_name for k, v in stored_ops.items()}
     if stored_ops and names != current:
         try:
@@ -164,21 +167,12 @@ def check_compatibility(ss: Any, checkpoint: str, build: Callable[[Any], Any], n
                 what = f"{new}" if old is None else f"{old}" if new is None else f"{old} -> {new}"
                 report.differences.append(Difference(kind, f"stateful operator {op_id}: {what}. {exc}", NEW_CHECKPOINT, exc.error_class, op_id))
     else:
-        schema_check = conf.get("spark.sql.streaming.stateStore.stateSchemaCheck", "true").lower() == "true"
+        # the first batch's own per-operator step, writing nothing (so the two cannot differ)
+        schema_check = schema_check_enabled(spark.conf.get)
         for i, w in enumerate(writers):
-            if i not in stored_ops:
-                continue
             try:
-                if hasattr(w, "check_state_schema_compatible"):
-                    w.check_state_schema_compatible(state_root, i)
-                else:
-                    stored = S.read_state_schema(state_root, i)
-                    if stored is not None:
-                        key_json, value_json = w.state_schemas()
-                        S.check_state_schema(stored, key_json, value_json, check_value=getattr(w, "check_value_schema", True))
+                check_operator_state(state_root, i, w, schema_check=schema_check, check_only=True)
             except IncompatibleRestartError as exc:
-                if not schema_check:
-                    continue
                 kind = {"STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE": "key schema", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE": "value schema"}.get(
                     exc.error_class or "", "state"
                 )
