@@ -7,6 +7,17 @@ still reported, and a gap that gets fixed fails the run until its entry is remov
 from __future__ import annotations
 
 KNOWN_GAPS: dict[str, str] = {
+    'tests/differential/test_transform_with_state.py::test_list_and_map_change_feed[seen]': (
+        "change feed of a transformWithState list: Spark's lists one row per store call (batch 2, key a: append 3, "
+        "append 4, then the put that replaced the list as one 'update' row); statestream's delta files hold each key's "
+        "net change per batch, so a batch that appends then puts shows only the 'update' (12 rows against Spark's 14); "
+        "appends alone and clears are equal"
+    ),
+    'tests/differential/test_transform_with_state.py::test_list_and_map_change_feed[counts]': (
+        "change feed of a transformWithState map: Spark's lists one row per store call (batch 0, key a: entry 1 "
+        "updated to 1, then to 2; batch 1, key b: entry 2 updated to 2, then removed by clear); statestream's delta "
+        "files hold each entry's net change per batch (entry 1 = 2; entry 2 deleted), 11 rows against Spark's 13"
+    ),
     'tests/differential/test_state_readers.py::test_state_as_of_every_batch[join-joinSide=right]': (
         "state reader of a stream-stream join's right side: Spark's value struct has 'rts' NOT NULL (its physical plan filters isnotnull(rts), inferred from the range condition, below the join, and the state schema takes that child's output); statestream records the input's nullability (nullable), so the schemas differ in that one flag; the rows are equal"
     ),

@@ -25,11 +25,14 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from statestream.checkpoint.commits import CommitLog, CommitMetadata
 from statestream.checkpoint.log import MetadataLog, parse_log_version, split_lines
 from statestream.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from statestream.checkpoint.files import CheckpointFileManager
 
 __all__ = [
     "OffsetSeqMetadata",
@@ -45,6 +48,7 @@ __all__ = [
     "plan_recovery_from_logs",
     "SHUFFLE_PARTITIONS",
     "partitions_of_batch",
+    "state_partitions_of_batch",
     "is_repartition_batch",
 ]
 
@@ -456,6 +460,16 @@ def partitions_of_batch(entry: OffsetSeq | None) -> int | None:
         return None
     value = entry.metadata.conf.get(SHUFFLE_PARTITIONS)
     return int(value) if value is not None else None
+
+
+def state_partitions_of_batch(checkpoint: "CheckpointFileManager", operator_id: int, batch_id: int) -> list[int]:
+    """The state partitions of ``operator_id`` that hold the state batch ``batch_id`` committed:
+    the partition directories found, bounded by the count the batch pinned in its offset entry
+    (a repartition to fewer partitions leaves the higher ones with their old files)."""
+    op = checkpoint.child(f"state/{operator_id}")
+    found = sorted(int(n) for n in op.list() if n.isdigit()) if op.exists() else []
+    count = partitions_of_batch(OffsetSeqLog(checkpoint.child("offsets")).get(batch_id))
+    return [p for p in found if count is None or p < count]
 
 
 def is_repartition_batch(offset_log: OffsetSeqLog, batch_id: int) -> bool:

@@ -58,7 +58,7 @@ from statestream.operators.stateful_processor_handle import (
     timer_threshold,
     timer_values,
 )
-from statestream.state.schema import FIRST_BATCH_PROPERTY
+from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -153,6 +153,51 @@ def check_restart(
                 "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
                 {"storedValueSchema": S.render_data_type(old_value), "newValueSchema": S.render_data_type(value)},
             )
+
+
+def _java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def scala_hash_map_order(names: list[str]) -> list[str]:
+    """The order in which a Scala 2.13 ``mutable.HashMap`` keyed by ``names`` iterates: by
+    bucket (the spread hash ``h ^ (h >>> 16)`` masked by the table size, 16 doubled while the
+    map is 3/4 full), then by spread hash within a bucket. Spark lists a transformWithState's
+    variables in the operator properties in this order; matching it keeps the state-metadata
+    reader's ``operatorProperties`` text equal to Spark's."""
+    size = 16
+    while len(names) >= int(size * 0.75):
+        size *= 2
+
+    def spread(name: str) -> int:
+        h = _java_string_hash(name) & 0xFFFFFFFF
+        h ^= h >> 16
+        return h - (1 << 32) if h >= 1 << 31 else h
+
+    return sorted(names, key=lambda n: ((spread(n) & 0xFFFFFFFF) & (size - 1), spread(n)))
+
+
+_VARIABLE_TYPES = {"value": "ValueState", "list": "ListState", "map": "MapState"}
+
+
+def spark_operator_properties(time_mode: str, output_mode: str, variables: tuple[StateVariableInfo, ...]) -> str:
+    """The ``operatorProperties`` JSON text Spark records for a transformWithState (what its
+    state-metadata reader shows): the modes, then this run's variables with their kind and
+    whether they have a TTL, plus the timers of a time mode, in Spark's order."""
+    entries = {v.name: (_VARIABLE_TYPES[v.kind], v.ttl_ms is not None) for v in variables}
+    if time_mode != NO_TIME:
+        entries[timer_store_name(time_mode)] = ("TimerState", False)
+    listed = [
+        {"stateName": n, "stateVariableType": entries[n][0], "ttlEnabled": entries[n][1]}
+        for n in scala_hash_map_order(list(entries))
+    ]
+    body = {"timeMode": _time_mode_name(time_mode), "outputMode": output_mode.capitalize(), "stateVariables": listed}
+    return json.dumps(body, separators=(",", ":"))
 
 
 def merged_variables(stored_value_schema: Mapping[str, Any], new_value_schema: Mapping[str, Any], deleted: tuple[str, ...]) -> dict:
@@ -321,6 +366,7 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
                 **props,
                 FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True),
                 S.DORMANT_PROPERTY: json.dumps({n: list(v) for n, v in dormant.items()}, sort_keys=True),
+                OPERATOR_PROPERTIES_PROPERTY: spark_operator_properties(self.info.time_mode, self.info.output_mode, self.info.variables),
             },
         )
 

@@ -264,6 +264,10 @@ FIRST_BATCH_PROPERTY = "storesFirstBatch"
 #: transformWithState variable an older run declared): name -> [the version its files stop at,
 #: the batch that declared it again or null]; see ``stores_dormant`` in the operator
 DORMANT_PROPERTY = "storesDormant"
+#: the operator property holding, for a transformWithState, the JSON text that Spark's v2
+#: operator metadata records as ``operatorPropertiesJson`` (modes and variables), shown by the
+#: state-metadata reader
+OPERATOR_PROPERTIES_PROPERTY = "operatorProperties"
 
 
 def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str] | None:

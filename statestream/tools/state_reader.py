@@ -16,6 +16,8 @@ the engine's own ``StateStoreProvider`` (what a restart would load), never a loo
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+from statestream.checkpoint.offsets import state_partitions_of_batch
 from statestream.errors import (
     StatestreamIllegalArgumentException,
     StatestreamNumberFormatException,
@@ -34,8 +36,23 @@ from statestream.errors import (
     spark_error_text,
 )
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
-from statestream.state.schema import read_all_operator_metadata, read_operator_metadata, read_state_schema, read_store_schema
+from statestream.state.schema import (
+    OPERATOR_PROPERTIES_PROPERTY,
+    read_all_operator_metadata,
+    read_operator_metadata,
+    read_operator_properties,
+    read_state_schema,
+    read_store_schema,
+)
 from statestream.state.store import OP_PUT, StateStoreId
+from statestream.tools.python_state_reader import (
+    PYTHON_STATE_OPERATORS,
+    PythonStateReadPlan,
+    python_state_partition_table,
+    python_state_schema,
+    variable_kind,
+)
+from statestream.tools.state_tables import store_begins_at, stored_version
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -273,6 +290,13 @@ def state_metadata_rows(checkpoint: str) -> list[tuple[Any, ...]]:
     lo, hi = (batches[0], batches[-1]) if batches else (-1, -1)
     rows = []
     for op_id, md in sorted(read_all_operator_metadata(state_root).items()):
+        if md.operator_name in PYTHON_STATE_OPERATORS:
+            # Spark keeps a transformWithState's variables as column families of one store and
+            # lists them in the operator's properties; statestream has a store per variable
+            props = read_operator_properties(state_root, op_id) or {}
+            partitions = md.state_store_info[0].num_partitions if md.state_store_info else 0
+            rows.append((op_id, md.operator_name, "default", partitions, lo, hi, props.get(OPERATOR_PROPERTIES_PROPERTY)))
+            continue
         for store in md.state_store_info:
             rows.append((op_id, md.operator_name, store.store_name, store.num_partitions, lo, hi, None))
     return rows
@@ -310,41 +334,19 @@ class _ReadPlan:
     key_take: int | None = None
 
 
-def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
-    """What the read needs, and its schema; Spark's errors for what the checkpoint lacks."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructType
+def _schema_unreadable(opts: StateSourceOptions) -> StatestreamSparkRuntimeException:
+    return _error(
+        "STDS_FAILED_TO_READ_STATE_SCHEMA",
+        "Failed to read the state schema. Either the file does not exist, or the file is corrupted. "
+        f"options: {opts.spark_text()}.\nRerun the streaming query to construct the state schema, and report to the "
+        "corresponding communities or vendors if the error persists.",
+        {"sourceOptions": opts.spark_text()},
+    )
 
-    files = CheckpointFileManager(opts.path)
-    state_root = files.child("state").root
-    if opts.state_var_name is not None or opts.read_registered_timers:
-        from statestream.errors import not_supported_yet
 
-        raise not_supported_yet("statestore reader", "load", "stateVarName and readRegisteredTimers are not read yet")
-    join_stores = files.exists(f"state/{opts.operator_id}/0/left-keyToNumValues/_metadata/schema")
-    if opts.store_name != "default" and not join_stores:
-        # Spark takes another store name of an operator that is not a join (with its stores in
-        # directories of their own) for a state variable's, whose single operator entry it then
-        # requires: a bare requirement failure
-        raise StatestreamIllegalArgumentException("requirement failed")
-    md = read_operator_metadata(state_root, opts.operator_id)
-    # a join side is read from the side's rows store; its key from the counts store's schema
-    store_name = f"{opts.join_side}-keyWithIndexToValue" if opts.join_side != "none" else opts.store_name
-    stores = [s for s in md.state_store_info if s.store_name == store_name] if md is not None else []
-    if not stores:
-        schema = None
-    elif opts.join_side != "none" or opts.store_name != "default":
-        schema = read_store_schema(state_root, opts.operator_id, store_name)
-    else:
-        schema = read_state_schema(state_root, opts.operator_id)
-    if schema is None:
-        raise _error(
-            "STDS_FAILED_TO_READ_STATE_SCHEMA",
-            "Failed to read the state schema. Either the file does not exist, or the file is corrupted. "
-            f"options: {opts.spark_text()}.\nRerun the streaming query to construct the state schema, and report to the "
-            "corresponding communities or vendors if the error persists.",
-            {"sourceOptions": opts.spark_text()},
-        )
+def _partitions(opts: StateSourceOptions, files: CheckpointFileManager) -> tuple[int, ...]:
+    """The state partitions to read, with Spark's errors when the batch's offsets, any partition
+    or the one asked for are missing."""
     if not files.exists(f"offsets/{opts.batch_id}"):
         raise _error(
             "STDS_OFFSET_LOG_UNAVAILABLE",
@@ -353,13 +355,9 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
             "data source.",
             {"batchId": str(opts.batch_id), "checkpointLocation": opts.location},
         )
-    op_files = files.child(f"state/{opts.operator_id}")
-    partitions = tuple(sorted(int(n) for n in op_files.list() if n.isdigit()))
     # a repartition leaves the partitions above the new count with their old files: the
     # batch's own count (pinned in its offset entry) says which partitions hold its state
-    count = partitions_of_batch(OffsetSeqLog(files.child("offsets")).get(opts.batch_id))
-    if count is not None:
-        partitions = tuple(p for p in partitions if p < count)
+    partitions = tuple(state_partitions_of_batch(files, opts.operator_id, opts.batch_id))
     if not partitions:
         raise _error(
             "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE",
@@ -378,6 +376,111 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
                 {"snapshotPartitionId": str(opts.snapshot_partition_id), "operatorId": str(opts.operator_id), "checkpointLocation": location},
             )
         partitions = (opts.snapshot_partition_id,)
+    return partitions
+
+
+def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, md: Any) -> tuple[PythonStateReadPlan, Any]:
+    """A transformWithState's variable or timers: Spark's checks of ``stateVarName`` and
+    ``readRegisteredTimers`` (in its order), then the variable's layout."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_json_value
+
+    if opts.state_var_name is None and not opts.read_registered_timers:
+        raise _required("stateVarName")
+    state_root = files.child("state").root
+    props = read_operator_properties(state_root, opts.operator_id) or {}
+    schema = read_state_schema(state_root, opts.operator_id)
+    recorded = json.loads(props[OPERATOR_PROPERTIES_PROPERTY]) if OPERATOR_PROPERTIES_PROPERTY in props else None
+    if recorded is not None:
+        variables = {v["stateName"]: bool(v["ttlEnabled"]) for v in recorded.get("stateVariables", [])}
+        time_mode = recorded.get("timeMode")
+    else:  # a checkpoint written before the record: its stores, none with a TTL
+        variables = {s.store_name: False for s in md.state_store_info if s.store_name != "default"}
+        time_mode = props.get("timeMode")
+    if not variables:
+        raise _invalid("stateVarName", "WITH_MESSAGE", "No state variable names are defined for the transformWithState operator")
+    if opts.read_registered_timers:
+        if time_mode == "NoTime":
+            raise _invalid("readRegisteredTimers", "WITH_MESSAGE", "Registered timers are not available in TimeMode=None.")
+        name = "$procTimers_keyToTimestamp" if time_mode == "ProcessingTime" else "$eventTimers_keyToTimestamp"
+    else:
+        assert opts.state_var_name is not None
+        name = opts.state_var_name
+    if name not in variables:
+        raise _invalid("stateVarName", "WITH_MESSAGE", f"State variable {name} is not defined for the transformWithState operator.")
+    if schema is None:
+        raise _schema_unreadable(opts)
+    partitions = _partitions(opts, files)
+    grouping = StructType.fromJson(schema.key_schema)
+    kind, value, user_key = "timers", None, None
+    if not opts.read_registered_timers:
+        stored = {f["name"]: f for f in schema.value_schema.get("fields", [])}
+        if name not in stored:
+            raise _schema_unreadable(opts)
+        kind = variable_kind(stored[name])
+        t = _parse_datatype_json_value(stored[name]["type"])
+        value, user_key = (t.elementType, None) if kind == "list" else (t.valueType, t.keyType) if kind == "map" else (t, None)
+    change_feed = opts.read_change_feed
+    spark_schema = python_state_schema(kind, grouping, value, user_key, variables[name], opts.flatten_collection_types, change_feed)
+    version = opts.batch_id + 1
+    plan = PythonStateReadPlan(
+        state_root=state_root,
+        operator_id=opts.operator_id,
+        store_name=name,
+        kind=kind,
+        partitions=partitions,
+        version=stored_version(state_root, opts.operator_id, name, version),
+        begins_at=store_begins_at(state_root, opts.operator_id, name),
+        change_versions=(opts.change_start_batch_id + 1, opts.change_end_batch_id + 1) if change_feed else None,  # type: ignore[operator]
+        num_grouping=len(grouping.fields),
+        ttl=variables[name],
+        flatten=opts.flatten_collection_types,
+        arrow_schema=to_arrow_schema(spark_schema),
+    )
+    return plan, (spark_schema, {})
+
+
+def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
+    """What the read needs, and its schema; Spark's errors for what the checkpoint lacks."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructType
+
+    files = CheckpointFileManager(opts.path)
+    state_root = files.child("state").root
+    join_stores = files.exists(f"state/{opts.operator_id}/0/left-keyToNumValues/_metadata/schema")
+    md = read_operator_metadata(state_root, opts.operator_id)
+    operator_name = md.operator_name if md is not None else None
+    if opts.store_name != "default" and not join_stores:
+        # Spark takes another store name of an operator that is not a join (with its stores in
+        # directories of their own) for a state variable's name
+        opts = dataclasses.replace(opts, state_var_name=opts.store_name, store_name="default")
+    if operator_name in PYTHON_STATE_OPERATORS:
+        assert md is not None
+        return _plan_python_state(opts, files, md)
+    if opts.state_var_name is not None or opts.read_registered_timers:
+        if md is None or len([s for s in md.state_store_info if s.store_name == opts.store_name]) != 1:
+            raise StatestreamIllegalArgumentException("requirement failed")
+        option, what = (
+            ("stateVarName", "Providing state variable names") if opts.state_var_name is not None
+            else ("readRegisteredTimers", "Providing readRegisteredTimers=true")
+        )
+        raise _invalid(
+            option, "WITH_MESSAGE",
+            f"{what} is only supported with the transformWithState operator. Found operator={operator_name}. Please remove "
+            "this option and re-run the query.",
+        )
+    # a join side is read from the side's rows store; its key from the counts store's schema
+    store_name = f"{opts.join_side}-keyWithIndexToValue" if opts.join_side != "none" else opts.store_name
+    stores = [s for s in md.state_store_info if s.store_name == store_name] if md is not None else []
+    if not stores:
+        schema = None
+    elif opts.join_side != "none" or opts.store_name != "default":
+        schema = read_store_schema(state_root, opts.operator_id, store_name)
+    else:
+        schema = read_state_schema(state_root, opts.operator_id)
+    if schema is None:
+        raise _schema_unreadable(opts)
+    partitions = _partitions(opts, files)
     key_type = StructType.fromJson(schema.key_schema)
     value_type = StructType.fromJson(schema.value_schema)
     key_take: int | None = None
@@ -538,6 +641,12 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
     return pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
 
 
+def _any_partition_table(plan: "_ReadPlan | PythonStateReadPlan", partition: int) -> pa.Table:
+    if isinstance(plan, PythonStateReadPlan):
+        return python_state_partition_table(plan, partition)
+    return _partition_table(plan, partition)
+
+
 def _fill_nulls(array: pa.Array, target: pa.Field) -> pa.Array:
     """A removal's value columns are null; under a null value struct they are never shown, but a
     field the schema declares non-null must still hold something: the type's zero."""
@@ -571,7 +680,7 @@ def read_state_store(spark: "SparkSession", options: Mapping[str, Any], path: st
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for partition in batch.column(0).to_pylist():
-                yield from _partition_table(plan, partitions[partition]).to_batches()
+                yield from _any_partition_table(plan, partitions[partition]).to_batches()
 
     ids = spark.range(0, len(partitions), 1, max(1, len(partitions)))
     from pyspark.sql import functions as F
@@ -585,9 +694,9 @@ def read_state_table(options: Mapping[str, Any], path: str | None = None) -> pa.
     what the command line shows. Same options, errors and layout as ``read_state_store``."""
     opts = StateSourceOptions.parse(options, path)
     plan, (schema, final) = _plan(opts)
-    parts = [_partition_table(plan, p) for p in plan.partitions]
+    parts = [_any_partition_table(plan, p) for p in plan.partitions]
     table = pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
-    for name in ("key", "value"):
+    for name in final:
         column = table.column(name).combine_chunks()
         named = pa.StructArray.from_arrays(
             column.flatten(), names=[f.name for f in final[name].fields], mask=column.is_null() if column.null_count else None

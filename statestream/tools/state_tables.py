@@ -36,12 +36,35 @@ from statestream.state.provider import StateStoreProvider, stored_schemas
 from statestream.state.schema import read_all_operator_metadata
 from statestream.state.store import StateStoreId
 
-__all__ = ["PARTITION_COLUMN", "StateTables"]
+__all__ = ["PARTITION_COLUMN", "StateTables", "store_begins_at", "stored_version"]
 
 log = logging.getLogger(__name__)
 
 #: the column that says which state partition a row belongs to
 PARTITION_COLUMN = "partition_id"
+
+
+def store_begins_at(state_root: str, operator_id: int, store_name: str) -> int | None:
+    """The version a store began at: the batch that first declared it, as the operator
+    properties record it (a transformWithState variable added on restart); 0 for other
+    operators' stores; None where not recorded (inferred from the files)."""
+    from statestream.state.schema import read_operator_properties, read_stores_first_batch
+
+    if read_operator_properties(state_root, operator_id) is None:
+        return 0
+    return (read_stores_first_batch(state_root, operator_id) or {}).get(store_name)
+
+
+def stored_version(state_root: str, operator_id: int, store_name: str, version: int) -> int:
+    """The version whose files hold ``version`` of the store: a variable that the running
+    processor does not declare kept its content from the version its files stop at, until
+    the batch that declares it again (whose snapshot carries that content on)."""
+    from statestream.state.schema import read_dormant_stores
+
+    frozen, again = read_dormant_stores(state_root, operator_id).get(store_name, (None, None))
+    if frozen is not None and version > frozen and (again is None or version <= again):
+        return frozen
+    return version
 
 
 class StateTables:
@@ -77,15 +100,11 @@ class StateTables:
         return ops[operator_id]
 
     def _partitions(self, operator_id: int, version: int) -> list[int]:
-        """The partitions holding ``version`` of an operator's state: a repartition leaves the
-        partitions above its new count with their old files, so the count that the batch
-        pinned in its offset entry bounds them."""
-        from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+        """The partitions holding ``version`` of an operator's state (see
+        ``state_partitions_of_batch``: a repartition leaves higher partitions behind)."""
+        from statestream.checkpoint.offsets import state_partitions_of_batch
 
-        op = CheckpointFileManager(self.state_root).child(str(operator_id))
-        found = sorted(int(n) for n in op.list() if n.isdigit()) if op.exists() else []
-        count = partitions_of_batch(OffsetSeqLog(self._root_files.child("offsets")).get(version - 1))
-        return [p for p in found if count is None or p < count]
+        return state_partitions_of_batch(self._root_files, operator_id, version - 1)
 
     def _provider(self, operator_id: int, partition: int, store_name: str) -> StateStoreProvider | None:
         sid = StateStoreId(self.state_root, operator_id, partition, store_name)
@@ -93,25 +112,10 @@ class StateTables:
         return None if schemas is None else StateStoreProvider(sid, *schemas)
 
     def _begins_at(self, operator_id: int, store_name: str) -> int | None:
-        """The version a store began at: the batch that first declared it, as the operator
-        properties record it (a transformWithState variable added on restart); 0 for other
-        operators' stores; None where not recorded (inferred from the files)."""
-        from statestream.state.schema import read_operator_properties, read_stores_first_batch
-
-        if read_operator_properties(self.state_root, operator_id) is None:
-            return 0
-        return (read_stores_first_batch(self.state_root, operator_id) or {}).get(store_name)
+        return store_begins_at(self.state_root, operator_id, store_name)
 
     def _stored_version(self, operator_id: int, store_name: str, version: int) -> int:
-        """The version whose files hold ``version`` of the store: a variable that the running
-        processor does not declare kept its content from the version its files stop at, until
-        the batch that declares it again (whose snapshot carries that content on)."""
-        from statestream.state.schema import read_dormant_stores
-
-        frozen, again = read_dormant_stores(self.state_root, operator_id).get(store_name, (None, None))
-        if frozen is not None and version > frozen and (again is None or version <= again):
-            return frozen
-        return version
+        return stored_version(self.state_root, operator_id, store_name, version)
 
     def _version(self, batch_id: int | None) -> int:
         last = self.last_committed_batch()

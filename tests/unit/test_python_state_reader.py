@@ -1,0 +1,95 @@
+"""Rules of the transformWithState state reader (tools/python_state_reader), without Spark."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.types import ArrayType, IntegerType, LongType, MapType, StringType, StructField, StructType
+
+from statestream.operators.transform_with_state import _java_string_hash, scala_hash_map_order, spark_operator_properties
+from statestream.operators.stateful_processor_handle import EVENT_TIME, NO_TIME, StateVariableInfo
+from statestream.state.provider import OP_COLUMN
+from statestream.state.store import OP_PUT
+from statestream.tools.python_state_reader import PythonStateReadPlan, _list_changes, _rows, python_state_schema, variable_kind
+
+G = StructType([StructField("k", StringType(), True, {"spark.watermarkDelayMs": 1})])
+V = StructType([StructField("v", LongType())])
+U = StructType([StructField("u", IntegerType())])
+
+
+def test_java_string_hash_is_javas():
+    # values of java.lang.String.hashCode
+    assert _java_string_hash("") == 0
+    assert _java_string_hash("a") == 97
+    assert _java_string_hash("hello") == 99162322
+    assert _java_string_hash("polygenelubricants") == -2147483648
+
+
+def test_hash_map_order_is_by_bucket_then_hash():
+    names = ["seen", "counts", "$eventTimers_keyToTimestamp", "session"]
+    ordered = scala_hash_map_order(names)
+    assert sorted(ordered) == sorted(names)
+    assert scala_hash_map_order(list(reversed(names))) == ordered  # independent of insertion order
+
+
+def test_operator_properties_list_this_runs_variables_and_timers():
+    variables = (StateVariableInfo("a", "value", V), StateVariableInfo("b", "list", V, ttl_ms=1000))
+    text = spark_operator_properties(EVENT_TIME, "update", variables)
+    assert text.startswith('{"timeMode":"EventTime","outputMode":"Update","stateVariables":[')
+    assert '{"stateName":"b","stateVariableType":"ListState","ttlEnabled":true}' in text
+    assert '{"stateName":"$eventTimers_keyToTimestamp","stateVariableType":"TimerState","ttlEnabled":false}' in text
+    assert "Timers" not in spark_operator_properties(NO_TIME, "append", variables)
+
+
+def test_kind_comes_from_the_schema_files_field():
+    assert variable_kind({"name": "l", "type": ArrayType(V).jsonValue()}) == "list"
+    assert variable_kind({"name": "m", "type": MapType(U, V).jsonValue()}) == "map"
+    assert variable_kind({"name": "v", "type": V.jsonValue()}) == "value"
+
+
+def test_schemas_per_kind_and_option():
+    names = lambda s: [f.name for f in s.fields]  # noqa: E731
+    assert names(python_state_schema("value", G, V, None, False, True, False)) == ["key", "value", "partition_id"]
+    assert names(python_state_schema("list", G, V, None, False, False, False)) == ["key", "list_value", "partition_id"]
+    assert names(python_state_schema("list", G, V, None, False, False, True))[:4] == ["batch_id", "change_type", "key", "list_element"]
+    assert names(python_state_schema("map", G, V, U, False, True, False)) == ["key", "user_map_key", "user_map_value", "partition_id"]
+    assert names(python_state_schema("timers", G, None, None, False, True, False)) == ["key", "expiration_timestamp_ms", "partition_id"]
+    ttl = python_state_schema("value", G, V, None, True, True, False)
+    assert [f.name for f in ttl["value"].dataType.fields] == ["value", "ttlExpirationMs"]
+    assert python_state_schema("value", G, V, None, False, True, False)["key"].dataType.fields[0].metadata == {}
+
+
+def _plan(kind: str, flatten: bool, change_feed: bool = False, user_key=None) -> PythonStateReadPlan:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = python_state_schema(kind, G, V, user_key, False, flatten, change_feed)
+    return PythonStateReadPlan("/x", 0, "l", kind, (0,), 1, 0, (1, 1) if change_feed else None, 1, False, flatten, to_arrow_schema(schema))
+
+
+def _list_table(keys, indexes, values) -> pa.Table:
+    return pa.table({"k": keys, "__index": pa.array(indexes, pa.int64()), "__value": pa.array([{"v": v} for v in values])})
+
+
+def test_list_unflattened_keeps_index_order():
+    table = _list_table(["a", "b", "a", "a"], [3, 1, 1, 2], [30, 10, 10, 20])
+    out = _rows(_plan("list", flatten=False), table, 4).to_pylist()
+    got = {r["key"]["k"]: [e["v"] for e in r["list_value"]] for r in out}
+    assert got == {"a": [10, 20, 30], "b": [10]}
+    assert {r["partition_id"] for r in out} == {4}
+
+
+def test_map_unflattened_groups_entries_by_key():
+    table = pa.table({"k": ["a", "a", "b"], "__userKey": pa.array([{"u": 1}, {"u": 2}, {"u": 1}]), "__value": pa.array([{"v": 5}, {"v": 6}, {"v": 7}])})
+    out = _rows(_plan("map", flatten=False, user_key=U), table, 0).to_pylist()
+    got = {r["key"]["k"]: sorted((k["u"], v["v"]) for k, v in r["map_value"]) for r in out}
+    assert got == {"a": [(1, 5), (2, 6)], "b": [(1, 7)]}
+
+
+def test_list_changes_per_key():
+    puts, removes = OP_PUT, 1 - OP_PUT
+    delta = _list_table(["a", "a", "b", "c", "c"], [1, 2, 1, 1, 2], [1, 2, 9, 3, 4]).append_column(
+        OP_COLUMN, pa.array([removes, puts, removes, puts, puts], pa.int8())
+    )
+    delta = delta.set_column(2, "__value", pa.array([None, {"v": 2}, None, {"v": 3}, {"v": 4}], pa.struct([("v", pa.int64())])))
+    rows, kinds = _list_changes(delta, _plan("list", flatten=True, change_feed=True))
+    got = sorted(zip(rows.column("k").to_pylist(), kinds.to_pylist(), [None if v is None else v["v"] for v in rows.column("__value").to_pylist()]))
+    assert got == [("a", "update", 2), ("b", "delete", None), ("c", "append", 3), ("c", "append", 4)]
