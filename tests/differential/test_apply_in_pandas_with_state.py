@@ -168,6 +168,9 @@ def test_running_count_update(spark, ours, tmp_path):
     assert [b.state[0]["operatorName"] for b in exp.batches] == ["applyInPandasWithState"] * 3
     assert counts(exp, "numRowsTotal") == [2, 2, 3]
     assert counts(exp, "numRowsUpdated") == [2, 1, 2]
+    from tests.differential.test_transform_with_state import assert_state_reads_equal
+
+    assert_state_reads_equal(spark, ours, exp, act, [{}], [{}])
 
 
 def test_state_removal(spark, ours, tmp_path):
@@ -190,11 +193,14 @@ SESSION_BATCHES = [
 
 def test_sessions_with_event_time_timeout(spark, ours, tmp_path):
     """Sessions close in the batch where the watermark passes last + 10 s, data or no-data."""
-    exp, _ = assert_equivalent(spark, ours, q_sessions, SESSION_BATCHES, "k STRING, t LONG", "append", tmp_path)
+    exp, act = assert_equivalent(spark, ours, q_sessions, SESSION_BATCHES, "k STRING, t LONG", "append", tmp_path)
     closed = [sorted((r["k"], r["count"]) for r in b.rows if r["closed"]) for b in exp.batches]
     assert [("a", 3), ("b", 1)] in closed  # closed by a watermark move
     assert sum(counts(exp, "numRowsDroppedByWatermark")) == 1
     assert any(b.num_input_rows == 0 and b.rows for b in exp.batches)  # a no-data batch fired timeouts
+    from tests.differential.test_transform_with_state import assert_state_reads_equal
+
+    assert_state_reads_equal(spark, ours, exp, act, [{}], [{}])
 
 
 def test_restart_mid_stream(spark, ours, tmp_path):
