@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.checkpoint.offsets import state_partitions_of_batch
+from statestream.checkpoint.offsets import OffsetSeqLog, is_repartition_batch, partitions_of_batch, state_partitions_of_batch
 from statestream.errors import (
     StatestreamIllegalArgumentException,
     StatestreamNumberFormatException,
@@ -355,6 +355,19 @@ def _partitions(opts: StateSourceOptions, files: CheckpointFileManager) -> tuple
             "data source.",
             {"batchId": str(opts.batch_id), "checkpointLocation": opts.location},
         )
+    if opts.read_change_feed:
+        assert opts.change_start_batch_id is not None and opts.change_end_batch_id is not None
+        offset_log = OffsetSeqLog(files.child("offsets"))
+        for batch in range(opts.change_start_batch_id, opts.change_end_batch_id + 1):
+            if is_repartition_batch(offset_log, batch):
+                # the repartition wrote every partition's state anew as a snapshot: there is
+                # no change to show for that batch, and keys moved between partitions
+                raise _invalid(
+                    "changeStartBatchId" if batch > opts.change_start_batch_id else "changeEndBatchId", "WITH_MESSAGE",
+                    f"the change feed cannot span batch {batch}, where the state was repartitioned from "
+                    f"{partitions_of_batch(offset_log.get(batch - 1))} to {partitions_of_batch(offset_log.get(batch))} "
+                    f"partitions. Read the changes up to batch {batch - 1}, or from batch {batch + 1}.",
+                )
     # a repartition leaves the partitions above the new count with their old files: the
     # batch's own count (pinned in its offset entry) says which partitions hold its state
     partitions = tuple(state_partitions_of_batch(files, opts.operator_id, opts.batch_id))

@@ -291,6 +291,22 @@ def test_repartition_then_more_batches_equals_spark(spark, runs, name, tmp_path)
         assert {r.partition_id for r in ours.select("partition_id").collect()} <= {0, 1}, pick
     metadata = StreamingSession(spark).read.format("state-metadata").load(checkpoint).collect()
     assert {r.numPartitions for r in metadata} == {2}, metadata
+    # a change feed cannot cross a repartition batch (every key rewritten, maybe elsewhere):
+    # refused naming the batch; the changes after it read
+    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.checkpoint.offsets import OffsetSeqLog, is_repartition_batch
+
+    log = OffsetSeqLog(CheckpointFileManager(checkpoint).child("offsets"))
+    last = log.get_latest_batch_id()
+    assert last is not None
+    moved = [b for b in range(last + 1) if is_repartition_batch(log, b)]
+    assert len(moved) == 2, moved
+    feed = dict(READS[name][0], readChangeFeed="true", changeStartBatchId=0)
+    with pytest.raises(Exception, match=f"cannot span batch {moved[0]}, where the state was repartitioned from 4 to 7"):
+        StreamingSession(spark).read.format("statestore").options(**feed).load(checkpoint).collect()
+    if moved[-1] < last:
+        feed["changeStartBatchId"] = moved[-1] + 1
+        StreamingSession(spark).read.format("statestore").options(**feed).load(checkpoint).collect()
 
 
 # -- rollback (issue 16, item 3) ------------------------------------------------------------------
