@@ -64,6 +64,7 @@ __all__ = [
     "DROPPED_DUPLICATES_METRIC",
     "first_occurrence_indices",
     "binary_comparable",
+    "binary_comparable_decoded",
 ]
 
 #: The operator's custom metric (Spark's name), reported under ``customMetrics``.
@@ -199,6 +200,39 @@ def binary_comparable(keys: pa.Table) -> pa.Table:
             cols.append(col)
             fields.append(f)
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def binary_comparable_decoded(arr: pa.Array, spark_type: Any) -> pa.Array | None:
+    """One key column as the state holds it (:func:`binary_comparable`) back as the query had
+    it, given its Spark type (``jsonValue`` form, as the state schema file records it):
+    floating-point columns and struct fields from their bits (``-0.0`` and NaN included, NaN
+    canonical), other columns as they are. None when the column holds an encoding that has no
+    decoding yet (a list's byte encoding). A column stored as it was (a float stored as a float)
+    is returned as it is."""
+    t = arr.type
+    if spark_type == "double" and t == pa.int64():
+        return arr.view(pa.float64())
+    if spark_type == "float" and t == pa.int32():
+        return arr.view(pa.float32())
+    kind = spark_type.get("type") if isinstance(spark_type, dict) else None
+    if kind == "struct" and pa.types.is_struct(t):
+        fields = spark_type.get("fields", [])
+        if len(fields) != t.num_fields:
+            return None
+        children = []
+        for i, f in enumerate(fields):
+            child = binary_comparable_decoded(arr.field(i), f.get("type"))
+            if child is None:
+                return None
+            children.append(child)
+        if all(c.type == t.field(i).type for i, c in enumerate(children)):
+            return arr
+        out_fields = [pa.field(t.field(i).name, c.type, t.field(i).nullable) for i, c in enumerate(children)]
+        mask = pc.is_null(arr) if arr.null_count else None
+        return pa.StructArray.from_arrays(children, fields=out_fields, mask=mask)
+    if kind == "array" and (pa.types.is_large_binary(t) or pa.types.is_binary(t)):
+        return None
+    return arr
 
 
 def first_occurrence_indices(keys: pa.Table) -> np.ndarray:

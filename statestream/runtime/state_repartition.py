@@ -14,7 +14,9 @@ How (the layout of Spark's own offline repartition, which writes a batch of its 
    the keys to Spark to compute ``pmod(hash(keys), N)`` (the partition Spark's exchange gives a
    key, so each key's state stays where its input rows arrive), checks that the same hash
    modulo the old count gives back the partition each key was read from (a store whose keys do
-   not follow Spark's hash is refused rather than scattered), and writes each key's rows into
+   not follow Spark's hash is refused rather than scattered; a deduplication's keys, which its
+   state holds binary-comparable, are hashed decoded, and a key type with no decoding yet is
+   refused before anything is written), and writes each key's rows into
    the new partition's share; a second job joins the shares of each new partition into a
    snapshot of version ``R + 1``.
 3. Each operator's metadata records ``N``; then ``commits/R`` (with ``B``'s watermark) makes the
@@ -32,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +56,7 @@ from statestream.errors import (
     spark_error_text,
 )
 from statestream.faults import crash_point
+from statestream.state import schema as S
 from statestream.state.schema import SINGLE_PARTITION_OPERATORS
 
 if TYPE_CHECKING:
@@ -166,6 +169,66 @@ def hash_key_count(operator_name: str, store_name: str, key_names: list[str], nu
     return n
 
 
+def hashed_key_columns(
+    checkpoint: str,
+    operator_id: int,
+    operator_name: str,
+    key_schema: pa.Schema,
+    hash_keys: int,
+    spark_key_schema: Mapping[str, Any] | None,
+) -> tuple[pa.Schema, tuple[Any, ...] | None]:
+    """The ``hash_keys`` leading key columns as Spark's exchange hashed them, and the Spark types
+    to decode the stored columns with (None: they are hashed as stored).
+
+    A deduplication stores its keys binary-comparable (``operators.dedup.binary_comparable``:
+    floating-point values as their bits, lists as bytes), while the exchange hashed the values
+    (Spark's hash of ``-0.0`` is that of ``0.0``, of an array that of its elements): such
+    columns are decoded first (``spark_key_schema``: the operator's key schema file). A key
+    column that has no decoding yet (an array) is refused before anything is written, naming
+    the operator and the column: its keys' partitions cannot be computed."""
+    from statestream.operators.dedup import StreamingDeduplicateExec, StreamingDeduplicateWithinWatermarkExec, binary_comparable_decoded
+
+    hashed = pa.schema(list(key_schema)[:hash_keys])
+    if operator_name not in (StreamingDeduplicateExec.operator_name, StreamingDeduplicateWithinWatermarkExec.operator_name):
+        return hashed, None
+    spark_fields = (spark_key_schema or {}).get("fields") or []
+    if len(spark_fields) < hash_keys:
+        return hashed, None  # no schema file to decode by (the hash check still guards the move)
+    types = tuple(f.get("type") for f in spark_fields[:hash_keys])
+    decoded = []
+    for f, spark_type in zip(hashed, types):
+        column = binary_comparable_decoded(pa.array([], type=f.type), spark_type)
+        if column is None:
+            raise invalid_checkpoint(
+                "UNSUPPORTED_STATEFUL_OPERATOR", checkpoint,
+                operatorName=(
+                    f"{operator_name} (operator {operator_id}: its key column {f.name!r}, {S.render_data_type(spark_type)}, is "
+                    "stored byte-encoded, and repartition cannot compute Spark's hash of such a key from it yet; "
+                    "nothing was changed)"
+                ),
+            )
+        decoded.append(pa.field(f.name, column.type, f.nullable))
+    if all(d.type == f.type for d, f in zip(decoded, hashed)):
+        return hashed, None
+    return pa.schema(decoded), types
+
+
+def hash_input(table: pa.Table, hash_keys: int, key_types: tuple[Any, ...] | None) -> list[pa.Array]:
+    """A store's ``hash_keys`` leading key columns as Spark's exchange hashed them (decoded by
+    ``key_types``, see :func:`hashed_key_columns`)."""
+    columns = [c.combine_chunks() for c in table.columns[:hash_keys]]
+    if key_types is None:
+        return columns
+    from statestream.operators.dedup import binary_comparable_decoded
+
+    out = []
+    for c, t in zip(columns, key_types):
+        decoded = binary_comparable_decoded(c, t)
+        assert decoded is not None  # refused before the move (hashed_key_columns)
+        out.append(decoded)
+    return out
+
+
 @dataclass(frozen=True)
 class RepartitionStep:
     """What a repartition does (decided from the logs, before anything is written)."""
@@ -231,6 +294,8 @@ class _Store:
     work_root: str
     hash_keys: int
     single_partition: bool
+    #: the Spark types to decode the hashed key columns with (``hash_input``); None: as stored
+    key_types: tuple[Any, ...] | None = None
 
 
 def _provider(store: _Store, partition: int) -> Any:
@@ -264,14 +329,15 @@ def _read_ipc(files: CheckpointFileManager, rel: str) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(files.read_bytes(rel))).read_all()
 
 
-def _split_store(spark: "SparkSession", store: _Store, key_schema: pa.Schema) -> int:
+def _split_store(spark: "SparkSession", store: _Store, hashed_schema: pa.Schema) -> int:
     """Job 1 of a store: each old partition's rows split into the new partitions' shares, each
-    key placed by Spark's hash. Returns the rows moved."""
+    key placed by Spark's hash (``hashed_schema``: the hashed key columns as Spark saw them, see
+    :func:`hashed_key_columns`). Returns the rows moved."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
-    hashed = pa.schema([pa.field(f"_k{i}", f.type, True) for i, f in enumerate(list(key_schema)[: store.hash_keys])])
+    hashed = pa.schema([pa.field(f"_k{i}", f.type, True) for i, f in enumerate(hashed_schema)])
     wire = StructType([StructField("_p", IntegerType()), StructField("_i", LongType()), *from_arrow_schema(hashed).fields])
 
     def emit_keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -282,7 +348,7 @@ def _split_store(spark: "SparkSession", store: _Store, key_schema: pa.Schema) ->
                     continue
                 n = table.num_rows
                 columns = [pa.array(np.full(n, partition, dtype=np.int32)), pa.array(np.arange(n, dtype=np.int64))]
-                columns += [c.combine_chunks() for c in table.columns[: store.hash_keys]]
+                columns += hash_input(table, store.hash_keys, store.key_types)
                 yield from pa.Table.from_arrays(columns, schema=pa.schema([pa.field("_p", pa.int32()), pa.field("_i", pa.int64()), *hashed])).to_batches()
 
     done = StructType([StructField("_p", IntegerType()), StructField("rows", LongType())])
@@ -419,6 +485,10 @@ class OfflineStateRepartitionRunner:
 
         base_entry = self.offset_log.get(step.base_batch)
         assert base_entry is not None and base_entry.metadata is not None
+        state_root = self.fm.child("state").root
+        work = self.fm.child(f"{WORK_DIR}/{step.repartition_batch}")
+        operators = read_all_operator_metadata(state_root) if self.fm.exists("state") else {}
+        stores = self._stores(step, state_root, work, operators)  # its refusals before anything is written
         if not step.resume:
             conf = dict(base_entry.metadata.conf)
             conf[SHUFFLE_PARTITIONS] = str(step.new_partitions)
@@ -426,15 +496,11 @@ class OfflineStateRepartitionRunner:
             if not self.offset_log.add(step.repartition_batch, OffsetSeq(list(base_entry.offsets), meta)):
                 raise concurrent_stream_log_update_error(step.repartition_batch, self.offset_log.path_of(step.repartition_batch))
         crash_point("repartition_after_offsets", step.repartition_batch)
-        state_root = self.fm.child("state").root
-        work = self.fm.child(f"{WORK_DIR}/{step.repartition_batch}")
         self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
-        operators = read_all_operator_metadata(state_root) if self.fm.exists("state") else {}
-        stores = self._stores(step, state_root, work, operators)
         rows: dict[tuple[int, str], int] = {}
-        for store, key_schema in stores:
+        for store, hashed_schema in stores:
             if not store.single_partition:
-                rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, key_schema)
+                rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, hashed_schema)
         if stores:
             _build_snapshots(self.spark, [s for s, _ in stores])
         if operators:
@@ -454,6 +520,7 @@ class OfflineStateRepartitionRunner:
         from statestream.state.schema import read_dormant_stores, read_operator_properties, read_stores_first_batch
 
         out = []
+        spark_keys: dict[int, Any] = {}
         for op_id, md in sorted(operators.items()):
             python_state = read_operator_properties(state_root, op_id) is not None
             first = read_stores_first_batch(state_root, op_id) or {} if python_state else {}
@@ -484,7 +551,11 @@ class OfflineStateRepartitionRunner:
                 from dataclasses import replace
 
                 n = hash_key_count(md.operator_name, info.store_name, key_schema.names, info.num_cols_prefix_key)
-                out.append((replace(store, hash_keys=n), key_schema))
+                if op_id not in spark_keys:
+                    stored = S.read_state_schema(state_root, op_id)
+                    spark_keys[op_id] = None if stored is None else stored.key_schema
+                hashed, key_types = hashed_key_columns(self.checkpoint, op_id, md.operator_name, key_schema, n, spark_keys[op_id])
+                out.append((replace(store, hash_keys=n, key_types=key_types), hashed))
         return out
 
 
