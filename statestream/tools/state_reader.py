@@ -332,6 +332,9 @@ class _ReadPlan:
     value_recipe: tuple[tuple[str, Any], ...] | None = None
     #: the leading key columns the reader shows (a join side's keys without the index)
     key_take: int | None = None
+    #: a deduplication's key columns' Spark types (``jsonValue``): its state holds floating
+    #: point keys as their bits (``binary_comparable``), shown decoded
+    decode_keys: tuple[Any, ...] | None = None
 
 
 def _schema_unreadable(opts: StateSourceOptions) -> StatestreamSparkRuntimeException:
@@ -532,11 +535,13 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
         arrow_schema=to_arrow_schema(spark_schema),
         value_recipe=_recipe(md.operator_name if md is not None else "", store_name, final["value"], len(key_type.fields)),
         key_take=key_take,
+        decode_keys=tuple(f["type"] for f in schema.key_schema.get("fields", [])) if operator_name in DEDUP_OPERATORS else None,
     )
     return plan, (spark_schema, final)
 
 
 SESSION_OPERATOR = "sessionWindowStateStoreSaveExec"
+DEDUP_OPERATORS = frozenset({"dedupe", "dedupeWithinWatermark"})
 JOIN_OPERATOR = "symmetricHashJoin"
 
 
@@ -567,6 +572,19 @@ def _session_recipe(value_type: Any, num_keys: int) -> tuple[tuple[str, Any], ..
             key_index += 1
     recipe += [("stored", j) for j in range(1, len(value_type.fields) - num_keys + 1)]
     return tuple(recipe)
+
+
+def _key_arrays(plan: _ReadPlan, keys: list[pa.Array]) -> list[pa.Array]:
+    """The stored key columns as the query had them (a deduplication's decoded)."""
+    if plan.decode_keys is None:
+        return keys
+    from statestream.operators.dedup import binary_comparable_decoded
+
+    out = []
+    for column, spark_type in zip(keys, plan.decode_keys):
+        decoded = binary_comparable_decoded(column, spark_type)
+        out.append(column if decoded is None else decoded)
+    return out
 
 
 def _value_arrays(plan: _ReadPlan, keys: list[pa.Array], values: list[pa.Array]) -> list[pa.Array]:
@@ -621,7 +639,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
             )
         table = provider.get_read_store(plan.version).table()
         n = table.num_rows
-        keys = [c.combine_chunks() for c in table.columns[:nk]]
+        keys = _key_arrays(plan, [c.combine_chunks() for c in table.columns[:nk]])
         values = _value_arrays(plan, keys, [c.combine_chunks() for c in table.columns[nk:nk + nv]])
         keys = keys[: plan.key_take] if plan.key_take is not None else keys
         columns = {
@@ -640,7 +658,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         ops = delta.column(OP_COLUMN).to_numpy()
         deleted = pa.array(ops != OP_PUT)
         value_type = plan.arrow_schema.field("value").type
-        keys = [c.combine_chunks() for c in delta.columns[:nk]]
+        keys = _key_arrays(plan, [c.combine_chunks() for c in delta.columns[:nk]])
         stored = _value_arrays(plan, keys, [c.combine_chunks() for c in delta.columns[nk:nk + nv]])
         children = [_fill_nulls(c, value_type.field(i)) for i, c in enumerate(stored)]
         value = pa.StructArray.from_arrays(children, fields=list(value_type), mask=deleted)

@@ -430,3 +430,25 @@ def test_late_row_ledger_holds_what_the_watermark_dropped(spark, runs, name, tmp
     again = collections.Counter(_ledger(ledger).column("batch").to_pylist())
     counted = {b.batch_id: b.state[0]["numRowsDroppedByWatermark"] for b in rerun.batches if b.state[0]["numRowsDroppedByWatermark"]}
     assert dict(again) == counted and sum(counted.values()) == sum(drops.values())
+
+
+def test_dedup_floating_point_keys_read_as_on_spark(spark, tmp_path):
+    """A deduplication keeps floating-point keys as their bits (so that -0.0 and 0.0, NaNs, are
+    one key as in Spark's binary comparison); the reader shows them as the query had them."""
+    from statestream import StreamingSession
+
+    def build(df: DataFrame) -> DataFrame:
+        return df.dropDuplicates(["x", "s"])
+
+    batches = [
+        [(1.5, "a"), (-0.0, "a"), (0.0, "a"), (float("nan"), "b")],
+        [(float("nan"), "b"), (2.25, "c"), (1.5, "a")],
+    ]
+    schema = "x DOUBLE, s STRING"
+    expected = run_stream(spark, build, batches, schema, "append", tmp_path)
+    actual = run_stream(StreamingSession(spark), build, batches, schema, "append", tmp_path)
+    assert_same_batches(expected, actual)
+    runs = {"floats": (expected, actual)}
+    for batch in (0, 1):
+        assert _assert_same(spark, runs, "floats", "statestore", {"batchId": batch})
+    assert _assert_same(spark, runs, "floats", "statestore", {"readChangeFeed": "true", "changeStartBatchId": 0})
