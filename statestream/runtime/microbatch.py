@@ -67,6 +67,9 @@ from statestream.checkpoint.offsets import SHUFFLE_PARTITIONS  # noqa: E402 - th
 PROGRESS_HISTORY_CONF = "spark.statestream.progress.history"
 PROGRESS_RETAIN_CONF = "spark.statestream.progress.retainBatches"
 #: idle inputs: a watermark input without rows for this long no longer holds the watermark back
+#: opt-in: a restart repartitions the state into the session's ``spark.sql.shuffle.partitions``
+#: when it differs from the checkpoint's pinned count (statestream's; Spark has no such conf)
+REPARTITION_ON_RESTART_CONF = "spark.statestream.stateRepartition.onRestart"
 IDLE_TIMEOUT_CONF = "spark.statestream.watermark.idleTimeout"
 #: serve the dashboard of a running query on this loopback port (0: any free port)
 UI_PORT_CONF = "spark.statestream.ui.port"
@@ -420,6 +423,34 @@ class MicroBatchExecution:
         OfflineStateRepartitionRunner(self.session.sparkSession, self.fm.uri()).run(count, enforce_exactly_once_sink=False, lock=False)
         return plan_recovery_from_logs(self.offset_log, self.commit_log)
 
+    def _repartition_on_restart(self, recovery: Any) -> Any:
+        """Opt-in (:data:`REPARTITION_ON_RESTART_CONF`): a restart whose session sets another
+        ``spark.sql.shuffle.partitions`` than the checkpoint pinned first rewrites the state
+        into that count (the offline repartition), then runs with it. Without it, as on Spark,
+        the pinned count wins and the session's is ignored."""
+        from statestream.checkpoint.offsets import plan_recovery_from_logs
+        from statestream.runtime.state_repartition import OfflineStateRepartitionRunner, partitions_of_batch
+
+        user = self.session.sparkSession
+        if str(user.conf.get(REPARTITION_ON_RESTART_CONF, "false")).strip().lower() != "true" or recovery.action == "fresh":
+            return recovery
+        wanted = int(user.conf.get(SHUFFLE_PARTITIONS))
+        last = recovery.batch_id if recovery.action == "rerun" else recovery.batch_id - 1
+        pinned = partitions_of_batch(self.offset_log.get(last))
+        if pinned is None or pinned == wanted:
+            return recovery
+        if recovery.action == "rerun":
+            logger.warning(
+                "%s=true asks for %d state partitions, but the last batch %d of %s is not committed: it runs again with "
+                "its pinned %d partitions; the state is repartitioned at a restart after a committed batch",
+                REPARTITION_ON_RESTART_CONF, wanted, last, self.fm.display(), pinned,
+            )
+            return recovery
+        logger.warning("repartitioning the state of %s from %d to %d partitions before the query starts (%s=true)",
+                       self.fm.display(), pinned, wanted, REPARTITION_ON_RESTART_CONF)
+        OfflineStateRepartitionRunner(user, self.fm.uri()).run(wanted, lock=False)
+        return plan_recovery_from_logs(self.offset_log, self.commit_log)
+
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
         """A clone of the user's session for this query's batches: AQE off (it could change the
         number of partitions of the stateful exchange) and the pinned number of shuffle
@@ -474,6 +505,7 @@ class MicroBatchExecution:
         # ---- populate start offsets (recovery): Spark's populateStartOffsets
         recovery = plan_recovery_from_logs(self.offset_log, self.commit_log)
         recovery = self._finish_interrupted_repartition(recovery)
+        recovery = self._repartition_on_restart(recovery)
         pending: _BatchRecord | None = None
         batch_id = recovery.batch_id
         watermark = recovery.watermark_ms

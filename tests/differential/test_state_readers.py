@@ -452,3 +452,36 @@ def test_dedup_floating_point_keys_read_as_on_spark(spark, tmp_path):
     for batch in (0, 1):
         assert _assert_same(spark, runs, "floats", "statestore", {"batchId": batch})
     assert _assert_same(spark, runs, "floats", "statestore", {"readChangeFeed": "true", "changeStartBatchId": 0})
+
+
+def test_repartition_on_restart_by_conf(spark, runs, tmp_path):
+    """Opt-in: a restart whose session asks for another spark.sql.shuffle.partitions first
+    repartitions the state to it (one repartition batch, skipped by the batch ids), and the
+    batches then equal Spark's uninterrupted run."""
+    import dataclasses
+
+    from statestream import StreamingSession
+    from statestream.runtime.microbatch import REPARTITION_ON_RESTART_CONF
+
+    build, mode = QUERIES["aggregate"]
+    expected, _ = runs["aggregate"]
+    ss = StreamingSession(spark)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+        first = run_stream(ss, build, BATCHES[:2], SCHEMA, mode, tmp_path, workdir=tmp_path / "w")
+        spark.conf.set("spark.sql.shuffle.partitions", "3")
+        spark.conf.set(REPARTITION_ON_RESTART_CONF, "true")
+        second = run_stream(ss, build, BATCHES[2:], SCHEMA, mode, tmp_path, workdir=tmp_path / "w")
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+        spark.conf.unset(REPARTITION_ON_RESTART_CONF)
+    got = first.batches + second.batches
+    skipped = first.batches[-1].batch_id + 1
+    assert second.batches[0].batch_id == skipped + 1, [b.batch_id for b in got]
+    renumbered = [dataclasses.replace(b, batch_id=i) for i, b in enumerate(got)]
+    assert_same_batches(expected, StreamRun("StreamingSession (4 -> 3 at restart)", renumbered))
+    metadata = ss.read.format("state-metadata").load(second.checkpoint).collect()
+    assert {r.numPartitions for r in metadata} == {3}, metadata
+    parts = {r.partition_id for r in ss.read.format("statestore").load(second.checkpoint).select("partition_id").collect()}
+    assert parts and parts <= {0, 1, 2}, parts
