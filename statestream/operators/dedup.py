@@ -407,10 +407,6 @@ class DeduplicationStateStep(StateStep):
     event_time_key_is_struct: bool = False
     delay_ms: int = 0
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
 
     def _value_schema(self) -> pa.Schema:
         if self.within_watermark:

@@ -209,10 +209,6 @@ class FlatMapGroupsWithStateStep(StateStep):
     batch_timestamp_ms: int | None
     timezone: str | None = None
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
 
     # -- schemas ---------------------------------------------------------------------------------
 

@@ -217,10 +217,6 @@ class GlobalLimitStateStep(StateStep):
     version: int
     limit: int
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
 
     def process(self, partition: int, batches) -> tuple[list[pa.RecordBatch], dict]:
         """Emit what is left of the limit from ``batches`` and commit the new count.

@@ -512,10 +512,6 @@ class SessionWindowStateStep(StateStep):
     event_time_is_struct: bool
     merge_local: bool = False
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
 
     # -- layouts ----------------------------------------------------------------------------
     def _buffer_columns(self) -> list[str]:

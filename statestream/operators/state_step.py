@@ -10,6 +10,7 @@ through the query's accumulator.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -21,11 +22,19 @@ from statestream.operators.aggregate import PARTITION_ID_COLUMN
 __all__ = ["StateStep", "commit_state", "finish_writer_metrics"]
 
 
+@dataclass(frozen=True)
 class StateStep:
-    """Mixin for the frozen dataclass of a state step: ``process(partition, batches)`` returns
-    (rows to emit, metrics); ``__call__`` is the ``mapInArrow`` function around it."""
+    """The base of every state step's frozen dataclass: ``process(partition, batches)`` returns
+    (rows to emit, metrics); ``__call__`` is the ``mapInArrow`` function around it. The fields
+    every step takes from ``state_step_args`` and nothing else reads are here, keyword-only."""
 
-    accumulator: Any
+    #: the late-row ledger's root (``operators.late_rows``), None when off; keyword-only, after
+    #: each step's own fields
+    late_rows: str | None = field(default=None, kw_only=True)
+    #: the operator's name, as the ledger records it
+    operator_name: str = field(default="", kw_only=True)
+    #: the query's metrics accumulator (None outside a query: a step called directly)
+    accumulator: Any = field(default=None, compare=False, kw_only=True)
 
     def process(self, partition: int, batches) -> tuple[Any, dict]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -63,12 +72,12 @@ class StateStep:
 
     def record_late_rows(self, partition: int, rows: pa.Table, watermark_ms: int | None) -> None:
         """Write the rows this task dropped as late to the late-row ledger, when it is on."""
-        root = getattr(self, "late_rows", None)
+        root = self.late_rows
         if root and rows.num_rows and watermark_ms is not None:
             from statestream.operators.late_rows import write_late_rows
 
             write_late_rows(
-                root, self.operator_id, getattr(self, "operator_name", ""), self.version, partition, watermark_ms, rows  # type: ignore[attr-defined]
+                root, self.operator_id, self.operator_name, self.version, partition, watermark_ms, rows  # type: ignore[attr-defined]
             )
 
     def new_metrics(self, partition: int, **extra: Any) -> dict:

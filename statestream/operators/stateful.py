@@ -12,7 +12,7 @@ the driver; the driver only receives the metrics, through an accumulator.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -161,10 +161,6 @@ class AggregationStateStep(StateStep):
     event_time_key: str | None
     event_time_is_struct: bool
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
     #: calls finished here from their buffers (``finish(table)``), whose buffers are then not
     #: emitted (HyperLogLog++'s estimate: the sketch words stay in the state)
     finishers: tuple[Any, ...] = ()

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -530,10 +530,6 @@ class JoinStateStep(StateStep):
     #: are emitted padded with nulls at once (later matches still come out) instead of when the
     #: watermark evicts them
     outer_early_emit: bool = False
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
     #: the user's column names of each side's rows (the ledger shows rows under them)
     side_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
     #: the watermark that dropped late rows in this batch

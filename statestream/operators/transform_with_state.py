@@ -541,10 +541,6 @@ class TransformWithStateStep(StateStep):
     batch_timestamp_ms: int | None
     timezone: str | None = None
     store_conf: Any = None
-    accumulator: Any = field(default=None, compare=False)
-    #: the late-row ledger's root (``operators.late_rows``), None when off
-    late_rows: str | None = None
-    operator_name: str = ""
     lineage: StoreLineage = field(default_factory=StoreLineage)
 
     # -- stores ---------------------------------------------------------------------------------
