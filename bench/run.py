@@ -68,11 +68,15 @@ RESULTS = ROOT / "bench" / "results"
 BASE_EPOCH_S = 1_704_067_200  # 2024-01-01T00:00:00Z, hour-aligned so W2 stays in one window
 NUM_USERS = 1_000_000
 NUM_SESSION_USERS = 100_000
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7a")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W7a", "W9")
+#: a workload's own input size (rows per file, files) where --rows/--files are not given: W9 is
+#: W1's query over 250 tiny batches (issue 17's per-batch overhead)
+DEFAULT_SIZES = {"W9": (20, 250)}
 NUM_W7_USERS = 100_000
 NUM_ADS = 100_000
 SCHEMAS = {
     "W1": "timestamp TIMESTAMP, value LONG",
+    "W9": "timestamp TIMESTAMP, value LONG",
     "W2": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
     "W3": "guid STRING, timestamp TIMESTAMP, value LONG",
     "W4": "timestamp TIMESTAMP, user STRING, amount DOUBLE",
@@ -119,7 +123,7 @@ def generate(workload: str, rows: int, files: int, seed: int = 42) -> Path:
     rng = np.random.default_rng(seed)
     mtime0 = time.time() - 10 * files - 60
     for i in range(files):
-        if workload == "W1":
+        if workload in ("W1", "W9"):
             # Event time advances 10 s per file; 1 % of the rows arrive up to 60 s late.
             t_us = (BASE_EPOCH_S + 10 * i) * 1_000_000 + rng.integers(0, 10_000_000, rows)
             late = rng.random(rows) < 0.01
@@ -255,7 +259,7 @@ def _w3_file(rng: Any, i: int, rows: int) -> Any:
 def build_query(workload: str) -> Callable[[Any], Any]:
     from pyspark.sql import functions as F
 
-    if workload == "W1":
+    if workload in ("W1", "W9"):
 
         def w1(df: Any) -> Any:
             return (
@@ -642,8 +646,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="all", choices=[*WORKLOADS, "all"])
-    ap.add_argument("--rows", type=int, default=1_000_000, help="rows per input file (default 1,000,000)")
-    ap.add_argument("--files", type=int, default=10, help="input files = data batches (default 10)")
+    ap.add_argument("--rows", type=int, default=None, help="rows per input file (default 1,000,000; W9: 20)")
+    ap.add_argument("--files", type=int, default=None, help="input files = data batches (default 10; W9: 250)")
     ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
     args = ap.parse_args(argv)
 
@@ -653,8 +657,11 @@ def main(argv: list[str] | None = None) -> int:
     all_results = []
     for wl in workloads:
         t = time.perf_counter()
-        input_dir = generate(wl, args.rows, args.files)
-        print(f"{wl}: {args.files} files x {args.rows} rows in {input_dir} (ready in {time.perf_counter() - t:.1f} s)")
+        default_rows, default_files = DEFAULT_SIZES.get(wl, (1_000_000, 10))
+        rows = args.rows if args.rows is not None else default_rows
+        files = args.files if args.files is not None else default_files
+        input_dir = generate(wl, rows, files)
+        print(f"{wl}: {files} files x {rows} rows in {input_dir} (ready in {time.perf_counter() - t:.1f} s)")
         by_engine = {}
         for eng in engines:
             res = run_engine(wl, eng, input_dir)
