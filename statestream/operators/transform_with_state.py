@@ -164,11 +164,18 @@ def _java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def _signed(h: int) -> int:
+    h &= 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
 def scala_hash_map_order(names: list[str]) -> list[str]:
-    """The order in which a Scala 2.13 ``mutable.HashMap`` keyed by ``names`` iterates: by
-    bucket (the spread hash ``h ^ (h >>> 16)`` masked by the table size, 16 doubled while the
-    map is 3/4 full), then by spread hash within a bucket. Spark lists a transformWithState's
-    variables in the operator properties in this order; matching it keeps the state-metadata
+    """The order in which Spark lists a transformWithState's variables in its operator
+    properties: it keeps them in a Scala 2.13 ``mutable.HashMap`` and lists the values of its
+    ``toMap``. The mutable map iterates by bucket (the spread hash ``h ^ (h >>> 16)`` masked by
+    the table size, 16 doubled while the map is 3/4 full), then by spread hash within a bucket;
+    ``toMap`` keeps that order up to 4 entries (``Map1``..``Map4``) and above builds an
+    immutable CHAMP ``HashMap`` (see :func:`_champ_order`). Matching it keeps the state-metadata
     reader's ``operatorProperties`` text equal to Spark's."""
     size = 16
     while len(names) >= int(size * 0.75):
@@ -176,10 +183,35 @@ def scala_hash_map_order(names: list[str]) -> list[str]:
 
     def spread(name: str) -> int:
         h = _java_string_hash(name) & 0xFFFFFFFF
-        h ^= h >> 16
-        return h - (1 << 32) if h >= 1 << 31 else h
+        return _signed(h ^ (h >> 16))
 
-    return sorted(names, key=lambda n: ((spread(n) & 0xFFFFFFFF) & (size - 1), spread(n)))
+    ordered = sorted(names, key=lambda n: ((spread(n) & 0xFFFFFFFF) & (size - 1), spread(n)))
+    return ordered if len(ordered) <= 4 else _champ_order(ordered)
+
+
+def _champ_improve(h: int) -> int:
+    """Scala's ``Hashing.improve`` (32-bit arithmetic, unsigned shifts)."""
+    h &= 0xFFFFFFFF
+    h = (h + (~(h << 9) & 0xFFFFFFFF)) & 0xFFFFFFFF
+    h ^= h >> 14
+    h = (h + (h << 4)) & 0xFFFFFFFF
+    h ^= h >> 10
+    return h
+
+
+def _champ_order(names: list[str], shift: int = 0) -> list[str]:
+    """The iteration order of an immutable CHAMP ``HashMap`` of ``names`` (given in insertion
+    order): per node, 5 bits of the improved hash from the lowest pick a slot; a slot's single
+    entry is the node's own, several make a sub-node; a node yields its own entries by slot,
+    then its sub-nodes by slot, depth first. Equal hashes keep insertion order."""
+    if len(names) <= 1 or shift >= 32:
+        return list(names)
+    slots: dict[int, list[str]] = {}
+    for n in names:
+        slots.setdefault((_champ_improve(_java_string_hash(n)) >> shift) & 0x1F, []).append(n)
+    own = [group[0] for slot, group in sorted(slots.items()) if len(group) == 1]
+    nested = [n for slot, group in sorted(slots.items()) if len(group) > 1 for n in _champ_order(group, shift + 5)]
+    return own + nested
 
 
 _VARIABLE_TYPES = {"value": "ValueState", "list": "ListState", "map": "MapState"}
@@ -366,7 +398,9 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
                 **props,
                 FIRST_BATCH_PROPERTY: json.dumps(since, sort_keys=True),
                 S.DORMANT_PROPERTY: json.dumps({n: list(v) for n, v in dormant.items()}, sort_keys=True),
-                OPERATOR_PROPERTIES_PROPERTY: spark_operator_properties(self.info.time_mode, self.info.output_mode, self.info.variables),
+                OPERATOR_PROPERTIES_PROPERTY: S.with_run_properties(
+                    stored_props, batch_id, spark_operator_properties(self.info.time_mode, self.info.output_mode, self.info.variables)
+                ),
             },
         )
 

@@ -191,6 +191,10 @@ class StateStoreProvider:
         then ``__op``; a removal's values are null). The state readers' change feed."""
         return self._read(version, _DELTA, version)
 
+    def has_delta(self, version: int) -> bool:
+        """Whether ``version`` has a delta file (the changes it made)."""
+        return _DELTA in self.list_files().get(version, set())
+
     def has_snapshot(self, version: int) -> bool:
         """Whether ``version`` has a snapshot file (where a reader may start instead of 0)."""
         return _SNAPSHOT in self.list_files().get(version, set())

@@ -264,10 +264,31 @@ FIRST_BATCH_PROPERTY = "storesFirstBatch"
 #: transformWithState variable an older run declared): name -> [the version its files stop at,
 #: the batch that declared it again or null]; see ``stores_dormant`` in the operator
 DORMANT_PROPERTY = "storesDormant"
-#: the operator property holding, for a transformWithState, the JSON text that Spark's v2
-#: operator metadata records as ``operatorPropertiesJson`` (modes and variables), shown by the
-#: state-metadata reader
-OPERATOR_PROPERTIES_PROPERTY = "operatorProperties"
+#: the operator property holding, for a transformWithState, per run (by its first batch) the
+#: JSON text that Spark's v2 operator metadata of that run records as ``operatorPropertiesJson``
+#: (modes and the run's variables): the state readers take the run of the batch they read
+OPERATOR_PROPERTIES_PROPERTY = "operatorPropertiesByRun"
+
+
+def operator_properties_by_run(props: Mapping[str, str] | None) -> dict[int, str]:
+    """The recorded ``operatorPropertiesJson`` text of each run, by the run's first batch."""
+    raw = (props or {}).get(OPERATOR_PROPERTIES_PROPERTY)
+    return {int(b): str(t) for b, t in json.loads(raw).items()} if raw else {}
+
+
+def operator_properties_of_batch(props: Mapping[str, str] | None, batch_id: int) -> str | None:
+    """The ``operatorPropertiesJson`` of the run that ran ``batch_id`` (the record of the latest
+    run that started at or before it, as Spark picks its v2 metadata file), None if unrecorded."""
+    runs = {b: t for b, t in operator_properties_by_run(props).items() if b <= batch_id}
+    return runs[max(runs)] if runs else None
+
+
+def with_run_properties(props: Mapping[str, str] | None, first_batch: int, text: str) -> str:
+    """The property value after a run starting at ``first_batch`` records ``text`` (records of
+    runs at or after that batch, undone by a rerun or a rollback, are dropped)."""
+    runs = {b: t for b, t in operator_properties_by_run(props).items() if b < first_batch}
+    runs[first_batch] = text
+    return json.dumps({str(b): runs[b] for b in sorted(runs)})
 
 
 def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str] | None:

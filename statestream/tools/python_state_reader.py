@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.operators.stateful_processor_handle import EXPIRY_COLUMN, INDEX_COLUMN, TTL_COLUMN, USER_KEY_COLUMN, VALUE_COLUMN
+from statestream.state.keys import group_ids
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
 from statestream.state.store import OP_PUT, StateStoreId
 
@@ -103,6 +104,11 @@ class PythonStateReadPlan:
     ttl: bool
     flatten: bool
     arrow_schema: pa.Schema
+    #: the versions without files of their own: a variable a run did not declare, frozen at
+    #: ``dormant[0]`` until the batch ``dormant[1]`` declared it again (its snapshot)
+    dormant: tuple[int, int | None] | None = None
+    #: ``snapshotStartBatchId`` + 1: the version whose snapshot the read must start from
+    snapshot_start_version: int | None = None
 
 
 def _like(array: pa.Array, target: pa.DataType) -> pa.Array:
@@ -128,17 +134,23 @@ def _shown_value(table: pa.Table, plan: PythonStateReadPlan, target: pa.DataType
     return pa.StructArray.from_arrays([value, ttl.cast(pa.int64())], fields=list(target))
 
 
-def _grouped(table: pa.Table, key_names: list[str], order: str | None) -> tuple[pa.Table, np.ndarray, pa.Table]:
+def _grouped(table: pa.Table, num_grouping: int, order: str | None) -> tuple[pa.Table, np.ndarray, pa.Table]:
     """``table``'s rows ordered by key (then by ``order`` within a key), the offsets of each
-    key's run of rows, and each key's first row."""
-    rows = table.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    key's run of rows, and each key's first row. Keys are grouped with Spark's grouping equality
+    (``state.keys.group_ids``: struct and array keys, nulls), not by value order."""
+    n = table.num_rows
+    if n == 0:
+        return table, np.zeros(1, dtype=np.int32), table
+    ids = group_ids([table.column(i) for i in range(num_grouping)], n)
     if order is not None:
-        rows = rows.sort_by([(order, "ascending")])
-    grouped = rows.group_by(key_names, use_threads=False).aggregate([("__row", "list")])
-    lists = grouped.column("__row_list").combine_chunks()
-    offsets = np.concatenate([[0], np.cumsum(pc.list_value_length(lists).to_numpy(zero_copy_only=False))]).astype(np.int32)
-    firsts = pc.list_element(lists, 0)
-    return table.take(pc.list_flatten(lists)), offsets, table.take(firsts)
+        perm = np.lexsort((table.column(order).to_numpy(), ids))
+    else:
+        perm = np.argsort(ids, kind="stable")
+    sorted_ids = ids[perm]
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(sorted_ids)) + 1])
+    offsets = np.concatenate([starts, [n]]).astype(np.int32)
+    rows = table.take(pa.array(perm))
+    return rows, offsets, rows.take(pa.array(starts))
 
 
 def python_state_partition_table(plan: PythonStateReadPlan, partition: int) -> pa.Table:
@@ -150,6 +162,13 @@ def python_state_partition_table(plan: PythonStateReadPlan, partition: int) -> p
     provider = StateStoreProvider(sid, *schemas)
     if plan.change_versions is not None:
         return _change_feed(plan, provider, partition)
+    start = plan.snapshot_start_version
+    if start is not None and start > 0 and not provider.has_snapshot(start):
+        raise FileNotFoundError(
+            f"[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] no snapshot of version {start} of state variable {plan.store_name!r} "
+            f"in state partition {partition} of operator {plan.operator_id} (snapshotStartBatchId must name a batch whose "
+            "state was snapshotted)"
+        )
     if plan.begins_at is not None and plan.version < plan.begins_at:
         return plan.arrow_schema.empty_table()
     table = provider.get_read_store(plan.version, begins_at=plan.begins_at).table()
@@ -167,15 +186,14 @@ def _key(table: pa.Table, plan: PythonStateReadPlan) -> pa.Array:
 def _rows(plan: PythonStateReadPlan, table: pa.Table, partition: int) -> pa.Table:
     schema = plan.arrow_schema
     names = schema.names
-    key_names = table.column_names[: plan.num_grouping]
     if plan.kind == "list" and not plan.flatten:
-        ordered, offsets, firsts = _grouped(table, key_names, INDEX_COLUMN)
+        ordered, offsets, firsts = _grouped(table, plan.num_grouping, INDEX_COLUMN)
         element = schema.field("list_value").type.value_type
         values = pa.ListArray.from_arrays(pa.array(offsets), _shown_value(ordered, plan, element))
         columns = [_key(firsts, plan), values]
         n = len(firsts)
     elif plan.kind == "map" and not plan.flatten:
-        ordered, offsets, firsts = _grouped(table, key_names, None)
+        ordered, offsets, firsts = _grouped(table, plan.num_grouping, None)
         map_type = schema.field("map_value").type
         keys = _like(ordered.column(USER_KEY_COLUMN), map_type.key_type)
         values = pa.MapArray.from_arrays(pa.array(offsets), keys, _shown_value(ordered, plan, map_type.item_type))
@@ -208,7 +226,7 @@ def _change_feed(plan: PythonStateReadPlan, provider: StateStoreProvider, partit
     value_name = plan.arrow_schema.names[-2]
     target = plan.arrow_schema.field(value_name).type
     for version in range(first, last + 1):
-        if plan.begins_at is not None and version < plan.begins_at:
+        if not _has_changes(plan, provider, version):
             continue
         delta = provider.read_delta(version)
         if not delta.num_rows:
@@ -219,8 +237,11 @@ def _change_feed(plan: PythonStateReadPlan, provider: StateStoreProvider, partit
         else:
             kinds = pc.if_else(puts, "update", "delete")
         removed = pc.equal(kinds, "delete")
-        value = _shown_value(delta, plan, target) if plan.kind != TIMERS else delta.column(EXPIRY_COLUMN).combine_chunks()
-        value = pc.if_else(removed, pa.nulls(delta.num_rows, value.type), value)
+        if plan.kind == TIMERS:  # a timer's time is part of its key: a deleted timer keeps it
+            value = delta.column(EXPIRY_COLUMN).combine_chunks().cast(pa.int64())
+        else:
+            value = _shown_value(delta, plan, target)
+            value = pc.if_else(removed, pa.nulls(delta.num_rows, value.type), value)
         columns = [pa.array(np.full(delta.num_rows, version - 1, dtype=np.int64)), kinds.cast(pa.string()), _key(delta, plan)]
         if plan.kind == "map":
             columns.append(_like(delta.column(USER_KEY_COLUMN), plan.arrow_schema.field("user_map_key").type))
@@ -229,10 +250,25 @@ def _change_feed(plan: PythonStateReadPlan, provider: StateStoreProvider, partit
     return pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
 
 
+def _has_changes(plan: PythonStateReadPlan, provider: StateStoreProvider, version: int) -> bool:
+    """Whether ``version`` of the variable has a change file: not before or at the version the
+    variable began at (it begins empty there; its first file is the next version), not while it
+    was dormant (up to the snapshot of the batch that declared it again), and, for checkpoints
+    that do not record either, not where no delta exists."""
+    if plan.begins_at is not None and version <= plan.begins_at:
+        return False
+    if plan.dormant is not None:
+        frozen, again = plan.dormant
+        if version > frozen and (again is None or version <= again):
+            return False
+    if plan.begins_at is None:
+        return provider.has_delta(version)
+    return True
+
+
 def _list_changes(delta: pa.Table, plan: PythonStateReadPlan) -> tuple[pa.Table, pa.Array]:
     """A version's list changes, one row per change as described in ``_change_feed``."""
-    key_names = delta.column_names[: plan.num_grouping]
-    ordered, offsets, _ = _grouped(delta, key_names, INDEX_COLUMN)
+    ordered, offsets, _ = _grouped(delta, plan.num_grouping, INDEX_COLUMN)
     puts = pc.equal(ordered.column(OP_COLUMN), OP_PUT).to_numpy(zero_copy_only=False)
     take: list[int] = []
     kinds: list[str] = []

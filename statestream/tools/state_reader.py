@@ -37,8 +37,10 @@ from statestream.errors import (
 )
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
 from statestream.state.schema import (
-    OPERATOR_PROPERTIES_PROPERTY,
+    operator_properties_by_run,
+    operator_properties_of_batch,
     read_all_operator_metadata,
+    read_dormant_stores,
     read_operator_metadata,
     read_operator_properties,
     read_state_schema,
@@ -293,9 +295,9 @@ def state_metadata_rows(checkpoint: str) -> list[tuple[Any, ...]]:
         if md.operator_name in PYTHON_STATE_OPERATORS:
             # Spark keeps a transformWithState's variables as column families of one store and
             # lists them in the operator's properties; statestream has a store per variable
-            props = read_operator_properties(state_root, op_id) or {}
+            runs = operator_properties_by_run(read_operator_properties(state_root, op_id))
             partitions = md.state_store_info[0].num_partitions if md.state_store_info else 0
-            rows.append((op_id, md.operator_name, "default", partitions, lo, hi, props.get(OPERATOR_PROPERTIES_PROPERTY)))
+            rows.append((op_id, md.operator_name, "default", partitions, lo, hi, runs[max(runs)] if runs else None))
             continue
         for store in md.state_store_info:
             rows.append((op_id, md.operator_name, store.store_name, store.num_partitions, lo, hi, None))
@@ -366,7 +368,7 @@ def _partitions(opts: StateSourceOptions, files: CheckpointFileManager) -> tuple
                 # the repartition wrote every partition's state anew as a snapshot: there is
                 # no change to show for that batch, and keys moved between partitions
                 raise _invalid(
-                    "changeStartBatchId" if batch > opts.change_start_batch_id else "changeEndBatchId", "WITH_MESSAGE",
+                    "changeStartBatchId" if batch == opts.change_start_batch_id else "changeEndBatchId", "WITH_MESSAGE",
                     f"the change feed cannot span batch {batch}, where the state was repartitioned from "
                     f"{partitions_of_batch(offset_log.get(batch - 1))} to {partitions_of_batch(offset_log.get(batch))} "
                     f"partitions. Read the changes up to batch {batch - 1}, or from batch {batch + 1}.",
@@ -406,12 +408,14 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
     state_root = files.child("state").root
     props = read_operator_properties(state_root, opts.operator_id) or {}
     schema = read_state_schema(state_root, opts.operator_id)
-    recorded = json.loads(props[OPERATOR_PROPERTIES_PROPERTY]) if OPERATOR_PROPERTIES_PROPERTY in props else None
-    if recorded is not None:
-        variables = {v["stateName"]: bool(v["ttlEnabled"]) for v in recorded.get("stateVariables", [])}
+    # the variables of the run that ran the batch read (Spark: its v2 operator metadata file)
+    text = operator_properties_of_batch(props, opts.batch_id)
+    if text is not None:
+        recorded = json.loads(text)
+        variables = {v["stateName"]: (v["stateVariableType"], bool(v["ttlEnabled"])) for v in recorded.get("stateVariables", [])}
         time_mode = recorded.get("timeMode")
     else:  # a checkpoint written before the record: its stores, none with a TTL
-        variables = {s.store_name: False for s in md.state_store_info if s.store_name != "default"}
+        variables = {s.store_name: ("", False) for s in md.state_store_info if s.store_name != "default"}
         time_mode = props.get("timeMode")
     if not variables:
         raise _invalid("stateVarName", "WITH_MESSAGE", "No state variable names are defined for the transformWithState operator")
@@ -424,12 +428,12 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
         name = opts.state_var_name
     if name not in variables:
         raise _invalid("stateVarName", "WITH_MESSAGE", f"State variable {name} is not defined for the transformWithState operator.")
-    if schema is None:
+    if schema is None or opts.join_side != "none":  # (a join side: Spark reads a join's schema, absent here)
         raise _schema_unreadable(opts)
     partitions = _partitions(opts, files)
     grouping = StructType.fromJson(schema.key_schema)
     kind, value, user_key = "timers", None, None
-    if not opts.read_registered_timers:
+    if variables[name][0] != "TimerState" and not name.endswith("Timers_keyToTimestamp"):
         stored = {f["name"]: f for f in schema.value_schema.get("fields", [])}
         if name not in stored:
             raise _schema_unreadable(opts)
@@ -437,8 +441,10 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
         t = _parse_datatype_json_value(stored[name]["type"])
         value, user_key = (t.elementType, None) if kind == "list" else (t.valueType, t.keyType) if kind == "map" else (t, None)
     change_feed = opts.read_change_feed
-    spark_schema = python_state_schema(kind, grouping, value, user_key, variables[name], opts.flatten_collection_types, change_feed)
+    ttl = variables[name][1]
+    spark_schema = python_state_schema(kind, grouping, value, user_key, ttl, opts.flatten_collection_types, change_feed)
     version = opts.batch_id + 1
+    frozen, again = read_dormant_stores(state_root, opts.operator_id).get(name, (None, None))
     plan = PythonStateReadPlan(
         state_root=state_root,
         operator_id=opts.operator_id,
@@ -449,9 +455,11 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
         begins_at=store_begins_at(state_root, opts.operator_id, name),
         change_versions=(opts.change_start_batch_id + 1, opts.change_end_batch_id + 1) if change_feed else None,  # type: ignore[operator]
         num_grouping=len(grouping.fields),
-        ttl=variables[name],
+        ttl=ttl,
         flatten=opts.flatten_collection_types,
         arrow_schema=to_arrow_schema(spark_schema),
+        dormant=None if frozen is None else (frozen, again),
+        snapshot_start_version=None if opts.snapshot_start_batch_id is None else opts.snapshot_start_batch_id + 1,
     )
     return plan, (spark_schema, {})
 
@@ -583,7 +591,12 @@ def _key_arrays(plan: _ReadPlan, keys: list[pa.Array]) -> list[pa.Array]:
     out = []
     for column, spark_type in zip(keys, plan.decode_keys):
         decoded = binary_comparable_decoded(column, spark_type)
-        out.append(column if decoded is None else decoded)
+        if decoded is None:
+            raise StatestreamIllegalArgumentException(
+                f"the state reader cannot show the deduplication key column of type {spark_type!r} of operator "
+                f"{plan.operator_id} yet: statestream stores it as bytes (binary comparable) and has no decoding for it"
+            )
+        out.append(decoded)
     return out
 
 

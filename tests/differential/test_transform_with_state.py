@@ -163,6 +163,17 @@ class SessionTimer(StatefulProcessor):
         pass
 
 
+class SessionTimerWithMore(SessionTimer):
+    """SessionTimer with more variables declared (five entries with its timers): the order of
+    Spark's operator properties above four entries."""
+
+    def init(self, handle):
+        super().init(handle)
+        self.first = handle.getValueState("first", "t LONG")
+        self.seen = handle.getListState("seen_t", "t LONG")
+        self.by_t = handle.getMapState("by_t", "t LONG", "n LONG")
+
+
 class WithInitialState(StatefulProcessor):
     """handleInitialState seeds the running count of a key (first batch only)."""
 
@@ -466,6 +477,20 @@ SESSION_BATCHES = [
     [("b", 5), ("c", 45)],  # b@5 is late (watermark 20 s): dropped
     [("d", 70)],
 ]
+
+
+def test_operator_properties_of_five_entries_as_spark(spark_rocksdb, ours, tmp_path):
+    """state-metadata's operatorProperties text equals Spark's for four variables and the
+    timers (Spark lists them in its CHAMP map's order above four entries)."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return (
+            df.withColumn("eventTime", F.timestamp_seconds("t")).withWatermark("eventTime", "10 seconds").groupBy("k")
+            .transformWithStateInPandas(SessionTimerWithMore(), "k STRING, count LONG, last LONG, closed BOOLEAN, wm LONG", "Append", "EventTime")
+        )
+
+    exp, act = assert_equivalent(spark_rocksdb, ours, build, SESSION_BATCHES[:1], "k STRING, t LONG", "append", tmp_path)
+    assert_state_reads_equal(spark_rocksdb, ours, exp, act, [{"readRegisteredTimers": "true"}])
 
 
 def test_event_time_timers(spark_rocksdb, ours, tmp_path):
@@ -1033,6 +1058,25 @@ def test_variable_left_out_of_runs_continues_when_declared_again(spark_rocksdb, 
     rows = lambda batches: [sorted(tuple(r.values()) for r in b.rows) for b in batches]  # noqa: E731
     assert rows(runs["spark"])[3:] == [[("a", 3, 101), ("b", 3, 202)], [("a", 4, 1101)]]
     assert rows(runs["ours"]) == rows(runs["spark"])
+    # the state readers: each batch reads with its run's variables (total is not defined in the
+    # runs that left it out), and total's change feed skips the batches it was left out of
+    ids = [b.batch_id for b in runs["spark"]]
+    assert ids == [b.batch_id for b in runs["ours"]]
+    reads = [{"stateVarName": v, "batchId": b} for v in ("count", "total") for b in ids]
+    reads += [{"stateVarName": "total", "readChangeFeed": "true", "changeStartBatchId": 0}]
+    reads += [{"stateVarName": "total", "readChangeFeed": "true", "changeStartBatchId": ids[3]}]
+
+    def outcome(engine: Any, checkpoint: str, options: dict[str, Any]) -> Any:
+        try:
+            return sorted(repr(_normalised(r)) for r in engine.read.format("statestore").options(**options).load(checkpoint).collect())
+        except Exception as exc:  # noqa: BLE001 - the outcome compared
+            java = getattr(exc, "java_exception", None)
+            return str(java.getMessage()) if java is not None else str(exc).split("\n\nJVM stacktrace:")[0]
+
+    for options in reads:
+        theirs = outcome(spark_rocksdb, str(tmp_path / "spark-work" / "checkpoint"), options)
+        mine = outcome(ours(), str(tmp_path / "ours-work" / "checkpoint"), options)
+        assert mine == theirs, f"{options}:\nSpark: {theirs}\nours:  {mine}"
 
 
 class ShowsTimestamps(StatefulProcessor):

@@ -24,11 +24,14 @@ def test_java_string_hash_is_javas():
     assert _java_string_hash("polygenelubricants") == -2147483648
 
 
-def test_hash_map_order_is_by_bucket_then_hash():
-    names = ["seen", "counts", "$eventTimers_keyToTimestamp", "session"]
-    ordered = scala_hash_map_order(names)
-    assert sorted(ordered) == sorted(names)
-    assert scala_hash_map_order(list(reversed(names))) == ordered  # independent of insertion order
+def test_hash_map_order_is_sparks():
+    # the orders Spark's state-metadata showed for the processors of the differential tests
+    assert scala_hash_map_order(["seen", "counts"]) == ["counts", "seen"]
+    assert scala_hash_map_order(["$eventTimers_keyToTimestamp", "session"]) == ["session", "$eventTimers_keyToTimestamp"]
+    # above 4 entries, toMap builds a CHAMP map: its own slots first, then sub-nodes
+    five = ["a", "b", "c", "d", "$eventTimers_keyToTimestamp"]
+    assert scala_hash_map_order(five) == ["a", "b", "$eventTimers_keyToTimestamp", "c", "d"]
+    assert scala_hash_map_order(list(reversed(five))) == scala_hash_map_order(five)
 
 
 def test_operator_properties_list_this_runs_variables_and_timers():
@@ -93,3 +96,47 @@ def test_list_changes_per_key():
     rows, kinds = _list_changes(delta, _plan("list", flatten=True, change_feed=True))
     got = sorted(zip(rows.column("k").to_pylist(), kinds.to_pylist(), [None if v is None else v["v"] for v in rows.column("__value").to_pylist()]))
     assert got == [("a", "update", 2), ("b", "delete", None), ("c", "append", 3), ("c", "append", 4)]
+
+
+def test_unflattened_list_groups_struct_keys():
+    from statestream.tools.python_state_reader import _rows
+
+    g = StructType([StructField("w", StructType([StructField("start", LongType()), StructField("end", LongType())]))])
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = python_state_schema("list", g, V, None, False, False, False)
+    plan = PythonStateReadPlan("/x", 0, "l", "list", (0,), 1, 0, None, 1, False, False, to_arrow_schema(schema))
+    w = pa.array([{"start": 0, "end": 5}, {"start": 5, "end": 10}, {"start": 0, "end": 5}])
+    table = pa.table({"w": w, "__index": pa.array([2, 1, 1], pa.int64()), "__value": pa.array([{"v": 2}, {"v": 9}, {"v": 1}])})
+    got = {r["key"]["w"]["start"]: [e["v"] for e in r["list_value"]] for r in _rows(plan, table, 0).to_pylist()}
+    assert got == {0: [1, 2], 5: [9]}
+
+
+def test_timer_deletes_keep_their_time():
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from statestream.tools import python_state_reader as R
+
+    schema = python_state_schema("timers", G, None, None, False, True, True)
+    plan = PythonStateReadPlan("/x", 0, "t", "timers", (0,), 2, 0, (1, 1), 1, False, True, to_arrow_schema(schema))
+    delta = pa.table({"k": ["a", "a"], "__expiryTimestampMs": pa.array([1000, 2000], pa.int64()), "__unused": pa.nulls(2, pa.bool_()), "__op": pa.array([1, 0], pa.int8())})
+
+    class Provider:
+        def read_delta(self, version):
+            return delta
+
+        def has_delta(self, version):
+            return True
+
+    out = R._change_feed(plan, Provider(), 0).to_pylist()
+    assert [(r["change_type"], r["expiration_timestamp_ms"]) for r in out] == [("delete", 1000), ("update", 2000)]
+
+
+def test_no_change_file_before_a_variable_began_or_while_dormant():
+    from statestream.tools.python_state_reader import _has_changes
+
+    def plan(begins_at, dormant=None):
+        return PythonStateReadPlan("/x", 0, "v", "value", (0,), 9, begins_at, (1, 9), 1, False, True, pa.schema([]), dormant=dormant)
+
+    assert [v for v in range(1, 6) if _has_changes(plan(2), None, v)] == [3, 4, 5]
+    assert [v for v in range(1, 9) if _has_changes(plan(0, (3, 6)), None, v)] == [1, 2, 3, 7, 8]
