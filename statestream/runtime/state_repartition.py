@@ -525,12 +525,16 @@ class OfflineStateRepartitionRunner:
             python_state = read_operator_properties(state_root, op_id) is not None
             first = read_stores_first_batch(state_root, op_id) or {} if python_state else {}
             dormant = read_dormant_stores(state_root, op_id) if python_state else {}
-            for info in md.state_store_info:
-                if dormant.get(info.store_name, (None, None))[0] is not None:
+            for name, (frozen, again) in sorted(dormant.items()):
+                # a variable the last run does not declare keeps its files frozen in the old
+                # partitions until a run declares it again: it cannot move with the others (one
+                # declared again at or before the base batch has moved on, and moves)
+                if frozen is not None and (again is None or again > step.base_batch):
                     raise invalid_checkpoint(
                         "UNSUPPORTED_STATEFUL_OPERATOR", self.checkpoint,
-                        operatorName=f"{md.operator_name} (state variable {info.store_name} is not declared by the last run)",
+                        operatorName=f"{md.operator_name} (state variable {name} is not declared by the last run)",
                     )
+            for info in md.state_store_info:
                 store = _Store(
                     state_root=state_root,
                     operator_id=op_id,

@@ -68,21 +68,24 @@ def _state_files_after(state: CheckpointFileManager, version: int) -> list[str]:
     if not state.exists():
         return out
 
-    def scan(rel: str) -> None:
+    def scan(rel: str, stores: bool) -> None:
+        # a partition holds state files and named stores' directories (any name but its
+        # ``_metadata``: a transformWithState variable may be called ``_x`` or ``a.b``); a
+        # store holds state files
         for name in state.list(rel):
-            if name.startswith("_") or name.startswith("."):
-                continue
             path = f"{rel}/{name}"
             parsed = parse_state_file_name(name)  # the provider's rule for a state file
             if parsed is not None:
                 if parsed[0] > version:
                     out.append(path)
-            elif "." not in name:
-                scan(path)  # a partition, or a named store inside one
+            elif stores and name != "_metadata":
+                scan(path, stores=False)  # a named store (listing a stray file gives nothing)
 
     for op in state.list():
         if op.isdigit():
-            scan(op)
+            for partition in state.list(op):
+                if partition.isdigit():
+                    scan(f"{op}/{partition}", stores=True)
     return sorted(out)
 
 
@@ -287,6 +290,10 @@ def _rollback_python_state_records(state: CheckpointFileManager, to_batch: int) 
         first = S.read_stores_first_batch(state.root, int(op))
         if first is not None:
             changed[S.FIRST_BATCH_PROPERTY] = json.dumps({n: min(b, to_batch + 1) for n, b in first.items()}, sort_keys=True)
+        runs = S.operator_properties_by_run(props)
+        if any(b > to_batch for b in runs):  # the runs that started after the batch are undone
+            kept_runs = {b: t for b, t in runs.items() if b <= to_batch}
+            changed[S.OPERATOR_PROPERTIES_PROPERTY] = json.dumps({str(b): kept_runs[b] for b in sorted(kept_runs)})
         dormant = S.read_dormant_stores(state.root, int(op))
         if dormant:
             kept = {n: list(v) for n, v in dormant.items() if v[0] <= to_batch + 1}
