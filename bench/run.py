@@ -500,6 +500,10 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         progress = [p for p in progress if "addBatch" in (p.get("durationMs") or {})]
         data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
         durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
+        phases = sorted({k for p in data for k in (p.get("durationMs") or {})})
+        phase_ms = {
+            k: statistics.median(int((p.get("durationMs") or {}).get(k, 0)) for p in data) for k in phases
+        } if data else {}
         last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}
         state_bytes = last_state.get("memoryUsedBytes")
         result.update(
@@ -510,6 +514,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
             output_rows=sum(counts.values()),
             median_batch_ms=statistics.median(durations) if durations else None,
             batch_ms=durations,
+            phase_median_ms=phase_ms,
             sink_wall_ms=[round(wall[k] * 1000) for k in sorted(wall)],
             total_s=round(total, 2),
             state_rows=last_state.get("numRowsTotal"),
@@ -634,6 +639,7 @@ def _fmt(res: dict[str, Any]) -> str:
         f"peak RSS {res['peak_rss_mb']} MB | batches {res['batches']} ({res['data_batches']} with data) | "
         f"input {res['input_rows']} rows | sink rows {res['output_rows']} | state rows {res['state_rows']}\n"
         f"         batch ms {res['batch_ms']}\n"
+        f"         median ms by phase {res.get('phase_median_ms')}\n"
         f"         peak RSS by process (MB) {res.get('peak_rss_mb_by_process')}"
     )
 

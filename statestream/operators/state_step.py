@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from statestream.faults import crash_point, record_state_task
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.python_worker import forget_zip_importers
 
 __all__ = ["StateStep", "commit_state", "finish_writer_metrics"]
 
@@ -96,6 +97,7 @@ class StateStep:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        forget_zip_importers()
         partition = TaskContext.get().partitionId()
         out, metrics = self.process(partition, batches)
         if self.accumulator is not None:

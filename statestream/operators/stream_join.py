@@ -55,6 +55,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.python_worker import forget_zip_importers
 from statestream.operators.state_step import StateStep
 
 if TYPE_CHECKING:
@@ -477,6 +478,7 @@ class JoinStateScan:
     def __call__(self, batches):
         # the seed's one row holds the partition (the task's own id is not it when Spark runs this
         # scan inside a union's task)
+        forget_zip_importers()
         ids = [i for b in batches for i in b.column(0).to_pylist()]
         for p in ids:
             yield from self._scan(int(p))
@@ -538,6 +540,7 @@ class JoinStateStep(StateStep):
     def __call__(self, batches):
         """``mapInArrow``: the task's state partition is the one its rows name (each task gets
         one row of its own partition at least, see ``execute``)."""
+        forget_zip_importers()
         batches = [b for b in batches if b.num_rows]
         if not batches:  # pragma: no cover - every task receives its partition's row
             return
