@@ -10,17 +10,22 @@ three quarters of the Python workers' time, and the largest part of a small batc
 
 Those cache entries only save a lookup: ``zipimport`` keeps each archive's directory in its own
 module cache, so an entry dropped here is rebuilt without reading the archive, when an import
-next needs it. Dropping them at the end of a task makes the next task's invalidation a loop over
-a few file-system finders. The archives do not change while a worker lives: Spark starts a new
-worker for a new ``pyspark.zip``.
+next needs it. A task's own imports put some back, and so does the invalidation itself (it makes
+namespace packages recompute their paths), so they are dropped as a task's Python code ends: the
+next task's invalidation is then a loop over a few file-system finders. The archives do not change
+while a worker lives: Spark starts a new worker for a new ``pyspark.zip``.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 import zipimport
+from typing import Any, Callable, TypeVar
 
-__all__ = ["forget_zip_importers"]
+__all__ = ["forget_zip_importers", "releasing_zip_importers"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def forget_zip_importers() -> int:
@@ -30,3 +35,17 @@ def forget_zip_importers() -> int:
     for path in stale:
         cache.pop(path, None)
     return len(stale)
+
+
+def releasing_zip_importers(func: F) -> F:
+    """``func`` (a Python UDF's function, run in a worker) followed by
+    :func:`forget_zip_importers`."""
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            forget_zip_importers()
+
+    return run  # type: ignore[return-value]

@@ -97,15 +97,18 @@ class StateStep:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        forget_zip_importers()
         partition = TaskContext.get().partitionId()
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        if isinstance(out, pa.Table):
-            yield from out.to_batches(max_chunksize=1 << 16)
-        else:
-            yield from out
+        try:
+            out, metrics = self.process(partition, batches)
+            if self.accumulator is not None:
+                self.accumulator.add([metrics])
+            if isinstance(out, pa.Table):
+                yield from out.to_batches(max_chunksize=1 << 16)
+            else:
+                yield from out
+        finally:
+            # last, once this task's imports are done: see ``python_worker``
+            forget_zip_importers()
 
 
 def commit_state(store, provider, version: int, partition: int) -> float:

@@ -478,10 +478,12 @@ class JoinStateScan:
     def __call__(self, batches):
         # the seed's one row holds the partition (the task's own id is not it when Spark runs this
         # scan inside a union's task)
-        forget_zip_importers()
         ids = [i for b in batches for i in b.column(0).to_pylist()]
-        for p in ids:
-            yield from self._scan(int(p))
+        try:
+            for p in ids:
+                yield from self._scan(int(p))
+        finally:
+            forget_zip_importers()
 
     def _scan(self, p: int):
         providers = _providers(self.state_root, self.run_id, self.operator_id, p, self.key_schema, self.row_schemas, self.store_conf)
@@ -540,15 +542,17 @@ class JoinStateStep(StateStep):
     def __call__(self, batches):
         """``mapInArrow``: the task's state partition is the one its rows name (each task gets
         one row of its own partition at least, see ``execute``)."""
-        forget_zip_importers()
         batches = [b for b in batches if b.num_rows]
         if not batches:  # pragma: no cover - every task receives its partition's row
             return
         partition = int(batches[0].column(PID)[0].as_py())
-        out, metrics = self.process(partition, batches)
-        if self.accumulator is not None:
-            self.accumulator.add([metrics])
-        yield from out.to_batches(max_chunksize=1 << 16)
+        try:
+            out, metrics = self.process(partition, batches)
+            if self.accumulator is not None:
+                self.accumulator.add([metrics])
+            yield from out.to_batches(max_chunksize=1 << 16)
+        finally:
+            forget_zip_importers()
 
     def _record_late_join_rows(self, partition: int, rows: pa.Table) -> None:
         """The late-row ledger's rows of a join: ``_side`` (left/right) and each side's row

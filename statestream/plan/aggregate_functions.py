@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from statestream.operators.python_worker import releasing_zip_importers
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
@@ -257,7 +259,7 @@ def _decimal_avg(s: "Column", c: "Column", d: DecimalArg, try_mode: bool) -> "Co
     average.__name__ = "avg_decimal_final"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        udf = F.arrow_udf(average, d.avg_type, F.ArrowUDFType.SCALAR)
+        udf = F.arrow_udf(releasing_zip_importers(average), d.avg_type, F.ArrowUDFType.SCALAR)
     return udf(s, c)
 
 

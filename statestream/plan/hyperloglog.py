@@ -33,6 +33,7 @@ from statestream.operators.hyperloglog import (
     num_words,
     precision_of,
 )
+from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError
 
@@ -155,7 +156,7 @@ class HyperLogLogPlusPlusCall(AggregateCall):
         finish.__name__ = "approx_count_distinct_finish"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            udf = F.arrow_udf(finish, "long", F.ArrowUDFType.SCALAR)
+            udf = F.arrow_udf(releasing_zip_importers(finish), "long", F.ArrowUDFType.SCALAR)
         words = F.struct(*(F.col(c).alias(f"w{k}") for k, c in enumerate(self._columns)))
         return F.coalesce(udf(words), F.lit(0).cast("long"))
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow as pa
 
 from statestream.operators.python_aggregate import PythonAggregateRule, finish_buffers
+from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node
 
@@ -132,7 +133,7 @@ class PythonAggregateCall(AggregateCall):
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            udf = F.arrow_udf(finish, self.result_type, F.ArrowUDFType.SCALAR)
+            udf = F.arrow_udf(releasing_zip_importers(finish), self.result_type, F.ArrowUDFType.SCALAR)
         return udf(F.struct(*(F.col(b.column).alias(f.name) for b, f in zip(self.buffers, self.buffer_type.fields))))
 
 

@@ -24,6 +24,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from statestream.errors import StatestreamError
+from statestream.operators.python_worker import forget_zip_importers
 from statestream.sinks.base import Sink
 
 if TYPE_CHECKING:
@@ -171,7 +172,10 @@ class ForeachSink(Sink):
         epoch = int(batch_id)
 
         def run(partition_id: int, rows: Iterable[Any]) -> Iterator[tuple[int, str | None]]:
-            yield task(partition_id, epoch, rows)
+            try:
+                yield task(partition_id, epoch, rows)
+            finally:
+                forget_zip_importers()
 
         results = df.rdd.mapPartitionsWithIndex(run).collect()
         failures = [text for _, text in results if text is not None]
