@@ -9,10 +9,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pyspark.accumulators import AccumulatorParam
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchContext"]
+__all__ = ["BatchContext", "ListAccumulatorParam"]
+
+
+class ListAccumulatorParam(AccumulatorParam):
+    """Gathers one metrics dict per state task on the driver.
+
+    It lives here, beside the context that carries the accumulator, because the state steps
+    pickle the accumulator and so this class: a worker unpickling a step imports this module,
+    and importing the micro-batch runtime instead cost each new Python worker 0.4 s."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, a: list, b: list) -> list:  # noqa: N802 - PySpark's name
+        a.extend(b)
+        return a
 
 
 @dataclass

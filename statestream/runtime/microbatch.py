@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyspark.accumulators import AccumulatorParam
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
@@ -37,7 +36,7 @@ from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWrite
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
-from statestream.operators.context import BatchContext
+from statestream.operators.context import BatchContext, ListAccumulatorParam
 from statestream.operators.watermark import observed_values, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
@@ -73,17 +72,6 @@ REPARTITION_ON_RESTART_CONF = "spark.statestream.stateRepartition.onRestart"
 IDLE_TIMEOUT_CONF = "spark.statestream.watermark.idleTimeout"
 #: serve the dashboard of a running query on this loopback port (0: any free port)
 UI_PORT_CONF = "spark.statestream.ui.port"
-
-
-class _ListAccumulatorParam(AccumulatorParam):
-    """Gathers one metrics dict per state task on the driver."""
-
-    def zero(self, value: list) -> list:
-        return []
-
-    def addInPlace(self, a: list, b: list) -> list:  # noqa: N802 - PySpark's name
-        a.extend(b)
-        return a
 
 
 @dataclass(frozen=True)
@@ -544,7 +532,7 @@ class MicroBatchExecution:
             idle_timeout_ms=parse_time_conf_ms(idle) if idle else None,
         )
         self.tracker.set_watermark(watermark)
-        self.accumulator = user.sparkContext.accumulator([], _ListAccumulatorParam())
+        self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
         from statestream.state.store import StateStoreConf
 
