@@ -229,6 +229,7 @@ def test_checkpoint_run_by_another_process_is_refused_at_start(spark, tmp_path):
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(10)
+        holder.stdout.close()  # left to the garbage collector, it warns in a later test
     again = _rate_query(ss, None, checkpoint)
     try:
         again.processAllAvailable()
