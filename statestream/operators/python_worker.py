@@ -49,3 +49,4 @@ def releasing_zip_importers(func: F) -> F:
             forget_zip_importers()
 
     return run  # type: ignore[return-value]
+

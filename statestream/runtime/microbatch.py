@@ -544,6 +544,10 @@ class MicroBatchExecution:
         self._physical = plan_streaming_query(
             self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
+        if state_writers(self._physical):
+            from statestream.runtime.worker_warmup import start_worker_warm_up
+
+            start_worker_warm_up(user, self.job_tag)
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark
