@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from statestream.operators.python_aggregate import evaluate_group
-from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.python_aggregates import register_python_aggregate
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ class AggregateFunction:
         evaluate.__name__ = self.function_name
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the function type is given, not hinted
-            udaf = F.arrow_udf(releasing_zip_importers(evaluate), result_type, F.ArrowUDFType.GROUPED_AGG)
+            udaf = F.arrow_udf(evaluate, result_type, F.ArrowUDFType.GROUPED_AGG)
         args = tuple(F.col(c) if isinstance(c, str) else c for c in cols)
         col = udaf(*args)
         register_python_aggregate(col, self, args)

@@ -5,15 +5,17 @@ PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every t
 ``sys.path_importer_cache`` read its archive's whole directory again. The worker imports
 ``pyspark`` and ``py4j`` from ``pyspark.zip`` and the py4j zip, and every package imported from
 them leaves a zipimporter there: about 15 of them, so each task first spends 70 to 150 ms
-re-reading the same two directories. Measured with py-spy on 250 batches of 20 rows, this was
-three quarters of the Python workers' time, and the largest part of a small batch.
+re-reading the same two directories. Measured with py-spy on W9 (bench/, 60 batches of 20 rows),
+this was three quarters of the Python workers' time, and the largest part of a small batch.
 
 Those cache entries only save a lookup: ``zipimport`` keeps each archive's directory in its own
 module cache, so an entry dropped here is rebuilt without reading the archive, when an import
-next needs it. A task's own imports put some back, and so does the invalidation itself (it makes
-namespace packages recompute their paths), so they are dropped as a task's Python code ends: the
-next task's invalidation is then a loop over a few file-system finders. The archives do not change
-while a worker lives: Spark starts a new worker for a new ``pyspark.zip``.
+next needs it. A task's own imports put some back, and so does a namespace package recomputing
+its path (the invalidation makes every such path stale), so they are dropped as a task's Python
+code ends: the next task's invalidation is then a loop over a few file-system finders. The state
+steps, the join's scans, the Arrow UDFs of the aggregates, the foreach sink's partitions and the
+Kafka source's tasks do it; the Kafka sink's and the offline repartition's tasks do not. The
+archives do not change while a worker lives: Spark starts a new worker for a new ``pyspark.zip``.
 """
 
 from __future__ import annotations
@@ -49,4 +51,3 @@ def releasing_zip_importers(func: F) -> F:
             forget_zip_importers()
 
     return run  # type: ignore[return-value]
-

@@ -547,7 +547,10 @@ class MicroBatchExecution:
         if state_writers(self._physical):
             from statestream.runtime.worker_warmup import start_worker_warm_up
 
-            start_worker_warm_up(user, self.job_tag)
+            try:
+                start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
+            except Exception:  # noqa: BLE001 - only an optimisation: the batches start the workers
+                logger.debug("Python worker warm-up not started", exc_info=True)
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark

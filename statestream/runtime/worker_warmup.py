@@ -3,46 +3,70 @@
 A query's first batch used to start its Python workers only when its state stage began: the
 daemon forks, and each worker imports pyarrow, pandas and statestream's state modules, about
 1.5 s, while everything else waited. Here a background thread runs one tiny job at the query's
-start (one task per default parallelism, each importing those modules) while the query thread
-lists its sources, writes its offsets and plans the batch; the state tasks then find warm
-workers. It is done once per SparkContext (the workers stay up between queries), its job carries
-the query's tag (a stop cancels it) and its failure only costs the time it meant to save.
+start (one task per state partition, at most one per core) while the query thread lists its
+sources, writes its offsets and plans the batch; the state tasks then find warm workers.
+
+Spark keeps an idle Python worker for a minute (``PythonWorkerFactory``), so a query started
+within that time of the last warm-up finds them warm and runs none; a warm-up that failed or was
+cancelled counts for nothing. With ``spark.python.worker.reuse=false`` every task starts its own
+worker, and there is nothing to warm. The job carries the query's tag (a stop cancels it; a stop
+before it was submitted skips it) and its failure only costs the time it meant to save.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["start_worker_warm_up"]
+__all__ = ["start_worker_warm_up", "WARM_FOR_S"]
 
 logger = logging.getLogger(__name__)
 
-#: set on a SparkContext whose workers a query already warmed
-_WARMED_ATTR = "_statestream_python_workers_warmed"
+#: set on a SparkContext to the monotonic time of its last finished warm-up (or of the one
+#: running)
+_WARMED_ATTR = "_statestream_python_workers_warmed_at"
+#: how long warmed workers are taken to stay up: under Spark's one minute for an idle worker
+WARM_FOR_S = 50.0
 
 
-def start_worker_warm_up(spark: "SparkSession", job_tag: str) -> threading.Thread | None:
-    """Start the warm-up job in a daemon thread, once per SparkContext; returns the thread, or
-    None when this context's workers were warmed before."""
+def start_worker_warm_up(
+    spark: "SparkSession", job_tag: str, num_partitions: int, stopped: threading.Event | None = None
+) -> threading.Thread | None:
+    """Start the warm-up job in a daemon thread; returns the thread, or None when none is needed
+    (a recent warm-up of this SparkContext, or no worker reuse)."""
     sc = spark.sparkContext
-    if getattr(sc, _WARMED_ATTR, False):
+    warmed_at = getattr(sc, _WARMED_ATTR, None)
+    if warmed_at is not None and time.monotonic() - warmed_at < WARM_FOR_S:
         return None
-    setattr(sc, _WARMED_ATTR, True)
+    if str(sc.getConf().get("spark.python.worker.reuse", "true")).lower() != "true":
+        return None
+    setattr(sc, _WARMED_ATTR, time.monotonic())
+    n = max(1, min(int(sc.defaultParallelism), int(num_partitions)))
 
     def run() -> None:
         try:
             sc.addJobTag(job_tag)
             sc.setJobDescription("statestream: start the Python workers")
-            n = max(1, int(sc.defaultParallelism))
+            if stopped is not None and stopped.is_set():
+                setattr(sc, _WARMED_ATTR, None)
+                return
             spark.range(0, n, 1, n).mapInArrow(warm_up, "ok INT").collect()
+            setattr(sc, _WARMED_ATTR, time.monotonic())
         except Exception:  # noqa: BLE001 - a stopped query or session; the batches start them anyway
+            setattr(sc, _WARMED_ATTR, None)
             logger.debug("Python worker warm-up did not finish", exc_info=True)
+        finally:
+            try:
+                sc.removeJobTag(job_tag)
+                sc.setJobDescription(None)  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - the context was stopped
+                pass
 
     thread = threading.Thread(target=run, name="statestream-worker-warm-up", daemon=True)
     thread.start()

@@ -58,8 +58,9 @@ def test_a_udf_function_releases_them_after_it_ran(tmp_path, monkeypatch):
 
 
 class _FakeFrame:
-    def __init__(self, calls: list) -> None:
+    def __init__(self, calls: list, fail: bool) -> None:
         self.calls = calls
+        self.fail = fail
 
     def mapInArrow(self, func, schema):  # noqa: N802 - PySpark's name
         self.calls.append(("mapInArrow", func.__name__, schema))
@@ -67,47 +68,93 @@ class _FakeFrame:
 
     def collect(self) -> list:
         self.calls.append(("collect",))
+        if self.fail:
+            raise RuntimeError("cancelled")
         return []
 
 
 class _FakeContext:
-    defaultParallelism = 3
-
-    def __init__(self, calls: list) -> None:
+    def __init__(self, calls: list, parallelism: int, conf: dict) -> None:
         self.calls = calls
+        self.defaultParallelism = parallelism
+        self.conf = conf
+
+    def getConf(self) -> dict:  # noqa: N802
+        return self.conf
 
     def addJobTag(self, tag: str) -> None:  # noqa: N802
         self.calls.append(("tag", tag))
 
-    def setJobDescription(self, text: str) -> None:  # noqa: N802
+    def removeJobTag(self, tag: str) -> None:  # noqa: N802
+        self.calls.append(("untag", tag))
+
+    def setJobDescription(self, text) -> None:  # noqa: N802
         self.calls.append(("description", text))
 
 
 class _FakeSession:
-    def __init__(self) -> None:
+    def __init__(self, parallelism: int = 3, conf: dict | None = None) -> None:
         self.calls: list = []
-        self.sparkContext = _FakeContext(self.calls)
+        self.fail = False
+        self.sparkContext = _FakeContext(self.calls, parallelism, conf or {})
 
     def range(self, start: int, end: int, step: int, partitions: int) -> _FakeFrame:
         self.calls.append(("range", start, end, step, partitions))
-        return _FakeFrame(self.calls)
+        return _FakeFrame(self.calls, self.fail)
 
 
-def test_worker_warm_up_once_per_context_with_the_query_tag():
+def _warm(spark: _FakeSession, tag: str, partitions: int, stopped=None) -> bool:
     from statestream.runtime.worker_warmup import start_worker_warm_up
 
-    spark = _FakeSession()
-    thread = start_worker_warm_up(spark, "query-tag")
-    assert thread is not None
+    thread = start_worker_warm_up(spark, tag, partitions, stopped)
+    if thread is None:
+        return False
     thread.join(10)
+    return True
+
+
+def test_worker_warm_up_with_the_query_tag_then_not_while_the_workers_are_warm():
+    spark = _FakeSession(parallelism=3)
+    assert _warm(spark, "query-tag", 4)
     assert spark.calls == [
         ("tag", "query-tag"),
         ("description", "statestream: start the Python workers"),
-        ("range", 0, 3, 1, 3),  # a task per default parallelism
+        ("range", 0, 3, 1, 3),  # a task per core, at most one per state partition
         ("mapInArrow", "warm_up", "ok INT"),
         ("collect",),
+        ("untag", "query-tag"),
+        ("description", None),
     ]
-    assert start_worker_warm_up(spark, "another-query") is None  # the workers stay warm
+    assert not _warm(spark, "another-query", 4)  # Spark keeps idle workers for a minute
+
+
+def test_worker_warm_up_tasks_and_when_it_is_skipped_or_repeated(monkeypatch):
+    import threading
+
+    from statestream.runtime import worker_warmup
+
+    wide = _FakeSession(parallelism=200)
+    assert _warm(wide, "q", 4)
+    assert ("range", 0, 4, 1, 4) in wide.calls  # never more tasks than state partitions
+
+    assert not _warm(_FakeSession(conf={"spark.python.worker.reuse": "false"}), "q", 4)
+
+    failing = _FakeSession()
+    failing.fail = True
+    assert _warm(failing, "q", 4)
+    failing.fail = False
+    assert _warm(failing, "q", 4)  # a failed warm-up warmed nothing
+
+    stopped = threading.Event()
+    stopped.set()
+    early = _FakeSession()
+    assert _warm(early, "q", 4, stopped)
+    assert not any(c[0] == "collect" for c in early.calls)  # stopped before its job: none runs
+
+    warm = _FakeSession()
+    assert _warm(warm, "q", 4)
+    monkeypatch.setattr(worker_warmup, "WARM_FOR_S", 0.0)
+    assert _warm(warm, "q", 4)  # the workers Spark let go are started again
 
 
 def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
@@ -122,7 +169,9 @@ def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
         "out = list(warm_up(iter([pa.record_batch({'id': pa.array([0], pa.int64())})])))\n"
         "print(before, out, 'statestream.state.provider' in sys.modules, 'pandas' in sys.modules)\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "[]", "True", "True"]

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from statestream.operators.python_worker import forget_zip_importers
 from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.offsets import KafkaDataLossError, OffsetRange
 from statestream.sources.kafka.options import tp_text
@@ -125,6 +126,7 @@ class KafkaRangeReader:
                 yield from self.read(consumer, self.ranges[i], errors)
         finally:
             consumer.close()
+            forget_zip_importers()
 
     def read(self, consumer: Any, r: OffsetRange, errors: ClientErrors | None = None) -> Iterator[pa.RecordBatch]:
         """The records of one range, in Arrow batches.
