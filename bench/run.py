@@ -427,6 +427,22 @@ def _progress_dict(p: Any) -> dict[str, Any]:
     return json.loads(p.json)
 
 
+def session_builder(app_name: str) -> Any:
+    """The benchmarks' SparkSession builder: local[2], 4 shuffle (state) partitions, UI off, UTC."""
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+    )
+
+
 def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
     """Run the workload once on one engine inside this process and describe the run."""
     sys.path.insert(0, str(ROOT))
@@ -438,18 +454,9 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         pass
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     builder = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"statestream-bench-{workload}-{engine_kind}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
+        session_builder(f"statestream-bench-{workload}-{engine_kind}")
         .config("spark.driver.memory", os.environ.get("BENCH_DRIVER_MEMORY", "4g"))
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.python.worker.reuse", "true")
     )
     if workload == "W7":

@@ -61,25 +61,13 @@ def _feed(directory: Path, rows: int, interval: float, stop: threading.Event) ->
 
 
 def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[str, Any]:
-    from run import _progress_dict, build_query
+    from run import _progress_dict, build_query, session_builder
 
     from statestream._java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"statestream-trickle-{engine_kind}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .getOrCreate()
-    )
+    spark = session_builder(f"statestream-trickle-{engine_kind}").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix=f"trickle-{engine_kind}-"))
     (work / "in").mkdir()
