@@ -97,7 +97,13 @@ class StateStep:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        partition = TaskContext.get().partitionId()
+        yield from self.run_partition(TaskContext.get().partitionId(), batches)
+
+    def run_partition(self, partition: int, batches) -> Iterator[pa.RecordBatch]:
+        """Process ``partition``'s rows, send the metrics to the driver and emit the output.
+
+        A step whose task partition is not its state partition (the join's) finds the partition
+        itself and calls this."""
         try:
             out, metrics = self.process(partition, batches)
             if self.accumulator is not None:

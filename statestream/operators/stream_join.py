@@ -545,14 +545,7 @@ class JoinStateStep(StateStep):
         batches = [b for b in batches if b.num_rows]
         if not batches:  # pragma: no cover - every task receives its partition's row
             return
-        partition = int(batches[0].column(PID)[0].as_py())
-        try:
-            out, metrics = self.process(partition, batches)
-            if self.accumulator is not None:
-                self.accumulator.add([metrics])
-            yield from out.to_batches(max_chunksize=1 << 16)
-        finally:
-            forget_zip_importers()
+        yield from self.run_partition(int(batches[0].column(PID)[0].as_py()), batches)
 
     def _record_late_join_rows(self, partition: int, rows: pa.Table) -> None:
         """The late-row ledger's rows of a join: ``_side`` (left/right) and each side's row

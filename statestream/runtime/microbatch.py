@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
@@ -42,6 +41,7 @@ from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
+from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up
 from statestream.sources.base import ReadLimit
 
 if TYPE_CHECKING:
@@ -179,6 +179,8 @@ class MicroBatchExecution:
         self._last_execution: IncrementalExecution | None = None
         self._source_indexes: dict[int, int] = {}
         self._physical: "PhysicalOperator" | None = None
+        #: whether the plan has state writers, i.e. every batch runs Python state tasks
+        self._runs_state_tasks = False
         self.fm = CheckpointFileManager(self.checkpoint_location)
         self.writer_lock = CheckpointWriterLock(
             self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
@@ -544,9 +546,8 @@ class MicroBatchExecution:
         self._physical = plan_streaming_query(
             self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
-        if state_writers(self._physical):
-            from statestream.runtime.worker_warmup import start_worker_warm_up
-
+        self._runs_state_tasks = bool(state_writers(self._physical))
+        if self._runs_state_tasks:
             try:
                 start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
             except Exception:  # noqa: BLE001 - only an optimisation: the batches start the workers
@@ -621,6 +622,8 @@ class MicroBatchExecution:
             crash_point("after_offsets", record.batch_id)
             self._run_batch(record, prev_wm, first_batch_of_run)
             first_batch_of_run = False
+            if self._runs_state_tasks:
+                note_python_workers_used(self.spark.sparkContext)
             # finish: watermark, commit
             t = time.perf_counter()
             self.writer_lock.check_held()

@@ -7,8 +7,9 @@ start (one task per state partition, at most one per core) while the query threa
 sources, writes its offsets and plans the batch; the state tasks then find warm workers.
 
 Spark keeps an idle Python worker for a minute (``PythonWorkerFactory``), so a query started
-within that time of the last warm-up finds them warm and runs none; a warm-up that failed or was
-cancelled counts for nothing. With ``spark.python.worker.reuse=false`` every task starts its own
+within that time of the last warm-up, or of the last batch that ran state tasks in this
+SparkContext (``note_python_workers_used``), finds them warm and runs none; a warm-up that failed
+or was cancelled counts for nothing. With ``spark.python.worker.reuse=false`` every task starts its own
 worker, and there is nothing to warm. The job carries the query's tag (a stop cancels it; a stop
 before it was submitted skips it) and its failure only costs the time it meant to save.
 """
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-__all__ = ["start_worker_warm_up", "WARM_FOR_S"]
+__all__ = ["note_python_workers_used", "start_worker_warm_up", "WARM_FOR_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,13 @@ def start_worker_warm_up(
     thread = threading.Thread(target=run, name="statestream-worker-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def note_python_workers_used(sc: object) -> None:
+    """Record that a batch of ``sc`` just ran state tasks: its Python workers are warm now, so a
+    query started within ``WARM_FOR_S`` needs no warm-up job (in a process that runs query after
+    query, such as a test suite, it would only fork workers beside busy ones)."""
+    setattr(sc, _WARMED_ATTR, time.monotonic())
 
 
 def warm_up(batches: "Iterator[pa.RecordBatch]") -> "Iterator[pa.RecordBatch]":

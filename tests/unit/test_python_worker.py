@@ -157,6 +157,19 @@ def test_worker_warm_up_tasks_and_when_it_is_skipped_or_repeated(monkeypatch):
     assert _warm(warm, "q", 4)  # the workers Spark let go are started again
 
 
+def test_a_batch_that_ran_state_tasks_counts_as_a_warm_up(monkeypatch):
+    from statestream.runtime import worker_warmup
+
+    busy = _FakeSession()
+    worker_warmup.note_python_workers_used(busy.sparkContext)
+    assert not _warm(busy, "next-query", 4)  # the last batch's workers are still up
+    clock = [1000.0]
+    monkeypatch.setattr(worker_warmup.time, "monotonic", lambda: clock[0])
+    worker_warmup.note_python_workers_used(busy.sparkContext)
+    clock[0] += worker_warmup.WARM_FOR_S + 1
+    assert _warm(busy, "later-query", 4)  # Spark has let them go by now
+
+
 def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
     import os
     import subprocess
