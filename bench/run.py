@@ -443,6 +443,46 @@ def session_builder(app_name: str) -> Any:
     )
 
 
+def run_floor(spark: Any, workload: str, input_dir: Path) -> dict[str, Any]:
+    """Spark's batch-only floor: the same query as a batch job over each input file alone.
+
+    No state is read or written and nothing carries over between files, so this is what a
+    streaming engine cannot beat on the same input: the scan, the expressions and the
+    aggregation (or join, or Python function) of one batch's rows. Each file's result is
+    written to Spark's ``noop`` sink, which computes every column (a ``count()`` would let the
+    optimizer prune the aggregates away).
+    """
+    if workload == "W7a":
+        raise ValueError("no batch form: Spark refuses applyInPandasWithState in a batch query")
+    if workload == "W7":
+        # measured 2026-11-27 with and without the RocksDB provider
+        raise ValueError("no batch floor: Spark 4.1's batch transformWithStateInPandas fails on this query (CANNOT_LOAD_STATE_STORE)")
+    build = build_query(workload)
+
+    def read(schema: str, path: Path) -> Any:
+        return spark.read.schema(schema).parquet(str(path))
+
+    if workload == "W6":
+        pairs = zip(sorted((input_dir / "impressions").glob("*.parquet")), sorted((input_dir / "clicks").glob("*.parquet")))
+        batches = [lambda a=a, b=b: build(read(SCHEMAS["W6"], a), read(SCHEMAS["W6-clicks"], b)) for a, b in pairs]
+    else:
+        batches = [lambda f=f: build(read(SCHEMAS[workload], f)) for f in sorted(input_dir.glob("*.parquet"))]
+    durations = []
+    t0 = time.perf_counter()
+    for make in batches:
+        t = time.perf_counter()
+        make().write.format("noop").mode("overwrite").save()
+        durations.append(round((time.perf_counter() - t) * 1000))
+    return {
+        "ok": True,
+        "batches": len(durations),
+        "data_batches": len(durations),
+        "median_batch_ms": statistics.median(durations) if durations else None,
+        "batch_ms": durations,
+        "total_s": round(time.perf_counter() - t0, 2),
+    }
+
+
 def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
     """Run the workload once on one engine inside this process and describe the run."""
     sys.path.insert(0, str(ROOT))
@@ -459,11 +499,20 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
         .config("spark.driver.memory", os.environ.get("BENCH_DRIVER_MEMORY", "4g"))
         .config("spark.python.worker.reuse", "true")
     )
-    if workload == "W7":
+    if workload == "W7" and engine_kind == "spark":
         builder = builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"workload": workload, "engine": engine_kind}
+    if engine_kind == "floor":
+        try:
+            result.update(run_floor(spark, workload, input_dir))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:4]
+            result.update(ok=False, error=f"{type(exc).__name__}: {' | '.join(lines)[:600]}")
+        finally:
+            spark.stop()
+        return result
     try:
         if engine_kind == "spark":
             engine: Any = spark
@@ -641,6 +690,12 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
 def _fmt(res: dict[str, Any]) -> str:
     if not res.get("ok"):
         return f"  {res['engine']:<6} FAILED: {res.get('error')}"
+    if res["engine"] == "floor":
+        return (
+            f"  floor  median batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
+            f"peak RSS {res['peak_rss_mb']} MB (Spark batch jobs, one per file, no state)\n"
+            f"         batch ms {res['batch_ms']}"
+        )
     return (
         f"  {res['engine']:<6} median data batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
         f"peak RSS {res['peak_rss_mb']} MB | batches {res['batches']} ({res['data_batches']} with data) | "
@@ -649,6 +704,50 @@ def _fmt(res: dict[str, Any]) -> str:
         f"         median ms by phase {res.get('phase_median_ms')}\n"
         f"         peak RSS by process (MB) {res.get('peak_rss_mb_by_process')}"
     )
+
+
+ENGINE_CHOICES = {"spark": ["spark"], "ours": ["ours"], "floor": ["floor"], "both": ["spark", "ours"], "all": ["spark", "ours", "floor"]}
+
+
+def workload_size(workload: str, rows: int | None = None, files: int | None = None) -> tuple[int, int]:
+    """Rows per file and files of a workload: the given ones, else its own default."""
+    default_rows, default_files = DEFAULT_SIZES.get(workload, (1_000_000, 10))
+    return (default_rows if rows is None else rows, default_files if files is None else files)
+
+
+def run_workload(workload: str, engines: list[str], rows: int | None = None, files: int | None = None) -> list[dict[str, Any]]:
+    """Run one workload on each engine (a child process each), print and return the results."""
+    t = time.perf_counter()
+    rows, files = workload_size(workload, rows, files)
+    input_dir = generate(workload, rows, files)
+    print(f"{workload}: {files} files x {rows} rows in {input_dir} (ready in {time.perf_counter() - t:.1f} s)")
+    by_engine = {}
+    for eng in engines:
+        res = run_engine(workload, eng, input_dir)
+        res.update(rows_per_file=rows, files=files)
+        by_engine[eng] = res
+        print(_fmt(res), flush=True)
+    s, o, f = by_engine.get("spark"), by_engine.get("ours"), by_engine.get("floor")
+    if s and o and s.get("ok") and o.get("ok") and s["median_batch_ms"] and o["median_batch_ms"]:
+        print(
+            f"  ratio ours/Spark: median batch {o['median_batch_ms'] / s['median_batch_ms']:.2f}x, "
+            f"total {o['total_s'] / s['total_s']:.2f}x, peak RSS {o['peak_rss_mb'] / s['peak_rss_mb']:.2f}x"
+        )
+    elif s and o:
+        print("  ratio ours/Spark: n/a (both sides must run)")
+    if f and f.get("ok"):
+        for name, side in (("ours", o), ("Spark", s)):
+            if side and side.get("ok"):
+                print(f"  {name}/floor: total {side['total_s'] / f['total_s']:.2f}x")
+    return list(by_engine.values())
+
+
+def save_results(results: list[dict[str, Any]], **extra: Any) -> Path:
+    """Write a run's results to ``bench/results/bench-<time>.json`` and return the path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({**extra, "results": results}, indent=1))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -661,37 +760,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="all", choices=[*WORKLOADS, "all"])
     ap.add_argument("--rows", type=int, default=None, help="rows per input file (default 1,000,000; W9: 20)")
     ap.add_argument("--files", type=int, default=None, help="input files = data batches (default 10; W9: 250)")
-    ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
+    ap.add_argument(
+        "--engine", default="both", choices=list(ENGINE_CHOICES),
+        help="both = Spark's engine and statestream; floor = Spark batch jobs without state; all = the three",
+    )
     args = ap.parse_args(argv)
 
     workloads = list(WORKLOADS) if args.workload == "all" else [args.workload]
-    engines = ["spark", "ours"] if args.engine == "both" else [args.engine]
-    RESULTS.mkdir(parents=True, exist_ok=True)
     all_results = []
     for wl in workloads:
-        t = time.perf_counter()
-        default_rows, default_files = DEFAULT_SIZES.get(wl, (1_000_000, 10))
-        rows = args.rows if args.rows is not None else default_rows
-        files = args.files if args.files is not None else default_files
-        input_dir = generate(wl, rows, files)
-        print(f"{wl}: {files} files x {rows} rows in {input_dir} (ready in {time.perf_counter() - t:.1f} s)")
-        by_engine = {}
-        for eng in engines:
-            res = run_engine(wl, eng, input_dir)
-            by_engine[eng] = res
-            all_results.append(res)
-            print(_fmt(res), flush=True)
-        s, o = by_engine.get("spark"), by_engine.get("ours")
-        if s and o and s.get("ok") and o.get("ok") and s["median_batch_ms"] and o["median_batch_ms"]:
-            print(
-                f"  ratio ours/Spark: median batch {o['median_batch_ms'] / s['median_batch_ms']:.2f}x, "
-                f"total {o['total_s'] / s['total_s']:.2f}x, peak RSS {o['peak_rss_mb'] / s['peak_rss_mb']:.2f}x"
-            )
-        elif s and o:
-            print("  ratio ours/Spark: n/a (both sides must run)")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = RESULTS / f"bench-{stamp}.json"
-    out.write_text(json.dumps({"rows": args.rows, "files": args.files, "results": all_results}, indent=1))
+        all_results.extend(run_workload(wl, ENGINE_CHOICES[args.engine], args.rows, args.files))
+    out = save_results(all_results, rows=args.rows, files=args.files)
     print(f"results: {out}")
     return 0
 

@@ -121,21 +121,11 @@ def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[st
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batches", type=int, default=60)
-    ap.add_argument("--interval", type=float, default=1.0, help="trigger interval and file period, seconds")
-    ap.add_argument("--rows", type=int, default=20)
-    ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(args.child, args.batches + WARMUP_BATCHES, args.interval, args.rows)), flush=True)
-        return
-    engines = ["spark", "ours"] if args.engine == "both" else [args.engine]
-    results = {}
+def run_trickle(engines: list[str], batches: int = 60, interval: float = 1.0, rows: int = 20) -> dict[str, dict[str, Any]]:
+    """Run the trickle on each engine (a child process each); print and return their results."""
+    results: dict[str, dict[str, Any]] = {}
     for e in engines:
-        cmd = [sys.executable, __file__, "--child", e, "--batches", str(args.batches), "--interval", str(args.interval), "--rows", str(args.rows)]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", e, "--batches", str(batches), "--interval", str(interval), "--rows", str(rows)]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
         line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("{")), None)
         if line is None:
@@ -147,6 +137,21 @@ def main() -> None:
     if len(results) == 2:
         s, o = results["spark"], results["ours"]
         print(f"ratio ours/Spark: p50 {o['p50_ms'] / s['p50_ms']:.2f}x, p95 {o['p95_ms'] / s['p95_ms']:.2f}x")
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", type=int, default=60)
+    ap.add_argument("--interval", type=float, default=1.0, help="trigger interval and file period, seconds")
+    ap.add_argument("--rows", type=int, default=20)
+    ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.batches + WARMUP_BATCHES, args.interval, args.rows)), flush=True)
+        return
+    run_trickle(["spark", "ours"] if args.engine == "both" else [args.engine], args.batches, args.interval, args.rows)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,282 @@
+"""The whole picture in one command: every workload on both engines, a table and a chart.
+
+    scripts/bench.sh                    # every workload at its report size, then the trickle
+    scripts/bench.sh --quick            # small sizes, a few minutes: checks that everything runs
+    scripts/bench.sh --workloads W1,W9  # some workloads only
+    scripts/bench.sh --publish          # also put the table and chart into README.md
+
+Each workload runs three times, each in its own child process with a fresh JVM (see
+``bench/run.py``): on Spark's own Structured Streaming engine, on statestream, and as Spark's
+batch-only *floor* (the same query as one batch job per input file, with no state). Then
+``bench/trickle.py`` runs the processing-time trickle on both engines.
+
+Written to ``bench/results/report-<time>.{md,png,json}``; with ``--publish`` also to
+``docs/bench/latest.md`` and ``docs/bench/latest.png``, and README.md's table between its
+``bench:start`` and ``bench:end`` markers is replaced.
+
+The table's columns, per workload:
+
+* total and median ratio ours/Spark (issue 17's goal beside it): wall time from ``start()`` to
+  the end of the run, and the median data batch;
+* ours/floor and Spark/floor: how far each engine is from the stateless batch jobs;
+* peak RSS ratio: the child's whole process tree;
+* worst batch / median, on each engine: the slowest data batch after the first (which carries
+  JVM warm-up on both) over the median, so a maintenance pause (a snapshot, a retention pass)
+  shows here;
+* same result: whether both engines gave the same sink rows and the same state rows at the end.
+"""
+# ruff: noqa: T201
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import run  # noqa: E402 - bench/ is not a package
+import trickle  # noqa: E402
+
+#: (rows per file, files) of each workload in the report. W6 and W7 run smaller than the other
+#: workloads: at a million rows a file Spark's engine takes over ten minutes on them (see
+#: bench/README.md), which would make the report an hour longer without changing the ratios much.
+REPORT_SIZES: dict[str, tuple[int, int]] = {
+    "W1": (1_000_000, 10),
+    "W2": (1_000_000, 10),
+    "W3": (1_000_000, 10),
+    "W4": (1_000_000, 10),
+    "W5": (1_000_000, 10),
+    "W6": (200_000, 4),
+    "W7": (100_000, 3),
+    "W7a": (20_000, 3),
+    "W9": (20, 250),
+}
+QUICK_SIZES: dict[str, tuple[int, int]] = {wl: (20_000, 3) for wl in REPORT_SIZES} | {"W9": (20, 30), "W7a": (5_000, 3)}
+#: issue 17's goals on total wall time, ours/Spark (new workloads: 1.0; Python state: 0.3)
+GOALS = {"W1": 0.8, "W2": 0.5, "W3": 1.0, "W4": 0.7, "W5": 1.0, "W6": 1.0, "W7": 0.3, "W7a": 0.3, "W9": 0.5}
+DESCRIPTIONS = {
+    "W1": "windowed count, 20 s watermark (the seed query)",
+    "W2": "count/sum/avg/max by user and hour (1M users)",
+    "W3": "dropDuplicates with a watermark",
+    "W4": "session windows, append",
+    "W5": "stddev, collect_set, percentile_approx, HLL, max_by",
+    "W6": "stream-stream join, impressions with clicks",
+    "W7": "transformWithStateInPandas, timers",
+    "W7a": "applyInPandasWithState, timeouts",
+    "W9": "W1's query on tiny batches",
+}
+
+
+def worst_over_median(batch_ms: list[int]) -> float | None:
+    """The slowest data batch after the first over the median of them all (None: too few)."""
+    if len(batch_ms) < 3:
+        return None
+    return max(batch_ms[1:]) / statistics.median(batch_ms)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def summarise(workload: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row of the report from a workload's results on the three engines."""
+    by = {r["engine"]: r for r in results if r.get("ok")}
+    s, o, f = by.get("spark"), by.get("ours"), by.get("floor")
+    row: dict[str, Any] = {"workload": workload, "goal": GOALS.get(workload), "description": DESCRIPTIONS.get(workload, "")}
+    first = results[0] if results else {}
+    row["size"] = f"{first.get('files')} x {first.get('rows_per_file'):,}" if first.get("files") else ""
+    row["failed"] = {r["engine"]: r.get("error") for r in results if not r.get("ok")}
+    if s and o:
+        row.update(
+            spark_total_s=s["total_s"],
+            ours_total_s=o["total_s"],
+            total_ratio=ratio(o["total_s"], s["total_s"]),
+            median_ratio=ratio(o["median_batch_ms"], s["median_batch_ms"]),
+            rss_ratio=ratio(o.get("peak_rss_mb"), s.get("peak_rss_mb")),
+            same_result=(s.get("output_rows"), s.get("state_rows")) == (o.get("output_rows"), o.get("state_rows")),
+            rows_and_state=(o.get("output_rows"), o.get("state_rows")),
+        )
+    for name, side in (("ours", o), ("spark", s)):
+        if side:
+            row[f"{name}_worst_over_median"] = worst_over_median(side.get("batch_ms") or [])
+            if f:
+                row[f"{name}_over_floor"] = ratio(side["total_s"], f["total_s"])
+    if f:
+        row["floor_total_s"] = f["total_s"]
+    return row
+
+
+def machine() -> str:
+    """A line naming the machine, the software and the commit the figures were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gb = float("nan")
+    import pyspark
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GB RAM, {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, PySpark {pyspark.__version__}, `local[2]`, 4 state partitions; "
+        f"statestream {commit or 'unknown'}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
+
+
+def _x(v: float | None, goal: float | None = None) -> str:
+    if v is None:
+        return "n/a"
+    text = f"{v:.2f}"
+    return f"**{text}**" if goal is not None and v <= goal else text
+
+
+def markdown(rows: list[dict[str, Any]], trickle_results: dict[str, dict[str, Any]], where: str, chart: str | None) -> str:
+    """The report as Markdown: the machine, the workload table, the trickle, the chart."""
+    out = [
+        f"Measured on {where}.",
+        "",
+        "Ratios are statestream / Spark's engine (below 1: statestream is faster); **bold** where the "
+        "goal of issue 17 is met. Floor: the same query as Spark batch jobs, one per input file, with "
+        "no state. Worst/median: the slowest data batch after the first over the median data batch.",
+        "",
+        "| workload | files x rows | Spark total | ours total | total ratio (goal) | median ratio | ours/floor | Spark/floor | peak RSS ratio | worst/median ours, Spark | same result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "total_ratio" not in r:
+            out.append(f"| {r['workload']} | {r['size']} | failed: {'; '.join(f'{k}: {v}' for k, v in r['failed'].items())[:200]} |||||||||")
+            continue
+        same = "yes" if r["same_result"] else f"**no** {r['rows_and_state']}"
+        out.append(
+            f"| {r['workload']}: {r['description']} | {r['size']} | {r['spark_total_s']:.1f} s | {r['ours_total_s']:.1f} s | "
+            f"{_x(r['total_ratio'], r['goal'])} ({r['goal']}) | {_x(r['median_ratio'])} | {_x(r.get('ours_over_floor'))} | "
+            f"{_x(r.get('spark_over_floor'))} | {_x(r['rss_ratio'])} | {_x(r.get('ours_worst_over_median'))}, "
+            f"{_x(r.get('spark_worst_over_median'))} | {same} |"
+        )
+    s, o = trickle_results.get("spark"), trickle_results.get("ours")
+    if s and o:
+        out += [
+            "",
+            f"Trickle (`bench/trickle.py`: a 1 s processing-time trigger, one 20-row file a second, "
+            f"{o['batches']} batches): p50 Spark {s['p50_ms']:.0f} ms, ours {o['p50_ms']:.0f} ms "
+            f"(ratio {o['p50_ms'] / s['p50_ms']:.2f}); p95 Spark {s['p95_ms']:.0f} ms, ours {o['p95_ms']:.0f} ms "
+            f"(ratio {o['p95_ms'] / s['p95_ms']:.2f}).",
+        ]
+    if chart:
+        out += ["", f"![statestream / Spark per workload]({chart})"]
+    return "\n".join(out) + "\n"
+
+
+def chart(rows: list[dict[str, Any]], path: Path, where: str) -> bool:
+    """A bar chart of ours/Spark per workload (total and median batch), with the goals and 1.0."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no chart: matplotlib is not installed (scripts/bench.sh installs it: pip install -e '.[bench]')")
+        return False
+    rows = [r for r in rows if "total_ratio" in r]
+    if not rows:
+        return False
+    names = [r["workload"] for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows) + 2), 4.5), dpi=110)
+    width = 0.38
+    ax.bar([i - width / 2 for i in x], [r["total_ratio"] for r in rows], width, label="total wall time", color="#3b6ea8")
+    ax.bar([i + width / 2 for i in x], [r["median_ratio"] or 0 for r in rows], width, label="median batch", color="#9cc0e6")
+    for i, r in enumerate(rows):
+        if r["goal"] is not None:
+            ax.hlines(r["goal"], i - 0.45, i + 0.45, colors="#c0392b", linewidth=2, label="goal" if i == 0 else None)
+        ax.annotate(f"{r['total_ratio']:.2f}", (i - width / 2, r["total_ratio"]), ha="center", va="bottom", fontsize=8)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(list(x), names)
+    ax.set_ylabel("statestream / Spark's engine (lower is faster)")
+    ax.set_title("statestream vs Spark Structured Streaming, per workload", fontsize=11)
+    top = max(max(r["total_ratio"], r["median_ratio"] or 0, r["goal"] or 0) for r in rows)
+    ax.set_ylim(0, max(1.2, top) * 1.22)
+    ax.legend(fontsize=8, loc="upper center", ncol=3)
+    fig.text(0.01, 0.01, where.replace("`", ""), fontsize=6, wrap=True)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def publish(md_text: str, png: Path | None) -> None:
+    """Copy the report to docs/bench/latest.* and replace README.md's table between its markers."""
+    docs = ROOT / "docs" / "bench"
+    docs.mkdir(parents=True, exist_ok=True)
+    if png is not None:
+        (docs / "latest.png").write_bytes(png.read_bytes())
+
+    def linked(target: str) -> str:
+        return md_text.replace(f"]({png.name})", f"]({target})") if png is not None else md_text
+
+    (docs / "latest.md").write_text(linked("latest.png"))
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    if start not in text or end not in text:
+        print("README.md has no bench:start/bench:end markers; not changed")
+        return
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{start}\n{linked('docs/bench/latest.png')}{end}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(REPORT_SIZES), help="comma-separated, default all")
+    ap.add_argument("--quick", action="store_true", help="small sizes: checks that everything runs, not a measurement")
+    ap.add_argument("--no-trickle", action="store_true", help="leave out the processing-time trickle")
+    ap.add_argument("--publish", action="store_true", help="write docs/bench/latest.* and README.md's table")
+    args = ap.parse_args(argv)
+    sizes = QUICK_SIZES if args.quick else REPORT_SIZES
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in sizes]
+    if unknown:
+        ap.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(sizes)}")
+    where = machine()
+    results, rows = [], []
+    for wl in workloads:
+        rows_per_file, files = sizes[wl]
+        res = run.run_workload(wl, ["spark", "ours", "floor"], rows_per_file, files)
+        results.extend(res)
+        rows.append(summarise(wl, res))
+    trickle_results = {} if args.no_trickle else trickle.run_trickle(["spark", "ours"], batches=15 if args.quick else 60)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run.RESULTS.mkdir(parents=True, exist_ok=True)
+    png = run.RESULTS / f"report-{stamp}.png"
+    has_chart = chart(rows, png, where)
+    md_text = markdown(rows, trickle_results, where, png.name if has_chart else None)
+    md = run.RESULTS / f"report-{stamp}.md"
+    md.write_text(md_text)
+    (run.RESULTS / f"report-{stamp}.json").write_text(
+        json.dumps({"machine": where, "quick": args.quick, "rows": rows, "results": results, "trickle": trickle_results}, indent=1, default=str)
+    )
+    print()
+    print(md_text)
+    print(f"report: {md}" + (f", chart: {png}" if has_chart else ""))
+    if args.publish:
+        publish(md_text, png if has_chart else None)
+        print("published to docs/bench/latest.md and README.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
