@@ -125,15 +125,15 @@ def chart(rows: list[dict[str, Any]], path: Path) -> bool:
     if not ok:
         return False
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
-    for engine, style in (("spark", "o-"), ("ours", "s-")):
+    for engine, style, color in (("spark", "o-", "#c0392b"), ("ours", "s-", "#3b6ea8")):
         pts = sorted((r["keys"], r) for r in ok if r["engine"] == engine)
         if not pts:
             continue
         xs = [k / 1e6 for k, _ in pts]
         label = "Spark's engine" if engine == "spark" else "statestream"
-        left.plot(xs, [r["median_batch_ms"] / 1000 for _, r in pts], style, label=f"{label}, median batch")
-        left.plot(xs, [r["batch_ms"][-1] / 1000 for _, r in pts], style, alpha=0.45, label=f"{label}, last batch")
-        right.plot(xs, [r["peak_rss_mb"] / 1024 for _, r in pts], style, label=label)
+        left.plot(xs, [r["median_batch_ms"] / 1000 for _, r in pts], style, color=color, label=f"{label}, median batch")
+        left.plot(xs, [r["batch_ms"][-1] / 1000 for _, r in pts], style, color=color, alpha=0.4, label=f"{label}, last batch")
+        right.plot(xs, [r["peak_rss_mb"] / 1024 for _, r in pts], style, color=color, label=label)
     left.set_xlabel("state keys (millions)")
     left.set_ylabel("batch time (s)")
     right.set_xlabel("state keys (millions)")
