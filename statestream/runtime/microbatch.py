@@ -622,8 +622,6 @@ class MicroBatchExecution:
             crash_point("after_offsets", record.batch_id)
             self._run_batch(record, prev_wm, first_batch_of_run)
             first_batch_of_run = False
-            if self._runs_state_tasks:
-                note_python_workers_used(self.spark.sparkContext)
             # finish: watermark, commit
             t = time.perf_counter()
             self.writer_lock.check_held()
@@ -752,6 +750,10 @@ class MicroBatchExecution:
         self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
         self.spark.sparkContext.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
         materialized = result.localCheckpoint(eager=True)
+        if self._runs_state_tasks:
+            # the state tasks have just run: their workers stay warm for a while (not after the
+            # sink, which may take long)
+            note_python_workers_used(self.spark.sparkContext)
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
             # a local limit may stop a scan early: count what the scans read, as Spark does

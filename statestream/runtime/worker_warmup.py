@@ -29,8 +29,8 @@ __all__ = ["note_python_workers_used", "start_worker_warm_up", "WARM_FOR_S"]
 
 logger = logging.getLogger(__name__)
 
-#: set on a SparkContext to the monotonic time of its last finished warm-up (or of the one
-#: running)
+#: set on a SparkContext to the monotonic time its Python workers were last known warm: the
+#: last finished warm-up (or the one running), or the last batch that ran state tasks
 _WARMED_ATTR = "_statestream_python_workers_warmed_at"
 #: how long warmed workers are taken to stay up: under Spark's one minute for an idle worker
 WARM_FOR_S = 50.0
@@ -47,20 +47,26 @@ def start_worker_warm_up(
         return None
     if str(sc.getConf().get("spark.python.worker.reuse", "true")).lower() != "true":
         return None
-    setattr(sc, _WARMED_ATTR, time.monotonic())
+    started = time.monotonic()
+    setattr(sc, _WARMED_ATTR, started)
     n = max(1, min(int(sc.defaultParallelism), int(num_partitions)))
+
+    def forget() -> None:
+        # only this warm-up's own stamp: a batch may have noted warm workers since
+        if getattr(sc, _WARMED_ATTR, None) == started:
+            setattr(sc, _WARMED_ATTR, None)
 
     def run() -> None:
         try:
             sc.addJobTag(job_tag)
             sc.setJobDescription("statestream: start the Python workers")
             if stopped is not None and stopped.is_set():
-                setattr(sc, _WARMED_ATTR, None)
+                forget()
                 return
             spark.range(0, n, 1, n).mapInArrow(warm_up, "ok INT").collect()
             setattr(sc, _WARMED_ATTR, time.monotonic())
         except Exception:  # noqa: BLE001 - a stopped query or session; the batches start them anyway
-            setattr(sc, _WARMED_ATTR, None)
+            forget()
             logger.debug("Python worker warm-up did not finish", exc_info=True)
         finally:
             try:

@@ -283,3 +283,33 @@ def test_a_log_entry_another_writer_wrote_stops_the_run(spark, tmp_path):
         assert not (ck / "commits" / "1").exists()
     finally:
         q.stop()
+
+
+def test_a_batch_with_state_tasks_notes_its_python_workers_warm(spark):
+    """Every batch whose plan has state writers stamps the SparkContext (``worker_warmup``), so a
+    query started soon after it runs no warm-up job beside the busy workers; a query without
+    state leaves the stamp alone."""
+    from statestream.runtime import worker_warmup
+
+    ss = StreamingSession(spark)
+    sc = spark.sparkContext
+    setattr(sc, worker_warmup._WARMED_ATTR, None)  # noqa: SLF001
+    stream = ss.memoryStream("v INT")
+    q = stream.toDF().writeStream.format("memory").queryName("warm_stateless").outputMode("append").start()
+    try:
+        stream.add_data([(1,)])
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert getattr(sc, worker_warmup._WARMED_ATTR) is None  # noqa: SLF001
+    stream = ss.memoryStream("v INT")
+    q = stream.toDF().groupBy("v").count().writeStream.format("memory").queryName("warm_stateful").outputMode("update").start()
+    try:
+        stream.add_data([(1,), (2,)])
+        q.processAllAvailable()
+        before = time.monotonic()
+        stream.add_data([(3,)])
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert getattr(sc, worker_warmup._WARMED_ATTR) >= before  # noqa: SLF001

@@ -163,11 +163,35 @@ def test_a_batch_that_ran_state_tasks_counts_as_a_warm_up(monkeypatch):
     busy = _FakeSession()
     worker_warmup.note_python_workers_used(busy.sparkContext)
     assert not _warm(busy, "next-query", 4)  # the last batch's workers are still up
-    clock = [1000.0]
-    monkeypatch.setattr(worker_warmup.time, "monotonic", lambda: clock[0])
     worker_warmup.note_python_workers_used(busy.sparkContext)
-    clock[0] += worker_warmup.WARM_FOR_S + 1
+    monkeypatch.setattr(worker_warmup, "WARM_FOR_S", 0.0)  # as if that batch ran long ago
     assert _warm(busy, "later-query", 4)  # Spark has let them go by now
+
+
+def test_a_failed_warm_up_keeps_a_batch_note_taken_meanwhile(monkeypatch):
+    import threading
+
+    from statestream.runtime import worker_warmup
+
+    spark = _FakeSession()
+    spark.fail = True
+    in_job = threading.Event()
+    proceed = threading.Event()
+    real_range = spark.range
+
+    def slow_range(*args):
+        in_job.set()
+        proceed.wait(10)
+        return real_range(*args)
+
+    spark.range = slow_range  # type: ignore[method-assign]
+    thread = worker_warmup.start_worker_warm_up(spark, "q", 4)
+    assert thread is not None and in_job.wait(10)
+    worker_warmup.note_python_workers_used(spark.sparkContext)  # a batch ran state tasks meanwhile
+    proceed.set()
+    thread.join(10)
+    assert getattr(spark.sparkContext, worker_warmup._WARMED_ATTR) is not None
+    assert not _warm(spark, "next-query", 4)
 
 
 def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
