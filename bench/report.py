@@ -1,14 +1,18 @@
 """The whole picture in one command: every workload on both engines, a table and a chart.
 
     scripts/bench.sh                    # every workload at its report size, then the trickle
-    scripts/bench.sh --quick            # small sizes, a few minutes: checks that everything runs
+    scripts/bench.sh --quick            # small sizes, about 17 minutes: checks that everything runs
     scripts/bench.sh --workloads W1,W9  # some workloads only
     scripts/bench.sh --publish          # also put the table and chart into README.md
     scripts/bench.sh --repeat 3         # each workload three times, each engine's median run kept
+    python3 bench/report.py --rebuild R.json [B.json ...] [--publish]
+                                        # the table and chart again from saved results, later
+                                        # files' (workload, engine) results replacing earlier ones
 
-Each workload runs three times, each in its own child process with a fresh JVM (see
+Each workload runs three ways, each in its own child process with a fresh JVM (see
 ``bench/run.py``): on Spark's own Structured Streaming engine, on statestream, and as Spark's
-batch-only *floor* (the same query as one batch job per input file, with no state). Then
+batch-only *floor* (the same query as one batch job per input file, with no state, AQE and
+broadcast joins off as in the streaming engines' batches). Then
 ``bench/trickle.py`` runs the processing-time trickle on both engines.
 
 Written to ``bench/results/report-<time>.{md,png,json}``; with ``--publish`` also to
@@ -21,9 +25,9 @@ The table's columns, per workload:
   the end of the run, and the median data batch;
 * ours/floor and Spark/floor: how far each engine is from the stateless batch jobs;
 * peak RSS ratio: the child's whole process tree;
-* worst batch / median, on each engine: the slowest data batch after the first (which carries
-  JVM warm-up on both) over the median, so a maintenance pause (a snapshot, a retention pass)
-  shows here;
+* worst batch / median, on each engine: over the data batches after the first (which carries
+  JVM warm-up on both), the slowest over their median, so a maintenance pause (a snapshot, a
+  retention pass) shows here; n/a with fewer than four such batches;
 * same result: whether both engines gave the same sink rows and the same state rows at the end.
 """
 # ruff: noqa: T201
@@ -46,9 +50,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import run  # noqa: E402 - bench/ is not a package
 import trickle  # noqa: E402
 
-#: (rows per file, files) of each workload in the report. W6 and W7 run smaller than the other
-#: workloads: at a million rows a file Spark's engine takes over ten minutes on them (see
-#: bench/README.md), which would make the report an hour longer without changing the ratios much.
+#: (rows per file, files) of each workload in the report. W6, W7 and W7a run smaller than the
+#: others: at a million rows a file Spark's engine took 11 minutes on W6 and would take about 20
+#: minutes a batch on W7 (bench/README.md), which would make the report hours longer.
 REPORT_SIZES: dict[str, tuple[int, int]] = {
     "W1": (1_000_000, 10),
     "W2": (1_000_000, 10),
@@ -77,15 +81,18 @@ DESCRIPTIONS = {
 
 
 def worst_over_median(batch_ms: list[int]) -> float | None:
-    """The slowest data batch after the first over the median of them all (None: too few)."""
-    if len(batch_ms) < 3:
+    """Over the data batches after the first, the slowest over their median (None: fewer than
+    four of them)."""
+    after = batch_ms[1:]
+    if len(after) < 4:
         return None
-    return max(batch_ms[1:]) / statistics.median(batch_ms)
+    return max(after) / statistics.median(after)
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Of one engine's runs of a workload, the one with the median total (a failed one if none ran)."""
     ok = sorted((r for r in runs if r.get("ok")), key=lambda r: r["total_s"])
+    # of an even count, the faster of the middle two
     return ok[(len(ok) - 1) // 2] if ok else runs[0]
 
 
@@ -135,7 +142,7 @@ def machine() -> str:
         mem_gb = float("nan")
     import pyspark
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     return (
         f"{os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GB RAM, {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, PySpark {pyspark.__version__}, `local[2]`, 4 state partitions; "
@@ -157,14 +164,16 @@ def markdown(rows: list[dict[str, Any]], trickle_results: dict[str, dict[str, An
         "",
         "Ratios are statestream / Spark's engine (below 1: statestream is faster); **bold** where the "
         "goal of issue 17 is met. Floor: the same query as Spark batch jobs, one per input file, with "
-        "no state. Worst/median: the slowest data batch after the first over the median data batch.",
+        "no state (AQE and broadcast joins off, as in the streaming engines' batches). Worst/median: over "
+        "the data batches after the first, the slowest over their median (n/a: fewer than four).",
         "",
         "| workload | files x rows | Spark total | ours total | total ratio (goal) | median ratio | ours/floor | Spark/floor | peak RSS ratio | worst/median ours, Spark | same result |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "total_ratio" not in r:
-            out.append(f"| {r['workload']} | {r['size']} | failed: {'; '.join(f'{k}: {v}' for k, v in r['failed'].items())[:200]} |||||||||")
+            failed = "; ".join(f"{k}: {v}" for k, v in r["failed"].items())[:200].replace("|", "\\|")
+            out.append(f"| {r['workload']} | {r['size']} | failed: {failed} |||||||||")
             continue
         same = "yes" if r["same_result"] else f"**no** {r['rows_and_state']}"
         out.append(
@@ -174,7 +183,7 @@ def markdown(rows: list[dict[str, Any]], trickle_results: dict[str, dict[str, An
             f"{_x(r.get('spark_worst_over_median'))} | {same} |"
         )
     s, o = trickle_results.get("spark"), trickle_results.get("ours")
-    if s and o:
+    if s and o and all(x.get(k) for x in (s, o) for k in ("p50_ms", "p95_ms")):
         out += [
             "",
             f"Trickle (`bench/trickle.py`: a 1 s processing-time trigger, one 20-row file a second, "
@@ -238,12 +247,54 @@ def publish(md_text: str, png: Path | None) -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
     start, end = "<!-- bench:start -->", "<!-- bench:end -->"
-    if start not in text or end not in text:
-        print("README.md has no bench:start/bench:end markers; not changed")
+    if start not in text or end not in text or text.index(start) > text.index(end):
+        print("README.md has no bench:start marker followed by a bench:end marker; not changed")
         return
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     readme.write_text(f"{head}{start}\n{linked('docs/bench/latest.png')}{end}{tail}")
+
+
+def write_report(rows: list[dict[str, Any]], results: list[dict[str, Any]], trickle_results: dict[str, Any], where: str, quick: bool) -> tuple[str, Path | None]:
+    """Write ``bench/results/report-<time>.{md,png,json}``; returns the Markdown and the chart."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run.RESULTS.mkdir(parents=True, exist_ok=True)
+    png = run.RESULTS / f"report-{stamp}.png"
+    try:
+        has_chart = chart(rows, png, where)
+    except Exception as exc:  # noqa: BLE001 - the table and the figures matter more than the chart
+        print(f"no chart: {type(exc).__name__}: {exc}")
+        has_chart = False
+    md_text = markdown(rows, trickle_results, where, png.name if has_chart else None)
+    md = run.RESULTS / f"report-{stamp}.md"
+    md.write_text(md_text)
+    (run.RESULTS / f"report-{stamp}.json").write_text(
+        json.dumps({"machine": where, "quick": quick, "rows": rows, "results": results, "trickle": trickle_results}, indent=1, default=str)
+    )
+    print()
+    print(md_text)
+    print(f"report: {md}" + (f", chart: {png}" if has_chart else ""))
+    return md_text, png if has_chart else None
+
+
+def rebuild(paths: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any], str, bool]:
+    """Rows, results, trickle, machine and quick flag from saved report or ``run.py`` results;
+    a later file's (workload, engine) result replaces an earlier one's."""
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    order: list[str] = []
+    trickle_results: dict[str, Any] = {}
+    where, quick = "", False
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        where = saved.get("machine") or where
+        quick = saved.get("quick", quick)
+        trickle_results = saved.get("trickle") or trickle_results
+        for r in saved.get("results", []):
+            if r["workload"] not in order:
+                order.append(r["workload"])
+            by_key[(r["workload"], r["engine"])] = r
+    rows = [summarise(wl, [by_key[(wl, e)] for e in ("spark", "ours", "floor") if (wl, e) in by_key]) for wl in order]
+    return rows, list(by_key.values()), trickle_results, where, quick
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,36 +304,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run each workload this many times; each engine's median run (by total) is reported")
     ap.add_argument("--no-trickle", action="store_true", help="leave out the processing-time trickle")
     ap.add_argument("--publish", action="store_true", help="write docs/bench/latest.* and README.md's table")
+    ap.add_argument("--rebuild", nargs="+", metavar="JSON", help="no runs: the report from these saved results")
     args = ap.parse_args(argv)
-    sizes = QUICK_SIZES if args.quick else REPORT_SIZES
-    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in workloads if w not in sizes]
-    if unknown:
-        ap.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(sizes)}")
-    where = machine()
-    results, rows = [], []
-    for wl in workloads:
-        rows_per_file, files = sizes[wl]
-        runs = [run.run_workload(wl, ["spark", "ours", "floor"], rows_per_file, files) for _ in range(args.repeat)]
-        res = [median_run([r for one in runs for r in one if r["engine"] == e]) for e in ("spark", "ours", "floor")]
-        results.extend(r for one in runs for r in one)
-        rows.append(summarise(wl, res))
-    trickle_results = {} if args.no_trickle else trickle.run_trickle(["spark", "ours"], batches=15 if args.quick else 60)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run.RESULTS.mkdir(parents=True, exist_ok=True)
-    png = run.RESULTS / f"report-{stamp}.png"
-    has_chart = chart(rows, png, where)
-    md_text = markdown(rows, trickle_results, where, png.name if has_chart else None)
-    md = run.RESULTS / f"report-{stamp}.md"
-    md.write_text(md_text)
-    (run.RESULTS / f"report-{stamp}.json").write_text(
-        json.dumps({"machine": where, "quick": args.quick, "rows": rows, "results": results, "trickle": trickle_results}, indent=1, default=str)
-    )
-    print()
-    print(md_text)
-    print(f"report: {md}" + (f", chart: {png}" if has_chart else ""))
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if args.rebuild:
+        rows, results, trickle_results, where, quick = rebuild(args.rebuild)
+        where = where or machine()
+    else:
+        sizes = QUICK_SIZES if args.quick else REPORT_SIZES
+        workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+        unknown = [w for w in workloads if w not in sizes]
+        if unknown or not workloads:
+            ap.error(f"unknown or no workload(s) {', '.join(unknown)}; known: {', '.join(sizes)}")
+        if args.publish and (args.quick or set(workloads) != set(REPORT_SIZES)):
+            ap.error("--publish needs every workload at its report size (not --quick, not a subset)")
+        where, quick = machine(), args.quick
+        results, rows = [], []
+        trickle_results = {}
+        partial = run.RESULTS / f"report-partial-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}.json"
+        for wl in workloads:
+            rows_per_file, files = sizes[wl]
+            runs = [run.run_workload(wl, ["spark", "ours", "floor"], rows_per_file, files) for _ in range(args.repeat)]
+            res = [median_run([r for one in runs for r in one if r["engine"] == e]) for e in ("spark", "ours", "floor")]
+            results.extend(r for one in runs for r in one)
+            rows.append(summarise(wl, res))
+            run.save_results(results, partial, machine=where, quick=quick)  # kept if a later workload fails
+        if not args.no_trickle:
+            trickle_results = trickle.run_trickle(["spark", "ours"], batches=15 if quick else 60)
+    if args.publish and quick:
+        ap.error("--publish refuses a quick run's figures")
+    md_text, png = write_report(rows, results, trickle_results, where, quick)
     if args.publish:
-        publish(md_text, png if has_chart else None)
+        publish(md_text, png)
         print("published to docs/bench/latest.md and README.md")
     return 0
 

@@ -2,7 +2,7 @@
 
 One command::
 
-    python bench/run.py [--workload W1|W2|W4|all] [--rows N] [--files N] [--engine spark|ours|both]
+    python bench/run.py [--workload W1|...|W9|all] [--rows N] [--files N] [--engine spark|ours|both|floor|all]
 
 The input is generated once (numpy + pyarrow, no Spark, no per-row Python) into ``bench/data``
 and reused by later runs. Each (workload, engine) pair then runs in its own child process with a
@@ -89,6 +89,12 @@ SCHEMAS = {
 W3_DUPLICATE_RATE = 0.10
 #: Session windows refuse update mode (Spark's analysis), so W4 runs in append mode.
 OUTPUT_MODES = {"W4": "append", "W6": "append"}
+#: workloads with no batch floor, and why (W7: measured 2026-11-27 with and without the RocksDB
+#: provider)
+NO_FLOOR = {
+    "W7a": "no batch form: Spark refuses applyInPandasWithState in a batch query",
+    "W7": "no batch floor: Spark 4.1's batch transformWithStateInPandas fails on this query (CANNOT_LOAD_STATE_STORE)",
+}
 #: Spark's transformWithState needs its RocksDB state store provider (statestream ignores it)
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -440,6 +446,8 @@ def session_builder(app_name: str) -> Any:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # every batch's progress, not the last 100 (both engines keep this many)
+        .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
     )
 
 
@@ -452,11 +460,6 @@ def run_floor(spark: Any, workload: str, input_dir: Path) -> dict[str, Any]:
     written to Spark's ``noop`` sink, which computes every column (a ``count()`` would let the
     optimizer prune the aggregates away).
     """
-    if workload == "W7a":
-        raise ValueError("no batch form: Spark refuses applyInPandasWithState in a batch query")
-    if workload == "W7":
-        # measured 2026-11-27 with and without the RocksDB provider
-        raise ValueError("no batch floor: Spark 4.1's batch transformWithStateInPandas fails on this query (CANNOT_LOAD_STATE_STORE)")
     build = build_query(workload)
 
     def read(schema: str, path: Path) -> Any:
@@ -501,6 +504,12 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     )
     if workload == "W7" and engine_kind == "spark":
         builder = builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    if engine_kind == "floor":
+        if workload in NO_FLOOR:
+            return {"workload": workload, "engine": engine_kind, "ok": False, "error": NO_FLOOR[workload]}
+        # the plan a streaming engine runs, minus the state: no AQE (both engines turn it off
+        # for their batches) and no broadcast join (a stream-stream join never broadcasts)
+        builder = builder.config("spark.sql.adaptive.enabled", "false").config("spark.sql.autoBroadcastJoinThreshold", "-1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"workload": workload, "engine": engine_kind}
@@ -737,15 +746,15 @@ def run_workload(workload: str, engines: list[str], rows: int | None = None, fil
         print("  ratio ours/Spark: n/a (both sides must run)")
     if f and f.get("ok"):
         for name, side in (("ours", o), ("Spark", s)):
-            if side and side.get("ok"):
+            if side and side.get("ok") and f["total_s"]:
                 print(f"  {name}/floor: total {side['total_s'] / f['total_s']:.2f}x")
     return list(by_engine.values())
 
 
-def save_results(results: list[dict[str, Any]], **extra: Any) -> Path:
-    """Write a run's results to ``bench/results/bench-<time>.json`` and return the path."""
+def save_results(results: list[dict[str, Any]], path: Path | None = None, **extra: Any) -> Path:
+    """Write a run's results to ``path`` (default ``bench/results/bench-<time>.json``); returns it."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = path or RESULTS / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps({**extra, "results": results}, indent=1))
     return out
 

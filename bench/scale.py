@@ -4,9 +4,9 @@
 
 W2's aggregation (``groupBy("user", window("timestamp", "1 hour"))`` with count, sum, avg and max
 of ``amount``, update mode) over input made so that the state ends with exactly ``keys`` keys:
-each file holds a slice of ``rows`` new users (``rows`` = keys / 5, at least 200,000), so the
-state grows by ``rows`` keys a batch for five batches, then one more file updates ``rows``
-users already in the state. The batch time is then read as the state grows, and the last
+each of five files holds a fifth of the users, new ones (the last of them also the users left
+over when ``keys`` is not a multiple of five), so the state grows by about keys / 5 a batch, then
+one more file updates keys / 5 users already in the state. The batch time is then read as the state grows, and the last
 batch runs against the whole state.
 
 Each engine runs in its own child process (``bench/run.py``'s), with ``BENCH_DRIVER_MEMORY``
@@ -53,7 +53,10 @@ def generate(keys: int, seed: int = 7) -> Path:
     width = len(str(keys))
     span_us = 300 * 1_000_000
     for i in range(GROWTH_FILES + 1):
-        ids = order[i * rows:(i + 1) * rows] if i < GROWTH_FILES else rng.choice(keys, rows, replace=False)
+        if i < GROWTH_FILES:
+            ids = order[i * rows:(i + 1) * rows] if i < GROWTH_FILES - 1 else order[i * rows:]
+        else:
+            ids = rng.choice(keys, rows, replace=False)
         n = len(ids)
         users = pc.binary_join_element_wise("u", pc.utf8_lpad(pc.cast(pa.array(ids, pa.int64()), pa.string()), width, "0"), "")
         t_us = run.BASE_EPOCH_S * 1_000_000 + i * span_us + rng.integers(0, span_us, n)
@@ -87,7 +90,10 @@ def markdown(rows: list[dict[str, Any]], where: str) -> str:
     ]
     for r in rows:
         if not r.get("ok"):
-            out.append(f"| {r['keys']:,} | {r['engine']} | failed: {str(r.get('error'))[:160]} |||||||")
+            out.append(f"| {r['keys']:,} | {r['engine']} | failed: {str(r.get('error'))[:160].replace('|', '/')} ||||||||")
+            continue
+        if not r.get("batch_ms"):
+            out.append(f"| {r['keys']:,} | {r['engine']} | no data batch ||||||||")
             continue
         jvm, py = _jvm_and_python(r)
         out.append(
@@ -96,7 +102,7 @@ def markdown(rows: list[dict[str, Any]], where: str) -> str:
         )
     by_keys: dict[int, dict[str, dict[str, Any]]] = {}
     for r in rows:
-        if r.get("ok"):
+        if r.get("ok") and r.get("batch_ms"):
             by_keys.setdefault(r["keys"], {})[r["engine"]] = r
     ratios = []
     for k, e in sorted(by_keys.items()):
@@ -121,7 +127,7 @@ def chart(rows: list[dict[str, Any]], path: Path) -> bool:
     except ImportError:
         print("no chart: matplotlib is not installed (pip install -e '.[bench]')")
         return False
-    ok = [r for r in rows if r.get("ok")]
+    ok = [r for r in rows if r.get("ok") and r.get("batch_ms")]
     if not ok:
         return False
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)

@@ -133,8 +133,11 @@ def run_trickle(engines: list[str], batches: int = 60, interval: float = 1.0, ro
             continue
         results[e] = json.loads(line)
         r = results[e]
+        if not r.get("p50_ms"):
+            print(f"{e}: no batch with input: {r}")
+            continue
         print(f"{e:<6} p50 {r['p50_ms']:.0f} ms | p95 {r['p95_ms']:.0f} ms | mean {r['mean_ms']} ms | {r['batches']} batches | input {r['input_rows']} rows | sink rows {r['sink_rows']}")
-    if len(results) == 2:
+    if len(results) == 2 and all(r.get("p50_ms") and r.get("p95_ms") for r in results.values()):
         s, o = results["spark"], results["ours"]
         print(f"ratio ours/Spark: p50 {o['p50_ms'] / s['p50_ms']:.2f}x, p95 {o['p95_ms'] / s['p95_ms']:.2f}x")
     return results
