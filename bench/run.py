@@ -675,7 +675,13 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
             procs = _tree_rss(proc.pid)
             peak[0] = max(peak[0], sum(rss for _, rss in procs.values()))
             by_name: dict[str, int] = {}
-            for name, rss in procs.values():
+            for pid, (name, rss) in procs.items():
+                # the child itself is the driver's Python; any other Python in the tree is
+                # PySpark's worker daemon or one of its workers
+                if name.startswith("python"):
+                    name = "python (driver)" if pid == proc.pid else "python (workers)"
+                    if pid != proc.pid:
+                        by_name["python (largest worker)"] = max(by_name.get("python (largest worker)", 0), rss)
                 by_name[name] = by_name.get(name, 0) + rss
             for name, rss in by_name.items():
                 per_process[name] = max(per_process.get(name, 0), rss)

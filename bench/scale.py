@@ -77,7 +77,7 @@ def generate(keys: int, seed: int = 7) -> Path:
 def _jvm_and_python(res: dict[str, Any]) -> tuple[int | None, int | None]:
     by = res.get("peak_rss_mb_by_process") or {}
     jvm = by.get("java")
-    py = sum(v for k, v in by.items() if k.startswith("python")) or None
+    py = sum(v for k, v in by.items() if k in ("python", "python (driver)", "python (workers)")) or None
     return jvm, py
 
 
