@@ -513,84 +513,80 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     result: dict[str, Any] = {"workload": workload, "engine": engine_kind}
-    if engine_kind == "floor":
-        try:
-            result.update(run_floor(spark, workload, input_dir))
-        except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:4]
-            result.update(ok=False, error=f"{type(exc).__name__}: {' | '.join(lines)[:600]}")
-        finally:
-            spark.stop()
-        return result
     try:
-        if engine_kind == "spark":
-            engine: Any = spark
-        else:
-            from statestream import StreamingSession
-
-            engine = StreamingSession(spark)
-        counts: dict[int, int] = {}
-        wall: dict[int, float] = {}
-        last = [time.perf_counter()]
-
-        def sink(df: Any, batch_id: int) -> None:
-            counts[int(batch_id)] = df.count()
-            now = time.perf_counter()
-            wall[int(batch_id)] = now - last[0]
-            last[0] = now
-
-        checkpoint = tempfile.mkdtemp(prefix=f"bench-{workload}-{engine_kind}-")
-        def read(schema: str, path: Path) -> Any:
-            return engine.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", 1).load(str(path))
-
-        if workload == "W6":
-            built = build_query(workload)(read(SCHEMAS["W6"], input_dir / "impressions"), read(SCHEMAS["W6-clicks"], input_dir / "clicks"))
-        else:
-            built = build_query(workload)(read(SCHEMAS[workload], input_dir))
-        t0 = time.perf_counter()
-        last[0] = t0
-        query = (
-            built
-            .writeStream.outputMode(OUTPUT_MODES.get(workload, "update"))
-            .foreachBatch(sink)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .queryName(f"bench_{workload}_{engine_kind}")
-            .start()
-        )
-        query.awaitTermination()
-        total = time.perf_counter() - t0
-        progress = [_progress_dict(p) for p in (query.recentProgress or [])]
-        # executed batches only: an idle trigger's progress (no addBatch) is in recentProgress too
-        progress = [p for p in progress if "addBatch" in (p.get("durationMs") or {})]
-        data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
-        durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
-        phases = sorted({k for p in data for k in (p.get("durationMs") or {})})
-        phase_ms = {
-            k: statistics.median(int((p.get("durationMs") or {}).get(k, 0)) for p in data) for k in phases
-        } if data else {}
-        last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}
-        state_bytes = last_state.get("memoryUsedBytes")
-        result.update(
-            ok=True,
-            batches=len(progress),
-            data_batches=len(data),
-            input_rows=sum(int(p.get("numInputRows") or 0) for p in progress),
-            output_rows=sum(counts.values()),
-            median_batch_ms=statistics.median(durations) if durations else None,
-            batch_ms=durations,
-            phase_median_ms=phase_ms,
-            sink_wall_ms=[round(wall[k] * 1000) for k in sorted(wall)],
-            total_s=round(total, 2),
-            state_rows=last_state.get("numRowsTotal"),
-            state_memory_bytes=state_bytes,
-        )
+        result.update(run_floor(spark, workload, input_dir) if engine_kind == "floor" else run_stream(spark, workload, engine_kind, input_dir))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps going
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()][:4]
         result.update(ok=False, error=f"{type(exc).__name__}: {' | '.join(lines)[:600]}")
     finally:
         spark.stop()
     return result
+
+
+def run_stream(spark: Any, workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
+    """Run the workload's streaming query on Spark's engine or statestream; its figures."""
+    if engine_kind == "spark":
+        engine: Any = spark
+    else:
+        from statestream import StreamingSession
+
+        engine = StreamingSession(spark)
+    counts: dict[int, int] = {}
+    wall: dict[int, float] = {}
+    last = [time.perf_counter()]
+
+    def sink(df: Any, batch_id: int) -> None:
+        counts[int(batch_id)] = df.count()
+        now = time.perf_counter()
+        wall[int(batch_id)] = now - last[0]
+        last[0] = now
+
+    checkpoint = tempfile.mkdtemp(prefix=f"bench-{workload}-{engine_kind}-")
+    def read(schema: str, path: Path) -> Any:
+        return engine.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", 1).load(str(path))
+
+    if workload == "W6":
+        built = build_query(workload)(read(SCHEMAS["W6"], input_dir / "impressions"), read(SCHEMAS["W6-clicks"], input_dir / "clicks"))
+    else:
+        built = build_query(workload)(read(SCHEMAS[workload], input_dir))
+    t0 = time.perf_counter()
+    last[0] = t0
+    query = (
+        built
+        .writeStream.outputMode(OUTPUT_MODES.get(workload, "update"))
+        .foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .queryName(f"bench_{workload}_{engine_kind}")
+        .start()
+    )
+    query.awaitTermination()
+    total = time.perf_counter() - t0
+    progress = [_progress_dict(p) for p in (query.recentProgress or [])]
+    # executed batches only: an idle trigger's progress (no addBatch) is in recentProgress too
+    progress = [p for p in progress if "addBatch" in (p.get("durationMs") or {})]
+    data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
+    durations = [int(p["batchDuration"]) for p in data if "batchDuration" in p]
+    phases = sorted({k for p in data for k in (p.get("durationMs") or {})})
+    phase_ms = {
+        k: statistics.median(int((p.get("durationMs") or {}).get(k, 0)) for p in data) for k in phases
+    } if data else {}
+    last_state = (progress[-1].get("stateOperators") or [{}])[0] if progress else {}
+    state_bytes = last_state.get("memoryUsedBytes")
+    return dict(
+        ok=True,
+        batches=len(progress),
+        data_batches=len(data),
+        input_rows=sum(int(p.get("numInputRows") or 0) for p in progress),
+        output_rows=sum(counts.values()),
+        median_batch_ms=statistics.median(durations) if durations else None,
+        batch_ms=durations,
+        phase_median_ms=phase_ms,
+        sink_wall_ms=[round(wall[k] * 1000) for k in sorted(wall)],
+        total_s=round(total, 2),
+        state_rows=last_state.get("numRowsTotal"),
+        state_memory_bytes=state_bytes,
+    )
 
 
 # --------------------------------------------------------------------------------------------
