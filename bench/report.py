@@ -144,11 +144,11 @@ def machine() -> str:
         mem_gb = float("nan")
     import pyspark
 
-    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    described = commit()
     return (
         f"{os.cpu_count()} cores ({cpu}), {mem_gb:.0f} GB RAM, {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}, PySpark {pyspark.__version__}, `local[2]`, 4 state partitions; "
-        f"statestream {commit or 'unknown'}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+        f"statestream {described or 'unknown'}; {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
     )
 
 
@@ -199,8 +199,8 @@ def markdown(rows: list[dict[str, Any]], trickle_results: dict[str, dict[str, An
     return "\n".join(out) + "\n"
 
 
-def chart(rows: list[dict[str, Any]], path: Path, where: str) -> bool:
-    """A bar chart of ours/Spark per workload (total and median batch), with the goals and 1.0."""
+def pyplot() -> Any:
+    """matplotlib's pyplot without a display, or None (with a note) when it is not installed."""
     try:
         import matplotlib
 
@@ -208,6 +208,19 @@ def chart(rows: list[dict[str, Any]], path: Path, where: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         print("no chart: matplotlib is not installed (scripts/bench.sh installs it: pip install -e '.[bench]')")
+        return None
+    return plt
+
+
+def commit() -> str:
+    """The checked-out commit, ``-dirty`` when the tree has changes ('' outside git)."""
+    return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+def chart(rows: list[dict[str, Any]], path: Path, where: str) -> bool:
+    """A bar chart of ours/Spark per workload (total and median batch), with the goals and 1.0."""
+    plt = pyplot()
+    if plt is None:
         return False
     rows = [r for r in rows if "total_ratio" in r]
     if not rows:
@@ -298,7 +311,7 @@ def rebuild(paths: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             by_key[(r["workload"], r["engine"])] = r
     rows = [summarise(wl, [by_key[(wl, e)] for e in ("spark", "ours", "floor") if (wl, e) in by_key]) for wl in order]
     if len(paths) > 1:
-        described = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        described = commit()
         where += f"; results of {len(paths) - 1} later run(s) merged in, up to statestream {described or 'unknown'}"
     return rows, list(by_key.values()), trickle_results, where, quick
 

@@ -29,7 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-import run  # noqa: E402 - bench/ is not a package
+import report  # noqa: E402 - bench/ is not a package
+import run  # noqa: E402
 
 GROWTH_FILES = 5
 
@@ -119,13 +120,8 @@ def markdown(rows: list[dict[str, Any]], where: str) -> str:
 
 
 def chart(rows: list[dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no chart: matplotlib is not installed (pip install -e '.[bench]')")
+    plt = report.pyplot()
+    if plt is None:
         return False
     ok = [r for r in rows if r.get("ok") and r.get("batch_ms")]
     if not ok:
@@ -154,8 +150,6 @@ def chart(rows: list[dict[str, Any]], path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import report
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", default="1000000,3000000,10000000")
     ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
