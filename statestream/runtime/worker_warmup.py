@@ -64,7 +64,7 @@ def start_worker_warm_up(
                 forget()
                 return
             spark.range(0, n, 1, n).mapInArrow(warm_up, "ok INT").collect()
-            setattr(sc, _WARMED_ATTR, time.monotonic())
+            note_python_workers_used(sc)
         except Exception:  # noqa: BLE001 - a stopped query or session; the batches start them anyway
             forget()
             logger.debug("Python worker warm-up did not finish", exc_info=True)
