@@ -536,11 +536,14 @@ class MicroBatchExecution:
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
-        from statestream.state.store import StateStoreConf
+        from statestream.state.store import StateStoreConf, versions_in_memory_from_conf
 
         self.store_conf = StateStoreConf(
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
+            max_versions_in_memory=versions_in_memory_from_conf(
+                user.conf.get("spark.sql.streaming.maxBatchesToRetainInMemory", "2")
+            ),
         )
         self._source_indexes = indexes
         self._physical = plan_streaming_query(

@@ -418,6 +418,7 @@ class StateStoreProvider:
             for v in [v for v in self._loaded if v >= new_version]:
                 del self._loaded[v]
             self._cache(new_version, table, self._stamp(new_version))
+        _trim_siblings(self, new_version)
         return new_version
 
     def replace_version(self, version: int, table: pa.Table) -> None:
@@ -488,6 +489,16 @@ class StateStoreProvider:
                 self._files.delete(self.file_name(v, kind))
             if doomed:
                 log.info("deleted %d state files of %s below version %d", len(doomed), self.store_id, first_needed)
+
+    def trim_cache(self, sibling_committed: int) -> list[int]:
+        """Drop the cached versions that :func:`stale_cached_versions` finds useless now that
+        another partition of this store committed ``sibling_committed`` in this process; returns
+        them."""
+        with self._lock:
+            doomed = stale_cached_versions(sorted(self._loaded), sibling_committed)
+            for v in doomed:
+                del self._loaded[v]
+            return doomed
 
     def close(self) -> None:
         """Drop the cached versions."""
@@ -561,6 +572,44 @@ def get_provider(
         provider = StateStoreProvider(store_id, key_schema, value_schema, conf, run_id)
         _PROVIDERS[key] = provider
         return provider
+
+
+def stale_cached_versions(cached: list[int], sibling_committed: int) -> list[int]:
+    """The cached versions of a partition that no load can use any more, once another partition
+    of the same store committed ``sibling_committed`` in this process.
+
+    Why: a partition's task lands in whichever Python worker is free, so over a few batches
+    every worker caches (up to) two versions of every partition, and the state is held once per
+    worker and version. All partitions of a store move together, one version a batch, so a
+    sibling's commit of ``v`` says the current batch loads ``v - 1`` everywhere. Below that, a
+    version serves no load: neither this batch's (nor its re-execution's), which starts from
+    ``v - 1`` or from the newest cached version below it, nor any later one. The newest cached
+    version is always kept, as the base a later load replays deltas onto.
+    """
+    if not cached:
+        return []
+    keep_from = min(sibling_committed - 1, max(cached))
+    return [v for v in cached if v < keep_from]
+
+
+def _trim_siblings(provider: StateStoreProvider, committed: int) -> None:
+    """Apply :func:`stale_cached_versions` to the other partitions of ``provider``'s store (same
+    checkpoint, operator, store name and run) cached in this process."""
+    sid = provider.store_id
+    with _PROVIDERS_LOCK:
+        siblings = [
+            p
+            for (other, run_id), p in _PROVIDERS.items()
+            if p is not provider
+            and run_id == provider.run_id
+            and other.checkpoint_root == sid.checkpoint_root
+            and other.operator_id == sid.operator_id
+            and other.store_name == sid.store_name
+        ]
+    for sibling in siblings:
+        dropped = sibling.trim_cache(committed)
+        if dropped:
+            log.debug("%s: dropped cached versions %s (a sibling committed %d)", sibling.store_id, dropped, committed)
 
 
 def loaded_providers() -> list[StateStoreProvider]:

@@ -129,6 +129,21 @@ class StateStoreConf:
         return None if c in ("none", "uncompressed") else c
 
 
+def versions_in_memory_from_conf(value: str | None) -> int:
+    """``max_versions_in_memory`` from ``spark.sql.streaming.maxBatchesToRetainInMemory``.
+
+    Spark accepts 0 (no cache). Ours keeps at least the newest version, which maintenance writes
+    its snapshot from, so 0 means 1: the fewest versions this provider can hold."""
+    conf = "spark.sql.streaming.maxBatchesToRetainInMemory"
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise StateStoreError(f"{conf} must be a whole number of batches, got {value!r}") from None
+    if n < 0:
+        raise StateStoreError(f"{conf} must be >= 0, got {n}")
+    return max(n, 1)
+
+
 @dataclass
 class StateStoreMetrics:
     """What a store reports after an update (Spark: ``StateStoreMetrics``).

@@ -20,6 +20,8 @@ from statestream.state import (
     get_provider,
 )
 from statestream.state.keys import match_keys
+from statestream.state.provider import stale_cached_versions
+from statestream.state.store import versions_in_memory_from_conf
 
 UTC_TS = pa.timestamp("us", tz="UTC")
 WINDOW = pa.struct([("start", UTC_TS), ("end", UTC_TS)])
@@ -369,6 +371,61 @@ def test_cache_keeps_two_versions_and_counts_hits(tmp_path):
     assert m.num_keys == 4
     assert set(m.custom_metrics) == {"stateOnCurrentVersionSizeBytes", "loadedMapCacheHitCount", "loadedMapCacheMissCount"}
     assert m.memory_used_bytes >= m.custom_metrics["stateOnCurrentVersionSizeBytes"] > 0
+
+
+@pytest.mark.parametrize(
+    ("cached", "committed", "dropped"),
+    [
+        ([], 5, []),
+        ([4, 5], 5, []),  # committed v itself in this batch: v-1 kept for a re-executed batch
+        ([3, 4], 5, [3]),  # served the last batch: v-1 is this batch's base, v-2 serves nobody
+        ([2, 3], 5, [2]),  # not served last batch: the newest stays as a base for deltas
+        ([3], 5, []),
+        ([5, 6], 5, []),  # ahead of the sibling (versions not in step): nothing is dropped
+    ],
+)
+def test_stale_cached_versions(cached, committed, dropped):
+    assert stale_cached_versions(cached, committed) == dropped
+
+
+def test_a_commit_trims_only_the_stale_versions_of_its_siblings(tmp_path):
+    """Partitions of one store in one worker: p0 ran batches 1-3 here, p1 only batch 1 and 2; a
+    commit of p0 keeps p1's newest version, and touches other operators and runs not at all."""
+    p0 = get_provider(sid(tmp_path, part=0), KS1, VS1, run_id="r")
+    p1 = get_provider(sid(tmp_path, part=1), KS1, VS1, run_id="r")
+    other_op = get_provider(sid(tmp_path, op=1, part=1), KS1, VS1, run_id="r")
+    other_run = get_provider(StateStoreId(str(tmp_path / "other"), 0, 1), KS1, VS1, run_id="r")
+    for p in (p1, other_op, other_run):
+        for v in range(2):
+            s = p.get_store(v)
+            s.put(rows1([f"k{v}"], [v]))
+            s.commit()
+        assert p.cached_versions() == [1, 2]
+    for v in range(3):
+        s = p0.get_store(v)
+        s.put(rows1([f"k{v}"], [v]))
+        s.commit()
+    assert p0.cached_versions() == [2, 3]
+    assert p1.cached_versions() == [2]  # 1 can serve no load once a sibling committed 3
+    assert other_op.cached_versions() == [1, 2]
+    assert other_run.cached_versions() == [1, 2]
+    # p1 still loads version 2 from its cache, and version 1 from the files
+    hits, misses = p1.cache_counts()
+    assert p1.get_read_store(2).num_keys() == 2
+    assert p1.cache_counts() == (hits + 1, misses)
+    assert p1.get_read_store(1).num_keys() == 1
+    assert p1.cache_counts() == (hits + 1, misses + 1)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("2", 2), ("1", 1), ("0", 1), (" 5 ", 5)])
+def test_versions_in_memory_from_conf(value, expected):
+    assert versions_in_memory_from_conf(value) == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "two", ""])
+def test_versions_in_memory_from_conf_refuses_bad_values(value):
+    with pytest.raises(StateStoreError, match="maxBatchesToRetainInMemory"):
+        versions_in_memory_from_conf(value)
 
 
 def test_same_provider_for_same_run_new_provider_for_new_run(tmp_path):
