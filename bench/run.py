@@ -504,6 +504,10 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     )
     if workload == "W7" and engine_kind == "spark":
         builder = builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    # extra Spark confs for both engines, e.g. BENCH_CONF=spark.sql.streaming.maxBatchesToRetainInMemory=1
+    for item in filter(None, os.environ.get("BENCH_CONF", "").split(",")):
+        key, _, value = item.partition("=")
+        builder = builder.config(key.strip(), value.strip())
     if engine_kind == "floor":
         if workload in NO_FLOOR:
             return {"workload": workload, "engine": engine_kind, "ok": False, "error": NO_FLOOR[workload]}
