@@ -132,15 +132,15 @@ class StateStoreConf:
 def versions_in_memory_from_conf(value: str | None) -> int:
     """``max_versions_in_memory`` from ``spark.sql.streaming.maxBatchesToRetainInMemory``.
 
-    Spark accepts 0 (no cache). Ours keeps at least the newest version, which maintenance writes
-    its snapshot from, so 0 means 1: the fewest versions this provider can hold."""
-    conf = "spark.sql.streaming.maxBatchesToRetainInMemory"
+    Spark takes 0 or less as "cache nothing". Ours keeps at least the newest version, which
+    maintenance writes its snapshot from, so any value below 1 means 1: the fewest versions this
+    provider can hold."""
     try:
         n = int(str(value).strip())
     except ValueError:
-        raise StateStoreError(f"{conf} must be a whole number of batches, got {value!r}") from None
-    if n < 0:
-        raise StateStoreError(f"{conf} must be >= 0, got {n}")
+        raise StateStoreError(
+            f"spark.sql.streaming.maxBatchesToRetainInMemory must be a whole number of batches, got {value!r}"
+        ) from None
     return max(n, 1)
 
 

@@ -313,3 +313,34 @@ def test_a_batch_with_state_tasks_notes_its_python_workers_warm(spark):
     finally:
         q.stop()
     assert getattr(sc, worker_warmup._WARMED_ATTR) >= before  # noqa: SLF001
+
+
+def _state_memory_after_three_batches(ss, name: str) -> tuple[int, list]:
+    stream = ss.memoryStream("v INT")
+    q = stream.toDF().groupBy("v").count().writeStream.format("memory").queryName(name).outputMode("complete").start()
+    try:
+        for batch in ([(1,), (2,)], [(2,), (3,)], [(3,), (4,)]):
+            stream.add_data(batch)
+            q.processAllAvailable()
+        memory = q.lastProgress["stateOperators"][0]["memoryUsedBytes"]
+    finally:
+        q.stop()
+    return memory, sorted(tuple(r) for r in ss.sparkSession.table(name).collect())
+
+
+def test_max_batches_to_retain_in_memory_sets_the_versions_a_provider_caches(spark):
+    """``spark.sql.streaming.maxBatchesToRetainInMemory`` as in Spark: how many versions each
+    provider keeps in memory (its memoryUsedBytes counts them), never what the query answers.
+    Spark takes 0 or less as no cache; ours keeps the newest version whatever the value."""
+    ss = StreamingSession(spark)
+    key = "spark.sql.streaming.maxBatchesToRetainInMemory"
+    two, rows_two = _state_memory_after_three_batches(ss, "retain_two")
+    spark.conf.set(key, "1")
+    try:
+        one, rows_one = _state_memory_after_three_batches(ss, "retain_one")
+        spark.conf.set(key, "0")
+        none, rows_none = _state_memory_after_three_batches(ss, "retain_none")
+    finally:
+        spark.conf.unset(key)
+    assert rows_none == rows_one == rows_two == [(1, 1), (2, 2), (3, 2), (4, 1)]
+    assert 0 < one < two and 0 < none < two, (one, none, two)
