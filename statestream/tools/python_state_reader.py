@@ -267,21 +267,22 @@ def _has_changes(plan: PythonStateReadPlan, provider: StateStoreProvider, versio
 
 
 def _list_changes(delta: pa.Table, plan: PythonStateReadPlan) -> tuple[pa.Table, pa.Array]:
-    """A version's list changes, one row per change as described in ``_change_feed``."""
+    """A version's list changes, one row per change as described in ``_change_feed``: a key
+    whose rows are all removals is one ``delete`` (its first row), a key with removals and puts
+    one ``update`` (its first put), a key with puts only one ``append`` per put."""
     ordered, offsets, _ = _grouped(delta, plan.num_grouping, INDEX_COLUMN)
-    puts = pc.equal(ordered.column(OP_COLUMN), OP_PUT).to_numpy(zero_copy_only=False)
-    take: list[int] = []
-    kinds: list[str] = []
-    for g in range(len(offsets) - 1):
-        lo, hi = int(offsets[g]), int(offsets[g + 1])
-        inserted = [i for i in range(lo, hi) if puts[i]]
-        if not inserted:
-            take.append(lo)
-            kinds.append("delete")
-        elif len(inserted) < hi - lo:
-            take.append(inserted[0])
-            kinds.append("update")
-        else:
-            take += inserted
-            kinds += ["append"] * len(inserted)
-    return ordered.take(pa.array(take, pa.int64())), pa.array(kinds, pa.string())
+    n = ordered.num_rows
+    if n == 0:
+        return ordered, pa.array([], pa.string())
+    puts = pc.equal(ordered.column(OP_COLUMN), OP_PUT).to_numpy(zero_copy_only=False).astype(bool)
+    starts, sizes = offsets[:-1], np.diff(offsets)
+    group = np.repeat(np.arange(len(starts)), sizes)
+    put_count = np.add.reduceat(puts.astype(np.int64), starts)
+    first_put = np.minimum.reduceat(np.where(puts, np.arange(n), n), starts)
+    kind = np.where(put_count == 0, 0, np.where(put_count < sizes, 1, 2))  # delete, update, append
+    selected = puts & (kind[group] == 2)
+    selected[starts[kind == 0]] = True
+    selected[first_put[kind == 1]] = True
+    take = np.flatnonzero(selected)
+    names = np.array(["delete", "update", "append"], dtype=object)
+    return ordered.take(pa.array(take, pa.int64())), pa.array(names[kind[group[take]]], pa.string())

@@ -98,6 +98,21 @@ def test_list_changes_per_key():
     assert got == [("a", "update", 2), ("b", "delete", None), ("c", "append", 3), ("c", "append", 4)]
 
 
+def test_list_changes_of_an_empty_delta_and_of_interleaved_keys():
+    puts, removes = OP_PUT, 1 - OP_PUT
+    plan = _plan("list", flatten=True, change_feed=True)
+    empty = _list_table([], [], []).append_column(OP_COLUMN, pa.array([], pa.int8()))
+    rows, kinds = _list_changes(empty, plan)
+    assert rows.num_rows == 0 and kinds.to_pylist() == []
+    # rows of one key apart, a key's put before its removal: the first put by index is the update
+    delta = _list_table(["b", "a", "b", "a", "b"], [2, 1, 1, 2, 3], [5, 1, 4, 2, 6]).append_column(
+        OP_COLUMN, pa.array([puts, puts, removes, puts, puts], pa.int8())
+    )
+    rows, kinds = _list_changes(delta, plan)
+    got = sorted(zip(rows.column("k").to_pylist(), kinds.to_pylist(), rows.column("__index").to_pylist()))
+    assert got == [("a", "append", 1), ("a", "append", 2), ("b", "update", 2)]
+
+
 def test_unflattened_list_groups_struct_keys():
     from statestream.tools.python_state_reader import _rows
 
