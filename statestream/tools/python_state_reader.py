@@ -153,6 +153,17 @@ def _grouped(table: pa.Table, num_grouping: int, order: str | None) -> tuple[pa.
     return rows, offsets, rows.take(pa.array(starts))
 
 
+def check_snapshot_to_start_from(provider: StateStoreProvider, version: int | None, where: str) -> None:
+    """A read given ``snapshotStartBatchId`` starts from that batch's snapshot, which must exist
+    (Spark's reader fails the same way when the batch was not snapshotted); ``version`` is the
+    batch id + 1, None or 0: no such option."""
+    if version is not None and version > 0 and not provider.has_snapshot(version):
+        raise FileNotFoundError(
+            f"[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] no snapshot of version {version} of {where} "
+            "(snapshotStartBatchId must name a batch whose state was snapshotted)"
+        )
+
+
 def python_state_partition_table(plan: PythonStateReadPlan, partition: int) -> pa.Table:
     """One state partition's rows of the variable in the reader's layout (runs in a task)."""
     sid = StateStoreId(plan.state_root, plan.operator_id, partition, plan.store_name)
@@ -162,13 +173,10 @@ def python_state_partition_table(plan: PythonStateReadPlan, partition: int) -> p
     provider = StateStoreProvider(sid, *schemas)
     if plan.change_versions is not None:
         return _change_feed(plan, provider, partition)
-    start = plan.snapshot_start_version
-    if start is not None and start > 0 and not provider.has_snapshot(start):
-        raise FileNotFoundError(
-            f"[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] no snapshot of version {start} of state variable {plan.store_name!r} "
-            f"in state partition {partition} of operator {plan.operator_id} (snapshotStartBatchId must name a batch whose "
-            "state was snapshotted)"
-        )
+    check_snapshot_to_start_from(
+        provider, plan.snapshot_start_version,
+        f"state variable {plan.store_name!r} in state partition {partition} of operator {plan.operator_id}",
+    )
     if plan.begins_at is not None and plan.version < plan.begins_at:
         return plan.arrow_schema.empty_table()
     table = provider.get_read_store(plan.version, begins_at=plan.begins_at).table()

@@ -50,6 +50,7 @@ from statestream.state.store import OP_PUT, StateStoreId
 from statestream.tools.python_state_reader import (
     PYTHON_STATE_OPERATORS,
     PythonStateReadPlan,
+    check_snapshot_to_start_from,
     python_state_partition_table,
     python_state_schema,
     variable_kind,
@@ -645,11 +646,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
     nk, nv = len(key_schema), len(value_schema)
     where = f"state partition {partition} of operator {plan.operator_id}"
     if plan.change_versions is None:
-        if plan.snapshot_start_version is not None and plan.snapshot_start_version > 0 and not provider.has_snapshot(plan.snapshot_start_version):
-            raise FileNotFoundError(
-                f"[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] no snapshot of version {plan.snapshot_start_version} in {where} "
-                "(snapshotStartBatchId must name a batch whose state was snapshotted)"
-            )
+        check_snapshot_to_start_from(provider, plan.snapshot_start_version, where)
         table = provider.get_read_store(plan.version).table()
         n = table.num_rows
         keys = _key_arrays(plan, [c.combine_chunks() for c in table.columns[:nk]])

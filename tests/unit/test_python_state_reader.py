@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.types import ArrayType, IntegerType, LongType, MapType, StringType, StructField, StructType
 
 from statestream.operators.transform_with_state import _java_string_hash, scala_hash_map_order, spark_operator_properties
@@ -155,3 +156,25 @@ def test_no_change_file_before_a_variable_began_or_while_dormant():
 
     assert [v for v in range(1, 6) if _has_changes(plan(2), None, v)] == [3, 4, 5]
     assert [v for v in range(1, 9) if _has_changes(plan(0, (3, 6)), None, v)] == [1, 2, 3, 7, 8]
+
+
+def test_a_read_from_a_snapshot_needs_that_snapshot(tmp_path):
+    """``snapshotStartBatchId``: the read starts from that batch's snapshot; a batch that was not
+    snapshotted is refused, naming the version and where it was looked for."""
+    from statestream.state import StateStoreConf
+    from statestream.state.provider import StateStoreProvider
+    from statestream.state.store import StateStoreId
+    from statestream.tools.python_state_reader import check_snapshot_to_start_from
+
+    ks, vs = pa.schema([("k", pa.string())]), pa.schema([("v", pa.int64())])
+    provider = StateStoreProvider(StateStoreId(str(tmp_path), 0, 3), ks, vs, StateStoreConf(min_deltas_for_snapshot=1))
+    for version in range(2):
+        store = provider.get_store(version)
+        store.put(pa.table({"k": [f"k{version}"], "v": [version]}))
+        store.commit()
+    provider.do_maintenance()  # two deltas after none: <2>.snapshot
+    check_snapshot_to_start_from(provider, 2, "partition 3")
+    check_snapshot_to_start_from(provider, None, "partition 3")
+    check_snapshot_to_start_from(provider, 0, "partition 3")
+    with pytest.raises(FileNotFoundError, match=r"CANNOT_LOAD_STATE_STORE.*version 1 of partition 3 \(snapshotStartBatchId"):
+        check_snapshot_to_start_from(provider, 1, "partition 3")
