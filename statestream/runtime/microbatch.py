@@ -395,6 +395,20 @@ class MicroBatchExecution:
             return exc
         return stream_failed_error(self.query_id, self.run_id, exc)
 
+    def _check_sources_unchanged(self, recovery: Any) -> None:
+        """A restart must read as many sources as the checkpoint's offsets record; checked
+        before anything changes the checkpoint (a repartition on restart)."""
+        recorded = recovery.end_offsets if recovery.action == "rerun" else recovery.start_offsets
+        if recorded is not None and len(recorded.offsets) != len(self.sources):
+            from statestream.errors import IncompatibleRestartError
+
+            # Spark's OffsetSeq.toStreamProgress assertion, word for word
+            msg = (
+                f"assertion failed: There are [{len(recorded.offsets)}] sources in the checkpoint offsets and now "
+                f"there are [{len(self.sources)}] sources requested by the query. Cannot continue."
+            )
+            raise IncompatibleRestartError(msg)
+
     def _finish_interrupted_repartition(self, recovery: Any) -> Any:
         """A last batch that is an uncommitted repartition batch (an offline repartition that
         was interrupted) is finished here, before anything runs: its state is rewritten from
@@ -436,6 +450,16 @@ class MicroBatchExecution:
                 REPARTITION_ON_RESTART_CONF, wanted, last, self.fm.display(), pinned,
             )
             return recovery
+        from statestream.runtime.state_checks import check_restart_compatible, schema_check_enabled
+        from statestream.state.store import StateStoreConf
+
+        # a restart the first batch would refuse (another operator, an incompatible state
+        # schema) is refused now, before the repartition rewrites the state and the logs
+        relations = self.plan.find(L.StreamingRelation)
+        physical = plan_streaming_query(
+            self.plan, pinned, {id(r): i for i, r in enumerate(relations)}, StateStoreConf(), output_mode=self.output_mode
+        )
+        check_restart_compatible(self.fm.child("state").root, physical, schema_check_enabled(user.conf.get))
         logger.warning("repartitioning the state of %s from %d to %d partitions before the query starts (%s=true)",
                        self.fm.display(), pinned, wanted, REPARTITION_ON_RESTART_CONF)
         OfflineStateRepartitionRunner(user, self.fm.uri()).run(wanted, lock=False)
@@ -494,6 +518,7 @@ class MicroBatchExecution:
 
         # ---- populate start offsets (recovery): Spark's populateStartOffsets
         recovery = plan_recovery_from_logs(self.offset_log, self.commit_log)
+        self._check_sources_unchanged(recovery)
         recovery = self._finish_interrupted_repartition(recovery)
         recovery = self._repartition_on_restart(recovery)
         pending: _BatchRecord | None = None
@@ -503,16 +528,6 @@ class MicroBatchExecution:
             conf = dict(session_conf)
         else:
             conf, _warnings = restore_pinned_confs(recovery.conf, session_conf)
-        recorded = recovery.end_offsets if recovery.action == "rerun" else recovery.start_offsets
-        if recorded is not None and len(recorded.offsets) != len(self.sources):
-            from statestream.errors import IncompatibleRestartError
-
-            # Spark's OffsetSeq.toStreamProgress assertion, word for word
-            msg = (
-                f"assertion failed: There are [{len(recorded.offsets)}] sources in the checkpoint offsets and now "
-                f"there are [{len(self.sources)}] sources requested by the query. Cannot continue."
-            )
-            raise IncompatibleRestartError(msg)
         start: list[Any] = list(recovery.start_offsets.offsets) if recovery.start_offsets else [None] * len(self.sources)
         # the previous batch's recorded watermark filters late rows of the next batch (W_late)
         prev_wm = recovery.start_offsets.metadata.batch_watermark_ms if recovery.start_offsets and recovery.start_offsets.metadata else 0

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA_CHECK_CONF", "check_operator_state", "check_state_on_first_batch", "operator_names", "schema_check_enabled"]
+__all__ = [
+    "SCHEMA_CHECK_CONF",
+    "check_operator_state",
+    "check_restart_compatible",
+    "check_state_on_first_batch",
+    "operator_names",
+    "schema_check_enabled",
+]
 
 #: Spark's switch: off, an incompatible state schema is logged instead of refused
 SCHEMA_CHECK_CONF = "spark.sql.streaming.stateStore.stateSchemaCheck"
@@ -97,6 +104,19 @@ def check_operator_state(
             ),
         ),
     )
+
+
+def check_restart_compatible(state_root: str, plan: "PhysicalOperator", schema_check: bool) -> None:
+    """Raise what the first batch of a restart of ``plan`` would refuse it with (the operator
+    metadata, then each operator's state schemas), writing nothing. Run before anything that
+    changes the state ahead of that batch (the repartition on restart), so that a refused
+    restart leaves the checkpoint as it found it."""
+    writers = state_writers(plan)
+    existing = S.read_all_operator_metadata(state_root)
+    if existing:
+        S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, operator_names(writers))
+    for i, w in enumerate(writers):
+        check_operator_state(state_root, i, w, schema_check=schema_check, check_only=True)
 
 
 def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> None:

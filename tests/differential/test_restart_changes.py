@@ -246,6 +246,43 @@ def test_restart_with_changed_query_matches_spark(spark, ours, tmp_path, name):
     assert actual[1] == expected[1], f"{name} ({mode}), query.exception():\n  spark: {expected[1]}\n  ours:  {actual[1]}"
 
 
+@pytest.mark.skipif(AGAINST_SPARK, reason="statestream's opt-in repartition on restart")
+@pytest.mark.parametrize("name", ["key_long_to_key_string", "aggregation_removed", "source_added"])
+def test_a_refused_restart_is_refused_before_the_repartition_on_restart(spark, ours, tmp_path, name):
+    """With the repartition on restart asked for (and another partition count), a restart that
+    the first batch refuses (a state schema, the stateful operators, the sources) is refused as
+    without it, and the checkpoint's state and logs are left as they were: no repartition
+    batch, no rewritten state file."""
+    from statestream.runtime.microbatch import REPARTITION_ON_RESTART_CONF
+
+    mode, first, second, refused = CASES[name]
+    assert refused
+    plain = restart_verdict(ours(), mode, first, second, tmp_path)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    seen: dict[str, Any] = {}
+
+    def files(workdir: Path) -> dict[str, int]:
+        root = workdir / "checkpoint"
+        return {
+            str(p.relative_to(root)): p.stat().st_mtime_ns
+            for d in ("offsets", "commits", "state") if (root / d).exists()
+            for p in (root / d).rglob("*") if p.is_file()
+        }
+
+    def ask_for_a_repartition(workdir: Path) -> None:
+        seen["workdir"], seen["files"] = workdir, files(workdir)
+        spark.conf.set("spark.sql.shuffle.partitions", str(int(before) + 1))
+        spark.conf.set(REPARTITION_ON_RESTART_CONF, "true")
+
+    try:
+        asked = restart_verdict(ours(), mode, first, second, tmp_path, between=ask_for_a_repartition)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+        spark.conf.unset(REPARTITION_ON_RESTART_CONF)
+    assert plain[0] is not None and asked == plain, f"{name}:\n  without the repartition: {plain}\n  with it: {asked}"
+    assert files(seen["workdir"]) == seen["files"]
+
+
 @pytest.mark.parametrize("name", list(MODE_CASES))
 def test_restart_in_another_output_mode_matches_spark(spark, ours, tmp_path, name):
     """Spark keeps no output mode in the checkpoint: a restart in another mode is not refused
