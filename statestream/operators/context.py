@@ -47,3 +47,5 @@ class BatchContext:
     extra: dict[str, Any] = field(default_factory=dict)
     #: the late-row ledger's root (``spark.statestream.lateRows.path``), None when off
     late_rows_path: str | None = None
+    #: run each state operator's partitions in one task (a small batch: ``runtime.small_batches``)
+    single_state_task: bool = False

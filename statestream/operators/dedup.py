@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.base import (
     PhysicalOperator,
@@ -348,7 +348,7 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
             event_time_key_is_struct=self.info.event_time_key_is_struct,
             delay_ms=self.info.delay_ms,
         )
-        out = df.mapInArrow(step, out_schema)
+        out = map_state_partitions(df, step, out_schema, ctx, self.get_state_info().num_partitions)
         for f in out_schema.fields:
             if f.metadata:
                 out = out.withMetadata(f.name, dict(f.metadata))

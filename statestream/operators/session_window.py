@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo, aggregate_string
 from statestream.operators.base import (
     ExecutedByParent,
@@ -377,7 +377,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
             event_time_is_struct=bool(et_struct) and et_key != info.session_column,
             merge_local=info.merge_local,
         )
-        return df.mapInArrow(step, out_schema)
+        return map_state_partitions(df, step, out_schema, ctx, self.get_state_info().num_partitions)
 
     def simple_string(self) -> str:
         assert self.info is not None

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -20,7 +21,7 @@ from statestream.faults import crash_point, record_state_task
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.python_worker import forget_zip_importers
 
-__all__ = ["StateStep", "commit_state", "finish_writer_metrics"]
+__all__ = ["AllStatePartitions", "StateStep", "commit_state", "finish_writer_metrics", "map_state_partitions"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,52 @@ class StateStep:
         finally:
             # last, once this task's imports are done: see ``python_worker``
             forget_zip_importers()
+
+
+@dataclass(frozen=True)
+class AllStatePartitions:
+    """Runs ``step`` for every state partition, 0 to ``num_partitions - 1``, in one task: the
+    ``mapInArrow`` function of a batch small enough that one task costs less than starting
+    one per partition (``runtime.small_batches``).
+
+    The rows arrive together (the exchange's partitions coalesced into one task); each carries
+    its state partition (``PARTITION_ID_COLUMN``), by which they are split, in the order they
+    came. Every partition runs, with no rows if none came, as it would in its own task: it
+    commits its next version and evicts by the watermark. The stores, files and metrics are
+    those of the per-partition tasks; only the number of tasks differs."""
+
+    step: StateStep
+    num_partitions: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = [b for b in batches if b.num_rows]
+        table = pa.Table.from_batches(batches) if batches else None
+        if table is None or not table.num_rows:
+            bounds = np.zeros(self.num_partitions + 1, dtype=np.int64)
+        else:
+            pids = table.column(PARTITION_ID_COLUMN).to_numpy()
+            order = np.argsort(pids, kind="stable")
+            table = table.take(pa.array(order))
+            bounds = np.searchsorted(pids[order], np.arange(self.num_partitions + 1), side="left")
+            if bounds[0] != 0 or bounds[-1] != table.num_rows:
+                msg = (
+                    f"statestream: rows of state partitions {sorted(set(pids.tolist()) - set(range(self.num_partitions)))} "
+                    f"reached operator {self.step.operator_id} (it has {self.num_partitions})"  # type: ignore[attr-defined]
+                )
+                raise RuntimeError(msg)
+        for partition in range(self.num_partitions):
+            lo, hi = int(bounds[partition]), int(bounds[partition + 1])
+            rows = table.slice(lo, hi - lo).to_batches() if table is not None and hi > lo else []
+            yield from self.step.run_partition(partition, rows)
+
+
+def map_state_partitions(df: Any, step: StateStep, schema: Any, ctx: Any, num_partitions: int) -> Any:
+    """``df.mapInArrow(step, schema)``: one task per state partition, or, in a small batch
+    (``ctx.single_state_task``, a ``BatchContext``), one task that runs all ``num_partitions``
+    (:class:`AllStatePartitions`)."""
+    if not ctx.single_state_task:
+        return df.mapInArrow(step, schema)
+    return df.coalesce(1).mapInArrow(AllStatePartitions(step, num_partitions), schema)
 
 
 def commit_state(store, provider, version: int, partition: int) -> float:

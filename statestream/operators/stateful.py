@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import AggregationInfo
 from statestream.operators.base import (
     ExecutedByParent,
@@ -98,7 +98,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
             event_time_is_struct=self.info.event_time_is_struct,
             finishers=finishers,
         )
-        return df.mapInArrow(step, out_schema)
+        return map_state_partitions(df, step, out_schema, ctx, self.get_state_info().num_partitions)
 
     def simple_string(self) -> str:
         assert self.info is not None

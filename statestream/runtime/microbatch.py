@@ -42,6 +42,7 @@ from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
 from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up
+from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
 
 if TYPE_CHECKING:
@@ -565,6 +566,7 @@ class MicroBatchExecution:
             self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
         self._runs_state_tasks = bool(state_writers(self._physical))
+        self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         if self._runs_state_tasks:
             try:
                 start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
@@ -761,7 +763,10 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
+            single_state_task=single_state_task(self.progress.last(), self._single_task_max_rows),
         )
+        if ctx.single_state_task:
+            logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
         result = with_batch_timestamp(plan.execute(ctx), record.timestamp_ms)
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()

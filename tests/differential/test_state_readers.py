@@ -486,3 +486,37 @@ def test_repartition_on_restart_by_conf(spark, runs, tmp_path):
     assert {r.numPartitions for r in metadata} == {3}, metadata
     parts = {r.partition_id for r in ss.read.format("statestore").load(second.checkpoint).select("partition_id").collect()}
     assert parts and parts <= {0, 1, 2}, parts
+
+
+@pytest.mark.parametrize("name", ["aggregate", "dedup", "dedup_within_watermark", "sessions"])
+def test_small_batches_in_one_state_task_or_one_per_partition_match_spark(spark, runs, tmp_path, caplog, name):
+    """A batch after a small one runs each operator's state partitions in one task
+    (``runtime.small_batches``); with the conf at 0 every batch runs one task per partition.
+    Both give Spark's batches, state row counts and state (read back with the state reader)."""
+    import logging
+
+    from statestream import StreamingSession
+    from statestream.runtime.small_batches import SINGLE_STATE_TASK_MAX_ROWS_CONF
+
+    build, mode = QUERIES[name]
+    expected, _ = runs[name]
+    ss = StreamingSession(spark)
+    got = {}
+    try:
+        for max_rows in ("0", "1000"):
+            spark.conf.set(SINGLE_STATE_TASK_MAX_ROWS_CONF, max_rows)
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="statestream.runtime.microbatch"):
+                got[max_rows] = run_stream(ss, build, BATCHES, SCHEMA, mode, tmp_path / max_rows)
+            got[max_rows + " single"] = sorted(
+                int(r.getMessage().split()[1]) for r in caplog.records if "in one task" in r.getMessage()
+            )
+    finally:
+        spark.conf.unset(SINGLE_STATE_TASK_MAX_ROWS_CONF)
+    assert got["0 single"] == []
+    assert got["1000 single"] == [b.batch_id for b in got["1000"].batches][1:]  # all but the first of the run
+    for max_rows in ("0", "1000"):
+        assert_same_batches(expected, got[max_rows])
+        theirs = spark.read.format("statestore").load(expected.checkpoint)
+        ours = ss.read.format("statestore").load(got[max_rows].checkpoint)
+        assert _rows(ours) == _rows(theirs), name

@@ -1,0 +1,55 @@
+"""When a batch runs each stateful operator's partitions in one task instead of one task each.
+
+A task of a state step costs tens of milliseconds before it does any work (a Python worker's
+task set-up, the shuffle read, the Arrow stream both ways), and a batch of a few rows pays it
+once per state partition. Spark's engine pays the same per task, in the JVM, where it is
+cheaper. So when the last batch showed that both its input and every operator's state were
+small, the next batch coalesces each operator's exchanged rows into one task that runs every
+partition in turn (``operators.state_step.AllStatePartitions``): the same stores, files, metrics
+and answers, fewer tasks.
+
+The decision looks one batch back, as the batch's own size is known only once it has run: a
+burst after a trickle runs its first batch in one task, slower than it could but correctly,
+and the batches after it run with one task per partition again. The first batch of a run
+always runs one task per partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+__all__ = ["SINGLE_STATE_TASK_MAX_ROWS_CONF", "DEFAULT_SINGLE_STATE_TASK_MAX_ROWS", "single_state_task", "single_state_task_max_rows"]
+
+#: statestream's conf: the most input rows, and state rows of any stateful operator, that the
+#: last batch may have had for the next one to run its state partitions in one task; 0: never
+SINGLE_STATE_TASK_MAX_ROWS_CONF = "spark.statestream.stateTasks.singleTaskMaxRows"
+DEFAULT_SINGLE_STATE_TASK_MAX_ROWS = 10_000
+
+
+def single_state_task_max_rows(conf_get: Callable[[str, Any], Any]) -> int:
+    """:data:`SINGLE_STATE_TASK_MAX_ROWS_CONF` from a session conf's ``get``; a value that is
+    not a whole number of rows is refused, naming the conf."""
+    value = conf_get(SINGLE_STATE_TASK_MAX_ROWS_CONF, None)
+    if value is None:
+        return DEFAULT_SINGLE_STATE_TASK_MAX_ROWS
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{SINGLE_STATE_TASK_MAX_ROWS_CONF} must be a whole number of rows, got {value!r}") from None
+    if n < 0:
+        raise ValueError(f"{SINGLE_STATE_TASK_MAX_ROWS_CONF} must be >= 0 (0 turns it off), got {n}")
+    return n
+
+
+def single_state_task(last_progress: Mapping[str, Any] | None, max_rows: int) -> bool:
+    """Whether the next batch runs each stateful operator's partitions in one task: the last
+    batch (``last_progress``, its progress as a dict) read at most ``max_rows`` input rows and
+    every stateful operator held at most ``max_rows`` state rows."""
+    if max_rows <= 0 or not last_progress:
+        return False
+    operators = last_progress.get("stateOperators") or []
+    if not operators:
+        return False
+    if int(last_progress.get("numInputRows") or 0) > max_rows:
+        return False
+    return all(int(op.get("numRowsTotal") or 0) <= max_rows for op in operators)

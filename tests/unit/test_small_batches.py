@@ -1,0 +1,91 @@
+"""Small batches: when a batch runs all of an operator's state partitions in one task, and the
+function that does it (``runtime.small_batches``, ``state_step.AllStatePartitions``), without
+Spark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.state_step import AllStatePartitions, StateStep
+from statestream.runtime.small_batches import (
+    DEFAULT_SINGLE_STATE_TASK_MAX_ROWS,
+    SINGLE_STATE_TASK_MAX_ROWS_CONF,
+    single_state_task,
+    single_state_task_max_rows,
+)
+
+
+def progress(input_rows: int, *state_rows: int) -> dict:
+    return {"numInputRows": input_rows, "stateOperators": [{"numRowsTotal": n} for n in state_rows]}
+
+
+@pytest.mark.parametrize(
+    ("last", "max_rows", "expected"),
+    [
+        (None, 100, False),  # the first batch of a run
+        (progress(20, 5), 100, True),
+        (progress(100, 100), 100, True),
+        (progress(101, 5), 100, False),  # the last batch's input was large
+        (progress(20, 5, 101), 100, False),  # one operator's state is large
+        (progress(20, 5), 0, False),  # turned off
+        ({"numInputRows": 3, "stateOperators": []}, 100, False),  # no state
+        ({"numInputRows": 0, "stateOperators": [{}]}, 100, True),  # an idle trigger's progress
+    ],
+)
+def test_single_state_task_looks_at_the_last_batch(last, max_rows, expected):
+    assert single_state_task(last, max_rows) is expected
+
+
+def test_single_state_task_max_rows_from_the_conf():
+    assert single_state_task_max_rows(lambda k, d: d) == DEFAULT_SINGLE_STATE_TASK_MAX_ROWS
+    assert single_state_task_max_rows(lambda k, d: " 0 ") == 0
+    assert single_state_task_max_rows({SINGLE_STATE_TASK_MAX_ROWS_CONF: "500"}.get) == 500
+    for bad in ("-1", "many", "1e3"):
+        with pytest.raises(ValueError, match=SINGLE_STATE_TASK_MAX_ROWS_CONF):
+            single_state_task_max_rows(lambda k, d, bad=bad: bad)
+
+
+@dataclass(frozen=True)
+class _Recording(StateStep):
+    """A step that returns, per partition, its rows with the partition it was run for."""
+
+    operator_id: int = 0
+    input_schema: pa.Schema = field(default_factory=lambda: pa.schema([("v", pa.int64()), (PARTITION_ID_COLUMN, pa.int32())]))
+
+    def process(self, partition, batches):
+        table = self.partition_input(batches, partition, "test")
+        out = pa.table({"ran": pa.array(np.full(table.num_rows + 1, partition), pa.int32()), "v": pa.concat_arrays([table.column("v").combine_chunks(), pa.array([None], pa.int64())])})
+        return out, {"partition": partition}
+
+
+def _batch(values, pids) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(values, pa.int64()), pa.array(pids, pa.int32())], names=["v", PARTITION_ID_COLUMN])
+
+
+def test_all_state_partitions_runs_every_partition_with_its_own_rows_in_order():
+    step = _Recording()
+    batches = [_batch([1, 2, 3], [2, 0, 2]), _batch([], []), _batch([4, 5], [0, 2])]
+    out = pa.Table.from_batches(list(AllStatePartitions(step, 4)(iter(batches))))
+    got: dict[int, list] = {}
+    for ran, v in zip(out.column("ran").to_pylist(), out.column("v").to_pylist()):
+        got.setdefault(ran, []).append(v)
+    # partitions 1 and 3 had no rows and ran all the same (one None each: the step's marker)
+    assert got == {0: [2, 4, None], 1: [None], 2: [1, 3, 5, None], 3: [None]}
+    assert out.column("ran").to_pylist() == sorted(out.column("ran").to_pylist())  # one after another
+
+
+def test_all_state_partitions_without_rows_runs_every_partition():
+    out = pa.Table.from_batches(list(AllStatePartitions(_Recording(), 3)(iter([]))))
+    assert out.column("ran").to_pylist() == [0, 1, 2]
+
+
+def test_all_state_partitions_refuses_a_row_of_a_partition_it_does_not_have():
+    with pytest.raises(RuntimeError, match=r"state partitions \[5\].*operator 0 \(it has 4\)"):
+        list(AllStatePartitions(_Recording(), 4)(iter([_batch([1, 2], [0, 5])])))
+    with pytest.raises(RuntimeError, match=r"state partitions \[-1\]"):
+        list(AllStatePartitions(_Recording(), 4)(iter([_batch([1, 2], [0, -1])])))
