@@ -21,7 +21,7 @@ from statestream.faults import crash_point, record_state_task
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.python_worker import forget_zip_importers
 
-__all__ = ["AllStatePartitions", "StateStep", "commit_state", "finish_writer_metrics", "map_state_partitions"]
+__all__ = ["AllStatePartitions", "ROUTE_COLUMN", "StateStep", "commit_state", "finish_writer_metrics", "map_state_partitions"]
 
 
 @dataclass(frozen=True)
@@ -118,50 +118,74 @@ class StateStep:
             forget_zip_importers()
 
 
+#: the column with which ``AllStatePartitions`` sends each partition's output rows back to
+#: that partition (``partition_routes``)
+ROUTE_COLUMN = "__statestream_route"
+
+
 @dataclass(frozen=True)
 class AllStatePartitions:
-    """Runs ``step`` for every state partition, 0 to ``num_partitions - 1``, in one task: the
+    """Runs ``step`` for every state partition, 0 to ``len(routes) - 1``, in one task: the
     ``mapInArrow`` function of a batch small enough that one task costs less than starting
     one per partition (``runtime.small_batches``).
 
     The rows arrive together (the exchange's partitions coalesced into one task); each carries
     its state partition (``PARTITION_ID_COLUMN``), by which they are split, in the order they
     came. Every partition runs, with no rows if none came, as it would in its own task: it
-    commits its next version and evicts by the watermark. The stores, files and metrics are
-    those of the per-partition tasks; only the number of tasks differs."""
+    commits its next version and evicts by the watermark. Each output row gets
+    :data:`ROUTE_COLUMN`, ``routes[p]`` for partition p, an int that Spark's hash partitioning
+    sends to partition p (:func:`map_state_partitions` repartitions by it). The stores, files,
+    metrics and output partitions are those of the per-partition tasks."""
 
     step: StateStep
-    num_partitions: int
+    routes: tuple[int, ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        n = len(self.routes)
         batches = [b for b in batches if b.num_rows]
         table = pa.Table.from_batches(batches) if batches else None
         if table is None or not table.num_rows:
-            bounds = np.zeros(self.num_partitions + 1, dtype=np.int64)
+            bounds = np.zeros(n + 1, dtype=np.int64)
         else:
             pids = table.column(PARTITION_ID_COLUMN).to_numpy()
             order = np.argsort(pids, kind="stable")
             table = table.take(pa.array(order))
-            bounds = np.searchsorted(pids[order], np.arange(self.num_partitions + 1), side="left")
+            bounds = np.searchsorted(pids[order], np.arange(n + 1), side="left")
             if bounds[0] != 0 or bounds[-1] != table.num_rows:
                 msg = (
-                    f"statestream: rows of state partitions {sorted(set(pids.tolist()) - set(range(self.num_partitions)))} "
-                    f"reached operator {self.step.operator_id} (it has {self.num_partitions})"  # type: ignore[attr-defined]
+                    f"statestream: rows of state partitions {sorted(set(pids.tolist()) - set(range(n)))} "
+                    f"reached operator {self.step.operator_id} (it has {n})"  # type: ignore[attr-defined]
                 )
                 raise RuntimeError(msg)
-        for partition in range(self.num_partitions):
+        for partition in range(n):
             lo, hi = int(bounds[partition]), int(bounds[partition + 1])
             rows = table.slice(lo, hi - lo).to_batches() if table is not None and hi > lo else []
-            yield from self.step.run_partition(partition, rows)
+            route = self.routes[partition]
+            for out in self.step.run_partition(partition, rows):
+                column = pa.array(np.full(out.num_rows, route, dtype=np.int32))
+                yield pa.RecordBatch.from_arrays(
+                    [*out.columns, column], schema=out.schema.append(pa.field(ROUTE_COLUMN, pa.int32(), False))
+                )
 
 
 def map_state_partitions(df: Any, step: StateStep, schema: Any, ctx: Any, num_partitions: int) -> Any:
     """``df.mapInArrow(step, schema)``: one task per state partition, or, in a small batch
-    (``ctx.single_state_task``, a ``BatchContext``), one task that runs all ``num_partitions``
-    (:class:`AllStatePartitions`)."""
-    if not ctx.single_state_task:
+    (``ctx.single_state_task``, a ``BatchContext``), one task that runs them all
+    (:class:`AllStatePartitions`), whose rows then go back to their partitions through a
+    repartition by :data:`ROUTE_COLUMN`, so that what follows (a foreach writer's ``open``, a
+    file sink's files) sees Spark's partitions. ``num_partitions``: the partitions ``df`` has,
+    which are the operator's state partitions (1 for a global aggregation, whose rows Spark
+    gathers in one)."""
+    if not ctx.single_state_task or num_partitions <= 1:
         return df.mapInArrow(step, schema)
-    return df.coalesce(1).mapInArrow(AllStatePartitions(step, num_partitions), schema)
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from statestream.operators.partition_routes import partition_routes
+
+    routed = StructType([*schema.fields, StructField(ROUTE_COLUMN, IntegerType(), False)])
+    out = df.coalesce(1).mapInArrow(AllStatePartitions(step, tuple(partition_routes(num_partitions))), routed)
+    return out.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
 
 
 def commit_state(store, provider, version: int, partition: int) -> float:

@@ -98,7 +98,9 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
             event_time_is_struct=self.info.event_time_is_struct,
             finishers=finishers,
         )
-        return map_state_partitions(df, step, out_schema, ctx, self.get_state_info().num_partitions)
+        return map_state_partitions(
+            df, step, out_schema, ctx, self.get_state_info().num_partitions if self.info.key_columns else 1
+        )
 
     def simple_string(self) -> str:
         assert self.info is not None

@@ -55,6 +55,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.partition_routes import partition_routes
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.operators.state_step import StateStep
 
@@ -69,7 +70,6 @@ __all__ = [
     "JoinStateStep",
     "JoinStateScan",
     "JOIN_OPERATOR_NAME",
-    "partition_routes",
 ]
 
 JOIN_OPERATOR_NAME = "symmetricHashJoin"
@@ -398,36 +398,6 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             if f.metadata:
                 out = out.withMetadata(f.name, dict(f.metadata))
         return out
-
-
-def _murmur3_int(value: int, seed: int = 42) -> int:
-    """Spark's ``hash()`` of an int (Murmur3 x86 32-bit, seed 42), as a signed int."""
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
-    k1 = rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
-    h1 = rotl(seed ^ k1, 13)
-    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
-
-
-def partition_routes(n: int) -> list[int]:
-    """For each partition p < n, an int that Spark's ``repartition(n, int_column)`` sends to
-    partition p (``pmod(hash(int), n) == p``): routes rows to the partition they name."""
-    routes: dict[int, int] = {}
-    candidate = 0
-    while len(routes) < n:
-        routes.setdefault(_murmur3_int(candidate) % n, candidate)
-        candidate += 1
-    return [routes[p] for p in range(n)]
 
 
 def _null(text: str) -> str:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
-from statestream.operators.state_step import AllStatePartitions, StateStep
+from statestream.operators.state_step import ROUTE_COLUMN, AllStatePartitions, StateStep
 from statestream.runtime.small_batches import (
     DEFAULT_SINGLE_STATE_TASK_MAX_ROWS,
     SINGLE_STATE_TASK_MAX_ROWS_CONF,
@@ -70,7 +70,8 @@ def _batch(values, pids) -> pa.RecordBatch:
 def test_all_state_partitions_runs_every_partition_with_its_own_rows_in_order():
     step = _Recording()
     batches = [_batch([1, 2, 3], [2, 0, 2]), _batch([], []), _batch([4, 5], [0, 2])]
-    out = pa.Table.from_batches(list(AllStatePartitions(step, 4)(iter(batches))))
+    out = pa.Table.from_batches(list(AllStatePartitions(step, (10, 11, 12, 13))(iter(batches))))
+    assert [r - 10 for r in out.column(ROUTE_COLUMN).to_pylist()] == out.column("ran").to_pylist()  # each row's route
     got: dict[int, list] = {}
     for ran, v in zip(out.column("ran").to_pylist(), out.column("v").to_pylist()):
         got.setdefault(ran, []).append(v)
@@ -80,12 +81,12 @@ def test_all_state_partitions_runs_every_partition_with_its_own_rows_in_order():
 
 
 def test_all_state_partitions_without_rows_runs_every_partition():
-    out = pa.Table.from_batches(list(AllStatePartitions(_Recording(), 3)(iter([]))))
+    out = pa.Table.from_batches(list(AllStatePartitions(_Recording(), (0, 1, 2))(iter([]))))
     assert out.column("ran").to_pylist() == [0, 1, 2]
 
 
 def test_all_state_partitions_refuses_a_row_of_a_partition_it_does_not_have():
     with pytest.raises(RuntimeError, match=r"state partitions \[5\].*operator 0 \(it has 4\)"):
-        list(AllStatePartitions(_Recording(), 4)(iter([_batch([1, 2], [0, 5])])))
+        list(AllStatePartitions(_Recording(), (0, 1, 2, 3))(iter([_batch([1, 2], [0, 5])])))
     with pytest.raises(RuntimeError, match=r"state partitions \[-1\]"):
-        list(AllStatePartitions(_Recording(), 4)(iter([_batch([1, 2], [0, -1])])))
+        list(AllStatePartitions(_Recording(), (0, 1, 2, 3))(iter([_batch([1, 2], [0, -1])])))

@@ -256,7 +256,7 @@ def _marker(side: int, k: int, rid: int | None = None, idx: int | None = None, p
 
 
 def test_partition_routes_follow_spark_s_hash():
-    from statestream.operators.stream_join import _murmur3_int, partition_routes
+    from statestream.operators.partition_routes import _murmur3_int, partition_routes
 
     # Spark: SELECT hash(0), hash(1), hash(42), hash(-1)
     assert [_murmur3_int(v) for v in (0, 1, 42, -1)] == [933211791, -559580957, 29417773, -1604776387]
