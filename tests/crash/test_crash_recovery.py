@@ -363,7 +363,8 @@ def _assert_after_crash(step: str, point: str, batch: int, partition: int | None
         # `partition` committed a store, before the next task started, so the batch's state is
         # only partly committed. (The order of the tasks is Spark's: the seed query's run in
         # partition order, the session query's, whose stage reads a larger shuffle, last
-        # partition first.) A global limit keeps its state in partition 0 alone: there, "partly"
+        # partition first; a batch after a small one runs an operator's partitions in one task,
+        # in partition order: runtime.small_batches.) A global limit keeps its state in partition 0 alone: there, "partly"
         # cannot apply. A join's task commits its four stores one after the other and dies after
         # the first: the partition itself is left partly committed.
         partial = len(versions) == 1 or sorted(written) != sorted(versions)
@@ -578,14 +579,16 @@ def test_kill_before_offsets_regroups_batches_like_spark(spark, tmp_path):
     assert got and got == sink_rows(spark, Path(oracle["output"]), "append")
 
 
-#: session windows: batch 1 dies after partition 1 (the first to run) committed its state
-SESSION_PARTIAL_STATE_COMMIT = ("after_state_commit", 1, 1)
+#: session windows: batch 1 dies after partition 0 (the first to run) committed its state.
+#: Batch 1 follows a small batch, so its session partitions run in one task, in partition order
+#: (``runtime.small_batches``); one task per partition, Spark runs this query's last first.
+SESSION_PARTIAL_STATE_COMMIT = ("after_state_commit", 1, 0)
 
 
 @pytest.mark.covered_by_slow("test_session_window_sigkill_mid_state_commit_and_after_sink")
 def test_session_window_sigkill_mid_state_commit(spark, tmp_path):
     """Session windows (several sessions per key in the store, sessions merging across batches):
-    killed after partition 1 (the first to run) committed batch 1's state; the restart re-runs
+    killed after partition 0 (the first to run) committed batch 1's state; the restart re-runs
     batch 1 and the file sink ends with exactly the sessions of an uninterrupted run and of
     Spark's engine."""
     job, final = _run_gauntlet(tmp_path, "append", [SESSION_PARTIAL_STATE_COMMIT], query="session")
