@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,7 @@ __all__ = [
     "first_occurrence_indices",
     "binary_comparable",
     "binary_comparable_decoded",
+    "binary_comparable_decoded_keys",
 ]
 
 #: The operator's custom metric (Spark's name), reported under ``customMetrics``.
@@ -200,6 +201,20 @@ def binary_comparable(keys: pa.Table) -> pa.Table:
             cols.append(col)
             fields.append(f)
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def binary_comparable_decoded_keys(columns: Sequence[pa.Array], spark_types: Sequence[Any]) -> list[pa.Array] | int:
+    """A deduplication's stored key columns decoded by their Spark types
+    (:func:`binary_comparable_decoded` each), or the index of the first column that has no
+    decoding yet: the state reader and the repartition each refuse that column in their own
+    words."""
+    out = []
+    for i, (column, spark_type) in enumerate(zip(columns, spark_types)):
+        decoded = binary_comparable_decoded(column, spark_type)
+        if decoded is None:
+            return i
+        out.append(decoded)
+    return out
 
 
 def binary_comparable_decoded(arr: pa.Array, spark_type: Any) -> pa.Array | None:

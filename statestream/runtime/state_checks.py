@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SCHEMA_CHECK_CONF",
     "check_operator_state",
+    "check_operators_unchanged",
     "check_restart_compatible",
     "check_state_on_first_batch",
     "operator_names",
@@ -43,6 +44,15 @@ def operator_names(writers: Sequence[Any]) -> dict[int, str]:
     """``{operator id: operator name}`` of a plan's state writers (what the operator metadata
     records)."""
     return {i: w.operator_name for i, w in enumerate(writers)}
+
+
+def check_operators_unchanged(state_root: str, writers: Sequence[Any]) -> None:
+    """Refuse a restart whose stateful operators differ from those the checkpoint's operator
+    metadata records (Spark's check of a restart's first batch); a checkpoint without operator
+    metadata (never ran a stateful batch, or written before the metadata) passes."""
+    existing = S.read_all_operator_metadata(state_root)
+    if existing:
+        S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, operator_names(writers))
 
 
 def _checked(check: Callable[[], None], enabled: bool, quiet: bool) -> None:
@@ -112,9 +122,7 @@ def check_restart_compatible(state_root: str, plan: "PhysicalOperator", schema_c
     changes the state ahead of that batch (the repartition on restart), so that a refused
     restart leaves the checkpoint as it found it."""
     writers = state_writers(plan)
-    existing = S.read_all_operator_metadata(state_root)
-    if existing:
-        S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, operator_names(writers))
+    check_operators_unchanged(state_root, writers)
     for i, w in enumerate(writers):
         check_operator_state(state_root, i, w, schema_check=schema_check, check_only=True)
 
@@ -125,8 +133,6 @@ def check_state_on_first_batch(ex, plan: "PhysicalOperator", batch_id: int) -> N
     schema_check = schema_check_enabled(ex.session.sparkSession.conf.get)
     writers = state_writers(plan)
     if batch_id > 0:
-        existing = S.read_all_operator_metadata(state_root)
-        if existing:
-            S.check_operator_metadata({k: v.operator_name for k, v in existing.items()}, operator_names(writers))
+        check_operators_unchanged(state_root, writers)
     for i, w in enumerate(writers):
         check_operator_state(state_root, i, w, schema_check=schema_check, batch_id=batch_id, num_partitions=ex.num_partitions)

@@ -219,14 +219,11 @@ def hash_input(table: pa.Table, hash_keys: int, key_types: tuple[Any, ...] | Non
     columns = [c.combine_chunks() for c in table.columns[:hash_keys]]
     if key_types is None:
         return columns
-    from statestream.operators.dedup import binary_comparable_decoded
+    from statestream.operators.dedup import binary_comparable_decoded_keys
 
-    out = []
-    for c, t in zip(columns, key_types):
-        decoded = binary_comparable_decoded(c, t)
-        assert decoded is not None  # refused before the move (hashed_key_columns)
-        out.append(decoded)
-    return out
+    decoded = binary_comparable_decoded_keys(columns, key_types)
+    assert not isinstance(decoded, int), "a key without decoding is refused before the move (hashed_key_columns)"
+    return decoded
 
 
 @dataclass(frozen=True)

@@ -587,18 +587,15 @@ def _key_arrays(plan: _ReadPlan, keys: list[pa.Array]) -> list[pa.Array]:
     """The stored key columns as the query had them (a deduplication's decoded)."""
     if plan.decode_keys is None:
         return keys
-    from statestream.operators.dedup import binary_comparable_decoded
+    from statestream.operators.dedup import binary_comparable_decoded_keys
 
-    out = []
-    for column, spark_type in zip(keys, plan.decode_keys):
-        decoded = binary_comparable_decoded(column, spark_type)
-        if decoded is None:
-            raise StatestreamIllegalArgumentException(
-                f"the state reader cannot show the deduplication key column of type {spark_type!r} of operator "
-                f"{plan.operator_id} yet: statestream stores it as bytes (binary comparable) and has no decoding for it"
-            )
-        out.append(decoded)
-    return out
+    decoded = binary_comparable_decoded_keys(keys, plan.decode_keys)
+    if isinstance(decoded, int):
+        raise StatestreamIllegalArgumentException(
+            f"the state reader cannot show the deduplication key column of type {plan.decode_keys[decoded]!r} of operator "
+            f"{plan.operator_id} yet: statestream stores it as bytes (binary comparable) and has no decoding for it"
+        )
+    return decoded
 
 
 def _value_arrays(plan: _ReadPlan, keys: list[pa.Array], values: list[pa.Array]) -> list[pa.Array]:

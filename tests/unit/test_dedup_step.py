@@ -14,6 +14,7 @@ from statestream.operators.dedup import (
     DROPPED_DUPLICATES_METRIC,
     DeduplicationStateStep,
     binary_comparable,
+    binary_comparable_decoded_keys,
     first_occurrence_indices,
 )
 from statestream.state import clear_provider_cache
@@ -90,6 +91,16 @@ def test_binary_comparable_separates_negative_zero_and_unifies_nan():
     keys = pa.table({"d": pa.array([0.0, -0.0, float("nan"), nan2, None, 0.0])})
     firsts = first_occurrence_indices(binary_comparable(keys))
     assert firsts.tolist() == [0, 1, 2, 4]  # -0.0 is its own key; both NaNs are one key
+
+
+def test_decoded_keys_give_back_the_query_values_or_name_the_column_without_decoding():
+    stored = binary_comparable(pa.table({"d": pa.array([0.0, -0.0, 1.5]), "k": ["a", "b", "c"]}))
+    decoded = binary_comparable_decoded_keys([c.combine_chunks() for c in stored.columns], ["double", "string"])
+    assert decoded[0].to_pylist() == [0.0, -0.0, 1.5] and math.copysign(1, decoded[0][1].as_py()) == -1
+    assert decoded[1].to_pylist() == ["a", "b", "c"]
+    lists = binary_comparable(pa.table({"k": ["a"], "l": pa.array([[1, 2]])}))
+    # a list's byte encoding has no decoding yet: the index of that column, for the caller's refusal
+    assert binary_comparable_decoded_keys([c.combine_chunks() for c in lists.columns], ["string", {"type": "array", "elementType": "long", "containsNull": True}]) == 1
 
 
 def test_binary_comparable_inside_struct_and_untouched_without_floats():
