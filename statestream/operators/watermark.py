@@ -78,10 +78,13 @@ def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
 
     deadline = time.monotonic() + timeout_s
     future = obs._jo.future()  # noqa: SLF001 - the only non-blocking view of an Observation
+    # the listener bus completes it a few milliseconds after the job: poll often at first
+    wait = 0.001
     while not future.isCompleted():
         if time.monotonic() > deadline:
             return None
-        time.sleep(0.01)
+        time.sleep(wait)
+        wait = min(wait * 2, 0.01)
     return obs.get
 
 
