@@ -5,12 +5,18 @@ through unchanged. While the batch runs, Spark's ``observe()`` computes min, max
 the event time in milliseconds over every row that flows through this node (a null event time
 counts as 0 ms, as in Spark), so no extra pass over the data is needed. After the batch, the loop
 turns those figures into ``EventTimeStats`` for the ``WatermarkTracker``.
+
+The milliseconds are rounded down (a time before 1970 between two milliseconds reports the
+earlier one, as Spark's engine does) in long arithmetic (``unix_millis``). The sum, for the
+average, is exact: three long sums of the value's bits (:data:`SUM_PARTS`), cheap per row where
+one decimal sum would run Spark's decimal arithmetic on every row and one long sum could
+overflow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from statestream.operators.base import PhysicalOperator
 from statestream.plan.logical import WATERMARK_DELAY_KEY
@@ -20,7 +26,23 @@ if TYPE_CHECKING:
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["EventTimeWatermarkExec", "mark_event_time", "observed_values", "stats_from_observation"]
+__all__ = ["SUM_PARTS", "EventTimeWatermarkExec", "event_time_sum", "sources_counted_by_watermark", "mark_event_time", "observed_values", "stats_from_observation"]
+
+#: the event time's sum is observed as one long sum per bit range, (name, shift, mask): bits 40
+#: and up (with the sign), 20 to 39, 0 to 19; no part can overflow below 2^40 rows
+SUM_PARTS = (("sum_hi", 40, None), ("sum_mid", 20, 0xFFFFF), ("sum_lo", 0, 0xFFFFF))
+
+
+def event_time_sum(values: dict) -> int | None:
+    """The exact sum of the event times (ms) from an observation's :data:`SUM_PARTS`; None when a
+    part is missing (no row was observed)."""
+    total = 0
+    for name, shift, _ in SUM_PARTS:
+        part = values.get(name)
+        if part is None:
+            return None
+        total += int(part) << shift
+    return total
 
 
 def mark_event_time(df: "DataFrame", column: str, delay_ms: int) -> "DataFrame":
@@ -54,12 +76,16 @@ class EventTimeWatermarkExec(PhysicalOperator):
         assert self.child is not None
         df = mark_event_time(self.child.execute(ctx), self.column, self.delay_ms)
         obs = Observation(f"__statestream_event_time_{self.node_id.replace('-', '_')}_{ctx.batch_id}")
-        ms = F.coalesce(F.floor(F.unix_micros(F.col(self.column)) / F.lit(1000)), F.lit(0)).cast("long")
+        ms = F.coalesce(F.unix_millis(F.col(self.column)), F.lit(0))
+        parts = []
+        for name, shift, mask in SUM_PARTS:
+            part = F.shiftright(ms, shift) if shift else ms
+            parts.append(F.sum(part.bitwiseAND(F.lit(mask)) if mask is not None else part).alias(name))
         df = df.observe(
             obs,
             F.min(ms).alias("min"),
             F.max(ms).alias("max"),
-            F.sum(ms.cast("decimal(38,0)")).alias("sum"),
+            *parts,
             F.count(F.lit(1)).alias("count"),
         )
         ctx.observations[self.node_id] = obs
@@ -69,6 +95,23 @@ class EventTimeWatermarkExec(PhysicalOperator):
         column = self.column_text or self.column
         typed = f"{column}: {self.column_type}" if self.column_type else column
         return f"EventTimeWatermark {self.node_id}, {typed}, {self.delay_text}"
+
+
+def sources_counted_by_watermark(plan: PhysicalOperator, scans: Mapping[int, int]) -> dict[int, str]:
+    """``{source index: watermark node id}`` for each source scanned once (``scans``: the scans
+    of each source in ``plan``) whose rows go straight into an ``EventTimeWatermarkExec``: that
+    node's observation counts every row of the source, so the batch's input rows are read from
+    it and the source needs no count of its own (an observation is evaluated row by row, about
+    60 ms a million rows)."""
+    from statestream.operators.basic import StreamingRelationExec
+
+    out: dict[int, str] = {}
+    for node in plan.walk():
+        child = getattr(node, "child", None)
+        if isinstance(node, EventTimeWatermarkExec) and isinstance(child, StreamingRelationExec):
+            if scans.get(child.source_index) == 1:
+                out[child.source_index] = node.node_id
+    return out
 
 
 def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
@@ -97,6 +140,6 @@ def stats_from_observation(obs) -> tuple[int, int, float, int] | None:
     count = int(values.get("count") or 0)
     if count == 0:
         return None
-    total = values.get("sum")
-    avg = float(total) / count if total is not None else 0.0
+    total = event_time_sum(values)
+    avg = total / count if total is not None else 0.0
     return int(values["min"]), int(values["max"]), avg, count

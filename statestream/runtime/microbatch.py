@@ -36,7 +36,7 @@ from statestream.errors import StatestreamStreamingQueryException, concurrent_st
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext, ListAccumulatorParam
-from statestream.operators.watermark import observed_values, stats_from_observation
+from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
@@ -706,9 +706,9 @@ class MicroBatchExecution:
             self.offset_log.purge(threshold)
             self.commit_log.purge(threshold)
 
-    def _source_batch(self, i: int, source: "Source", start: Any, end: Any, observations: dict) -> "SparkDataFrame":
-        """The source's rows for this batch; with new data, an observation counts the rows read
-        while the batch runs (``numInputRows``)."""
+    def _source_batch(self, i: int, source: "Source", start: Any, end: Any, observations: dict | None) -> "SparkDataFrame":
+        """The source's rows for this batch; with new data and ``observations``, an observation
+        (put there) counts the rows read while the batch runs (``numInputRows``)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -717,6 +717,8 @@ class MicroBatchExecution:
 
             return empty_batch(self.spark, source.schema)
         df = source.get_batch(self.spark, start, end)
+        if observations is None:  # counted elsewhere, or not read by the plan
+            return df
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
         observations[i] = obs
         return df.observe(obs, F.count(F.lit(1)).alias("count"))
@@ -731,10 +733,12 @@ class MicroBatchExecution:
         # the plan does not read (below a limit(0)) reports no input rows
         scans = Counter(n.source_index for n in self._physical.walk() if isinstance(n, StreamingRelationExec))
         read = set(scans)
+        # a source whose rows go straight into a watermark is counted by that node's observation
+        counted = sources_counted_by_watermark(self._physical, scans)
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         batches = {
-            i: self._source_batch(i, s, st, e, input_obs if i in read else {})
+            i: self._source_batch(i, s, st, e, input_obs if i in read and i not in counted else None)
             for i, (s, st, e) in enumerate(zip(self.sources, record.start, record.end))
         }
         self.progress.record_duration("getBatch", t)
@@ -778,6 +782,9 @@ class MicroBatchExecution:
             # sink, which may take long)
             note_python_workers_used(self.spark.sparkContext)
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
+        for i, node_id in counted.items():
+            if record.end[i] is not None and record.end[i] != record.start[i]:
+                num_input[i] = _observed_count(ctx.observations.get(node_id))
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
             # a local limit may stop a scan early: count what the scans read, as Spark does
             scanned = input_rows_by_source(plan, result)

@@ -186,6 +186,29 @@ def test_s10_window_start_offset_negative_times(spark, ours, tmp_path):
     )
 
 
+def test_event_times_before_1970_with_a_fraction_of_a_millisecond_report_as_sparks(spark, ours, tmp_path):
+    """The event-time statistics in ms of times before 1970 that fall between two milliseconds
+    (the first batch holds only such times: its min, max and avg are all of them; all are late
+    under the first watermark, 0), then a batch that moves the watermark. Checked on both
+    engines' progress (``eventTime`` and watermark)."""
+
+    def build(df: DataFrame) -> DataFrame:
+        return (
+            df.withColumn("eventTime", F.timestamp_micros("value"))
+            .withWatermark("eventTime", "1 second")
+            .groupBy(F.window("eventTime", "5 seconds"))
+            .count()
+            .select(secs("window.start").alias("start"), "count")
+        )
+
+    exp, _ = assert_equivalent(
+        spark, ours, build, [vals(-1_000_500, -3_250_100, -1), vals(7_000_700, -2_999)], SCHEMA, "update", tmp_path,
+    )
+    # what the comparison covered: Spark's statistics of those times, rounded down to the ms
+    assert exp.batches[0].event_time is not None
+    assert (exp.batches[0].event_time["min"], exp.batches[0].event_time["max"]) == ("1969-12-31T23:59:56.749Z", "1969-12-31T23:59:59.999Z")
+
+
 def test_s11_non_divisible_sliding_window(spark, ours, tmp_path):
     def build(df: DataFrame) -> DataFrame:
         return (

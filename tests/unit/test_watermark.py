@@ -195,3 +195,30 @@ def test_is_older_than_inclusive_and_units():
     assert not is_older_than(None, 15_000)
     assert not is_older_than(1, None)
     assert is_older_than(-5, 0)
+
+
+def test_event_time_sum_parts_add_up_to_the_exact_sum():
+    from statestream.operators.watermark import SUM_PARTS, event_time_sum
+
+    # times before 1970, around 0, today's, and the extremes a timestamp can hold, in ms
+    values = [-1, -1001, 0, 1, 1_764_000_000_123, -62_135_596_800_000, 9_223_372_036_854_775, -9_223_372_036_854_775]
+    observed = {"count": len(values)}
+    for name, shift, mask in SUM_PARTS:
+        parts = [(v >> shift) & mask if mask is not None else v >> shift for v in values]
+        # every part fits a long with room for 2^40 rows of it
+        assert all(abs(p) < 2**23 for p in parts)
+        observed[name] = sum(parts)
+    assert event_time_sum(observed) == sum(values)
+    assert event_time_sum({"sum_hi": 1}) is None
+
+
+def test_a_source_read_straight_into_a_watermark_is_counted_by_it():
+    from statestream.operators.basic import StatelessExec, StreamingRelationExec, UnionExec
+    from statestream.operators.watermark import EventTimeWatermarkExec, sources_counted_by_watermark
+
+    direct = EventTimeWatermarkExec(child=StreamingRelationExec(source_index=0), column="t", node_id="w0")
+    projected = EventTimeWatermarkExec(child=StatelessExec(child=StreamingRelationExec(source_index=1)), column="t", node_id="w1")
+    plan = UnionExec(inputs=(direct, projected))
+    assert sources_counted_by_watermark(plan, {0: 1, 1: 1}) == {0: "w0"}
+    # a source scanned twice (a self-union) is counted by its own observation: one node sees half
+    assert sources_counted_by_watermark(plan, {0: 2, 1: 1}) == {}
