@@ -114,18 +114,28 @@ def _warm(spark: _FakeSession, tag: str, partitions: int, stopped=None) -> bool:
 
 
 def test_worker_warm_up_with_the_query_tag_then_not_while_the_workers_are_warm():
-    spark = _FakeSession(parallelism=3)
+    spark = _FakeSession(parallelism=6)
     assert _warm(spark, "query-tag", 4)
     assert spark.calls == [
         ("tag", "query-tag"),
         ("description", "statestream: start the Python workers"),
-        ("range", 0, 3, 1, 3),  # a task per core, at most one per state partition
+        ("range", 0, 3, 1, 3),  # half the task slots, at most one per state partition
         ("mapInArrow", "warm_up", "ok INT"),
         ("collect",),
         ("untag", "query-tag"),
         ("description", None),
     ]
     assert not _warm(spark, "another-query", 4)  # Spark keeps idle workers for a minute
+
+
+def test_the_warm_up_leaves_half_the_task_slots_to_the_first_scan():
+    from statestream.runtime.worker_warmup import warm_up_tasks
+
+    assert warm_up_tasks(2, 4) == 1  # local[2]: the scan keeps a slot
+    assert warm_up_tasks(1, 4) == 1  # one slot: still one worker
+    assert warm_up_tasks(8, 4) == 4
+    assert warm_up_tasks(200, 4) == 4  # never more than the state partitions
+    assert warm_up_tasks(8, 1) == 1
 
 
 def test_worker_warm_up_tasks_and_when_it_is_skipped_or_repeated(monkeypatch):
