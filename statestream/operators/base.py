@@ -47,6 +47,16 @@ class StatefulOperatorStateInfo:
         )
 
 
+#: the prefix of the local property that carries a state step's per-batch fields (the operator id
+#: follows): ``StateStep.batch_args_property``
+BATCH_ARGS_PROPERTY_PREFIX = "spark.statestream.batchArgs.operator"
+
+
+def batch_args_property(operator_id: int) -> str:
+    """The local property of operator ``operator_id``'s per-batch step fields."""
+    return f"{BATCH_ARGS_PROPERTY_PREFIX}{int(operator_id)}"
+
+
 def qualified_path(path: str) -> str:
     """A path as Spark shows it in plans: local paths get the ``file:`` scheme Hadoop qualifies
     them with; URIs (``hdfs://``, ``s3a://``, ``file:``) and ``<unknown>`` are kept."""
@@ -222,6 +232,7 @@ class StateStoreWriter(StatefulOperator):
             "accumulator": ctx.metrics_accumulator,
             "late_rows": ctx.late_rows_path,
             "operator_name": self.operator_name,
+            "batch_args_property": batch_args_property(si.operator_id) if ctx.batch_args_by_property else None,
         }
 
 

@@ -49,3 +49,7 @@ class BatchContext:
     late_rows_path: str | None = None
     #: run each state operator's partitions in one task (a small batch: ``runtime.small_batches``)
     single_state_task: bool = False
+    #: the state steps take their per-batch fields from a local property set for each batch's
+    #: job (``StateStep.batch_args_property``), so the plan can serve later batches
+    #: (``runtime.batch_plan_reuse``)
+    batch_args_by_property: bool = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,39 @@ class StateStep:
     operator_name: str = field(default="", kw_only=True)
     #: the query's metrics accumulator (None outside a query: a step called directly)
     accumulator: Any = field(default=None, compare=False, kw_only=True)
+    #: the Spark local property that carries this step's per-batch fields (``batch_fields``) to
+    #: its tasks, or None when the fields are the step's own: a reused batch plan
+    #: (``runtime.batch_plan_reuse``) keeps the step of the batch it was built for, and the
+    #: driver sets the property for each batch before the batch's job
+    batch_args_property: str | None = field(default=None, kw_only=True)
+
+    #: the fields that change from batch to batch (the store's version; an aggregation's
+    #: watermarks): what ``batch_args_property`` carries
+    batch_fields: ClassVar[tuple[str, ...]] = ("version",)
+
+    def for_this_task(self) -> "StateStep":
+        """This step with the batch's fields from ``batch_args_property`` (itself when it has
+        none). A job of a reused plan that the driver did not give the property would run with
+        another batch's version, so it fails instead."""
+        if self.batch_args_property is None:
+            return self
+        import dataclasses
+        import json
+
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        text = ctx.getLocalProperty(self.batch_args_property) if ctx is not None else None
+        if not text:
+            raise RuntimeError(
+                f"statestream: the batch's arguments of state operator {self.operator_id} (local property "  # type: ignore[attr-defined]
+                f"{self.batch_args_property}) were not set for this job"
+            )
+        args = json.loads(text)
+        unknown = set(args) - set(self.batch_fields)
+        if unknown:
+            raise RuntimeError(f"statestream: unexpected batch arguments {sorted(unknown)} in {self.batch_args_property}")
+        return dataclasses.replace(self, batch_args_property=None, **args)
 
     def process(self, partition: int, batches) -> tuple[Any, dict]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -98,7 +131,7 @@ class StateStep:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        yield from self.run_partition(TaskContext.get().partitionId(), batches)
+        yield from self.for_this_task().run_partition(TaskContext.get().partitionId(), batches)
 
     def run_partition(self, partition: int, batches) -> Iterator[pa.RecordBatch]:
         """Process ``partition``'s rows, send the metrics to the driver and emit the output.
@@ -141,6 +174,7 @@ class AllStatePartitions:
     routes: tuple[int, ...]
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        step = self.step.for_this_task()
         n = len(self.routes)
         batches = [b for b in batches if b.num_rows]
         table = pa.Table.from_batches(batches) if batches else None
@@ -154,14 +188,14 @@ class AllStatePartitions:
             if bounds[0] != 0 or bounds[-1] != table.num_rows:
                 msg = (
                     f"statestream: rows of state partitions {sorted(set(pids.tolist()) - set(range(n)))} "
-                    f"reached operator {self.step.operator_id} (it has {n})"  # type: ignore[attr-defined]
+                    f"reached operator {step.operator_id} (it has {n})"  # type: ignore[attr-defined]
                 )
                 raise RuntimeError(msg)
         for partition in range(n):
             lo, hi = int(bounds[partition]), int(bounds[partition + 1])
             rows = table.slice(lo, hi - lo).to_batches() if table is not None and hi > lo else []
             route = self.routes[partition]
-            for out in self.step.run_partition(partition, rows):
+            for out in step.run_partition(partition, rows):
                 column = pa.array(np.full(out.num_rows, route, dtype=np.int32))
                 yield pa.RecordBatch.from_arrays(
                     [*out.columns, column], schema=out.schema.append(pa.field(ROUTE_COLUMN, pa.int32(), False))

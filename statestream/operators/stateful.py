@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -73,6 +73,15 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         """Spark: another (no-data) batch is worth running in append/update mode when the
         watermark moved past the one this batch evicted with."""
         return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
+
+    def step_batch_args(self) -> dict[str, Any]:
+        """This batch's values of the state step's ``batch_fields`` (what a reused plan's step
+        takes from its local property)."""
+        return {
+            "version": self.get_state_info().store_version,
+            "w_late_ms": self.event_time_watermark_for_late_events,
+            "w_evict_ms": self.event_time_watermark_for_eviction,
+        }
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.types import LongType, StructField, StructType
@@ -147,6 +156,8 @@ def older_than_watermark(table: pa.Table, column: str, is_struct: bool, watermar
 class AggregationStateStep(StateStep):
     """The per-partition state step (restore, merge, save, commit), picklable so that Spark ships
     it to the Python workers. ``__call__`` is the ``mapInArrow`` function."""
+
+    batch_fields: ClassVar[tuple[str, ...]] = ("version", "w_late_ms", "w_evict_ms")
 
     state_root: str
     run_id: str

@@ -116,8 +116,12 @@ def sources_counted_by_watermark(plan: PhysicalOperator, scans: Mapping[int, int
 
 def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
     """The values of a finished ``Observation``, or ``None`` when it never completed (no job ran
-    over its plan); ``Observation.get`` alone would block forever in that case."""
+    over its plan); ``Observation.get`` alone would block forever in that case. Values already
+    read (a dict, or None: from a reused batch plan's executed plan) are returned as they are."""
     import time
+
+    if obs is None or isinstance(obs, dict):
+        return obs
 
     deadline = time.monotonic() + timeout_s
     future = obs._jo.future()  # noqa: SLF001 - the only non-blocking view of an Observation

@@ -41,6 +41,7 @@ from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
+from statestream.runtime.batch_plan_reuse import clear_batch_args, observed_by_name, set_batch_args
 from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
@@ -176,6 +177,9 @@ class MicroBatchExecution:
             no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
         )
         self._last_plan: "PhysicalOperator" | None = None
+        #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
+        #: every batch
+        self._plan_reuse: Any = None
         #: the last batch's per-batch planning (state info, watermarks), for ``explain()``
         self._last_execution: IncrementalExecution | None = None
         self._source_indexes: dict[int, int] = {}
@@ -567,6 +571,10 @@ class MicroBatchExecution:
         )
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
+        from statestream.runtime.batch_plan_reuse import PLAN_REUSE_CONF, PlanReuse, reusable_plan
+
+        reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
+        self._plan_reuse = PlanReuse() if reuse_on and reusable_plan(self._physical) else None
         if self._runs_state_tasks:
             try:
                 start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
@@ -706,9 +714,12 @@ class MicroBatchExecution:
             self.offset_log.purge(threshold)
             self.commit_log.purge(threshold)
 
-    def _source_batch(self, i: int, source: "Source", start: Any, end: Any, observations: dict | None) -> "SparkDataFrame":
+    def _source_batch(
+        self, i: int, source: "Source", start: Any, end: Any, observations: dict | None, raw: dict
+    ) -> "SparkDataFrame":
         """The source's rows for this batch; with new data and ``observations``, an observation
-        (put there) counts the rows read while the batch runs (``numInputRows``)."""
+        (put there) counts the rows read while the batch runs (``numInputRows``). The rows as
+        the source gave them, without the observation, go to ``raw``."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -717,6 +728,7 @@ class MicroBatchExecution:
 
             return empty_batch(self.spark, source.schema)
         df = source.get_batch(self.spark, start, end)
+        raw[i] = df
         if observations is None:  # counted elsewhere, or not read by the plan
             return df
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
@@ -737,8 +749,9 @@ class MicroBatchExecution:
         counted = sources_counted_by_watermark(self._physical, scans)
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
+        raw: dict[int, Any] = {}
         batches = {
-            i: self._source_batch(i, s, st, e, input_obs if i in read and i not in counted else None)
+            i: self._source_batch(i, s, st, e, input_obs if i in read and i not in counted else None, raw)
             for i, (s, st, e) in enumerate(zip(self.sources, record.start, record.end))
         }
         self.progress.record_duration("getBatch", t)
@@ -757,6 +770,7 @@ class MicroBatchExecution:
         )
         assert self._physical is not None
         plan = inc.apply(self._physical)
+        reuse = self._plan_reuse if self._plan_reuse is not None and not self._plan_reuse.disabled else None
         if first_batch_of_run:
             check_state_on_first_batch(self, plan, record.batch_id)
         self.accumulator.value = []
@@ -768,15 +782,37 @@ class MicroBatchExecution:
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
             single_state_task=single_state_task(self.progress.last(), self._single_task_max_rows),
+            batch_args_by_property=reuse is not None,
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
-        result = with_batch_timestamp(plan.execute(ctx), record.timestamp_ms)
+        reused = reuse.instantiate(self.spark, raw, ctx.single_state_task) if reuse is not None else None
+        if reused is None:
+            built = plan.execute(ctx)
+            if reuse is not None:
+                reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.single_state_task, ctx.extra)
+        else:
+            built, template = reused
+            logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)
+        result = with_batch_timestamp(built, record.timestamp_ms)
         self.progress.record_duration("queryPlanning", t)
         t = time.perf_counter()
-        self.spark.sparkContext.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
-        self.spark.sparkContext.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
-        materialized = result.localCheckpoint(eager=True)
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+        sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
+        batch_args = set_batch_args(sc, plan) if reuse is not None else []
+        try:
+            materialized = result.localCheckpoint(eager=True)
+        finally:
+            clear_batch_args(sc, batch_args)
+        if reused is not None:
+            # the template's observations, read by name from this batch's executed plan
+            names = [*template.input_names.values(), *template.watermark_names.values()]
+            values = observed_by_name(result, names)
+            for name in (n for n in names if values[n] is None):
+                logger.warning("batch %d: observation %s of the reused plan did not run", record.batch_id, name)
+            input_obs = {i: values[n] for i, n in template.input_names.items()}
+            ctx.observations.update({node: values[n] for node, n in template.watermark_names.items()})
         if self._runs_state_tasks:
             # the state tasks have just run: their workers stay warm for a while (not after the
             # sink, which may take long)
