@@ -167,6 +167,11 @@ class UnionExec(PhysicalOperator):
     by_name: bool = False
     options: Any = None  # unionByName's allowMissingColumns
 
+    def materialises_inputs(self) -> bool:
+        """Whether a batch runs some input of this union on its own while the batch is built
+        (see ``execute``)."""
+        return any(_partitions_by_task_id(i) for i in self.inputs[1:])
+
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         dfs = [i.execute(ctx) for i in self.inputs]
         # Spark runs a union's inputs as one stage, the tasks of the second input numbered after

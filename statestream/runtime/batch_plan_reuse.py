@@ -52,13 +52,17 @@ PLAN_REUSE_CONF = "spark.statestream.planReuse.enabled"
 def reusable_plan(plan: "PhysicalOperator") -> bool:
     """Whether a batch plan of this physical plan may serve later batches: every stateful
     operator is a streaming aggregation's (whose step takes its per-batch fields from a local
-    property) and no local limit counts its scans from the executed plan."""
+    property), no local limit counts its scans from the executed plan, and no union runs an
+    input on its own while the batch is built (its materialised rows belong to that batch)."""
     from statestream.operators.base import StatefulOperator
+    from statestream.operators.basic import UnionExec
     from statestream.operators.limit import LocalLimitExec
     from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 
     for node in plan.walk():
         if isinstance(node, LocalLimitExec):
+            return False
+        if isinstance(node, UnionExec) and node.materialises_inputs():
             return False
         if isinstance(node, StatefulOperator) and not isinstance(node, (StateStoreSaveExec, StateStoreRestoreExec)):
             return False

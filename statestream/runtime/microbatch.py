@@ -786,22 +786,23 @@ class MicroBatchExecution:
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
-        reused = reuse.instantiate(self.spark, raw, ctx.single_state_task) if reuse is not None else None
-        if reused is None:
-            built = plan.execute(ctx)
-            if reuse is not None:
-                reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.single_state_task, ctx.extra)
-        else:
-            built, template = reused
-            logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)
-        result = with_batch_timestamp(built, record.timestamp_ms)
-        self.progress.record_duration("queryPlanning", t)
-        t = time.perf_counter()
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
-        sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
+        # every job this thread runs for the batch gives its state steps this batch's fields
         batch_args = set_batch_args(sc, plan) if reuse is not None else []
         try:
+            reused = reuse.instantiate(self.spark, raw, ctx.single_state_task) if reuse is not None else None
+            if reused is None:
+                built = plan.execute(ctx)
+                if reuse is not None:
+                    reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.single_state_task, ctx.extra)
+            else:
+                built, template = reused
+                logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)
+            result = with_batch_timestamp(built, record.timestamp_ms)
+            self.progress.record_duration("queryPlanning", t)
+            t = time.perf_counter()
+            sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+            sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
             materialized = result.localCheckpoint(eager=True)
         finally:
             clear_batch_args(sc, batch_args)

@@ -68,3 +68,21 @@ def test_observation_values_read_by_name_pass_through():
     assert observed_values(values) is values
     assert observed_values(None) is None
     assert stats_from_observation(values) == (1000, 3000, 2000.0, 2)
+
+
+def test_which_plans_may_serve_later_batches():
+    from statestream.operators.basic import StreamingRelationExec, UnionExec
+    from statestream.operators.dedup import StreamingDeduplicateExec
+    from statestream.operators.limit import LocalLimitExec
+    from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
+    from statestream.runtime.batch_plan_reuse import reusable_plan
+
+    scan = StreamingRelationExec()
+    aggregation = StateStoreSaveExec(child=StateStoreRestoreExec(child=scan))
+    assert reusable_plan(scan)  # stateless
+    assert reusable_plan(aggregation)
+    assert reusable_plan(UnionExec(inputs=(aggregation, scan)))  # the first input runs in the batch's job
+    # a union runs a later stateful input on its own while the batch is built: its rows are that batch's
+    assert not reusable_plan(UnionExec(inputs=(scan, aggregation)))
+    assert not reusable_plan(StreamingDeduplicateExec(child=scan))  # its step takes no property
+    assert not reusable_plan(LocalLimitExec(child=aggregation))
