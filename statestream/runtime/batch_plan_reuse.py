@@ -22,9 +22,12 @@ does for the batch timestamp. What else changes between batches reaches the plan
 * the batch timestamp is fixed afterwards on the swapped plan (``with_batch_timestamp``).
 
 Only what is known to carry nothing else per batch is reused (:func:`reusable_plan`): streaming
-aggregations and stateless operators over file sources. A batch whose sources are not plain file
-relations (no new data: an empty batch; another source kind) is built as before, and so is every
-batch of any other query, or of any query with ``spark.statestream.planReuse.enabled=false``.
+aggregations and stateless queries over file sources, each source read through one relation
+node, every expression deterministic (Spark's engine seeds ``rand()`` and ``uuid()`` again for
+each batch). A batch whose sources are not plain file relations (no new data: an empty batch;
+another source kind) is built as before, and so is every batch of any other query, of a driver
+whose Python threads share JVM threads (``PYSPARK_PIN_THREAD=false``: a local property would
+not reach the batch's jobs), or of any query with ``spark.statestream.planReuse.enabled=false``.
 """
 
 from __future__ import annotations
@@ -43,7 +46,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PLAN_REUSE_CONF", "BatchPlanTemplate", "PlanReuse", "reusable_plan", "clear_batch_args", "set_batch_args"]
+__all__ = [
+    "PLAN_REUSE_CONF",
+    "BatchPlanTemplate",
+    "PlanReuse",
+    "clear_batch_args",
+    "observed_by_name",
+    "pinned_threads",
+    "reusable_plan",
+    "set_batch_args",
+]
 
 #: statestream's conf: build each batch's DataFrame once and reuse its plan (default true)
 PLAN_REUSE_CONF = "spark.statestream.planReuse.enabled"
@@ -75,21 +87,54 @@ def _file_relation(df: "DataFrame") -> Any:
     return plan if plan.getClass().getSimpleName() == "LogicalRelation" else None
 
 
+def _not_a_template(plan: Any, leaves: Mapping[int, Any]) -> str | None:
+    """Why the analysed ``plan`` cannot serve later batches, or None when it can.
+
+    * Each source must be read through exactly one relation node: Spark gives a second read of
+      the same relation (a self-union, a view read twice) new attribute ids, so a swap keyed on
+      the first would leave the second reading the template's files.
+    * Every expression must be deterministic: Spark's engine seeds ``rand()``, ``uuid()`` and
+      ``shuffle()`` again for each batch, which a kept plan would not."""
+    counts = {i: 0 for i in leaves}
+    found = plan.collectLeaves()
+    for k in range(found.size()):
+        leaf = found.apply(k)
+        if leaf.getClass().getSimpleName() != "LogicalRelation":
+            continue
+        for i, relation in leaves.items():
+            if leaf.relation().equals(relation.relation()):
+                counts[i] += 1
+    twice = sorted(i for i, n in counts.items() if n != 1)
+    if twice:
+        return f"source(s) {twice} read through {[counts[i] for i in twice]} relation nodes"
+    if not plan.deterministic():
+        return "it has nondeterministic expressions"
+    return None
+
+
 def _state_savers(plan: "PhysicalOperator") -> list[Any]:
     from statestream.operators.stateful import StateStoreSaveExec
 
     return [n for n in plan.walk() if isinstance(n, StateStoreSaveExec)]
 
 
-def set_batch_args(sc: Any, plan: "PhysicalOperator") -> list[str]:
+def pinned_threads(sc: Any) -> bool:
+    """Whether each Python thread has its own JVM thread (PySpark's default, ``PYSPARK_PIN_THREAD``
+    not false): only then does a local property the query thread sets reach the jobs it
+    submits."""
+    from py4j.clientserver import ClientServer
+
+    return isinstance(getattr(sc, "_gateway", None), ClientServer)
+
+
+def set_batch_args(sc: Any, plan: "PhysicalOperator", keys: list[str]) -> None:
     """Set, for the jobs this thread submits next, each state step's per-batch fields from this
-    batch's ``plan``; returns the properties set (for :func:`clear_batch_args`)."""
-    keys = []
+    batch's ``plan``, adding each property set to ``keys`` (for :func:`clear_batch_args`, also
+    after a failure here)."""
     for node in _state_savers(plan):
         key = batch_args_property(node.get_state_info().operator_id)
-        sc.setLocalProperty(key, json.dumps(node.step_batch_args()))
         keys.append(key)
-    return keys
+        sc.setLocalProperty(key, json.dumps(node.step_batch_args()))
 
 
 def clear_batch_args(sc: Any, keys: list[str]) -> None:
@@ -148,8 +193,14 @@ class PlanReuse:
                 logger.debug("source %d does not give file relations: every batch is built", i)
                 return
             leaves[i] = relation
+        plan = result._jdf.queryExecution().analyzed()  # noqa: SLF001
+        why = _not_a_template(plan, leaves)
+        if why:
+            self.disabled = True
+            logger.debug("batch plan not reused: %s", why)
+            return
         self.templates[single_state_task] = BatchPlanTemplate(
-            plan=result._jdf.queryExecution().analyzed(),  # noqa: SLF001
+            plan=plan,
             leaves=leaves,
             input_names={i: obs._name for i, obs in input_observations.items()},  # noqa: SLF001 - its name in the plan
             watermark_names={n: obs._name for n, obs in watermark_observations.items()},  # noqa: SLF001

@@ -571,10 +571,10 @@ class MicroBatchExecution:
         )
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
-        from statestream.runtime.batch_plan_reuse import PLAN_REUSE_CONF, PlanReuse, reusable_plan
+        from statestream.runtime.batch_plan_reuse import PLAN_REUSE_CONF, PlanReuse, pinned_threads, reusable_plan
 
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
-        self._plan_reuse = PlanReuse() if reuse_on and reusable_plan(self._physical) else None
+        self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         if self._runs_state_tasks:
             try:
                 start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
@@ -788,8 +788,10 @@ class MicroBatchExecution:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
         sc = self.spark.sparkContext
         # every job this thread runs for the batch gives its state steps this batch's fields
-        batch_args = set_batch_args(sc, plan) if reuse is not None else []
+        batch_args: list[str] = []
         try:
+            if reuse is not None:
+                set_batch_args(sc, plan, batch_args)
             reused = reuse.instantiate(self.spark, raw, ctx.single_state_task) if reuse is not None else None
             if reused is None:
                 built = plan.execute(ctx)
