@@ -164,8 +164,6 @@ class PlanReuse:
     templates: dict[bool, BatchPlanTemplate] = field(default_factory=dict)
     #: set when a swap failed (a Spark whose constructors differ): every batch is then built
     disabled: bool = False
-    #: batches that ran on a reused plan (for tests and the debug log)
-    reused_batches: int = 0
 
     def capture(
         self,
@@ -231,7 +229,6 @@ class PlanReuse:
             logger.warning("statestream: a batch plan could not be reused; building every batch", exc_info=True)
             self.disabled = True
             return None
-        self.reused_batches += 1
         return DataFrame(jdf, spark), template
 
 

@@ -41,7 +41,15 @@ from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
 from statestream.plan.planner import plan_streaming_query
-from statestream.runtime.batch_plan_reuse import clear_batch_args, observed_by_name, set_batch_args
+from statestream.runtime.batch_plan_reuse import (
+    PLAN_REUSE_CONF,
+    PlanReuse,
+    clear_batch_args,
+    observed_by_name,
+    pinned_threads,
+    reusable_plan,
+    set_batch_args,
+)
 from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
@@ -571,8 +579,6 @@ class MicroBatchExecution:
         )
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
-        from statestream.runtime.batch_plan_reuse import PLAN_REUSE_CONF, PlanReuse, pinned_threads, reusable_plan
-
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         if self._runs_state_tasks:
@@ -822,7 +828,7 @@ class MicroBatchExecution:
             note_python_workers_used(self.spark.sparkContext)
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         for i, node_id in counted.items():
-            if record.end[i] is not None and record.end[i] != record.start[i]:
+            if i in raw:  # the source had new data
                 num_input[i] = _observed_count(ctx.observations.get(node_id))
         if any(isinstance(n, LocalLimitExec) for n in plan.walk()):
             # a local limit may stop a scan early: count what the scans read, as Spark does
