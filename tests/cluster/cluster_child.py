@@ -24,9 +24,11 @@ read and written only inside executor tasks).
 from __future__ import annotations
 
 import datetime as dt
+import faulthandler
 import json
 import os
 import random
+import signal
 import sys
 import time
 import traceback
@@ -213,6 +215,9 @@ def run_query(spark, ours, name: str, workdir: Path) -> dict:
 
 
 def main(job_path: str) -> int:
+    # the parent asks for every thread's stack (SIGUSR1, into this process's log) when the driver
+    # does not finish in time, so that a hang says where it is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     job = json.loads(Path(job_path).read_text())
     workdir = Path(job["workdir"])
     t0 = time.time()

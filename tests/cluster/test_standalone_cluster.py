@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -55,6 +56,34 @@ def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
         return subprocess.Popen(
             [str(_spark_class()), *args], env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
+
+
+#: the driver's whole run (two queries, each with a restart, on both engines) takes 70-100 s
+#: alone and a few minutes beside the rest of the suite
+DRIVER_TIMEOUT_S = 600
+
+
+def _dump_stacks(pid: int, log: Path) -> None:
+    """A driver that did not finish in time: its JVM's threads (``jstack``), then every Python
+    thread's stack (the child's ``faulthandler`` on SIGUSR1), at the end of its log."""
+    import shutil
+
+    jvms = [p for p, _, cmd in _session_members(pid) if "SparkSubmit" in cmd]
+    jstack = shutil.which("jstack") or str(Path(os.environ.get("JAVA_HOME", "/nonexistent")) / "bin" / "jstack")
+    with open(log, "ab") as out:
+        for jvm in jvms:
+            out.write(f"\n=== jstack {jvm} ===\n".encode())
+            out.flush()
+            try:
+                subprocess.run([jstack, str(jvm)], stdout=out, stderr=subprocess.STDOUT, timeout=60, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                out.write(f"jstack failed: {exc}\n".encode())
+        out.write(b"\n=== the driver's Python threads ===\n")
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except ProcessLookupError:
+        return
+    time.sleep(2)
 
 
 def _wait_for(predicate, what: str, timeout: float, procs: list[subprocess.Popen], logs: list[Path]) -> None:
@@ -111,7 +140,7 @@ def test_standalone_cluster_survives_a_killed_worker(tmp_path):
         (workdir / "job.json").write_text(json.dumps(job))
         child_env = dict(env, **{ENV_CHILD_JAVA_OPTIONS: java_options}, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p), PYTHONUNBUFFERED="1")
         child_log = tmp_path / "driver.log"
-        with open(child_log, "wb") as out:
+        with open(child_log, "ab") as out:  # appends, as the stack dumps after it do
             child = subprocess.Popen(
                 [sys.executable, str(CHILD), str(workdir / "job.json")],
                 env=child_env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -123,10 +152,11 @@ def test_standalone_cluster_survives_a_killed_worker(tmp_path):
         killed = _kill_session(procs[2].pid)
         assert any("Worker" in cmd for _, _, cmd in killed), killed
         try:
-            rc = child.wait(1200)
+            rc = child.wait(DRIVER_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             rc = None
-        tail = "\n".join(child_log.read_text(errors="replace").splitlines()[-40:])
+            _dump_stacks(child.pid, child_log)
+        tail = "\n".join(child_log.read_text(errors="replace").splitlines()[-(40 if rc is not None else 800):])
         assert rc == 0, f"the driver failed (exit {rc}):\n{tail}\n{(workdir / 'result.json').read_text() if (workdir / 'result.json').exists() else ''}"
         result = json.loads((workdir / "result.json").read_text())
         assert result["executors"] == 2, result
