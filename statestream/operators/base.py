@@ -208,9 +208,23 @@ class StateStoreWriter(StatefulOperator):
     #: False when the rows name it (the stream-stream join), which keeps working below the
     #: second input of a union, where task ids continue after the first input's
     partition_from_task_id: bool = True
+    #: a batch plan built with this operator may serve later batches (``runtime.batch_plan_reuse``):
+    #: its state step takes every field that changes between batches (``StateStep.batch_fields``)
+    #: from :meth:`step_batch_args`, and nothing else in its part of the plan changes
+    reusable_in_batch_plans: bool = False
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         return False
+
+    def step_batch_args(self) -> dict[str, Any]:
+        """This batch's values of the state step's ``batch_fields``, which a reused plan's step
+        takes from its local property: the store's version and, for an operator with a
+        watermark, the two watermarks."""
+        args: dict[str, Any] = {"version": self.get_state_info().store_version}
+        if isinstance(self, WatermarkSupport):
+            args["w_late_ms"] = self.event_time_watermark_for_late_events
+            args["w_evict_ms"] = self.event_time_watermark_for_eviction
+        return args
 
     def state_schemas(self) -> tuple[dict, dict]:
         """Spark StructType JSON of the state key and value, for the schema file and the restart

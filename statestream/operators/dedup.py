@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -335,6 +335,7 @@ class StreamingDeduplicateExec(PhysicalOperator, StateStoreWriter, WatermarkSupp
     keys_text: str = ""
 
     operator_name = "dedupe"
+    reusable_in_batch_plans = True
     #: Spark does not validate the value schema of this operator's state (the dummy value).
     check_value_schema = False
 
@@ -422,6 +423,8 @@ class DeduplicationStateStep(StateStep):
     event_time_key_is_struct: bool = False
     delay_ms: int = 0
     store_conf: Any = None
+
+    batch_fields: ClassVar[tuple[str, ...]] = ("version", "w_late_ms", "w_evict_ms")
 
     def _value_schema(self) -> pa.Schema:
         if self.within_watermark:

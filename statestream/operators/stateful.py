@@ -51,6 +51,9 @@ class StateStoreRestoreExec(ExecutedByParent, PhysicalOperator, StateStoreWriter
     info: AggregationInfo | None = None
     state_info: StatefulOperatorStateInfo | None = None
 
+    #: no step of its own: the save's step above it does its work
+    reusable_in_batch_plans = True
+
     def simple_string(self) -> str:
         assert self.info is not None
         si = self.state_info
@@ -68,20 +71,12 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
     store_conf: Any = None
 
     operator_name = "stateStoreSave"
+    reusable_in_batch_plans = True
 
     def should_run_another_batch(self, new_input_watermark_ms: int) -> bool:
         """Spark: another (no-data) batch is worth running in append/update mode when the
         watermark moved past the one this batch evicted with."""
         return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
-
-    def step_batch_args(self) -> dict[str, Any]:
-        """This batch's values of the state step's ``batch_fields`` (what a reused plan's step
-        takes from its local property)."""
-        return {
-            "version": self.get_state_info().store_version,
-            "w_late_ms": self.event_time_watermark_for_late_events,
-            "w_evict_ms": self.event_time_watermark_for_eviction,
-        }
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql.types import LongType, StructField, StructType

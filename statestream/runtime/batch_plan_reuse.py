@@ -22,7 +22,7 @@ does for the batch timestamp. What else changes between batches reaches the plan
 * the batch timestamp is fixed afterwards on the swapped plan (``with_batch_timestamp``).
 
 Only what is known to carry nothing else per batch is reused (:func:`reusable_plan`): streaming
-aggregations and stateless queries over file sources, each source read through one relation
+aggregations, deduplications and stateless queries over file sources, each source read through one relation
 node, every expression deterministic (Spark's engine seeds ``rand()`` and ``uuid()`` again for
 each batch). A batch whose sources are not plain file relations (no new data: an empty batch;
 another source kind) is built as before, and so is every batch of any other query, of a driver
@@ -63,20 +63,20 @@ PLAN_REUSE_CONF = "spark.statestream.planReuse.enabled"
 
 def reusable_plan(plan: "PhysicalOperator") -> bool:
     """Whether a batch plan of this physical plan may serve later batches: every stateful
-    operator is a streaming aggregation's (whose step takes its per-batch fields from a local
-    property), no local limit counts its scans from the executed plan, and no union runs an
-    input on its own while the batch is built (its materialised rows belong to that batch)."""
+    operator's step takes its per-batch fields from a local property (a streaming aggregation's,
+    a deduplication's: ``StateStoreWriter.reusable_in_batch_plans``), no local limit counts its
+    scans from the executed plan, and no union runs an input on its own while the batch is built
+    (its materialised rows belong to that batch)."""
     from statestream.operators.base import StatefulOperator
     from statestream.operators.basic import UnionExec
     from statestream.operators.limit import LocalLimitExec
-    from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 
     for node in plan.walk():
         if isinstance(node, LocalLimitExec):
             return False
         if isinstance(node, UnionExec) and node.materialises_inputs():
             return False
-        if isinstance(node, StatefulOperator) and not isinstance(node, (StateStoreSaveExec, StateStoreRestoreExec)):
+        if isinstance(node, StatefulOperator) and not getattr(node, "reusable_in_batch_plans", False):
             return False
     return True
 
@@ -113,9 +113,11 @@ def _not_a_template(plan: Any, leaves: Mapping[int, Any]) -> str | None:
 
 
 def _state_savers(plan: "PhysicalOperator") -> list[Any]:
-    from statestream.operators.stateful import StateStoreSaveExec
+    """The operators of ``plan`` that run a state step of their own (a restore's work is done
+    by the save's step above it)."""
+    from statestream.operators.base import ExecutedByParent, StateStoreWriter
 
-    return [n for n in plan.walk() if isinstance(n, StateStoreSaveExec)]
+    return [n for n in plan.walk() if isinstance(n, StateStoreWriter) and not isinstance(n, ExecutedByParent)]
 
 
 def pinned_threads(sc: Any) -> bool:

@@ -1,6 +1,6 @@
 """Batch plans reused across batches (``runtime.batch_plan_reuse``) against Spark's own engine.
 
-A streaming aggregation over a file source builds its first batch's DataFrame and runs the later
+A streaming aggregation or deduplication over a file source builds its first batch's DataFrame and runs the later
 batches on that plan, with each batch's files swapped in, the state steps' version and
 watermarks sent as a local property, and the observations read by name. Each test feeds both
 engines the same files, one step at a time, and compares every batch's rows, columns and
@@ -60,11 +60,40 @@ def _global_key(rs: Any, src: Path) -> Any:
     return rs.format("json").schema(SCHEMA).load(str(src)).groupBy("k").agg(F.avg("v").alias("avg"), F.count("v").alias("n"))
 
 
+def _dedup_with_time(rs: Any, src: Path) -> Any:
+    # the event time is a key: state evicted as the watermark passes it
+    return rs.format("json").schema(SCHEMA).load(str(src)).withWatermark("t", "10 seconds").dropDuplicates(["k", "t"])
+
+
+def _dedup_within_watermark(rs: Any, src: Path) -> Any:
+    return rs.format("json").schema(SCHEMA).load(str(src)).withWatermark("t", "10 seconds").dropDuplicatesWithinWatermark(["k"])
+
+
+def _dedup_no_watermark(rs: Any, src: Path) -> Any:
+    return rs.format("json").schema(SCHEMA).load(str(src)).dropDuplicates(["k"])
+
+
 QUERIES = {
     "window count update": (_windowed, "update"),
     "window count append": (_windowed, "append"),
     "keyed average complete": (_global_key, "complete"),
+    "dedup by key and time": (_dedup_with_time, "append"),
+    "dedup within watermark": (_dedup_within_watermark, "append"),
+    "dedup without watermark": (_dedup_no_watermark, "append"),
 }
+
+
+def _watermarks_and_state_rows(run: Any) -> dict[int, tuple[Any, list[Any]]]:
+    """Each batch's watermark, and per operator its state rows and the rows it dropped as late
+    (what a step given another batch's version or watermarks gets wrong first, even where the
+    rows it emits come out the same)."""
+    return {
+        b: (
+            (p.get("eventTime") or {}).get("watermark"),
+            [(op.get("numRowsTotal"), op.get("numRowsDroppedByWatermark")) for op in p.get("stateOperators") or []],
+        )
+        for b, p in sorted(run.progress.items())
+    }
 
 
 @pytest.fixture
@@ -102,6 +131,7 @@ def test_reused_batch_plans_give_sparks_batches(spark, ours, tmp_path, reused, n
     finally:
         spark.conf.unset(SINGLE_STATE_TASK_MAX_ROWS_CONF)
     assert_same(expected, actual)
+    assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
     # the first batch (and, with one state task, the second: a new shape) builds its plan; the
     # batches after them with new files run on it
     assert reused[0] >= len(FILES) - 2, reused[0]

@@ -51,6 +51,7 @@ class Run:
         self.snapshots: list[Any] = []
         self.schema: str | None = None  # the streaming DataFrame's schema
         self.descriptions: set[str] = set()  # the progress' source descriptions (work dir as <work>)
+        self.progress: dict[int, dict[str, Any]] = {}  # each executed batch's progress, normalised
 
     def describe(self) -> str:
         lines = [f"{self.engine}: schema {self.schema}"]
@@ -120,6 +121,7 @@ def drive(
         durations = p.get("durationMs") or {}
         if "addBatch" in durations or "walCommit" in durations:
             run.input_rows[int(p["batchId"])] = p.get("numInputRows")
+            run.progress[int(p["batchId"])] = p
             for src in p.get("sources") or []:
                 text = str(src.get("description")).replace(str(tmp.resolve()), "<work>").replace(str(tmp), "<work>")
                 run.descriptions.add(re.sub(r"port: \d+", "port: <port>", text))

@@ -74,6 +74,7 @@ def test_which_plans_may_serve_later_batches():
     from statestream.operators.basic import StreamingRelationExec, UnionExec
     from statestream.operators.dedup import StreamingDeduplicateExec
     from statestream.operators.limit import LocalLimitExec
+    from statestream.operators.session_window import SessionWindowStateStoreSaveExec
     from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
     from statestream.runtime.batch_plan_reuse import reusable_plan
 
@@ -84,5 +85,6 @@ def test_which_plans_may_serve_later_batches():
     assert reusable_plan(UnionExec(inputs=(aggregation, scan)))  # the first input runs in the batch's job
     # a union runs a later stateful input on its own while the batch is built: its rows are that batch's
     assert not reusable_plan(UnionExec(inputs=(scan, aggregation)))
-    assert not reusable_plan(StreamingDeduplicateExec(child=scan))  # its step takes no property
+    assert reusable_plan(StreamingDeduplicateExec(child=scan))  # its step takes the version and watermarks too
+    assert not reusable_plan(SessionWindowStateStoreSaveExec(child=scan))  # its step takes no property
     assert not reusable_plan(LocalLimitExec(child=aggregation))
