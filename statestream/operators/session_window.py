@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -297,6 +297,9 @@ class SessionWindowStateStoreRestoreExec(ExecutedByParent, PhysicalOperator, Sta
     event_time_watermark_for_late_events: int | None = None
     event_time_watermark_for_eviction: int | None = None
 
+    #: no step of its own: the save's step above it does its work
+    reusable_in_batch_plans = True
+
     def simple_string(self) -> str:
         assert self.info is not None
         si = self.state_info if self.state_info else "state info [ <unknown> ]"
@@ -322,6 +325,7 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
     store_conf: Any = None
 
     operator_name = "sessionWindowStateStoreSaveExec"
+    reusable_in_batch_plans = True
 
     @property
     def num_cols_prefix_key(self) -> int:
@@ -512,6 +516,8 @@ class SessionWindowStateStep(StateStep):
     event_time_is_struct: bool
     merge_local: bool = False
     store_conf: Any = None
+
+    batch_fields: ClassVar[tuple[str, ...]] = ("version", "w_late_ms", "w_evict_ms")
 
     # -- layouts ----------------------------------------------------------------------------
     def _buffer_columns(self) -> list[str]:

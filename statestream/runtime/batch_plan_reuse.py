@@ -22,8 +22,8 @@ does for the batch timestamp. What else changes between batches reaches the plan
 * the batch timestamp is fixed afterwards on the swapped plan (``with_batch_timestamp``).
 
 Only what is known to carry nothing else per batch is reused (:func:`reusable_plan`): streaming
-aggregations, deduplications and stateless queries over file sources, each source read through one relation
-node, every expression deterministic (Spark's engine seeds ``rand()`` and ``uuid()`` again for
+aggregations, session windows, deduplications and stateless queries over file sources, each
+source read through one relation node, every expression deterministic (Spark's engine seeds ``rand()`` and ``uuid()`` again for
 each batch). A batch whose sources are not plain file relations (no new data: an empty batch;
 another source kind) is built as before, and so is every batch of any other query, of a driver
 whose Python threads share JVM threads (``PYSPARK_PIN_THREAD=false``: a local property would
@@ -64,8 +64,8 @@ PLAN_REUSE_CONF = "spark.statestream.planReuse.enabled"
 def reusable_plan(plan: "PhysicalOperator") -> bool:
     """Whether a batch plan of this physical plan may serve later batches: every stateful
     operator's step takes its per-batch fields from a local property (a streaming aggregation's,
-    a deduplication's: ``StateStoreWriter.reusable_in_batch_plans``), no local limit counts its
-    scans from the executed plan, and no union runs an input on its own while the batch is built
+    a session window's, a deduplication's: ``StateStoreWriter.reusable_in_batch_plans``), no
+    local limit counts its scans from the executed plan, and no union runs an input on its own while the batch is built
     (its materialised rows belong to that batch)."""
     from statestream.operators.base import StatefulOperator
     from statestream.operators.basic import UnionExec
@@ -94,7 +94,8 @@ def _not_a_template(plan: Any, leaves: Mapping[int, Any]) -> str | None:
       the same relation (a self-union, a view read twice) new attribute ids, so a swap keyed on
       the first would leave the second reading the template's files.
     * Every expression must be deterministic: Spark's engine seeds ``rand()``, ``uuid()`` and
-      ``shuffle()`` again for each batch, which a kept plan would not."""
+      ``shuffle()`` again for each batch, which a kept plan would not (``spark_partition_id()``
+      is let through: it has no seed)."""
     counts = {i: 0 for i in leaves}
     found = plan.collectLeaves()
     for k in range(found.size()):
@@ -108,8 +109,40 @@ def _not_a_template(plan: Any, leaves: Mapping[int, Any]) -> str | None:
     if twice:
         return f"source(s) {twice} read through {[counts[i] for i in twice]} relation nodes"
     if not plan.deterministic():
-        return "it has nondeterministic expressions"
+        seeded = _seeded_expressions(plan)
+        if seeded:
+            return f"it has nondeterministic expressions ({', '.join(sorted(set(seeded)))})"
     return None
+
+
+#: nondeterministic expressions that a kept plan evaluates as a new plan would: their value
+#: depends on the partition a row is in, not on a seed drawn when the plan was analysed (a
+#: session window's partial step tags each row with ``spark_partition_id()``)
+PARTITION_BOUND_EXPRESSIONS = frozenset({"SparkPartitionID"})
+
+
+def _seeded_expressions(plan: Any) -> list[str]:
+    """Class names of the nondeterministic expressions of the analysed ``plan`` that are not
+    :data:`PARTITION_BOUND_EXPRESSIONS` (an expression is counted where its nondeterminism
+    starts: none of its children is nondeterministic)."""
+    found: list[str] = []
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        exprs = node.expressions()
+        pending = [exprs.apply(k) for k in range(exprs.size())]
+        while pending:
+            expr = pending.pop()
+            if expr.deterministic():
+                continue
+            kids = expr.children()
+            nondeterministic = [c for c in (kids.apply(j) for j in range(kids.size())) if not c.deterministic()]
+            if not nondeterministic and expr.getClass().getSimpleName() not in PARTITION_BOUND_EXPRESSIONS:
+                found.append(expr.getClass().getSimpleName())
+            pending.extend(nondeterministic)
+        children = node.children()
+        nodes.extend(children.apply(j) for j in range(children.size()))
+    return found
 
 
 def _state_savers(plan: "PhysicalOperator") -> list[Any]:

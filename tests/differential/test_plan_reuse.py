@@ -1,6 +1,6 @@
 """Batch plans reused across batches (``runtime.batch_plan_reuse``) against Spark's own engine.
 
-A streaming aggregation or deduplication over a file source builds its first batch's DataFrame and runs the later
+A streaming aggregation, session window or deduplication over a file source builds its first batch's DataFrame and runs the later
 batches on that plan, with each batch's files swapped in, the state steps' version and
 watermarks sent as a local property, and the observations read by name. Each test feeds both
 engines the same files, one step at a time, and compares every batch's rows, columns and
@@ -73,7 +73,20 @@ def _dedup_no_watermark(rs: Any, src: Path) -> Any:
     return rs.format("json").schema(SCHEMA).load(str(src)).dropDuplicates(["k"])
 
 
+def _sessions(rs: Any, src: Path) -> Any:
+    return (
+        rs.format("json")
+        .schema(SCHEMA)
+        .load(str(src))
+        .withWatermark("t", "10 seconds")
+        .groupBy(F.session_window("t", "5 seconds"), "k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("s"))
+    )
+
+
 QUERIES = {
+    "session window append": (_sessions, "append"),
+    "session window complete": (_sessions, "complete"),
     "window count update": (_windowed, "update"),
     "window count append": (_windowed, "append"),
     "keyed average complete": (_global_key, "complete"),

@@ -74,6 +74,7 @@ def test_which_plans_may_serve_later_batches():
     from statestream.operators.basic import StreamingRelationExec, UnionExec
     from statestream.operators.dedup import StreamingDeduplicateExec
     from statestream.operators.limit import LocalLimitExec
+    from statestream.operators.limit import StreamingGlobalLimitExec
     from statestream.operators.session_window import SessionWindowStateStoreSaveExec
     from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
     from statestream.runtime.batch_plan_reuse import reusable_plan
@@ -86,5 +87,6 @@ def test_which_plans_may_serve_later_batches():
     # a union runs a later stateful input on its own while the batch is built: its rows are that batch's
     assert not reusable_plan(UnionExec(inputs=(scan, aggregation)))
     assert reusable_plan(StreamingDeduplicateExec(child=scan))  # its step takes the version and watermarks too
-    assert not reusable_plan(SessionWindowStateStoreSaveExec(child=scan))  # its step takes no property
+    assert reusable_plan(SessionWindowStateStoreSaveExec(child=scan))
+    assert not reusable_plan(StreamingGlobalLimitExec(child=scan))  # its step takes no property
     assert not reusable_plan(LocalLimitExec(child=aggregation))
