@@ -50,7 +50,7 @@ from statestream.runtime.batch_plan_reuse import (
     reusable_plan,
     set_batch_args,
 )
-from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up
+from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
 
@@ -581,6 +581,10 @@ class MicroBatchExecution:
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
+        try:
+            use_unix_domain_sockets(user)
+        except Exception:  # noqa: BLE001 - only an optimisation: the workers then use loopback TCP
+            logger.debug("Python workers stay on loopback TCP", exc_info=True)
         if self._runs_state_tasks:
             try:
                 start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)

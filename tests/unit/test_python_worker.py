@@ -222,3 +222,53 @@ def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "[]", "True", "True"]
+
+
+class _Conf(dict):
+    """A SparkConf's get/set over a dict."""
+
+    def get(self, key, default=None):  # type: ignore[override]
+        return super().get(key, default)
+
+    def set(self, key, value):
+        self[key] = value
+        return self
+
+
+class _SocketSession:
+    """What ``use_unix_domain_sockets`` reads: the context's SparkConf, its master, the JVM's
+    temporary directory and the session's conf."""
+
+    def __init__(self, master: str = "local[2]", conf: dict | None = None, session_conf: dict | None = None, tmpdir: str = "/tmp"):
+        from types import SimpleNamespace
+
+        system = SimpleNamespace(getProperty=lambda key: tmpdir if key == "java.io.tmpdir" else None)
+        self.sparkContext = SimpleNamespace(
+            _conf=_Conf(conf or {}), master=master, _jvm=SimpleNamespace(java=SimpleNamespace(lang=SimpleNamespace(System=system)))
+        )
+        self.conf = _Conf(session_conf or {})
+
+
+def test_local_mode_python_workers_use_unix_domain_sockets():
+    from statestream.runtime.worker_warmup import SPARK_UNIX_SOCKET_CONF, UNIX_SOCKETS_CONF, use_unix_domain_sockets
+
+    for master in ("local", "local[2]", "local[*]", "local[2,3]"):
+        spark = _SocketSession(master)
+        assert use_unix_domain_sockets(spark), master
+        assert spark.sparkContext._conf[SPARK_UNIX_SOCKET_CONF] == "true"
+    # a cluster's executors took their conf when they started: left alone
+    for master in ("local-cluster[2,1,1024]", "spark://127.0.0.1:7077", "yarn"):
+        spark = _SocketSession(master)
+        assert not use_unix_domain_sockets(spark), master
+        assert SPARK_UNIX_SOCKET_CONF not in spark.sparkContext._conf
+    # the user's own choice is kept, either way
+    spark = _SocketSession(conf={SPARK_UNIX_SOCKET_CONF: "false"})
+    assert not use_unix_domain_sockets(spark) and spark.sparkContext._conf[SPARK_UNIX_SOCKET_CONF] == "false"
+    assert use_unix_domain_sockets(_SocketSession(conf={SPARK_UNIX_SOCKET_CONF: "true"}))
+    # statestream's opt-out
+    spark = _SocketSession(session_conf={UNIX_SOCKETS_CONF: "false"})
+    assert not use_unix_domain_sockets(spark) and SPARK_UNIX_SOCKET_CONF not in spark.sparkContext._conf
+    # a socket path Spark would make too long for the system (its directory + "/.<uuid>.sock")
+    assert not use_unix_domain_sockets(_SocketSession(tmpdir="/tmp/" + "d" * 60))
+    assert use_unix_domain_sockets(_SocketSession(tmpdir="/tmp/" + "d" * 50))
+    assert not use_unix_domain_sockets(_SocketSession(conf={"spark.python.unix.domain.socket.dir": "/x" * 40}))
