@@ -23,8 +23,8 @@ does for the batch timestamp. What else changes between batches reaches the plan
 
 Only what is known to carry nothing else per batch is reused (:func:`reusable_plan`): streaming
 aggregations, session windows, deduplications and stateless queries over file sources, each
-source read through one relation node, every expression deterministic (Spark's engine seeds ``rand()`` and ``uuid()`` again for
-each batch). A batch whose sources are not plain file relations (no new data: an empty batch;
+source read through one relation node, every expression deterministic (Spark's engine seeds
+``rand()`` and ``uuid()`` again for each batch). A batch whose sources are not plain file relations (no new data: an empty batch;
 another source kind) is built as before, and so is every batch of any other query, of a driver
 whose Python threads share JVM threads (``PYSPARK_PIN_THREAD=false``: a local property would
 not reach the batch's jobs), or of any query with ``spark.statestream.planReuse.enabled=false``.
@@ -65,8 +65,8 @@ def reusable_plan(plan: "PhysicalOperator") -> bool:
     """Whether a batch plan of this physical plan may serve later batches: every stateful
     operator's step takes its per-batch fields from a local property (a streaming aggregation's,
     a session window's, a deduplication's: ``StateStoreWriter.reusable_in_batch_plans``), no
-    local limit counts its scans from the executed plan, and no union runs an input on its own while the batch is built
-    (its materialised rows belong to that batch)."""
+    local limit counts its scans from the executed plan, and no union runs an input on its own
+    while the batch is built (its materialised rows belong to that batch)."""
     from statestream.operators.base import StatefulOperator
     from statestream.operators.basic import UnionExec
     from statestream.operators.limit import LocalLimitExec
