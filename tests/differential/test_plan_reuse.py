@@ -45,43 +45,42 @@ def _steps(src: Path) -> list[Any]:
     return [write(i, rows) for i, rows in enumerate(FILES)]
 
 
+def _rows(rs: Any, src: Path) -> Any:
+    """The JSON files of ``src`` as a stream."""
+    return rs.format("json").schema(SCHEMA).load(str(src))
+
+
+def _watermarked(rs: Any, src: Path) -> Any:
+    return _rows(rs, src).withWatermark("t", "10 seconds")
+
+
 def _windowed(rs: Any, src: Path) -> Any:
     return (
-        rs.format("json")
-        .schema(SCHEMA)
-        .load(str(src))
-        .withWatermark("t", "10 seconds")
+        _watermarked(rs, src)
         .groupBy(F.window("t", "5 seconds"), "k")
         .agg(F.count("*").alias("n"), F.sum("v").alias("s"), F.max("v").alias("top"))
     )
 
 
 def _global_key(rs: Any, src: Path) -> Any:
-    return rs.format("json").schema(SCHEMA).load(str(src)).groupBy("k").agg(F.avg("v").alias("avg"), F.count("v").alias("n"))
+    return _rows(rs, src).groupBy("k").agg(F.avg("v").alias("avg"), F.count("v").alias("n"))
 
 
 def _dedup_with_time(rs: Any, src: Path) -> Any:
     # the event time is a key: state evicted as the watermark passes it
-    return rs.format("json").schema(SCHEMA).load(str(src)).withWatermark("t", "10 seconds").dropDuplicates(["k", "t"])
+    return _watermarked(rs, src).dropDuplicates(["k", "t"])
 
 
 def _dedup_within_watermark(rs: Any, src: Path) -> Any:
-    return rs.format("json").schema(SCHEMA).load(str(src)).withWatermark("t", "10 seconds").dropDuplicatesWithinWatermark(["k"])
+    return _watermarked(rs, src).dropDuplicatesWithinWatermark(["k"])
 
 
 def _dedup_no_watermark(rs: Any, src: Path) -> Any:
-    return rs.format("json").schema(SCHEMA).load(str(src)).dropDuplicates(["k"])
+    return _rows(rs, src).dropDuplicates(["k"])
 
 
 def _sessions(rs: Any, src: Path) -> Any:
-    return (
-        rs.format("json")
-        .schema(SCHEMA)
-        .load(str(src))
-        .withWatermark("t", "10 seconds")
-        .groupBy(F.session_window("t", "5 seconds"), "k")
-        .agg(F.count("*").alias("n"), F.sum("v").alias("s"))
-    )
+    return _watermarked(rs, src).groupBy(F.session_window("t", "5 seconds"), "k").agg(F.count("*").alias("n"), F.sum("v").alias("s"))
 
 
 QUERIES = {
@@ -168,7 +167,7 @@ def test_plan_reuse_off_builds_every_batch(spark, ours, tmp_path, reused):
 
 
 def _self_union(rs: Any, src: Path) -> Any:
-    df = rs.format("json").schema(SCHEMA).load(str(src))
+    df = _rows(rs, src)
     return df.union(df.withColumn("v", F.col("v") * 10)).groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n"))
 
 
@@ -193,7 +192,7 @@ def test_nondeterministic_expressions_are_seeded_again_each_batch(spark, ours, t
     def scenario(engine: Any, work: Path) -> Any:
         src = work / "src"
         src.mkdir(parents=True)
-        return drive(engine, lambda rs: rs.format("json").schema(SCHEMA).load(str(src)).selectExpr("k", "uuid() AS id"), work, _steps(src))
+        return drive(engine, lambda rs: _rows(rs, src).selectExpr("k", "uuid() AS id"), work, _steps(src))
 
     for run in both(spark, ours, tmp_path, scenario):
         ids = [r["id"] for rows in run.rows.values() for r in rows]
