@@ -97,9 +97,9 @@ def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> Non
                 files, size = _dir_stats(work / "ck")
                 sink_files, _ = _dir_stats(work / "out" / "_spark_metadata")
                 tree = _tree_rss(os.getpid())
-                rss = sum(r for _name, r in tree.values())
+                rss = sum(r for _name, r, _file in tree.values())
                 by_name: dict[str, int] = {}
-                for pid, (name, r) in tree.items():
+                for pid, (name, r, _file) in tree.items():
                     key = "driver python" if pid == os.getpid() else name
                     by_name[key] = by_name.get(key, 0) + r // 2**20
                 samples.append({"batch": b, "files": files, "bytes": size, "sink_log_files": sink_files, "rss_mb": rss // 2**20,

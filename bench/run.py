@@ -598,9 +598,11 @@ def run_stream(spark: Any, workload: str, engine_kind: str, input_dir: Path) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def _tree_rss(pid: int) -> dict[int, tuple[str, int]]:
-    """RSS in bytes of ``pid`` and all its descendants, per process as ``{pid: (name, rss)}``
-    (psutil if present, else /proc).
+def _tree_rss(pid: int) -> dict[int, tuple[str, int, int]]:
+    """RSS in bytes of ``pid`` and all its descendants, per process as ``{pid: (name, rss,
+    file-backed part of rss)}`` (psutil if present, else /proc). The file-backed part (mapped
+    files and shared libraries) is what the kernel can drop under memory pressure: statestream's
+    state versions kept on local disk are there.
 
     A child caught between ``vfork``/``posix_spawn`` and ``exec`` (the JVM spawns such helpers
     for Hadoop's local file system calls) still shares its parent's address space and reports
@@ -617,16 +619,16 @@ def _tree_rss(pid: int) -> dict[int, tuple[str, int]]:
             procs = [proc] + proc.children(recursive=True)
         except psutil.NoSuchProcess:
             return {}
-        mem: dict[int, tuple[str, int, int, int]] = {}
+        mem: dict[int, tuple[str, int, int, int, int]] = {}
         for p in procs:
             try:
                 m = p.memory_info()
-                mem[p.pid] = (p.name(), m.rss, m.vms, p.ppid())
+                mem[p.pid] = (p.name(), m.rss, m.vms, p.ppid(), getattr(m, "shared", 0))
             except psutil.NoSuchProcess:
                 pass
         return _without_shared_vm(mem)
     children: dict[int, list[int]] = {}
-    info: dict[int, tuple[str, int, int, int]] = {}
+    info: dict[int, tuple[str, int, int, int, int]] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -636,8 +638,8 @@ def _tree_rss(pid: int) -> dict[int, tuple[str, int]]:
                 head, rest = fh.read().rsplit(")", 1)
             ppid = int(rest.split()[1])
             with open(f"/proc/{entry}/statm") as fh:
-                size, resident = (int(x) * page for x in fh.read().split()[:2])
-            info[int(entry)] = (head.split("(", 1)[1], resident, size, ppid)
+                size, resident, shared = (int(x) * page for x in fh.read().split()[:3])
+            info[int(entry)] = (head.split("(", 1)[1], resident, size, ppid, shared)
         except (OSError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
@@ -650,15 +652,15 @@ def _tree_rss(pid: int) -> dict[int, tuple[str, int]]:
     return _without_shared_vm(tree)
 
 
-def _without_shared_vm(mem: dict[int, tuple[str, int, int, int]]) -> dict[int, tuple[str, int]]:
+def _without_shared_vm(mem: dict[int, tuple[str, int, int, int, int]]) -> dict[int, tuple[str, int, int]]:
     """Drop children that share their parent's address space (see :func:`_tree_rss`)."""
     out = {}
-    for pid, (name, rss, vms, ppid) in mem.items():
+    for pid, (name, rss, vms, ppid, shared) in mem.items():
         parent = mem.get(ppid)
         # Same virtual size, or nearly the same RSS (the two reads are not simultaneous).
         if parent is not None and (parent[2] == vms or abs(parent[1] - rss) <= 0.02 * parent[1]):
             continue
-        out[pid] = (name, rss)
+        out[pid] = (name, rss, shared)
     return out
 
 
@@ -673,15 +675,17 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     def sample() -> None:
         while not stop.is_set():
             procs = _tree_rss(proc.pid)
-            peak[0] = max(peak[0], sum(rss for _, rss in procs.values()))
+            peak[0] = max(peak[0], sum(rss for _, rss, _ in procs.values()))
             by_name: dict[str, int] = {}
-            for pid, (name, rss) in procs.items():
+            for pid, (name, rss, shared) in procs.items():
                 # the child itself is the driver's Python; any other Python in the tree is
                 # PySpark's worker daemon or one of its workers
                 if name.startswith("python"):
                     name = "python (driver)" if pid == proc.pid else "python (workers)"
                     if pid != proc.pid:
                         by_name["python (largest worker)"] = max(by_name.get("python (largest worker)", 0), rss)
+                        anon = by_name.get("python (workers, not file-backed)", 0) + rss - shared
+                        by_name["python (workers, not file-backed)"] = anon
                 by_name[name] = by_name.get(name, 0) + rss
             for name, rss in by_name.items():
                 per_process[name] = max(per_process.get(name, 0), rss)

@@ -62,7 +62,7 @@ def _peak_rss_during(fn: Any) -> tuple[Any, int]:
 
     def sample() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], sum(rss for _, rss in _tree_rss(os.getpid()).values()))
+            peak[0] = max(peak[0], sum(rss for _, rss, _ in _tree_rss(os.getpid()).values()))
             stop.wait(0.1)
 
     t = threading.Thread(target=sample, daemon=True)

@@ -564,7 +564,8 @@ class MicroBatchExecution:
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
-        from statestream.state.store import StateStoreConf, versions_in_memory_from_conf
+        from statestream.state.local_disk import ON_LOCAL_DISK_CONF
+        from statestream.state.store import StateStoreConf, on_local_disk_from_conf, versions_in_memory_from_conf
 
         self.store_conf = StateStoreConf(
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
@@ -572,6 +573,7 @@ class MicroBatchExecution:
             max_versions_in_memory=versions_in_memory_from_conf(
                 user.conf.get("spark.sql.streaming.maxBatchesToRetainInMemory", "2")
             ),
+            on_local_disk=on_local_disk_from_conf(user.conf.get(ON_LOCAL_DISK_CONF, "false")),
         )
         self._source_indexes = indexes
         self._physical = plan_streaming_query(

@@ -12,6 +12,7 @@ import logging
 import struct
 import threading
 import zlib
+from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -22,6 +23,7 @@ import pyarrow.fs as pafs
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StateStoreError
 from statestream.state.keys import check_key_types_supported, match_keys
+from statestream.state.local_disk import remove_mapped, store_dir, write_mapped
 from statestream.state.store import (
     OP_PUT,
     ReadStateStore,
@@ -155,6 +157,8 @@ class StateStoreProvider:
         self._files = CheckpointFileManager(store_id.checkpoint_root).child(store_id.relative_dir)
         # version -> (table, stamp of <version>.delta when the table was cached; see _stamp)
         self._loaded: dict[int, tuple[pa.Table, tuple[int, int] | None]] = {}
+        # with conf.on_local_disk: version -> the local file its cached table is mapped from
+        self._mapped: dict[int, Path] = {}
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
@@ -205,11 +209,12 @@ class StateStoreProvider:
         return self._hits, self._misses
 
     def memory_used_bytes(self, extra: pa.Table | None = None) -> int:
-        """Arrow bytes of all cached versions, plus ``extra`` if it is not one of them."""
+        """Arrow bytes of all cached versions held in memory (not those mapped from local
+        disk), plus ``extra`` if it is not one of the cached tables."""
         with self._lock:
-            tables = [t for t, _ in self._loaded.values()]
-        total = sum(t.nbytes for t in tables)
-        if extra is not None and not any(extra is t for t in tables):
+            tables = [(t, v in self._mapped) for v, (t, _) in self._loaded.items()]
+        total = sum(t.nbytes for t, mapped in tables if not mapped)
+        if extra is not None and not any(extra is t for t, _ in tables):
             total += extra.nbytes
         return int(total)
 
@@ -342,10 +347,26 @@ class StateStoreProvider:
             return None
         return int(info.size or 0), int(info.mtime_ns or 0)
 
-    def _cache(self, version: int, table: pa.Table, stamp: tuple[int, int] | None) -> None:
+    def _cache(self, version: int, table: pa.Table, stamp: tuple[int, int] | None) -> pa.Table:
+        """Cache ``table`` as ``version`` and return the cached table (with
+        ``conf.on_local_disk``, the same rows mapped from local disk; serve that one, so the
+        rows are not held twice)."""
+        self._drop(version)
+        if self.conf.on_local_disk and table.num_rows:
+            path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / f"{version}.arrow"
+            table = write_mapped(table, path)
+            self._mapped[version] = path
         self._loaded[version] = (table, stamp)
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
-            del self._loaded[v]
+            self._drop(v)
+        return table
+
+    def _drop(self, version: int) -> None:
+        """Forget a cached version (and delete its local file, if it was mapped from one)."""
+        self._loaded.pop(version, None)
+        path = self._mapped.pop(version, None)
+        if path is not None:
+            remove_mapped(path)
 
     def _cached(self, version: int) -> pa.Table | None:
         """The cached table of ``version`` if its delta file is unchanged; drops stale entries."""
@@ -364,7 +385,7 @@ class StateStoreProvider:
                 version,
             )
             for v in [v for v in self._loaded if v >= version]:
-                del self._loaded[v]
+                self._drop(v)
             return None
         return table
 
@@ -404,8 +425,7 @@ class StateStoreProvider:
                 base_version,
                 version - base_version,
             )
-            self._cache(version, table, self._stamp(version))
-            return table
+            return self._cache(version, table, self._stamp(version))
 
     # -- commit -------------------------------------------------------------------------------
     def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int:
@@ -416,7 +436,7 @@ class StateStoreProvider:
             # Versions above the new one belong to a history this commit has just replaced (a
             # re-executed batch): they must never be served again.
             for v in [v for v in self._loaded if v >= new_version]:
-                del self._loaded[v]
+                self._drop(v)
             self._cache(new_version, table, self._stamp(new_version))
         _trim_siblings(self, new_version)
         return new_version
@@ -438,7 +458,7 @@ class StateStoreProvider:
                         self._files.delete(self.file_name(v, kind))
             self._write(table, _SNAPSHOT, version)
             for v in [v for v in self._loaded if v >= version]:
-                del self._loaded[v]
+                self._drop(v)
 
     # -- maintenance --------------------------------------------------------------------------
     def maybe_do_maintenance(self, committed_version: int) -> bool:
@@ -497,13 +517,14 @@ class StateStoreProvider:
         with self._lock:
             doomed = stale_cached_versions(sorted(self._loaded), sibling_committed)
             for v in doomed:
-                del self._loaded[v]
+                self._drop(v)
             return doomed
 
     def close(self) -> None:
         """Drop the cached versions."""
         with self._lock:
-            self._loaded.clear()
+            for v in list(self._loaded):
+                self._drop(v)
 
     def __repr__(self) -> str:
         return f"StateStoreProvider({self.store_id}, run_id={self.run_id!r}, cached={self.cached_versions()})"

@@ -103,12 +103,17 @@ class StateStoreConf:
         How many committed versions a provider keeps cached (Spark's
         ``maxBatchesToRetainInMemory``, 2): the newest one makes the next batch a cache hit, the
         previous one makes a re-executed batch a cache hit too.
+    on_local_disk
+        Keep the cached versions memory-mapped on the executor's local disk instead of in the
+        Python worker's memory (:mod:`statestream.state.local_disk`): for a state larger than
+        memory. The checkpoint's files are the same either way.
     """
 
     min_deltas_for_snapshot: int = 10
     min_batches_to_retain: int = 100
     compression: str = "lz4"
     max_versions_in_memory: int = 2
+    on_local_disk: bool = False
 
     def __post_init__(self) -> None:
         if self.min_deltas_for_snapshot < 1:
@@ -142,6 +147,14 @@ def versions_in_memory_from_conf(value: str | None) -> int:
             f"spark.sql.streaming.maxBatchesToRetainInMemory must be a whole number of batches, got {value!r}"
         ) from None
     return max(n, 1)
+
+
+def on_local_disk_from_conf(value: str | None) -> bool:
+    """``on_local_disk`` from ``spark.statestream.stateStore.onLocalDisk`` (true / false)."""
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise StateStoreError(f"spark.statestream.stateStore.onLocalDisk must be true or false, got {value!r}")
+    return text == "true"
 
 
 @dataclass

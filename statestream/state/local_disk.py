@@ -1,0 +1,102 @@
+"""Committed state versions kept on the executor's local disk, memory-mapped, instead of in memory.
+
+Why: a provider caches the versions it committed so that the next batch of its partition starts
+without reading files. In memory, that cache is the whole state of every partition a worker
+served, held in the Python worker's heap, and a state larger than the machine's memory cannot
+run. Spark answers the same problem with its RocksDB provider, which keeps the state on the
+executor's local disk. Ours keeps the Arrow table itself there: a committed version is written
+once, uncompressed, as an Arrow IPC *file* under Spark's local directories and read back
+memory-mapped. The table then costs no heap: its pages belong to the file, the kernel keeps the
+hot ones in its page cache and drops the others under memory pressure, and every Arrow kernel
+reads it as before (a memory-mapped table is an ordinary Arrow table). A batch's own work (the
+merge of its rows into one partition's state) still happens in memory, so the memory a worker
+needs is about one partition's state, not the whole store's: more shuffle partitions, smaller
+partitions.
+
+This is a cache, not a store: the checkpoint's delta and snapshot files stay the source of
+truth, and a lost local file only costs a reload from them. Files are named per process
+(``<local dir>/statestream-state-<pid>/...``), deleted when their version leaves the cache and,
+with the rest of the directory, when the worker exits; Spark also deletes its local directories
+when the executor stops.
+
+Turned on by ``spark.statestream.stateStore.onLocalDisk`` (see :class:`StateStoreConf`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+
+__all__ = ["ON_LOCAL_DISK_CONF", "local_state_root", "store_dir", "write_mapped", "remove_mapped"]
+
+log = logging.getLogger(__name__)
+
+#: The session conf that keeps committed state versions memory-mapped on local disk.
+ON_LOCAL_DISK_CONF = "spark.statestream.stateStore.onLocalDisk"
+
+_ROOT: Path | None = None
+_ROOT_LOCK = threading.Lock()
+
+
+def _base_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    """Spark's first local directory (``SPARK_LOCAL_DIRS``, which Spark sets for its Python
+    workers: the executor's scratch disks), else the system's temporary directory."""
+    dirs = [d for d in env.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
+    return dirs[0].strip() if dirs else tempfile.gettempdir()
+
+
+def local_state_root() -> Path:
+    """This process's directory for memory-mapped versions, created on first use and removed
+    when the process exits."""
+    global _ROOT
+    with _ROOT_LOCK:
+        if _ROOT is None:
+            root = Path(_base_dir()) / f"statestream-state-{os.getpid()}"
+            root.mkdir(parents=True, exist_ok=True)
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            _ROOT = root
+        return _ROOT
+
+
+def store_dir(checkpoint_root: str, run_id: str, relative_dir: str) -> Path:
+    """The directory of one store's versions: one per checkpoint and run (a restarted query
+    never maps a file of the run before it), then the store's own relative directory."""
+    tag = hashlib.sha1(f"{checkpoint_root}\0{run_id}".encode()).hexdigest()[:16]
+    return local_state_root() / tag / relative_dir
+
+
+def write_mapped(table: pa.Table, path: Path) -> pa.Table:
+    """Write ``table`` to ``path`` as an uncompressed Arrow IPC file and return it read back
+    memory-mapped (same schema, same rows; no copy in memory).
+
+    The file is written beside its final name and renamed over it, so a version written again
+    (a re-executed batch) never changes the pages a table mapped earlier still reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+    with pa.memory_map(str(path), "r") as source:
+        mapped = pa.ipc.open_file(source).read_all()
+    # the map stays alive as long as the table's buffers do; closing the file object does not
+    # unmap it
+    return mapped
+
+
+def remove_mapped(path: Path) -> None:
+    """Delete a version's file. A table still mapped from it stays readable (the pages live
+    until the last buffer is released); only the name goes."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        log.debug("could not delete %s", path, exc_info=True)

@@ -1,0 +1,53 @@
+"""State versions cached on local disk (``spark.statestream.stateStore.onLocalDisk``) against
+Spark's own engine.
+
+With the conf on, each Python worker keeps the versions it committed as memory-mapped Arrow files
+under Spark's local directories instead of in its heap. The rows must not change: each test feeds
+both engines the same files and compares every batch's rows, watermark, state rows and rows
+dropped as late, and checks that the workers did map their versions from files (they are there
+while the query runs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.differential.test_plan_reuse import QUERIES, _steps, _watermarks_and_state_rows
+from tests.differential.test_sources_more import assert_same, both, drive
+
+CASES = ["window count update", "session window append", "dedup within watermark", "keyed average complete"]
+
+
+def _mapped_files(spark: Any) -> list[Path]:
+    """The version files the Python workers keep under the driver's block manager directories
+    (in local mode the executor's; Spark hands them to its Python workers)."""
+    env = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get()
+    dirs = [Path(str(d.getPath())) for d in env.blockManager().diskBlockManager().localDirs()]
+    return [f for d in dirs for f in d.glob("statestream-state-*/*/*/*/*.arrow")]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name):
+    from statestream.state.local_disk import ON_LOCAL_DISK_CONF
+
+    build, mode = QUERIES[name]
+    seen: list[int] = []
+
+    def scenario(engine: Any, work: Path) -> Any:
+        src = work / "src"
+        src.mkdir(parents=True)
+        on_batch = (lambda b: seen.append(len(_mapped_files(spark)))) if engine is not spark else None
+        return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
+
+    spark.conf.set(ON_LOCAL_DISK_CONF, "true")
+    try:
+        expected, actual = both(spark, ours, tmp_path, scenario)
+    finally:
+        spark.conf.unset(ON_LOCAL_DISK_CONF)
+    assert_same(expected, actual)
+    assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
+    # from the second batch on, the state of the first is cached in mapped files
+    assert seen and max(seen[1:]) > 0, seen

@@ -1,0 +1,143 @@
+"""Unit tests of the state cache kept on local disk (``on_local_disk``): the versions a provider
+caches are memory-mapped files, not heap, and the answers are those of the in-memory cache
+(no Spark)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from statestream.errors import StateStoreError
+from statestream.state import StateStoreConf, StateStoreId, clear_provider_cache, get_provider
+from statestream.state import local_disk
+from statestream.state.store import on_local_disk_from_conf
+
+KS = pa.schema([("k", pa.int64())])
+VS = pa.schema([("count", pa.int64(), False)])
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'local'},{tmp_path / 'other'}")
+    monkeypatch.setattr(local_disk, "_ROOT", None)
+    clear_provider_cache()
+    yield
+    clear_provider_cache()
+
+
+def rows(keys, counts) -> pa.Table:
+    return pa.table({"k": pa.array(keys, pa.int64()), "count": pa.array(counts, pa.int64())})
+
+
+def provider(tmp_path, part: int = 0, *, on_disk: bool = True, run_id: str = "run-1", versions: int = 2):
+    conf = StateStoreConf(on_local_disk=on_disk, max_versions_in_memory=versions)
+    return get_provider(StateStoreId(str(tmp_path / "state"), 0, part), KS, VS, conf, run_id)
+
+
+def mapped_files(tmp_path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "local").rglob("*.arrow"))
+
+
+def add(p, version: int, keys, counts) -> int:
+    store = p.get_store(version)
+    store.put(rows(keys, counts))
+    return store.commit()
+
+
+def test_a_committed_version_is_served_from_a_mapped_file_under_sparks_first_local_dir(tmp_path):
+    p = provider(tmp_path)
+    before = pa.total_allocated_bytes()
+    n = 200_000
+    v = add(p, 0, np.arange(n), np.ones(n, dtype=np.int64))
+    assert v == 1
+    # the cached version lives in a file of this process's directory under the first local dir
+    root = tmp_path / "local" / f"statestream-state-{os.getpid()}"
+    assert [f.relative_to(root).parts[1:] for f in root.rglob("*.arrow")] == [("0", "0", "1.arrow")]
+    assert not (tmp_path / "other").exists()
+    table = p.get_store(1).table()
+    # the table is not on Arrow's heap: the 200,000 rows (3.2 MB) it holds are not allocated
+    assert pa.total_allocated_bytes() - before < 1_000_000
+    assert table.num_rows == n and table.column("count").to_pylist()[:3] == [1, 1, 1]
+    # memoryUsedBytes counts what is in memory: a mapped version is not
+    assert p.memory_used_bytes() == 0
+    assert p.get_store(1).metrics().custom_metrics["stateOnCurrentVersionSizeBytes"] == table.nbytes
+
+
+def test_answers_are_those_of_the_in_memory_cache(tmp_path):
+    """The same puts, removals and evictions on both kinds of cache give the same versions."""
+    results = {}
+    for on_disk in (False, True):
+        p = provider(tmp_path / str(on_disk), on_disk=on_disk)
+        add(p, 0, [1, 2, 3], [1, 1, 1])
+        store = p.get_store(1)
+        store.put(rows([2, 4], [5, 7]))
+        store.remove(pa.table({"k": pa.array([1], pa.int64())}))
+        store.evict(lambda t: np.asarray(t.column("count").to_numpy()) > 6)
+        store.commit()
+        clear_provider_cache()  # the next load replays the files
+        reloaded = provider(tmp_path / str(on_disk), on_disk=on_disk).get_store(2).table()
+        results[on_disk] = sorted(zip(*(c.to_pylist() for c in reloaded.columns)))
+    assert results[True] == results[False] == [(2, 5), (3, 1)]
+
+
+def test_files_go_with_their_versions(tmp_path):
+    p = provider(tmp_path, versions=2)
+    v = 0
+    for i in range(4):
+        v = add(p, v, [i], [i])
+    # two versions cached, two files; the older ones were deleted with their cache entries
+    assert p.cached_versions() == [3, 4]
+    assert mapped_files(tmp_path) == ["3.arrow", "4.arrow"]
+    # a re-executed batch replaces its version (and the version above it) with its own file
+    store = p.get_store(3)
+    store.put(rows([9], [9]))
+    assert store.commit() == 4
+    assert mapped_files(tmp_path) == ["3.arrow", "4.arrow"]
+    assert sorted(p.get_store(4).table().column("k").to_pylist()) == [0, 1, 2, 9]
+    clear_provider_cache()
+    assert mapped_files(tmp_path) == []
+
+
+def test_a_table_stays_readable_after_its_file_is_deleted(tmp_path):
+    p = provider(tmp_path, versions=1)
+    add(p, 0, [1, 2], [1, 2])
+    held = p.get_store(1).table()
+    add(p, 1, [3], [3])  # version 1 leaves the cache: its file is deleted
+    assert mapped_files(tmp_path) == ["2.arrow"]
+    assert held.column("k").to_pylist() == [1, 2]
+
+
+def test_a_new_run_never_maps_the_files_of_the_run_before(tmp_path):
+    first = provider(tmp_path, run_id="a")
+    add(first, 0, [1], [1])
+    second = provider(tmp_path, run_id="b")  # the restarted query's provider replaces the first
+    assert second.get_store(1).table().column("k").to_pylist() == [1]
+    dirs = {f.parent.parent.parent.name for f in (tmp_path / "local").rglob("*.arrow")}
+    assert len(dirs) == 1  # only run b's directory holds a file now
+
+
+def test_without_spark_local_dirs_the_temporary_directory_is_used(monkeypatch, tmp_path):
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    monkeypatch.setattr(local_disk.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    assert local_disk.local_state_root() == tmp_path / "tmp" / f"statestream-state-{os.getpid()}"
+
+
+def test_an_empty_version_is_not_written(tmp_path):
+    p = provider(tmp_path)
+    store = p.get_store(0)
+    assert store.commit() == 1
+    assert mapped_files(tmp_path) == []
+    assert p.get_store(1).num_keys() == 0
+
+
+@pytest.mark.parametrize(("text", "expected"), [("true", True), (" False ", False), ("TRUE", True)])
+def test_the_conf_is_a_boolean(text, expected):
+    assert on_local_disk_from_conf(text) is expected
+
+
+def test_a_bad_conf_value_says_what_is_expected():
+    with pytest.raises(StateStoreError, match=r"onLocalDisk must be true or false, got 'yes'"):
+        on_local_disk_from_conf("yes")
