@@ -354,8 +354,14 @@ class StateStoreProvider:
         self._drop(version)
         if self.conf.on_local_disk and table.num_rows:
             path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / f"{version}.arrow"
-            table = write_mapped(table, path)
-            self._mapped[version] = path
+            try:
+                table = write_mapped(table, path)
+                self._mapped[version] = path
+            except OSError as exc:
+                # a cache never fails a batch: a full or missing local disk keeps the version
+                # in memory, as without the conf
+                log.warning("%s: version %d stays in memory, it could not be kept on local disk at %s: %s", self.store_id, version, path, exc)
+                remove_mapped(path)
         self._loaded[version] = (table, stamp)
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
             self._drop(v)

@@ -141,3 +141,18 @@ def test_the_conf_is_a_boolean(text, expected):
 def test_a_bad_conf_value_says_what_is_expected():
     with pytest.raises(StateStoreError, match=r"onLocalDisk must be true or false, got 'yes'"):
         on_local_disk_from_conf("yes")
+
+
+def test_a_full_local_disk_keeps_the_version_in_memory_and_says_so(tmp_path, monkeypatch, caplog):
+    from statestream.state import provider as provider_module
+
+    def full(table, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(provider_module, "write_mapped", full)
+    p = provider(tmp_path)
+    with caplog.at_level("WARNING", logger="statestream.state.provider"):
+        assert add(p, 0, [1, 2], [1, 2]) == 1
+    assert "version 1 stays in memory" in caplog.text and "No space left on device" in caplog.text
+    assert p.get_store(1).table().column("k").to_pylist() == [1, 2]
+    assert p.memory_used_bytes() > 0  # held in memory, and counted
