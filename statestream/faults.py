@@ -151,12 +151,14 @@ def record_state_task(
     cache_misses: int,
     store: str = "default",
     read: bool = False,
+    mapped: int = 0,
 ) -> None:
     """Append one JSON line about a committed state task to ``STATESTREAM_TEST_TASK_LOG``;
     nothing when the variable is unset. ``version`` is the version the task opened (it
     committed ``version + 1``); the cache counts are its provider's, after the load. ``store``
     names the store of the partition (a stream-stream join has four); ``read`` marks a task
-    that only read ``version`` (the join's scan of stored rows), which loads it as well."""
+    that only read ``version`` (the join's scan of stored rows), which loads it as well;
+    ``mapped`` counts the provider's cached versions served from local disk."""
     if _TASK_LOG is None:
         return
     import json
@@ -175,6 +177,7 @@ def record_state_task(
         "executor": _executor_id(),
         "hits": cache_hits,
         "misses": cache_misses,
+        "mapped": mapped,
         "module": getattr(mod, "__file__", None),
     }
     # One short line per O_APPEND write: lines from concurrent processes do not interleave.

@@ -230,7 +230,7 @@ def commit_state(store, provider, version: int, partition: int) -> float:
     commit_ms = (time.perf_counter() - c0) * 1000
     crash_point("after_state_commit", version, partition)
     sid = provider.store_id
-    record_state_task(sid.checkpoint_root, sid.operator_id, partition, version, provider.run_id, *provider.cache_counts(), store=sid.store_name)
+    record_state_task(sid.checkpoint_root, sid.operator_id, partition, version, provider.run_id, *provider.cache_counts(), store=sid.store_name, mapped=len(provider.mapped_versions()))
     provider.maybe_do_maintenance(committed)
     return commit_ms
 

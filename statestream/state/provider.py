@@ -222,6 +222,11 @@ class StateStoreProvider:
         with self._lock:
             return sorted(self._loaded)
 
+    def mapped_versions(self) -> list[int]:
+        """The cached versions served from a local file (``conf.on_local_disk``)."""
+        with self._lock:
+            return sorted(self._mapped)
+
     # -- files --------------------------------------------------------------------------------
     def file_name(self, version: int, kind: str) -> str:
         return f"{version}.{kind}"

@@ -108,6 +108,10 @@ QUERIES = {
     "stream_join": (stream_join_query, "append"),
 }
 
+#: name -> the session confs its run sets on both engines (Spark's ignores them): the session
+#: windows keep their state versions on the executors' local disks
+CONFS = {"session": {"spark.statestream.stateStore.onLocalDisk": "true"}}
+
 #: name -> (first start's files, restart's files) where not :data:`FIRST_FILES`,
 #: :data:`RESTART_FILES`: the join runs three jobs a batch, so it gets fewer batches (its restart
 #: file continues where the first start's end, so restart rows meet rows stored before it)
@@ -190,28 +194,36 @@ def assert_event_time_close(expected, actual) -> None:
 
 def run_query(spark, ours, name: str, workdir: Path) -> dict:
     """Both engines, first start then restart, every batch compared; the batch ids per start."""
+    build, mode = QUERIES[name]
+    confs = CONFS.get(name, {})
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        starts = [_start(spark, ours, name, build, mode, files, workdir) for files in FILES.get(name, (FIRST_FILES, RESTART_FILES))]
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
+    return {"ok": True, "starts": starts}
+
+
+def _start(spark, ours, name: str, build, mode: str, files, workdir: Path) -> dict:
+    """One start of both engines over ``files``, every batch compared."""
     from tests.differential.harness import assert_same_batches, run_stream
 
-    build, mode = QUERIES[name]
     kw = {"checkpoint_as_uri": True}
-    starts = []
-    for files in FILES.get(name, (FIRST_FILES, RESTART_FILES)):
-        expected = run_stream(spark, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "spark", **kw)
-        actual = run_stream(ours, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "statestream", **kw)
-        # eventTime.avg is compared to within 1 ms: Spark's running mean can land a hair below a
-        # whole ms where statestream's exact mean does not (a known gap on any master, see
-        # tests/known_gaps.py, test_event_time_avg_is_spark_running_mean); all else is exact.
-        assert_same_batches(expected, actual, check_event_time=False)
-        assert_event_time_close(expected, actual)
-        starts.append(
-            {
-                "batches": [b.batch_id for b in actual.batches],
-                "rows": sum(len(b.rows) for b in actual.batches),
-                "stateRows": [s.get("numRowsTotal") for b in actual.batches for s in b.state],
-                "seconds": {"spark": round(expected.wall_seconds, 1), "statestream": round(actual.wall_seconds, 1)},
-            }
-        )
-    return {"ok": True, "starts": starts}
+    expected = run_stream(spark, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "spark", **kw)
+    actual = run_stream(ours, build, files, SCHEMA, mode, workdir, workdir=workdir / name / "statestream", **kw)
+    # eventTime.avg is compared to within 1 ms: Spark's running mean can land a hair below a
+    # whole ms where statestream's exact mean does not (a known gap on any master, see
+    # tests/known_gaps.py, test_event_time_avg_is_spark_running_mean); all else is exact.
+    assert_same_batches(expected, actual, check_event_time=False)
+    assert_event_time_close(expected, actual)
+    return {
+        "batches": [b.batch_id for b in actual.batches],
+        "rows": sum(len(b.rows) for b in actual.batches),
+        "stateRows": [s.get("numRowsTotal") for b in actual.batches for s in b.state],
+        "seconds": {"spark": round(expected.wall_seconds, 1), "statestream": round(actual.wall_seconds, 1)},
+    }
 
 
 def main(job_path: str) -> int:
