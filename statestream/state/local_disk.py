@@ -15,9 +15,11 @@ partitions.
 
 This is a cache, not a store: the checkpoint's delta and snapshot files stay the source of
 truth, and a lost local file only costs a reload from them. Files are named per process
-(``<local dir>/statestream-state-<pid>/...``), deleted when their version leaves the cache and,
-with the rest of the directory, when the worker exits; Spark also deletes its local directories
-when the executor stops.
+(``<local dir>/statestream-state-<pid>/...``) and deleted when their version leaves the cache.
+What a worker leaves behind (PySpark's daemon ends its workers with ``os._exit``, which skips
+Python's exit hooks, and a killed worker runs none) goes with Spark's local directories, which
+the executor deletes when it stops; a process that does exit normally removes its directory
+itself.
 
 Turned on by ``spark.statestream.stateStore.onLocalDisk`` (see :class:`StateStoreConf`).
 """
@@ -54,8 +56,8 @@ def _base_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
 
 
 def local_state_root() -> Path:
-    """This process's directory for memory-mapped versions, created on first use and removed
-    when the process exits."""
+    """This process's directory for memory-mapped versions, created on first use (and removed
+    at a normal exit of the process; see the module docstring for the others)."""
     global _ROOT
     with _ROOT_LOCK:
         if _ROOT is None:
