@@ -859,6 +859,7 @@ class MicroBatchExecution:
             if values is not None:
                 observed[name] = values
         self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
+        release_local_checkpoint(materialized)
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
         self._last_plan = plan
         self._last_execution = inc
@@ -880,6 +881,24 @@ def _is_cancellation(exc: BaseException) -> bool:
     to a real failure of the batch."""
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))
+
+
+def release_local_checkpoint(df: Any) -> None:
+    """Drop the blocks of a batch's materialised output once the sink has taken it.
+
+    Why: ``localCheckpoint`` keeps the batch's rows in the block manager, deserialised in the
+    JVM's heap, until Spark's ContextCleaner sees the RDD unreachable, which waits for a JVM
+    garbage collection that reaches it; meanwhile later batches add theirs. With a large
+    output (W2's 10M keys: about 2 GB a batch) the driver's heap filled with rows no one would
+    read again. The sink is done with the DataFrame when its ``add_batch`` returns (a
+    ``foreachBatch`` function that keeps it past its call would find it gone, as it would find
+    Spark's own batch DataFrame unusable); removal is asynchronous, so the loop does not wait."""
+    try:
+        logical = df._jdf.queryExecution().logical()
+        if logical.getClass().getSimpleName() == "LogicalRDD":
+            logical.rdd().unpersist(False)
+    except Exception:  # noqa: BLE001 - only memory: the ContextCleaner still frees it later
+        logger.debug("could not release the batch's materialised output", exc_info=True)
 
 
 def _observed_count(obs: Any) -> int:

@@ -344,3 +344,36 @@ def test_max_batches_to_retain_in_memory_sets_the_versions_a_provider_caches(spa
         spark.conf.unset(key)
     assert rows_none == rows_one == rows_two == [(1, 1), (2, 2), (3, 2), (4, 1)]
     assert 0 < one < two and 0 < none < two, (one, none, two)
+
+
+def test_a_batchs_materialised_output_is_released_after_its_sink(spark, tmp_path):
+    """Each batch's output is materialised (``localCheckpoint``) so the sink can read it without
+    running the state steps again; once the sink is done its blocks go, rather than sitting in
+    the JVM's heap until a garbage collection lets Spark's ContextCleaner find them."""
+    from pyspark.sql import functions as F
+
+    storage = spark.sparkContext._jsc.sc()
+    before = {i.id() for i in storage.getRDDStorageInfo()}
+    ss = StreamingSession(spark)
+    stream = ss.memoryStream("k INT, v INT")
+    q = (
+        stream.toDF()
+        .groupBy("k")
+        .agg(F.sum("v").alias("s"))
+        .writeStream.format("memory")
+        .queryName("released_output")
+        .outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        for batch in range(3):
+            stream.add_data([(k, batch) for k in range(50)])
+            q.processAllAvailable()
+        deadline = time.monotonic() + 30  # the removal is asynchronous
+        while (left := {i.id() for i in storage.getRDDStorageInfo()} - before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not left, f"cached RDDs left by the batches: {left}"
+        assert spark.table("released_output").count() == 150
+    finally:
+        q.stop()
