@@ -48,10 +48,10 @@ _ROOT: Path | None = None
 _ROOT_LOCK = threading.Lock()
 
 
-def _base_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
+def _base_dir() -> str:
     """Spark's first local directory (``SPARK_LOCAL_DIRS``, which Spark sets for its Python
     workers: the executor's scratch disks), else the system's temporary directory."""
-    dirs = [d for d in env.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
     return dirs[0].strip() if dirs else tempfile.gettempdir()
 
 
@@ -80,14 +80,20 @@ def write_mapped(table: pa.Table, path: Path) -> pa.Table:
     memory-mapped (same schema, same rows; no copy in memory).
 
     The file is written beside its final name and renamed over it, so a version written again
-    (a re-executed batch) never changes the pages a table mapped earlier still reads."""
+    (a re-executed batch) never changes the pages a table mapped earlier still reads. On an
+    ``OSError`` (a full or missing disk) neither file is left behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
-    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    os.replace(tmp, path)
-    with pa.memory_map(str(path), "r") as source:
-        mapped = pa.ipc.open_file(source).read_all()
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)
+        with pa.memory_map(str(path), "r") as source:
+            mapped = pa.ipc.open_file(source).read_all()
+    except OSError:
+        remove_mapped(tmp)
+        remove_mapped(path)
+        raise
     # the map stays alive as long as the table's buffers do; closing the file object does not
     # unmap it
     return mapped

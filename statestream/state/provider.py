@@ -366,7 +366,6 @@ class StateStoreProvider:
                 # a cache never fails a batch: a full or missing local disk keeps the version
                 # in memory, as without the conf
                 log.warning("%s: version %d stays in memory, it could not be kept on local disk at %s: %s", self.store_id, version, path, exc)
-                remove_mapped(path)
         self._loaded[version] = (table, stamp)
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
             self._drop(v)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from statestream.errors import StateStoreError
 from statestream.state.keys import match_keys
+from statestream.state.local_disk import ON_LOCAL_DISK_CONF
 
 __all__ = [
     "StateStoreId",
@@ -150,10 +151,10 @@ def versions_in_memory_from_conf(value: str | None) -> int:
 
 
 def on_local_disk_from_conf(value: str | None) -> bool:
-    """``on_local_disk`` from ``spark.statestream.stateStore.onLocalDisk`` (true / false)."""
+    """``on_local_disk`` from :data:`~statestream.state.local_disk.ON_LOCAL_DISK_CONF` (true / false)."""
     text = str(value).strip().lower()
     if text not in ("true", "false"):
-        raise StateStoreError(f"spark.statestream.stateStore.onLocalDisk must be true or false, got {value!r}")
+        raise StateStoreError(f"{ON_LOCAL_DISK_CONF} must be true or false, got {value!r}")
     return text == "true"
 
 

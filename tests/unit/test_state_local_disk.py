@@ -156,3 +156,13 @@ def test_a_full_local_disk_keeps_the_version_in_memory_and_says_so(tmp_path, mon
     assert "version 1 stays in memory" in caplog.text and "No space left on device" in caplog.text
     assert p.get_store(1).table().column("k").to_pylist() == [1, 2]
     assert p.memory_used_bytes() > 0  # held in memory, and counted
+
+
+def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local_disk.os, "replace", fail)
+    with pytest.raises(OSError, match="No space left"):
+        local_disk.write_mapped(rows([1], [1]), tmp_path / "v" / "1.arrow")
+    assert list((tmp_path / "v").iterdir()) == []
