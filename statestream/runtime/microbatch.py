@@ -50,6 +50,7 @@ from statestream.runtime.batch_plan_reuse import (
     reusable_plan,
     set_batch_args,
 )
+from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
@@ -184,6 +185,8 @@ class MicroBatchExecution:
             keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
             no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
         )
+        #: the offsets and commits kept (read once, as Spark reads its query session's conf)
+        self._min_batches_to_retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
         self._last_plan: "PhysicalOperator" | None = None
         #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
         #: every batch
@@ -656,7 +659,7 @@ class MicroBatchExecution:
                     self._lock.notify_all()
                 if self.trigger.kind in ("once", "availableNow"):
                     break
-                self._sleep_until_next(trigger_start)
+                self._sleep_until_next(trigger_start, ran_batch=False)
                 continue
             self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
             crash_point("after_offsets", record.batch_id)
@@ -688,7 +691,7 @@ class MicroBatchExecution:
             batch_id = record.batch_id + 1
             if self.trigger.kind == "once":
                 break
-            self._sleep_until_next(trigger_start)
+            self._sleep_until_next(trigger_start, ran_batch=True)
         self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
 
     @staticmethod
@@ -712,15 +715,17 @@ class MicroBatchExecution:
 
             raise redefined_watermark_error()
 
-    def _sleep_until_next(self, trigger_start: float) -> None:
-        interval = self.trigger.interval_ms / 1000.0
-        wait = interval - (time.monotonic() - trigger_start) if interval > 0 else 0.01
+    def _sleep_until_next(self, trigger_start: float, ran_batch: bool) -> None:
+        """Wait for the next trigger: the rest of a processing-time interval; without an
+        interval, Spark's polling delay (10 ms) after a trigger that found no new data, and no
+        wait at all after one that ran a batch (Spark starts the next at once)."""
+        wait = time_to_next_trigger(self.trigger.interval_ms, time.monotonic() - trigger_start, ran_batch)
         if wait > 0:
             with self._lock:
                 self._lock.wait(wait)
 
     def _purge(self, batch_id: int) -> None:
-        keep = int(self.session.sparkSession.conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        keep = self._min_batches_to_retain
         threshold = batch_id + 1 - keep
         if threshold > 0:
             self.offset_log.purge(threshold)
