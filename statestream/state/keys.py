@@ -202,6 +202,8 @@ def match_keys(left: pa.Table, right: pa.Table) -> tuple[np.ndarray, np.ndarray]
         li = np.repeat(np.arange(nl, dtype=np.int64), nr)
         ri = np.tile(np.arange(nr, dtype=np.int64), nl)
         return li, ri
+    if nl + nr <= SMALL_MATCH_MAX_ROWS:
+        return _match_small(list(lenc.values()), list(renc.values()))
     names = list(lenc)
     ltab = pa.table({**lenc, _LEFT_INDEX: pa.array(np.arange(nl, dtype=np.int64))})
     rtab = pa.table({**renc, _RIGHT_INDEX: pa.array(np.arange(nr, dtype=np.int64))})
@@ -209,6 +211,30 @@ def match_keys(left: pa.Table, right: pa.Table) -> tuple[np.ndarray, np.ndarray]
     li = joined.column(_LEFT_INDEX).to_numpy()
     ri = joined.column(_RIGHT_INDEX).to_numpy()
     return li, ri
+
+
+#: the most rows (both sides together) that :func:`match_keys` matches with a Python dict
+#: rather than an Arrow hash join: a join's fixed cost (its plan, its threads) is about a third
+#: of a millisecond uncontended and more on a busy worker, which is most of a small batch's key
+#: matching (a store's lookups, a delta applied to a cached version, evictions)
+SMALL_MATCH_MAX_ROWS = 512
+
+
+def _match_small(left: list[ArrayLike], right: list[ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`match_keys` on the encoded key components of a few rows: the components are
+    null-free and normalised (floats as their bits, validity as flags), so tuples of their
+    Python values are equal exactly when the join would match them."""
+    rkeys = list(zip(*(c.to_pylist() for c in right)))
+    where: dict[tuple, list[int]] = {}
+    for j, key in enumerate(rkeys):
+        where.setdefault(key, []).append(j)
+    li: list[int] = []
+    ri: list[int] = []
+    for i, key in enumerate(zip(*(c.to_pylist() for c in left))):
+        for j in where.get(key, ()):
+            li.append(i)
+            ri.append(j)
+    return np.array(li, dtype=np.int64), np.array(ri, dtype=np.int64)
 
 
 def group_ids(columns: Sequence[ArrayLike], num_rows: int) -> np.ndarray:

@@ -90,6 +90,34 @@ def test_match_keys_no_key_columns_matches_everything():
     assert sorted(li.tolist()) == [0, 1] and ri.tolist() == [0, 0]
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_match_keys_small_tables_match_as_the_join_does(seed, monkeypatch):
+    """Small tables are matched with a Python dict, larger ones with an Arrow join: both give the
+    same pairs on keys with nulls, NaNs, negative zeros, structs, strings and duplicates."""
+    import statestream.state.keys as keys_module
+
+    rng = np.random.default_rng(seed)
+    floats = [0.0, -0.0, float("nan"), None, 1.5]
+    t = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    structs = [None, {"a": None, "b": None}, {"a": 1, "b": "x"}, {"a": 1, "b": None}]
+
+    def side(n):
+        return pa.table(
+            {
+                "f": pa.array([floats[i] for i in rng.integers(0, len(floats), n)], pa.float64()),
+                "s": pa.array([structs[i] for i in rng.integers(0, len(structs), n)], t),
+                "k": pa.array([None if i == 0 else f"k{i}" for i in rng.integers(0, 3, n)], pa.string()),
+                "d": pa.array([None if i == 0 else int(i) for i in rng.integers(0, 3, n)], pa.int32()),
+            }
+        )
+
+    left, right = side(40), side(30)
+    small = sorted(zip(*(x.tolist() for x in match_keys(left, right))))
+    monkeypatch.setattr(keys_module, "SMALL_MATCH_MAX_ROWS", 0)
+    joined = sorted(zip(*(x.tolist() for x in match_keys(left, right))))
+    assert small == joined and len(small) > 0
+
+
 # -- basic operations -----------------------------------------------------------------------------
 
 
