@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from statestream.jvm_calls import java_class, static_member
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -59,27 +61,27 @@ def with_batch_timestamp(df: "DataFrame", batch_timestamp_ms: int) -> "DataFrame
     jdf = df._jdf  # noqa: SLF001 - the plan is only reachable through the JVM Dataset
     jvm = df.sparkSession._jvm  # noqa: SLF001
     plan = jdf.queryExecution().analyzed()
-    pattern = jvm.org.apache.spark.sql.catalyst.trees.TreePattern.CURRENT_LIKE()
+    pattern = static_member(jvm, "org.apache.spark.sql.catalyst.trees.TreePattern", "CURRENT_LIKE")()
     if not plan.containsPattern(pattern):
         return df
     found = _current_like(plan)
     if not found:
         return df
     session_tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
-    replacements = jvm.java.util.HashMap()
+    replacements = java_class(jvm, "java.util.HashMap")()
     for e in found:
         zone = session_tz
         if str(e.getClass().getSimpleName()) != "CurrentTimestamp":  # the others are zone-aware
             tz = e.timeZoneId()
             if tz.isDefined():
                 zone = tz.get()
-        replacement = jvm.org.apache.spark.sql.catalyst.expressions.CurrentBatchTimestamp(
-            int(batch_timestamp_ms), e.dataType(), jvm.scala.Option.apply(zone)
+        replacement = java_class(jvm, "org.apache.spark.sql.catalyst.expressions.CurrentBatchTimestamp")(
+            int(batch_timestamp_ms), e.dataType(), static_member(jvm, "scala.Option", "apply")(zone)
         )
         replacements.put(e, replacement)
     # A Scala Map is a PartialFunction: it rewrites exactly the expressions it holds as keys.
-    rule = jvm.scala.jdk.javaapi.CollectionConverters.asScala(replacements)
+    rule = static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")(replacements)
     rewritten = plan.transformAllExpressions(rule)
     logger.debug("batch timestamp %d replaces %d current-time expression(s)", batch_timestamp_ms, len(found))
-    new = jvm.org.apache.spark.sql.classic.Dataset.ofRows(jdf.sparkSession(), rewritten)
+    new = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(jdf.sparkSession(), rewritten)
     return DataFrame(new, df.sparkSession)

@@ -38,6 +38,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from statestream.jvm_calls import java_class, static_member
 from statestream.operators.base import batch_args_property
 
 if TYPE_CHECKING:
@@ -190,6 +191,11 @@ class BatchPlanTemplate:
     input_names: dict[int, str]
     #: watermark node id -> the name of its event-time observation in the plan
     watermark_names: dict[str, str]
+    #: source index -> its relation's schema (JSON): a batch's relation must have the same
+    leaf_schemas: dict[int, str] = field(default_factory=dict)
+    #: source index -> what a batch's relation keeps of the template's (``LogicalRelation.copy``'s
+    #: arguments after the relation: output, catalog table, streaming flag, stream), read once
+    leaf_fields: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -236,6 +242,8 @@ class PlanReuse:
         self.templates[single_state_task] = BatchPlanTemplate(
             plan=plan,
             leaves=leaves,
+            leaf_schemas={i: r.schema().json() for i, r in leaves.items()},
+            leaf_fields={i: (r.output(), r.catalogTable(), r.isStreaming(), r.stream()) for i, r in leaves.items()},
             input_names={i: obs._name for i, obs in input_observations.items()},  # noqa: SLF001 - its name in the plan
             watermark_names={n: obs._name for n, obs in watermark_observations.items()},  # noqa: SLF001
         )
@@ -250,17 +258,17 @@ class PlanReuse:
         if template is None or self.disabled:
             return None
         jvm = spark._jvm  # noqa: SLF001
-        swaps = jvm.java.util.HashMap()
+        swaps = java_class(jvm, "java.util.HashMap")()
         try:
             for i, old in template.leaves.items():
                 df = raw_sources.get(i)
                 new = _file_relation(df) if df is not None else None
-                if new is None or new.schema().json() != old.schema().json():
+                if new is None or new.schema().json() != template.leaf_schemas[i]:
                     return None
-                swaps.put(old, old.copy(new.relation(), old.output(), old.catalogTable(), old.isStreaming(), old.stream()))
+                swaps.put(old, old.copy(new.relation(), *template.leaf_fields[i]))
             # A Scala Map is a PartialFunction: it rewrites exactly the relations it holds as keys.
-            plan = template.plan.transform(jvm.scala.jdk.javaapi.CollectionConverters.asScala(swaps))
-            jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan)  # noqa: SLF001
+            plan = template.plan.transform(static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")(swaps))
+            jdf = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(spark._jsparkSession, plan)  # noqa: SLF001
         except Exception:  # noqa: BLE001 - only an optimisation: the batch is built instead
             logger.warning("statestream: a batch plan could not be reused; building every batch", exc_info=True)
             self.disabled = True

@@ -52,6 +52,7 @@ from statestream.errors import (
     StatestreamUnsupportedOperationException,
     analysis_error,
 )
+from statestream.jvm_calls import static_member
 from statestream.sinks.files import (
     METADATA_DIR,
     CompactibleFileStreamLog,
@@ -331,6 +332,8 @@ class FileStreamSource(Source):
         else:
             parsed = self._with_partition_columns(spark, parsed or self._text_schema(), raw_opts)
         self._schema = parsed
+        #: (the session, the schema's JSON, the JVM's StructType) of the last batch's reader
+        self._jvm_schema: tuple[Any, str, Any] | None = None
         # Spark checks the source's own options when the query starts (FileStreamOptions), not at
         # load(): a source built only to give the DataFrame its schema (no metadata_dir) lets
         # invalid values pass and uses the defaults
@@ -652,8 +655,10 @@ class FileStreamSource(Source):
         logger.info("Processing %d files from %s:%s", len(files), self._log_offset_of(start) + 1, self._log_offset_of(end))
         if not files:
             return empty_batch(spark, self._schema)
-        reader = spark.read.schema(self._schema).format(self.fmt).options(**self.reader_options)
-        df = reader.load([uri_to_path(f) for f in files])
+        df = self._read_files(spark, [uri_to_path(f) for f in files])
+        if not any("=" in f for f in files):
+            # no directory can be a partition (``key=value``): the batch has the schema's columns
+            return df
         want = [f.name for f in self._schema.fields]
         got = [f.name for f in df.schema.fields]
         if got != want:
@@ -663,6 +668,26 @@ class FileStreamSource(Source):
                 raise StatestreamError(f"assertion failed: Invalid batch: {','.join(want)} != {','.join(got)}")
             df = df.select(*want)
         return df
+
+    def _read_files(self, spark: "SparkSession", paths: list[str]) -> "DataFrame":
+        """``spark.read.schema(...).format(...).options(...).load(paths)``, made on the JVM's
+        reader directly with the schema parsed once: PySpark's reader finds the active session
+        and parses the schema again on every call, some twenty Py4J round trips a batch."""
+        from pyspark.sql import DataFrame
+
+        jsession = spark._jsparkSession  # noqa: SLF001 - the JVM's reader, see the docstring
+        text = self._schema.json()
+        cached = self._jvm_schema
+        if cached is None or cached[0] is not jsession or cached[1] != text:
+            cached = self._jvm_schema = (jsession, text, jsession.parseDataType(text))
+        jreader = jsession.read().schema(cached[2]).format(self.fmt)
+        for key, value in self.reader_options.items():
+            jreader = jreader.option(key, value)
+        if len(paths) == 1:
+            jdf = jreader.load(paths[0])
+        else:
+            jdf = jreader.load(static_member(spark._jvm, "org.apache.spark.api.python.PythonUtils", "toSeq")(paths))  # noqa: SLF001
+        return DataFrame(jdf, spark)
 
     def commit(self, end: Any) -> None:
         """``cleanSource``: archive or delete the files of log entry ``end`` (only those: earlier
