@@ -83,6 +83,17 @@ REPARTITION_ON_RESTART_CONF = "spark.statestream.stateRepartition.onRestart"
 IDLE_TIMEOUT_CONF = "spark.statestream.watermark.idleTimeout"
 #: serve the dashboard of a running query on this loopback port (0: any free port)
 UI_PORT_CONF = "spark.statestream.ui.port"
+#: Spark's conf: how long ``stop()`` waits for the query thread, in ms (0: no limit)
+STOP_TIMEOUT_CONF = "spark.sql.streaming.stopTimeout"
+
+
+def stop_timeout_message(name: str | None, query_id: str, run_id: str, timeout_ms: int) -> str:
+    """Spark's text when the query thread outlives ``spark.sql.streaming.stopTimeout``."""
+    pretty = f"{name + ' ' if name else ''}[id = {query_id}, runId = {run_id}]"
+    return (
+        f"Stream Execution thread for stream {pretty} failed to stop within {timeout_ms} milliseconds "
+        f"(specified by {STOP_TIMEOUT_CONF}). See the cause on what was being executed in the streaming query thread."
+    )
 
 
 @dataclass(frozen=True)
@@ -187,6 +198,8 @@ class MicroBatchExecution:
         )
         #: the offsets and commits kept (read once, as Spark reads its query session's conf)
         self._min_batches_to_retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
+        #: how long stop() waits for the query thread (0: no limit)
+        self._stop_timeout_ms = max(0, parse_time_conf_ms(conf.get(STOP_TIMEOUT_CONF, "0")))
         self._last_plan: "PhysicalOperator" | None = None
         #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
         #: every batch
@@ -304,21 +317,32 @@ class MicroBatchExecution:
         return f"statestream-{self.run_id}"
 
     def interrupt(self) -> None:
-        """Stop now: the batch in flight has its Spark jobs cancelled (Spark's ``stop()`` cancels
-        the query's job group the same way); it is re-run from the checkpoint on restart."""
+        """Stop now (Ctrl-C while waiting on the query): :meth:`stop`."""
+        self.stop()
+
+    def stop(self) -> None:
+        """Spark's ``stop()``: the batch in flight has its Spark jobs cancelled (it runs again
+        from the checkpoint at the next start), then the query thread is waited for, at most
+        ``spark.sql.streaming.stopTimeout`` (0, the default: as long as it takes), and its jobs
+        are cancelled once more (the thread may have started one meanwhile). A thread still
+        running after the timeout (user code in ``foreachBatch`` that no cancellation reaches)
+        raises ``TimeoutError`` with Spark's message; the query still stops when that code
+        returns. A stop from the query's own thread (a ``foreachBatch`` function) only asks."""
         self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+        if self._thread is None or self._thread is threading.current_thread() or self._done.is_set():
+            return
+        self._cancel_jobs()
+        if not self._done.wait(self._stop_timeout_ms / 1000.0 if self._stop_timeout_ms > 0 else None):
+            raise TimeoutError(stop_timeout_message(self.query_name, self.query_id, self.run_id, self._stop_timeout_ms))
+        self._cancel_jobs()
+
+    def _cancel_jobs(self) -> None:
         try:
             self.session.sparkSession.sparkContext.cancelJobsWithTag(self.job_tag)
         except Exception:  # noqa: BLE001 - the context may be going down already
             logger.debug("cannot cancel the jobs of %s", self.job_tag, exc_info=True)
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            self._lock.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._done.wait()
 
     @property
     def is_active(self) -> bool:

@@ -377,3 +377,93 @@ def test_a_batchs_materialised_output_is_released_after_its_sink(spark, tmp_path
         assert spark.table("released_output").count() == 150
     finally:
         q.stop()
+
+
+# -- stop(): Spark's cancellation of the batch in flight, and spark.sql.streaming.stopTimeout ------
+
+
+def _wait_for(predicate, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_stop_cancels_the_batch_in_flight(spark, tmp_path):
+    """As Spark's ``stop()``: the jobs of the batch in flight are cancelled rather than waited
+    for; the query stops cleanly, the batch is not committed, and the next start runs it again.
+    The batch's job holds its task until a file appears, which only the test's cleanup makes."""
+    import threading
+
+    started, release = tmp_path / "task-started", tmp_path / "release"
+
+    def hold(rows):
+        started.touch()
+        deadline = time.monotonic() + 600
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield sum(1 for _ in rows)
+
+    calls: list[int] = []
+
+    def slow_sink(df, batch_id):
+        calls.append(batch_id)
+        if len(calls) == 1:
+            df.rdd.mapPartitions(hold).collect()
+
+    ss = StreamingSession(spark)
+    stream = ss.memoryStream("v INT")
+    stream.add_data([(1,), (2,)])
+    checkpoint = tmp_path / "ck"
+    q = stream.toDF().writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(checkpoint)).start()
+    try:
+        _wait_for(started.exists, "the batch's task to start")
+        stopper = threading.Thread(target=q.stop, daemon=True)
+        stopper.start()
+        stopper.join(120)
+        assert not stopper.is_alive(), "stop() waited for the batch in flight instead of cancelling it"
+        assert not q.isActive and q.exception() is None
+        assert not (checkpoint / "commits" / "0").exists()
+        again = stream.toDF().writeStream.foreachBatch(slow_sink).option("checkpointLocation", str(checkpoint)).start()
+        again.processAllAvailable()
+        again.stop()
+        assert calls == [0, 0]
+    finally:
+        release.touch()
+        q.stop()
+
+
+def test_stop_timeout_raises_spark_s_timeout_when_the_thread_does_not_stop(spark, tmp_path):
+    """``spark.sql.streaming.stopTimeout``: user code in ``foreachBatch`` that no job
+    cancellation reaches keeps the thread past the timeout, and ``stop()`` raises Spark's
+    TimeoutException text; the query ends once that code returns."""
+    import threading
+
+    entered, go_on = threading.Event(), threading.Event()
+
+    def blocking_sink(df, batch_id):
+        entered.set()
+        go_on.wait(600)
+
+    ss = StreamingSession(spark)
+    stream = ss.memoryStream("v INT")
+    stream.add_data([(1,)])
+    spark.conf.set("spark.sql.streaming.stopTimeout", "300ms")
+    try:
+        q = stream.toDF().writeStream.foreachBatch(blocking_sink).queryName("stop_timeout_q").start()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stopTimeout")
+    try:
+        assert entered.wait(120), "the sink was never called"
+        with pytest.raises(TimeoutError) as info:
+            q.stop()
+        message = str(info.value)
+        assert message == (
+            f"Stream Execution thread for stream stop_timeout_q [id = {q.id}, runId = {q.runId}] failed to stop "
+            "within 300 milliseconds (specified by spark.sql.streaming.stopTimeout). See the cause on what was "
+            "being executed in the streaming query thread."
+        )
+    finally:
+        go_on.set()
+    assert q.awaitTermination(120) is True
+    assert not q.isActive and q.exception() is None
