@@ -692,11 +692,21 @@ def test_processor_misuse_fails_the_query_like_spark(spark_rocksdb, ours, tmp_pa
 def test_processing_time_timers_and_ttl_with_a_manual_clock(ours, tmp_path):
     """statestream only: the batch clock is replaced, so timers fire and values expire at exact
     batch times. Files arrive 3 s of batch time apart; a key's timer is 5 s after its last row,
-    its count expires 7 s after its last update."""
+    its count expires 7 s after its last update.
+
+    The clock reads 3 s more for each file the source has admitted (an entry of its log, which a
+    trigger writes as it lists the files, before the batch reads the clock), so a batch's time is
+    that of the files it can see. A clock moved forward before each file was written raced with
+    a no-data batch (one runs on every trigger under processing-time timers) that listed the
+    directory before the file landed and read the clock after: that batch expired a's count
+    early, a second TTL removal."""
     from statestream.runtime.microbatch import set_batch_clock
 
-    now = [1_000_000]
-    previous = set_batch_clock(lambda: now[0])
+    def batch_clock() -> int:
+        admitted = [p for p in tmp_path.glob("*/checkpoint/sources/0/*") if p.name.split(".")[0].isdigit()]
+        return 1_000_000 + 3000 * len(admitted)
+
+    previous = set_batch_clock(batch_clock)
     try:
         run = run_stream(
             ours(),
@@ -707,7 +717,6 @@ def test_processing_time_timers_and_ttl_with_a_manual_clock(ours, tmp_path):
             KV,
             "update",
             tmp_path,
-            before_file=lambda i: now.__setitem__(0, now[0] + 3000),
         )
     finally:
         set_batch_clock(previous)
