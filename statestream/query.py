@@ -92,7 +92,7 @@ class StreamingQuery:
             yield
         except KeyboardInterrupt:
             logger.info("query %s: interrupted, stopping", self.name or self.id)
-            self._ex.interrupt()
+            self._ex.stop()
             logger.info("query %s stopped", self.name or self.id)
             raise
 
@@ -241,7 +241,7 @@ class StreamingQueryManager:
         """Ctrl-C: every active query of this session stops, its batch in flight cancelled."""
         for q in self.active:
             logger.info("query %s: interrupted, stopping", q.name or q.id)
-            q._ex.interrupt()  # noqa: SLF001
+            q._ex.stop()  # noqa: SLF001
             logger.info("query %s stopped", q.name or q.id)
 
     def resetTerminated(self) -> None:  # noqa: N802

@@ -196,8 +196,6 @@ class MicroBatchExecution:
             keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
             no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
         )
-        #: the offsets and commits kept (read once, as Spark reads its query session's conf)
-        self._min_batches_to_retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", "100"))
         #: how long stop() waits for the query thread (0: no limit)
         self._stop_timeout_ms = max(0, parse_time_conf_ms(conf.get(STOP_TIMEOUT_CONF, "0")))
         self._last_plan: "PhysicalOperator" | None = None
@@ -315,10 +313,6 @@ class MicroBatchExecution:
     @property
     def job_tag(self) -> str:
         return f"statestream-{self.run_id}"
-
-    def interrupt(self) -> None:
-        """Stop now (Ctrl-C while waiting on the query): :meth:`stop`."""
-        self.stop()
 
     def stop(self) -> None:
         """Spark's ``stop()``: the batch in flight has its Spark jobs cancelled (it runs again
@@ -749,7 +743,9 @@ class MicroBatchExecution:
                 self._lock.wait(wait)
 
     def _purge(self, batch_id: int) -> None:
-        keep = self._min_batches_to_retain
+        """Drop the offsets and commits below the last ``minBatchesToRetain`` batches (the conf
+        is read once per run, into ``store_conf``, as Spark reads its query session's conf)."""
+        keep = self.store_conf.min_batches_to_retain
         threshold = batch_id + 1 - keep
         if threshold > 0:
             self.offset_log.purge(threshold)

@@ -655,8 +655,9 @@ class FileStreamSource(Source):
         logger.info("Processing %d files from %s:%s", len(files), self._log_offset_of(start) + 1, self._log_offset_of(end))
         if not files:
             return empty_batch(spark, self._schema)
-        df = self._read_files(spark, [uri_to_path(f) for f in files])
-        if not any("=" in f for f in files):
+        paths = [uri_to_path(f) for f in files]
+        df = self._read_files(spark, paths)
+        if not any("=" in p for p in paths):
             # no directory can be a partition (``key=value``): the batch has the schema's columns
             return df
         want = [f.name for f in self._schema.fields]
