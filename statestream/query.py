@@ -135,7 +135,6 @@ class StreamingQueryManager:
         from statestream.runtime.listener_bus import StreamingQueryListenerBus
 
         self._listeners = StreamingQueryListenerBus()
-        self._queries: dict[str, StreamingQuery] = {}
         #: runs started by this manager and not terminated yet, by run id (their names are taken)
         self._running: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
@@ -177,7 +176,6 @@ class StreamingQueryManager:
                     raise concurrent_query_error()
                 _ACTIVE_BY_ID[q.id] = q
                 self._running[q.runId] = q
-                self._queries[q.runId] = q
         except BaseException:
             ex.discard()
             raise
@@ -199,7 +197,7 @@ class StreamingQueryManager:
 
     def _notify_terminated(self, ex: "MicroBatchExecution") -> None:
         with self._lock:
-            q = self._queries.get(ex.run_id)
+            q = self._running.get(ex.run_id)
         if q is not None:
             self._forget(q)
         with self._lock:
@@ -208,7 +206,10 @@ class StreamingQueryManager:
 
     @property
     def active(self) -> list[StreamingQuery]:
-        return [q for q in self._queries.values() if q.isActive]
+        """The runs started and not terminated yet, as Spark's list: a query whose ``stop()``
+        timed out is inactive (``isActive`` is false) but listed until its thread ends."""
+        with self._lock:
+            return list(self._running.values())
 
     def get(self, id: str) -> StreamingQuery | None:  # noqa: A002 - PySpark's name
         for q in self.active:

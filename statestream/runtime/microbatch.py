@@ -321,8 +321,12 @@ class MicroBatchExecution:
         are cancelled once more (the thread may have started one meanwhile). A thread still
         running after the timeout (user code in ``foreachBatch`` that no cancellation reaches)
         raises ``TimeoutError`` with Spark's message; the query still stops when that code
-        returns. A stop from the query's own thread (a ``foreachBatch`` function) only asks."""
+        returns. A stop from the query's own thread (a ``foreachBatch`` function) only asks.
+        Either way the query is no longer active from here on (Spark's state is TERMINATED as
+        the stop begins), while ``spark.streams.active`` lists it until its thread ends."""
         self._stop.set()
+        if self._thread is not None:
+            self._active = False
         with self._lock:
             self._lock.notify_all()
         if self._thread is None or self._thread is threading.current_thread() or self._done.is_set():

@@ -463,7 +463,11 @@ def test_stop_timeout_raises_spark_s_timeout_when_the_thread_does_not_stop(spark
             "within 300 milliseconds (specified by spark.sql.streaming.stopTimeout). See the cause on what was "
             "being executed in the streaming query thread."
         )
+        # as on Spark's engine: inactive from the stop on, listed as active until the thread ends
+        assert not q.isActive
+        assert q in ss.streams.active
     finally:
         go_on.set()
     assert q.awaitTermination(120) is True
     assert not q.isActive and q.exception() is None
+    assert q not in ss.streams.active
