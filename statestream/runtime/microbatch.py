@@ -505,9 +505,12 @@ class MicroBatchExecution:
 
     def _setup_session(self, num_partitions: int, conf: dict[str, str]) -> "SparkSession":
         """A clone of the user's session for this query's batches: AQE off (it could change the
-        number of partitions of the stateful exchange) and the pinned number of shuffle
-        partitions."""
+        number of partitions of the stateful exchange), the pinned number of shuffle
+        partitions, and no byte limit on the Arrow batches sent to the state steps unless the
+        user set one (``runtime.arrow_exchange``)."""
         from pyspark.sql import SparkSession
+
+        from statestream.runtime.arrow_exchange import arrow_exchange_confs
 
         user = self.session.sparkSession
         try:
@@ -517,6 +520,9 @@ class MicroBatchExecution:
         spark.conf.set("spark.sql.adaptive.enabled", "false")
         spark.conf.set("spark.sql.cbo.joinReorder.enabled", "false")
         spark.conf.set(SHUFFLE_PARTITIONS, str(num_partitions))
+        user_conf = user._jsparkSession.conf()  # noqa: SLF001 - RuntimeConfig.contains: set, not defaulted
+        for k, v in arrow_exchange_confs(lambda key: bool(user_conf.contains(key))).items():
+            spark.conf.set(k, v)
         for k, v in conf.items():
             if k != SHUFFLE_PARTITIONS and v is not None:
                 try:

@@ -471,3 +471,41 @@ def test_stop_timeout_raises_spark_s_timeout_when_the_thread_does_not_stop(spark
     assert q.awaitTermination(120) is True
     assert not q.isActive and q.exception() is None
     assert q not in ss.streams.active
+
+
+# -- the session clone's Arrow exchange (runtime.arrow_exchange) ---------------------------------
+
+
+def _batch_session_conf(spark, key: str) -> tuple[str | None, str | None]:
+    """``key`` as a windowed count's batch sees it (the session of its ``foreachBatch`` frame),
+    and as the user's session has it after the query."""
+    import datetime
+
+    from pyspark.sql import functions as F
+
+    seen: list[str] = []
+    ss = StreamingSession(spark)
+    stream = ss.memoryStream("t TIMESTAMP, v INT")
+    stream.add_data([(datetime.datetime(2026, 1, 1), 1)])
+    counts = stream.toDF().groupBy(F.window("t", "5 seconds")).count()
+    q = counts.writeStream.outputMode("update").foreachBatch(lambda df, _: seen.append(df.sparkSession.conf.get(key))).start()
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    return (seen[0] if seen else None), spark.conf.get(key)
+
+
+def test_the_batches_send_arrow_batches_without_a_byte_limit_unless_the_user_set_one(spark):
+    from statestream.runtime.arrow_exchange import ARROW_MAX_BYTES_PER_BATCH
+
+    default = spark.conf.get(ARROW_MAX_BYTES_PER_BATCH)
+    in_batch, after = _batch_session_conf(spark, ARROW_MAX_BYTES_PER_BATCH)
+    assert in_batch is not None and in_batch.rstrip("b") == "2147483647"
+    assert after == default, "the user's session was changed"
+    spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, "1000000")
+    try:
+        in_batch, _ = _batch_session_conf(spark, ARROW_MAX_BYTES_PER_BATCH)
+    finally:
+        spark.conf.unset(ARROW_MAX_BYTES_PER_BATCH)
+    assert in_batch is not None and in_batch.rstrip("b") == "1000000"
