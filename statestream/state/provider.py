@@ -60,7 +60,8 @@ _TRAILER = struct.Struct(">8sIQ")
 def add_checksum(body: bytes | pa.Buffer) -> bytes:
     """``body`` with its checksum trailer (see :data:`CHECKSUM_MAGIC`)."""
     view = memoryview(body)
-    return bytes(view) + _TRAILER.pack(CHECKSUM_MAGIC, zlib.crc32(view), len(view))
+    # one copy of the body (``bytes(view) + trailer`` made two: a delta file can be megabytes)
+    return b"".join((view, _TRAILER.pack(CHECKSUM_MAGIC, zlib.crc32(view), len(view))))
 
 
 def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
