@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from statestream import StreamingSession
+from tests.spark_confs import session_confs
 
 SCHEMA = "value LONG"
 FILES = [[1, 2, 3], [6, 7, 12], [14, 21, 22], [30, 31, 44]]  # the last one arrives after the damage
@@ -147,8 +148,7 @@ def _damage(path: Path, damage: str) -> None:
 def base(spark, tmp_path_factory) -> tuple[Path, list[tuple]]:
     """A checkpoint after three batches (snapshots every delta), and what an undamaged restart
     with the fourth file writes to the sink."""
-    spark.conf.set("spark.sql.streaming.stateStore.minDeltasForSnapshot", "1")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"}):
         ss = StreamingSession(spark)
         # every case runs in the same directory (the logs hold absolute paths), from a copy
         work = tmp_path_factory.mktemp("damaged") / "work"
@@ -162,8 +162,6 @@ def base(spark, tmp_path_factory) -> tuple[Path, list[tuple]]:
         expected = _sink_rows(spark, work)
         assert isinstance(expected, list) and expected, "the undamaged run wrote nothing: the cases would prove nothing"
         yield saved, expected
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.minDeltasForSnapshot")
 
 
 def _check(spark: Any, base: tuple[Path, list[tuple]], cells: list[tuple[str, str]]) -> None:

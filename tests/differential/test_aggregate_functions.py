@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_equivalent, assert_same_batches, run_both, run_stream
+from tests.spark_confs import session_confs
 
 SCHEMA = "k STRING, t LONG, x DOUBLE, y DOUBLE, i INT, b BOOLEAN, s STRING"
 
@@ -339,11 +340,8 @@ def test_exact_distinct_aggregates_opt_in(spark, tmp_path):
     ss = StreamingSession(spark)
     with pytest.raises(AnalysisException, match="Distinct aggregations are not supported"):
         run_stream(ss, build, BATCHES[:1], SCHEMA, "complete", tmp_path)
-    spark.conf.set(conf, "true")
-    try:
+    with session_confs(spark, {conf: "true"}):
         run = run_stream(ss, build, BATCHES, SCHEMA, "complete", tmp_path)
-    finally:
-        spark.conf.unset(conf)
     assert [b.batch_id for b in run.batches] == [0, 1, 2]
     for b in run.batches:
         seen = [r for batch in BATCHES[: b.batch_id + 1] for r in batch]

@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_equivalent, assert_same_batches, error_text, run_stream, start_error
+from tests.spark_confs import session_confs
 
 SCHEMA = "k LONG, ts TIMESTAMP, v LONG"
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0)
@@ -130,11 +131,8 @@ def test_broadcast_hints_with_broadcasting_off(spark, ours, tmp_path, static):
         return a.union(b).union(c)
 
     key = "spark.sql.autoBroadcastJoinThreshold"
-    spark.conf.set(key, "-1")
-    try:
+    with session_confs(spark, {key: "-1"}):
         assert_equivalent(spark, ours, build, INPUT, SCHEMA, "append", tmp_path)
-    finally:
-        spark.conf.unset(key)
 
 
 # ------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tests.differential.test_sources_more import T0, both, drive, write_file, assert_same
+from tests.spark_confs import session_confs
 
 SCHEMA = "t TIMESTAMP, k STRING, v LONG"
 
@@ -137,11 +138,8 @@ def test_reused_batch_plans_give_sparks_batches(spark, ours, tmp_path, reused, n
         src.mkdir(parents=True)
         return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode)
 
-    spark.conf.set(SINGLE_STATE_TASK_MAX_ROWS_CONF, max_rows)
-    try:
+    with session_confs(spark, {SINGLE_STATE_TASK_MAX_ROWS_CONF: max_rows}):
         expected, actual = both(spark, ours, tmp_path, scenario)
-    finally:
-        spark.conf.unset(SINGLE_STATE_TASK_MAX_ROWS_CONF)
     assert_same(expected, actual)
     assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
     # the first batch (and, with one state task, the second: a new shape) builds its plan; the
@@ -157,11 +155,8 @@ def test_plan_reuse_off_builds_every_batch(spark, ours, tmp_path, reused):
         src.mkdir(parents=True)
         return drive(engine, lambda rs: _windowed(rs, src), work, _steps(src), mode="update")
 
-    spark.conf.set(PLAN_REUSE_CONF, "false")
-    try:
+    with session_confs(spark, {PLAN_REUSE_CONF: "false"}):
         expected, actual = both(spark, ours, tmp_path, scenario)
-    finally:
-        spark.conf.unset(PLAN_REUSE_CONF)
     assert_same(expected, actual)
     assert reused[0] == 0
 

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tests.differential.harness import StreamRun, assert_equivalent, assert_same_batches, run_stream
+from tests.spark_confs import session_confs
 
 # ------------------------------------------------------------------------------------------
 # S38 in the reference's notation (value = event time in seconds)
@@ -356,11 +357,8 @@ def test_union_with_batch_runs_when_the_check_is_off(spark, ours, tmp_path):
     def build(df: DataFrame) -> DataFrame:
         return df.union(df.sparkSession.range(2).withColumnRenamed("id", "value"))
 
-    spark.conf.set("spark.sql.streaming.unsupportedOperationCheck", "false")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.unsupportedOperationCheck": "false"}):
         exp, _ = assert_equivalent(spark, ours, build, [vals(10), vals(11)], "value LONG", "append", tmp_path)
-    finally:
-        spark.conf.unset("spark.sql.streaming.unsupportedOperationCheck")
     assert sorted(r["value"] for r in exp.batches[1].rows) == [0, 1, 11]
 
 

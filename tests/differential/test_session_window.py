@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tests.differential.harness import assert_equivalent, start_error
+from tests.spark_confs import session_confs
 
 KV_SCHEMA = "k STRING, value LONG"
 E: list[dict[str, Any]] = []
@@ -248,11 +249,8 @@ def test_merge_sessions_in_local_partition(spark, ours, tmp_path):
     late filter, so a late row that touches an on-time row of its partition survives."""
     key = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
     batches = [kv(("a", 30)), kv(("a", 5), ("a", 12), ("b", 3)), kv(("a", 60))]
-    spark.conf.set(key, "true")
-    try:
+    with session_confs(spark, {key: "true"}):
         exp, _ = assert_equivalent(spark, ours, _gap10_count, batches, KV_SCHEMA, "append", tmp_path)
-    finally:
-        spark.conf.unset(key)
     assert exp.batches[2].state[0]["numRowsDroppedByWatermark"] == 1  # only b@3
 
 
@@ -349,12 +347,9 @@ def test_update_mode_with_checks_disabled_fails_at_first_batch(spark, ours, tmp_
     and Spark's planner refuses the session window at the first batch instead."""
     key = "spark.sql.streaming.unsupportedOperationCheck"
     build = lambda df: ev(df).groupBy("k", F.session_window("eventTime", "5 seconds")).count()  # noqa: E731
-    spark.conf.set(key, "false")
-    try:
+    with session_confs(spark, {key: "false"}):
         expected = _failure(spark, tmp_path, "spark", build, "update")
         actual = _failure(ours(), tmp_path, "ours", build, "update")
-    finally:
-        spark.conf.unset(key)
     assert "session window streaming aggregations" in expected[1]
     assert actual == expected
 

@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from tests.differential.harness import _wait_idle, engine_name, error_text, write_input_file
+from tests.spark_confs import session_confs
 
 KV = "k STRING, v LONG"
 INPUT = [
@@ -553,14 +554,11 @@ def test_writer_without_format_is_spark_sql_sources_default(spark, ours, tmp_pat
     assert refused[0] == ("_LEGACY_ERROR_TEMP_2047", "'path' is not specified.")
     assert refused[1] == refused[0]
     got = []
-    spark.conf.set("spark.sql.sources.default", "json")
-    try:
+    with session_confs(spark, {"spark.sql.sources.default": "json"}):
         for engine in (spark, ours()):
             out = tmp_path / f"default-{engine_name(engine)}" / "out"
             _run(engine, tmp_path / f"default-{engine_name(engine)}", lambda df: df, INPUT, lambda w: w.start(str(out)))
             got.append(_files_as_rows(spark, out, "json", "v BIGINT")["batches"])
-    finally:
-        spark.conf.unset("spark.sql.sources.default")
     assert got[0][0]["files"][0].endswith(".json")
     assert got[1] == got[0]
 

@@ -30,6 +30,7 @@ from tests.differential.harness import (
     rows_match,
     run_stream,
 )
+from tests.spark_confs import session_confs
 
 T0 = time.time() - 7200  # input files are dated in the past, one second apart
 
@@ -476,8 +477,7 @@ def test_schema_inference(spark, ours, tmp_path):
     refused = [start_failure(e, lambda rs: rs.json(str(empty)), tmp_path) for e in (spark, ours())]
     assert refused[0] is not None and refused[0] == refused[1]
 
-    spark.conf.set("spark.sql.streaming.schemaInference", "true")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.schemaInference": "true"}):
         unable = [start_failure(e, lambda rs: rs.json(str(empty)), tmp_path) for e in (spark, ours())]
         assert unable[0] is not None and "UNABLE_TO_INFER_SCHEMA" in unable[0][1]
         assert unable[0] == unable[1]
@@ -489,8 +489,6 @@ def test_schema_inference(spark, ours, tmp_path):
             return drive(engine, lambda rs: rs.json(str(src)), work, steps)
 
         expected, actual = both(spark, ours, tmp_path, scenario)
-    finally:
-        spark.conf.unset("spark.sql.streaming.schemaInference")
     assert expected.columns[0] == [("a", "bigint"), ("b", "string"), ("k", "int")]
     assert_same(expected, actual)
 

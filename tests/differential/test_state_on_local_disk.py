@@ -17,6 +17,7 @@ import pytest
 
 from tests.differential.test_plan_reuse import QUERIES, _steps, _watermarks_and_state_rows
 from tests.differential.test_sources_more import assert_same, both, drive
+from tests.spark_confs import session_confs
 
 #: the store is the same for every operator, so two of them (tests/cluster runs session windows
 #: with the conf on the executors)
@@ -44,11 +45,8 @@ def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name)
         on_batch = (lambda b: seen.append(len(_mapped_files(spark)))) if engine is not spark else None
         return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
 
-    spark.conf.set(ON_LOCAL_DISK_CONF, "true")
-    try:
+    with session_confs(spark, {ON_LOCAL_DISK_CONF: "true"}):
         expected, actual = both(spark, ours, tmp_path, scenario)
-    finally:
-        spark.conf.unset(ON_LOCAL_DISK_CONF)
     assert_same(expected, actual)
     assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
     # from the second batch on, the state of the first is cached in mapped files

@@ -21,6 +21,7 @@ from tests.differential.harness import StreamRun, assert_same_as_uninterrupted, 
 from tests.differential.test_stream_joins import INPUT as JOIN_INPUT
 from tests.differential.test_stream_joins import SCHEMA as JOIN_SCHEMA
 from tests.differential.test_stream_joins import _range_join
+from tests.spark_confs import session_confs
 
 
 def _events(df: DataFrame) -> DataFrame:
@@ -412,8 +413,7 @@ def test_late_row_ledger_holds_what_the_watermark_dropped(spark, runs, name, tmp
     assert drops, f"Spark's run of {name} drops no late row: the test would prove nothing"
     ledger, work = tmp_path / "late", tmp_path / "w"
     ss = StreamingSession(spark)
-    spark.conf.set(LATE_ROWS_CONF, str(ledger))
-    try:
+    with session_confs(spark, {LATE_ROWS_CONF: str(ledger)}):
         run = run_stream(ss, build, batches, schema, mode, tmp_path, workdir=work)
         table = _ledger(ledger)
         assert dict(collections.Counter(table.column("batch").to_pylist())) == drops
@@ -426,8 +426,6 @@ def test_late_row_ledger_holds_what_the_watermark_dropped(spark, runs, name, tmp
         result = ss.checkpointManager.rollback(run.checkpoint, to_batch)
         assert result.late_row_batches_removed == len(drops)
         rerun = run_stream(ss, build, [], schema, mode, tmp_path, workdir=work)
-    finally:
-        spark.conf.unset(LATE_ROWS_CONF)
     again = collections.Counter(_ledger(ledger).column("batch").to_pylist())
     counted = {b.batch_id: b.state[0]["numRowsDroppedByWatermark"] for b in rerun.batches if b.state[0]["numRowsDroppedByWatermark"]}
     assert dict(again) == counted and sum(counted.values()) == sum(drops.values())

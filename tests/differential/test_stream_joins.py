@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from tests.differential.harness import assert_same_batches, error_text, run_stream, start_error
+from tests.spark_confs import session_confs
 
 SCHEMA = "side STRING, k LONG, ts TIMESTAMP, v LONG"
 T0 = dt.datetime(2024, 5, 1, 12, 0, 0)
@@ -257,11 +258,8 @@ def test_max_watermark_policy(spark, ours, tmp_path):
     """``multipleWatermarkPolicy=max``: the global watermark follows the faster side, so more
     rows are late and the state goes sooner."""
     key = "spark.sql.streaming.multipleWatermarkPolicy"
-    spark.conf.set(key, "max")
-    try:
+    with session_confs(spark, {key: "max"}):
         _compare(spark, ours, tmp_path, _range_join("inner"))
-    finally:
-        spark.conf.unset(key)
 
 
 # ------------------------------------------------------------------------------------------
@@ -497,11 +495,8 @@ def test_outer_early_emit_pads_on_arrival_and_still_emits_later_matches(spark, o
 
     build = _range_join("left")
     expected = run_stream(spark, build, INPUT, SCHEMA, "append", tmp_path)
-    spark.conf.set(OUTER_EARLY_EMIT_CONF, "true")
-    try:
+    with session_confs(spark, {OUTER_EARLY_EMIT_CONF: "true"}):
         actual = run_stream(ours(), build, INPUT, SCHEMA, "append", tmp_path)
-    finally:
-        spark.conf.unset(OUTER_EARLY_EMIT_CONF)
     data_batches = [b.batch_id for b in expected.batches if b.num_input_rows]
     arrival = {}  # left row's lv -> the batch its file ran in
     for i, rows in enumerate(INPUT):

@@ -29,6 +29,7 @@ from statestream.plan.logical import (
     StreamingRelation,
     Union,
 )
+from tests.spark_confs import session_confs
 
 F: Any = None
 W: Any = None
@@ -331,21 +332,15 @@ def test_conf_switches_match_spark(spark, src):
     chained = src.count_by("value").count_by("count")
     key = A.CHECK_CORRECTNESS_CONF
     assert ours(chained, "complete", {key: "false"}) is None
-    spark.conf.set(key, "false")
-    try:
+    with session_confs(spark, {key: "false"}):
         assert spark_outcome(chained.stream, "complete") is None
-    finally:
-        spark.conf.unset(key)
 
     sampled = src.stateless("Sample", lambda df: df.sample(0.5, seed=1))
     key = A.UNSUPPORTED_OPERATION_CHECK_CONF
     assert ours(sampled, "append", {key: "false"}) is None
     assert ours(src.count_by("value"), "append", {key: "false"}) is None
-    spark.conf.set(key, "false")
-    try:
+    with session_confs(spark, {key: "false"}):
         assert spark_outcome(sampled.stream, "append") is None
-    finally:
-        spark.conf.unset(key)
 
 
 # ---------------------------------------------------------------------------------- API helpers

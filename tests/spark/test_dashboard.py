@@ -20,6 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from tests.differential.harness import write_input_file
+from tests.spark_confs import session_confs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM_FLAGS = [
@@ -83,11 +84,8 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     earlier = [p for p in first.recentProgress]
     for i, b in enumerate(batches[3:], start=3):
         write_input_file(input_dir, i, b, schema, "parquet", 1_700_000_000 + i)
-    spark.conf.set("spark.statestream.ui.port", "0")
-    try:
+    with session_confs(spark, {"spark.statestream.ui.port": "0"}):
         query = _start(ss, input_dir, checkpoint)
-    finally:
-        spark.conf.unset("spark.statestream.ui.port")
     try:
         query.processAllAvailable()
         url = query.dashboardUrl

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from statestream import StreamingSession
+from tests.spark_confs import session_confs
 
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 
@@ -291,12 +292,9 @@ def test_explain_session_window_local_merge_matches_spark(spark):
 
     key = "spark.sql.streaming.sessionWindow.merge.sessions.in.local.partition"
     build = CASES["session_window"](F)
-    spark.conf.set(key, "true")
-    try:
+    with session_confs(spark, {key: "true"}):
         theirs = _with_ids_normalised(_explain_text(build(spark.readStream)))
         ours = _with_ids_normalised(_explain_text(build(StreamingSession(spark).readStream)))
-    finally:
-        spark.conf.unset(key)
     assert any(re.match(r"^[ |+-]*MergingSessions true, 2,", line) for line in theirs), theirs
     assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
 
@@ -308,12 +306,9 @@ def test_explain_without_object_hash_aggregate_matches_spark(spark):
 
     key = "spark.sql.execution.useObjectHashAggregateExec"
     build = CASES["collect_list_object_hash_aggregate"](F)
-    spark.conf.set(key, "false")
-    try:
+    with session_confs(spark, {key: "false"}):
         theirs = _with_ids_normalised(_explain_text(build(spark.readStream)))
         ours = _with_ids_normalised(_explain_text(build(StreamingSession(spark).readStream)))
-    finally:
-        spark.conf.unset(key)
     assert sum("SortAggregate(key=[window#N-T20000ms]" in line for line in theirs) == 4, theirs
     assert ours == theirs, "\n".join(["statestream:", *ours, "Spark:", *theirs])
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from statestream import StreamingSession
+from tests.spark_confs import session_confs
 
 
 def _memory_query(spark, name: str, fail: bool = False):
@@ -128,8 +129,7 @@ def test_duplicate_id_refused_before_anything_starts(spark, tmp_path):
     recorder = _StartedRecorder()
     ss.streams.addListener(recorder.listener)
     texts = []
-    spark.conf.set("spark.sql.streaming.stopActiveRunOnRestart", "false")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.stopActiveRunOnRestart": "false"}):
         for engine, tag in ((spark, "spark"), (ss, "ours")):
             checkpoint = str(tmp_path / tag)
             first = _rate_query(engine, None, checkpoint)
@@ -144,8 +144,6 @@ def test_duplicate_id_refused_before_anything_starts(spark, tmp_path):
                     assert recorder.runs == [first.runId]
             finally:
                 first.stop()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stopActiveRunOnRestart")
     assert texts[0].startswith("Cannot start query with id <id> as another query with same id is already active.")
     assert texts[1] == texts[0]
 
@@ -154,8 +152,7 @@ def test_duplicate_id_error_type_like_spark(spark, tmp_path):
     """Declared in ``tests/known_gaps.py``: the type of the error above."""
     ss = StreamingSession(spark)
     types = []
-    spark.conf.set("spark.sql.streaming.stopActiveRunOnRestart", "false")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.stopActiveRunOnRestart": "false"}):
         for engine, tag in ((spark, "spark"), (ss, "ours")):
             first = _rate_query(engine, None, str(tmp_path / tag))
             try:
@@ -164,8 +161,6 @@ def test_duplicate_id_error_type_like_spark(spark, tmp_path):
                 types.append(type(err.value).__name__)
             finally:
                 first.stop()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stopActiveRunOnRestart")
     assert types[1] == types[0]
 
 
@@ -335,13 +330,10 @@ def test_max_batches_to_retain_in_memory_sets_the_versions_a_provider_caches(spa
     ss = StreamingSession(spark)
     key = "spark.sql.streaming.maxBatchesToRetainInMemory"
     two, rows_two = _state_memory_after_three_batches(ss, "retain_two")
-    spark.conf.set(key, "1")
-    try:
+    with session_confs(spark, {key: "1"}):
         one, rows_one = _state_memory_after_three_batches(ss, "retain_one")
         spark.conf.set(key, "0")
         none, rows_none = _state_memory_after_three_batches(ss, "retain_none")
-    finally:
-        spark.conf.unset(key)
     assert rows_none == rows_one == rows_two == [(1, 1), (2, 2), (3, 2), (4, 1)]
     assert 0 < one < two and 0 < none < two, (one, none, two)
 
@@ -448,11 +440,8 @@ def test_stop_timeout_raises_spark_s_timeout_when_the_thread_does_not_stop(spark
     ss = StreamingSession(spark)
     stream = ss.memoryStream("v INT")
     stream.add_data([(1,)])
-    spark.conf.set("spark.sql.streaming.stopTimeout", "300ms")
-    try:
+    with session_confs(spark, {"spark.sql.streaming.stopTimeout": "300ms"}):
         q = stream.toDF().writeStream.foreachBatch(blocking_sink).queryName("stop_timeout_q").start()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stopTimeout")
     try:
         assert entered.wait(120), "the sink was never called"
         with pytest.raises(TimeoutError) as info:
@@ -503,9 +492,6 @@ def test_the_batches_send_arrow_batches_without_a_byte_limit_unless_the_user_set
     in_batch, after = _batch_session_conf(spark, ARROW_MAX_BYTES_PER_BATCH)
     assert in_batch is not None and in_batch.rstrip("b") == "2147483647"
     assert after == default, "the user's session was changed"
-    spark.conf.set(ARROW_MAX_BYTES_PER_BATCH, "1000000")
-    try:
+    with session_confs(spark, {ARROW_MAX_BYTES_PER_BATCH: "1000000"}):
         in_batch, _ = _batch_session_conf(spark, ARROW_MAX_BYTES_PER_BATCH)
-    finally:
-        spark.conf.unset(ARROW_MAX_BYTES_PER_BATCH)
     assert in_batch is not None and in_batch.rstrip("b") == "1000000"
