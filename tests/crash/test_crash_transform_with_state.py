@@ -13,6 +13,7 @@ import pytest
 
 from tests.crash.test_crash_dedup import write_dedup_inputs
 from tests.crash.test_crash_recovery import job_for, recover_and_compare
+from tests.spark_confs import session_confs
 
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -25,19 +26,12 @@ def sink_rows(spark: Any, output: Path) -> list[tuple]:
 def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None]]) -> list[tuple]:
     input_dir = tmp_path / "input"
     write_dedup_inputs(input_dir)
-    before = spark.conf.get(PROVIDER, None)
-    spark.conf.set(PROVIDER, ROCKSDB)  # for the oracle run; statestream ignores it
-    try:
+    with session_confs(spark, {PROVIDER: ROCKSDB}):  # for the oracle run; statestream ignores it
         return recover_and_compare(
             spark, tmp_path, kills,
             lambda root, engine: dict(job_for(root, engine, "append", input_dir), query="transform_with_state"),
             lambda out: sink_rows(spark, out),
         )
-    finally:
-        if before is None:
-            spark.conf.unset(PROVIDER)
-        else:
-            spark.conf.set(PROVIDER, before)
 
 
 @pytest.mark.slow  # about a minute: three engines' runs and killed children

@@ -636,9 +636,8 @@ def test_file_sink_partition_by_writes_the_same_files_as_spark(spark, ours, tmp_
     else:
         build = lambda df: df.select((F.col("v") * 10).alias("v10"), "k")  # noqa: E731
         data_schema = "v10 BIGINT"
-    old = spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", None)
-    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")  # batch 2 is compacted
-    try:
+    # batch 2 is compacted
+    with session_confs(spark, {"spark.sql.streaming.fileSink.log.compactInterval": "3"}):
         got = []
         for engine in (spark, ours()):
             root = tmp_path / f"fs-{engine_name(engine)}"
@@ -650,11 +649,6 @@ def test_file_sink_partition_by_writes_the_same_files_as_spark(spark, ours, tmp_
 
             q = _run(engine, root, build, FILE_INPUT, start)
             got.append((_files_as_rows(spark, out, fmt, data_schema), [(b, n, d.replace(str(out), "<out>"), r) for b, n, d, r in _sink_brief(q)]))
-    finally:
-        if old is None:
-            spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
-        else:
-            spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", old)
     files, brief = got[0]
     assert [b["log"] for b in files["batches"]] == ["0", "1", "2.compact", "3"]
     assert files["dirs"] == ["k=__HIVE_DEFAULT_PARTITION__", "k=a", "k=b", "k=p%2Fq%3Ar", "k=x y", "k=\u00fc&%3D,"]

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream, start_error, state_store_error_cause
+from tests.spark_confs import session_confs
 
 KV = "k STRING, v LONG"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -34,16 +35,9 @@ CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabl
 def spark_rocksdb(spark):
     """Spark's session with the RocksDB provider that Spark's transformWithState needs (set only
     for the test: the provider is recorded in each query's offset log)."""
-    before = {name: spark.conf.get(name, None) for name in (PROVIDER, CHANGELOG)}
-    spark.conf.set(PROVIDER, ROCKSDB)
     # the provider writes a changelog per version, which the state reader's change feed reads
-    spark.conf.set(CHANGELOG, "true")
-    yield spark
-    for name, value in before.items():
-        if value is None:
-            spark.conf.unset(name)
-        else:
-            spark.conf.set(name, value)
+    with session_confs(spark, {PROVIDER: ROCKSDB, CHANGELOG: "true"}):
+        yield spark
 
 
 # ------------------------------------------------------------------------------------------------

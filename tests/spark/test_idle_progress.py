@@ -20,6 +20,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from statestream import StreamingSession
+from tests.spark_confs import session_confs
 
 INTERVAL_MS = 300
 SCHEMA = "ts TIMESTAMP, k STRING"
@@ -31,10 +32,8 @@ _VOLATILE_STATE = {"allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs", "mem
 
 @pytest.fixture
 def short_interval(spark):
-    key = "spark.sql.streaming.noDataProgressEventInterval"
-    spark.conf.set(key, f"{INTERVAL_MS}ms")
-    yield
-    spark.conf.unset(key)
+    with session_confs(spark, {"spark.sql.streaming.noDataProgressEventInterval": f"{INTERVAL_MS}ms"}):
+        yield
 
 
 def _as_dict(p: Any) -> dict:
