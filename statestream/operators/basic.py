@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.operators.base import PhysicalOperator, ShownAsSpark
+from statestream.operators.local_checkpoint import local_checkpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -178,7 +179,7 @@ class UnionExec(PhysicalOperator):
         # the first's: a state step there would take a wrong partition from its task id, so such
         # an input runs first, on its own (materialised; its state commits then, as it would in
         # the sink's job)
-        dfs[1:] = [d.localCheckpoint(eager=True) if _partitions_by_task_id(i) else d for i, d in zip(self.inputs[1:], dfs[1:])]
+        dfs[1:] = [local_checkpoint(d) if _partitions_by_task_id(i) else d for i, d in zip(self.inputs[1:], dfs[1:])]
         out = dfs[0]
         for d in dfs[1:]:
             out = out.unionByName(d, allowMissingColumns=bool(self.options)) if self.by_name else out.union(d)

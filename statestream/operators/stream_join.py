@@ -55,6 +55,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.local_checkpoint import local_checkpoint
 from statestream.operators.partition_routes import partition_routes
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.operators.state_step import StateStep
@@ -311,7 +312,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
 
         # materialised once: the row numbers below are then the same wherever the rest of the
         # batch reads them (an id over the checkpointed partitions is deterministic)
-        new = new.localCheckpoint(eager=True).withColumn(RID, F.monotonically_increasing_id())
+        new = local_checkpoint(new).withColumn(RID, F.monotonically_increasing_id())
 
         # the stored rows of both sides, partition by partition (read only)
         scan_schema = StructType(
@@ -352,7 +353,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
         if info.condition is not None:
             cond = cond & col(info.condition)
         # materialised once: the markers of both sides and the output read the same pairs
-        pairs = la.join(ra, cond, "inner").localCheckpoint(eager=True)
+        pairs = local_checkpoint(la.join(ra, cond, "inner"))
         lcols = [_side_col(0, i) for i in range(len(info.left_names))]
         rcols = [_side_col(1, i) for i in range(len(info.right_names))]
         out_cols = lcols + rcols

@@ -36,6 +36,7 @@ from statestream.errors import StatestreamStreamingQueryException, concurrent_st
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext, ListAccumulatorParam
+from statestream.operators.local_checkpoint import local_checkpoint, release_local_checkpoint
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
@@ -852,7 +853,7 @@ class MicroBatchExecution:
             t = time.perf_counter()
             sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
             sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
-            materialized = result.localCheckpoint(eager=True)
+            materialized = local_checkpoint(result)
         finally:
             clear_batch_args(sc, batch_args)
         if reused is not None:
@@ -916,24 +917,6 @@ def _is_cancellation(exc: BaseException) -> bool:
     to a real failure of the batch."""
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))
-
-
-def release_local_checkpoint(df: Any) -> None:
-    """Drop the blocks of a batch's materialised output once the sink has taken it.
-
-    Why: ``localCheckpoint`` keeps the batch's rows in the block manager, deserialised in the
-    JVM's heap, until Spark's ContextCleaner sees the RDD unreachable, which waits for a JVM
-    garbage collection that reaches it; meanwhile later batches add theirs. With a large
-    output (W2's 10M keys: about 2 GB a batch) the driver's heap filled with rows no one would
-    read again. The sink is done with the DataFrame when its ``add_batch`` returns (a
-    ``foreachBatch`` function that keeps it past its call would find it gone, as it would find
-    Spark's own batch DataFrame unusable); removal is asynchronous, so the loop does not wait."""
-    try:
-        logical = df._jdf.queryExecution().logical()
-        if logical.getClass().getSimpleName() == "LogicalRDD":
-            logical.rdd().unpersist(False)
-    except Exception:  # noqa: BLE001 - only memory: the ContextCleaner still frees it later
-        logger.debug("could not release the batch's materialised output", exc_info=True)
 
 
 def _observed_count(obs: Any) -> int:

@@ -495,3 +495,46 @@ def test_the_batches_send_arrow_batches_without_a_byte_limit_unless_the_user_set
     with session_confs(spark, {ARROW_MAX_BYTES_PER_BATCH: "1000000"}):
         in_batch, _ = _batch_session_conf(spark, ARROW_MAX_BYTES_PER_BATCH)
     assert in_batch is not None and in_batch.rstrip("b") == "1000000"
+
+
+# -- the batch's materialised output (operators.local_checkpoint) ---------------------------------
+
+
+def test_the_batch_output_is_kept_serialised_and_dropped_after_the_sink(spark):
+    """The rows a sink reads are the batch's local checkpoint, kept serialised in memory and on
+    disk (not as Scala's deserialised MEMORY_AND_DISK), and their blocks leave the block manager
+    once the sink returns."""
+    import datetime
+
+    from pyspark.sql import functions as F
+
+    seen: list[tuple] = []
+    ss = StreamingSession(spark)
+    stream = ss.memoryStream("t TIMESTAMP, v INT")
+    stream.add_data([(datetime.datetime(2026, 1, 1, 0, 0, s), s) for s in range(12)])
+    counts = stream.toDF().groupBy(F.window("t", "5 seconds")).count()
+
+    def sink(df, _batch_id):
+        logical = df._jdf.queryExecution().logical()
+        rdd = logical.rdd()
+        level = rdd.getStorageLevel()
+        persisted = spark.sparkContext._jsc.sc().getPersistentRDDs().contains(rdd.id())
+        seen.append((logical.getClass().getSimpleName(), level.useMemory(), level.useDisk(), level.deserialized(), persisted, rdd.id(), df.count()))
+
+    q = counts.writeStream.outputMode("update").foreachBatch(sink).start()
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert len(seen) == 1
+    kind, memory, disk, deserialized, persisted, rdd_id, rows = seen[0]
+    assert (kind, memory, disk, deserialized, persisted, rows) == ("LogicalRDD", True, True, False, True, 3)
+
+    # unpersist is asynchronous: the RDD leaves the persisted ones soon after the sink returns
+    def still_persisted() -> bool:
+        return spark.sparkContext._jsc.sc().getPersistentRDDs().contains(rdd_id)
+
+    deadline = time.monotonic() + 30
+    while still_persisted() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not still_persisted()
