@@ -297,9 +297,15 @@ class MicroBatchExecution:
         returns (as Spark documents), then the query thread starts."""
         from statestream.runtime.progress import format_timestamp_ms
 
-        self.sink.on_query_start(self.checkpoint_location, self.plan)
-        self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
+        # active from here, as Spark's query is from its initialisation: a listener's
+        # onQueryStarted (which runs before start() returns) finds it active
         self._active = True
+        try:
+            self.sink.on_query_start(self.checkpoint_location, self.plan)
+            self.listeners.post_started(self.query_id, self.run_id, self.query_name, format_timestamp_ms(int(time.time() * 1000)))
+        except BaseException:
+            self._active = False
+            raise
         self._thread = threading.Thread(target=self._run, name=f"statestream-{self.query_name or self.query_id}", daemon=True)
         self._thread.start()
 

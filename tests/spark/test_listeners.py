@@ -223,6 +223,48 @@ def test_a_listener_may_stop_and_await_the_query(spark, tmp_path, engine):
         assert listener.threads and all(name == "statestream-listener-bus" for name in listener.threads)
 
 
+class SeesItsQueryStart(StreamingQueryListener):
+    """What ``onQueryStarted`` finds of its query through the session's manager."""
+
+    def __init__(self, streams: Any) -> None:
+        self.streams = streams
+        self.seen: list[tuple[bool, bool]] = []
+
+    def onQueryStarted(self, event):  # noqa: N802
+        query = self.streams.get(str(event.id))
+        self.seen.append((query is not None, bool(query is not None and query.isActive)))
+
+    def onQueryProgress(self, event):  # noqa: N802
+        pass
+
+    def onQueryIdle(self, event):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event):  # noqa: N802
+        pass
+
+
+@pytest.mark.parametrize("engine", ["spark", "ours"])
+def test_a_query_is_active_when_its_listeners_hear_it_started(spark, tmp_path, engine):
+    """Spark's query is active from its initialisation: ``onQueryStarted``, which runs before
+    ``start()`` returns, finds it in ``streams`` and active."""
+    from statestream import StreamingSession
+
+    session = spark if engine == "spark" else StreamingSession(spark)
+    listener = SeesItsQueryStart(session.streams)
+    session.streams.addListener(listener)
+    try:
+        df = session.readStream.schema(SCHEMA).parquet(_input(spark, tmp_path))
+        query = df.writeStream.format("noop").queryName(f"sees_its_start_{engine}").start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    finally:
+        session.streams.removeListener(listener)
+    assert listener.seen == [(True, True)]
+
+
 def test_events_after_process_all_available_once_the_bus_drained(spark, tmp_path):
     """Events after onQueryStarted are delivered on the bus thread, in order; a test waits for
     the bus to drain (as Spark's tests do) instead of sleeping."""
