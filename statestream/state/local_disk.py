@@ -14,7 +14,16 @@ needs is about one partition's state, not the whole store's: more shuffle partit
 partitions.
 
 This is a cache, not a store: the checkpoint's delta and snapshot files stay the source of
-truth, and a lost local file only costs a reload from them. Files are named per process
+truth, and a lost local file only costs a reload from them.
+
+The Python workers of one executor share what they wrote. A partition's task goes to whichever
+worker is free, so a worker often has to load the version another worker committed in the batch
+before; replaying that delta onto an older version it cached costs a read, a key match and a
+copy of the whole partition. Instead it maps the other worker's file of that version
+(:func:`find_mapped`): a file's name holds its version and the size and modification time of the
+version's delta file when it was written (:func:`mapped_file_name`), so a file is found only for
+the version as the checkpoint holds it now (a re-executed batch that rewrote the delta names a
+different file). Files are named per process
 (``<local dir>/statestream-state-<pid>/...``) and deleted when their version leaves the cache.
 What a worker leaves behind (PySpark's daemon ends its workers with ``os._exit``, which skips
 Python's exit hooks, and a killed worker runs none) goes with Spark's local directories, which
@@ -37,7 +46,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["ON_LOCAL_DISK_CONF", "local_state_root", "store_dir", "write_mapped", "remove_mapped"]
+__all__ = [
+    "ON_LOCAL_DISK_CONF",
+    "local_state_root",
+    "store_dir",
+    "mapped_file_name",
+    "find_mapped",
+    "write_mapped",
+    "read_mapped",
+    "remove_mapped",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +86,40 @@ def local_state_root() -> Path:
         return _ROOT
 
 
+def _run_tag(checkpoint_root: str, run_id: str) -> str:
+    return hashlib.sha1(f"{checkpoint_root}\0{run_id}".encode()).hexdigest()[:16]
+
+
 def store_dir(checkpoint_root: str, run_id: str, relative_dir: str) -> Path:
     """The directory of one store's versions: one per checkpoint and run (a restarted query
     never maps a file of the run before it), then the store's own relative directory."""
-    tag = hashlib.sha1(f"{checkpoint_root}\0{run_id}".encode()).hexdigest()[:16]
-    return local_state_root() / tag / relative_dir
+    return local_state_root() / _run_tag(checkpoint_root, run_id) / relative_dir
+
+
+def mapped_file_name(version: int, delta_stamp: tuple[int, int] | None) -> str:
+    """The file name of ``version``: with the (size, mtime_ns) of its delta file, the version as
+    the checkpoint holds it (see the module docstring); without one, a name no other process
+    looks for."""
+    if delta_stamp is None:
+        return f"{version}.arrow"
+    size, mtime_ns = delta_stamp
+    return f"{version}.{size}.{mtime_ns}.arrow"
+
+
+def find_mapped(checkpoint_root: str, run_id: str, relative_dir: str, name: str) -> Path | None:
+    """The file ``name`` of one store as any statestream process under the same local directory
+    wrote it (this process's own included), or None."""
+    base = Path(_base_dir())
+    tail = Path(_run_tag(checkpoint_root, run_id)) / relative_dir / name
+    try:
+        roots = [d for d in base.iterdir() if d.name.startswith("statestream-state-")]
+    except OSError:
+        return None
+    for root in roots:
+        path = root / tail
+        if path.is_file():
+            return path
+    return None
 
 
 def write_mapped(table: pa.Table, path: Path) -> pa.Table:
@@ -88,8 +135,7 @@ def write_mapped(table: pa.Table, path: Path) -> pa.Table:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         os.replace(tmp, path)
-        with pa.memory_map(str(path), "r") as source:
-            mapped = pa.ipc.open_file(source).read_all()
+        mapped = read_mapped(path)
     except OSError:
         remove_mapped(tmp)
         remove_mapped(path)
@@ -97,6 +143,12 @@ def write_mapped(table: pa.Table, path: Path) -> pa.Table:
     # the map stays alive as long as the table's buffers do; closing the file object does not
     # unmap it
     return mapped
+
+
+def read_mapped(path: Path) -> pa.Table:
+    """The table of a file :func:`write_mapped` wrote, memory-mapped (no copy in memory)."""
+    with pa.memory_map(str(path), "r") as source:
+        return pa.ipc.open_file(source).read_all()
 
 
 def remove_mapped(path: Path) -> None:

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import StateStoreError
 from statestream.state.keys import check_key_types_supported, match_keys
-from statestream.state.local_disk import remove_mapped, store_dir, write_mapped
+from statestream.state.local_disk import find_mapped, mapped_file_name, read_mapped, remove_mapped, store_dir, write_mapped
 from statestream.state.store import (
     OP_PUT,
     ReadStateStore,
@@ -160,6 +160,9 @@ class StateStoreProvider:
         self._loaded: dict[int, tuple[pa.Table, tuple[int, int] | None]] = {}
         # with conf.on_local_disk: version -> the local file its cached table is mapped from
         self._mapped: dict[int, Path] = {}
+        # with conf.on_local_disk: cached versions mapped from another worker's file (not ours
+        # to delete)
+        self._borrowed: set[int] = set()
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
@@ -213,7 +216,7 @@ class StateStoreProvider:
         """Arrow bytes of all cached versions held in memory (not those mapped from local
         disk), plus ``extra`` if it is not one of the cached tables."""
         with self._lock:
-            tables = [(t, v in self._mapped) for v, (t, _) in self._loaded.items()]
+            tables = [(t, v in self._mapped or v in self._borrowed) for v, (t, _) in self._loaded.items()]
         total = sum(t.nbytes for t, mapped in tables if not mapped)
         if extra is not None and not any(extra is t for t, _ in tables):
             total += extra.nbytes
@@ -224,9 +227,10 @@ class StateStoreProvider:
             return sorted(self._loaded)
 
     def mapped_versions(self) -> list[int]:
-        """The cached versions served from a local file (``conf.on_local_disk``)."""
+        """The cached versions served from a local file (``conf.on_local_disk``), this process's
+        or another worker's."""
         with self._lock:
-            return sorted(self._mapped)
+            return sorted({*self._mapped, *self._borrowed})
 
     # -- files --------------------------------------------------------------------------------
     def file_name(self, version: int, kind: str) -> str:
@@ -359,7 +363,8 @@ class StateStoreProvider:
         rows are not held twice)."""
         self._drop(version)
         if self.conf.on_local_disk and table.num_rows:
-            path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / f"{version}.arrow"
+            name = mapped_file_name(version, stamp)
+            path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / name
             try:
                 table = write_mapped(table, path)
                 self._mapped[version] = path
@@ -367,14 +372,49 @@ class StateStoreProvider:
                 # a cache never fails a batch: a full or missing local disk keeps the version
                 # in memory, as without the conf
                 log.warning("%s: version %d stays in memory, it could not be kept on local disk at %s: %s", self.store_id, version, path, exc)
+        self._keep(version, table, stamp)
+        return table
+
+    def _keep(self, version: int, table: pa.Table, stamp: tuple[int, int] | None) -> None:
         self._loaded[version] = (table, stamp)
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
             self._drop(v)
+
+    def _borrow(self, version: int) -> pa.Table | None:
+        """``version`` mapped from the file another Python worker of this executor wrote when it
+        committed or loaded it (``conf.on_local_disk``; see ``state/local_disk.py``), or None.
+
+        Why: without it, a worker given a partition whose last version another worker committed
+        replays that version's delta onto an older version of its own (a file read, a key match
+        and a copy of the whole partition), then writes the result to a file of its own: the
+        same rows twice in the page cache."""
+        stamp = self._stamp(version)
+        if stamp is None:
+            return None
+        name = mapped_file_name(version, stamp)
+        path = find_mapped(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir, name)
+        if path is None:
+            return None
+        try:
+            table = read_mapped(path)
+        except (OSError, pa.ArrowException):
+            # deleted or cut meanwhile: the checkpoint's files are still there
+            log.debug("%s: could not map %s; replaying the checkpoint's files", self.store_id, path, exc_info=True)
+            return None
+        if not table.schema.equals(self.schema):
+            log.debug("%s: %s has another schema; replaying the checkpoint's files", self.store_id, path)
+            return None
+        self._drop(version)
+        self._borrowed.add(version)
+        self._keep(version, table, stamp)
+        log.info("loaded %s version %d from the local file of another worker (%s)", self.store_id, version, path)
         return table
 
     def _drop(self, version: int) -> None:
-        """Forget a cached version (and delete its local file, if it was mapped from one)."""
+        """Forget a cached version (and delete its local file, if it was mapped from one this
+        process wrote)."""
         self._loaded.pop(version, None)
+        self._borrowed.discard(version)
         path = self._mapped.pop(version, None)
         if path is not None:
             remove_mapped(path)
@@ -413,6 +453,10 @@ class StateStoreProvider:
             if version <= begins_at:
                 return self._empty()
             self._misses += 1
+            if self.conf.on_local_disk:
+                borrowed = self._borrow(version)
+                if borrowed is not None:
+                    return borrowed
             base_version, base = begins_at, self._empty()
             for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
                 below = self._cached(v)

@@ -38,7 +38,8 @@ def provider(tmp_path, part: int = 0, *, on_disk: bool = True, run_id: str = "ru
 
 
 def mapped_files(tmp_path) -> list[str]:
-    return sorted(p.name for p in (tmp_path / "local").rglob("*.arrow"))
+    """``<version>.arrow`` for each mapped file (its name also holds its delta file's stamp)."""
+    return sorted(f"{p.name.split('.')[0]}.arrow" for p in (tmp_path / "local").rglob("*.arrow"))
 
 
 def add(p, version: int, keys, counts) -> int:
@@ -55,7 +56,9 @@ def test_a_committed_version_is_served_from_a_mapped_file_under_sparks_first_loc
     assert v == 1
     # the cached version lives in a file of this process's directory under the first local dir
     root = tmp_path / "local" / f"statestream-state-{os.getpid()}"
-    assert [f.relative_to(root).parts[1:] for f in root.rglob("*.arrow")] == [("0", "0", "1.arrow")]
+    delta = (tmp_path / "state" / "0" / "0" / "1.delta").stat()
+    name = f"1.{delta.st_size}.{delta.st_mtime_ns}.arrow"
+    assert [f.relative_to(root).parts[1:] for f in root.rglob("*.arrow")] == [("0", "0", name)]
     assert not (tmp_path / "other").exists()
     table = p.get_store(1).table()
     # the table is not on Arrow's heap: the 200,000 rows (3.2 MB) it holds are not allocated
@@ -166,3 +169,72 @@ def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         local_disk.write_mapped(rows([1], [1]), tmp_path / "v" / "1.arrow")
     assert list((tmp_path / "v").iterdir()) == []
+
+
+# -- the Python workers of one executor share their files --------------------------------------
+
+
+def as_another_worker(monkeypatch, pid: int) -> None:
+    """From here on this process writes its files as the worker with ``pid`` would, and caches
+    providers of its own (the other worker's cache is left behind, as in that process)."""
+    import statestream.state.provider as provider_module
+
+    monkeypatch.setattr(local_disk, "_ROOT", None)
+    monkeypatch.setattr(local_disk.os, "getpid", lambda: pid)
+    monkeypatch.setattr(provider_module, "_PROVIDERS", {})
+
+
+def test_a_worker_maps_the_version_another_worker_committed_instead_of_replaying_it(tmp_path, monkeypatch):
+    first = provider(tmp_path)
+    add(first, 0, [1, 2], [1, 1])
+    add(first, 1, [2, 3], [5, 7])  # version 2, in the first worker's directory
+    first_dir = tmp_path / "local" / f"statestream-state-{os.getpid()}"
+    as_another_worker(monkeypatch, 999_999_001)
+    second = provider(tmp_path)
+    replayed = []
+    original = second._read
+    monkeypatch.setattr(second, "_read", lambda *a, **k: replayed.append(a) or original(*a, **k))
+    table = second.get_store(2).table()
+    assert replayed == []  # no delta or snapshot file was read
+    assert sorted(zip(table.column("k").to_pylist(), table.column("count").to_pylist())) == [(1, 1), (2, 5), (3, 7)]
+    assert second.mapped_versions() == [2] and second.memory_used_bytes() == 0
+    # its own commit goes on from there, in its own directory
+    assert add(second, 2, [4], [1]) == 3
+    own = tmp_path / "local" / "statestream-state-999999001"
+    assert [f.name.split(".")[0] for f in own.rglob("*.arrow")] == ["3"]
+    # dropping the borrowed version leaves the first worker's file alone
+    second.close()
+    assert sorted(f.name.split(".")[0] for f in first_dir.rglob("*.arrow")) == ["1", "2"]
+
+
+def test_a_file_of_a_version_whose_delta_was_rewritten_is_not_mapped(tmp_path, monkeypatch):
+    """A re-executed batch rewrote the version's delta after the first worker cached it: the
+    second worker replays the checkpoint's files, and gets the new history."""
+    first = provider(tmp_path)
+    add(first, 0, [1], [1])
+    as_another_worker(monkeypatch, 999_999_002)
+    rewriter = provider(tmp_path)
+    add(rewriter, 0, [8], [8])  # version 1 again, other rows (its file has the new stamp)
+    as_another_worker(monkeypatch, 999_999_003)
+    third = provider(tmp_path)
+    assert third.get_store(1).table().column("k").to_pylist() == [8]
+
+
+def test_a_file_that_cannot_be_mapped_falls_back_to_the_checkpoint(tmp_path, monkeypatch):
+    first = provider(tmp_path)
+    add(first, 0, [1, 2], [1, 2])
+    for f in (tmp_path / "local").rglob("*.arrow"):
+        f.write_bytes(b"not an arrow file")
+    as_another_worker(monkeypatch, 999_999_004)
+    second = provider(tmp_path)
+    assert sorted(second.get_store(1).table().column("k").to_pylist()) == [1, 2]
+    assert second.memory_used_bytes() == 0  # replayed, then mapped from a file of its own
+
+
+def test_the_in_memory_cache_never_looks_for_other_workers_files(tmp_path, monkeypatch):
+    first = provider(tmp_path)
+    add(first, 0, [1], [1])
+    as_another_worker(monkeypatch, 999_999_005)
+    second = provider(tmp_path, on_disk=False)
+    monkeypatch.setattr(local_disk, "find_mapped", lambda *a: pytest.fail("looked for a mapped file"))
+    assert second.get_store(1).table().column("k").to_pylist() == [1]
