@@ -4,15 +4,16 @@ A batch materialises its result once before the sink sees it (so that its state 
 commit exactly once whatever the sink does), and some operators materialise an intermediate
 (a union's stateful input, a stream-stream join's new rows and matched pairs). Spark's
 ``Dataset.localCheckpoint`` keeps the blocks at Scala's ``MEMORY_AND_DISK``: rows *deserialised*
-in the JVM's heap, each an object with its own byte array, sized row by row by the block
-manager's size estimator as the task stores them.
+in the JVM's heap, each a row object with a byte array of its own.
 
 Why serialised instead: the heap then holds each partition as a few byte buffers about the size
-of the rows' data, and spills them to the local disks if the storage memory fills, and a task
-no longer pays the size estimator on every row. Measured on W2 (1M keys, 630,000 output rows a
-batch), the JVM's peak RSS went from 2.1-2.4 GB to 1.3-1.4 GB at the same speed; at 10M keys
-(2M output rows a batch) from 3.3 to 2.2 GB (``bench/README.md``). Reading the blocks back (the
-sink's job) deserialises them, which costs what the size estimator saved.
+of the rows' data (no object headers and array per row), and spills them to the local disks if
+the storage memory fills. Measured on W2 (1M keys, 630,000 output rows a batch), the JVM's peak
+RSS went from 2.1-2.4 GB to 1.3-1.4 GB at the same speed; at 10M keys (2M output rows a batch)
+from 3.3 to 2.2 GB (``bench/README.md``). The cost moves, it does not grow in these runs:
+storing a row serialises it, and every job that reads the blocks (the sink's, or each of
+several actions a ``foreachBatch`` function runs, or the jobs that read a join's intermediate)
+deserialises them.
 
 The level is PySpark's ``StorageLevel(True, True, False, False)``: disk and memory, not off the
 heap, not deserialised (Python's ``StorageLevel.MEMORY_AND_DISK``, whose name in Scala means the

@@ -332,8 +332,7 @@ class MicroBatchExecution:
         Either way the query is no longer active from here on (Spark's state is TERMINATED as
         the stop begins), while ``spark.streams.active`` lists it until its thread ends."""
         self._stop.set()
-        if self._thread is not None:
-            self._active = False
+        self._active = False  # also when called from a listener's onQueryStarted, before the thread
         with self._lock:
             self._lock.notify_all()
         if self._thread is None or self._thread is threading.current_thread() or self._done.is_set():

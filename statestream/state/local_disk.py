@@ -20,10 +20,12 @@ The Python workers of one executor share what they wrote. A partition's task goe
 worker is free, so a worker often has to load the version another worker committed in the batch
 before; replaying that delta onto an older version it cached costs a read, a key match and a
 copy of the whole partition. Instead it maps the other worker's file of that version
-(:func:`find_mapped`): a file's name holds its version and the size and modification time of the
-version's delta file when it was written (:func:`mapped_file_name`), so a file is found only for
-the version as the checkpoint holds it now (a re-executed batch that rewrote the delta names a
-different file). Files are named per process
+(:func:`find_mapped`). A file's name holds its version and, of the version's delta file, the size,
+the modification time and the CRC-32 of its trailer (:func:`mapped_file_name`): a re-executed
+batch that rewrites the delta with other rows names another file even when the size and a
+coarse modification time are the same. A worker takes these from the delta before it reads it
+(on a load) or from what it wrote (on a commit), so a rewrite racing with it leaves its file
+under a name no reader looks for. Files are named per process
 (``<local dir>/statestream-state-<pid>/...``) and deleted when their version leaves the cache.
 What a worker leaves behind (PySpark's daemon ends its workers with ``os._exit``, which skips
 Python's exit hooks, and a killed worker runs none) goes with Spark's local directories, which
@@ -96,30 +98,35 @@ def store_dir(checkpoint_root: str, run_id: str, relative_dir: str) -> Path:
     return local_state_root() / _run_tag(checkpoint_root, run_id) / relative_dir
 
 
-def mapped_file_name(version: int, delta_stamp: tuple[int, int] | None) -> str:
-    """The file name of ``version``: with the (size, mtime_ns) of its delta file, the version as
-    the checkpoint holds it (see the module docstring); without one, a name no other process
-    looks for."""
-    if delta_stamp is None:
+def mapped_file_name(version: int, delta_stamp: tuple[int, int] | None, delta_checksum: int | None) -> str:
+    """The file name of ``version``: with the (size, mtime_ns) of its delta file and the CRC-32
+    in that file's trailer, the version as the checkpoint holds it (see the module docstring);
+    without them, a name no other process looks for."""
+    if delta_stamp is None or delta_checksum is None:
         return f"{version}.arrow"
     size, mtime_ns = delta_stamp
-    return f"{version}.{size}.{mtime_ns}.arrow"
+    return f"{version}.{size}.{mtime_ns}.{delta_checksum:08x}.arrow"
 
 
-def find_mapped(checkpoint_root: str, run_id: str, relative_dir: str, name: str) -> Path | None:
-    """The file ``name`` of one store as any statestream process under the same local directory
-    wrote it (this process's own included), or None."""
+def find_mapped(checkpoint_root: str, run_id: str, relative_dir: str, name: str) -> list[Path]:
+    """The files ``name`` of one store as the statestream processes under the same local
+    directory wrote them (this process's own included). A directory that cannot be read (another
+    user's, a failing disk) is passed over: this is a cache."""
     base = Path(_base_dir())
     tail = Path(_run_tag(checkpoint_root, run_id)) / relative_dir / name
     try:
         roots = [d for d in base.iterdir() if d.name.startswith("statestream-state-")]
     except OSError:
-        return None
+        return []
+    found = []
     for root in roots:
         path = root / tail
-        if path.is_file():
-            return path
-    return None
+        try:
+            if path.is_file():
+                found.append(path)
+        except OSError:
+            continue
+    return found
 
 
 def write_mapped(table: pa.Table, path: Path) -> pa.Table:

@@ -78,6 +78,13 @@ def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
         return None, "its data does not match its checksum (the file was changed or damaged after it was written)"
     return body, None
 
+def trailer_checksum(tail: bytes) -> int | None:
+    """The CRC-32 a state file's checksum trailer holds, from the file's last bytes (at least
+    the trailer's size), or None when they are not a trailer (a version 1 file)."""
+    if len(tail) < _TRAILER.size or tail[-_TRAILER.size:][:8] != CHECKSUM_MAGIC:
+        return None
+    return int(_TRAILER.unpack(tail[-_TRAILER.size:])[1])
+
 #: Name of the operation column of a delta file.
 OP_COLUMN = "__op"
 
@@ -262,10 +269,26 @@ class StateStoreProvider:
             writer.write_table(table)
         return add_checksum(sink.getvalue())
 
-    def _write(self, table: pa.Table, kind: str, version: int) -> None:
+    def _write(self, table: pa.Table, kind: str, version: int) -> int | None:
+        """Write one state file; returns the CRC-32 of what was written (its trailer's)."""
         name = self.file_name(version, kind)
-        self._files.write_atomic(name, self._serialize(table, kind, version))  # type: ignore[arg-type]
+        data = self._serialize(table, kind, version)
+        self._files.write_atomic(name, data)  # type: ignore[arg-type]
         log.debug("wrote %s (%d rows)", self._display(name), table.num_rows)
+        return trailer_checksum(data[-_TRAILER.size:])
+
+    def _delta_checksum(self, version: int) -> int | None:
+        """The CRC-32 in the trailer of ``<version>.delta`` as the file is now (its last bytes
+        only), or None (no such file, no trailer, or unreadable: then no mapped file of another
+        worker is looked for)."""
+        try:
+            with self._files.open_input(self.file_name(version, _DELTA)) as f:
+                size = f.size()
+                if size < _TRAILER.size:
+                    return None
+                return trailer_checksum(f.read_at(_TRAILER.size, size - _TRAILER.size))
+        except (OSError, pa.ArrowException):
+            return None
 
     def _read(self, version: int, kind: str, needed_for: int) -> pa.Table:
         """Read and validate one state file; returns it with the expected schema."""
@@ -357,13 +380,17 @@ class StateStoreProvider:
             return None
         return int(info.size or 0), int(info.mtime_ns or 0)
 
-    def _cache(self, version: int, table: pa.Table, stamp: tuple[int, int] | None) -> pa.Table:
+    def _cache(
+        self, version: int, table: pa.Table, stamp: tuple[int, int] | None, checksum: int | None = None
+    ) -> pa.Table:
         """Cache ``table`` as ``version`` and return the cached table (with
         ``conf.on_local_disk``, the same rows mapped from local disk; serve that one, so the
-        rows are not held twice)."""
+        rows are not held twice). ``checksum``: the CRC-32 of the delta file ``table`` was
+        built with or committed as; with ``stamp``, it names the mapped file so that other
+        workers find it (see ``state/local_disk.py``)."""
         self._drop(version)
         if self.conf.on_local_disk and table.num_rows:
-            name = mapped_file_name(version, stamp)
+            name = mapped_file_name(version, stamp, checksum)
             path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / name
             try:
                 table = write_mapped(table, path)
@@ -380,29 +407,29 @@ class StateStoreProvider:
         for v in sorted(self._loaded)[: -self.conf.max_versions_in_memory]:
             self._drop(v)
 
-    def _borrow(self, version: int) -> pa.Table | None:
+    def _borrow(self, version: int, stamp: tuple[int, int], checksum: int) -> pa.Table | None:
         """``version`` mapped from the file another Python worker of this executor wrote when it
         committed or loaded it (``conf.on_local_disk``; see ``state/local_disk.py``), or None.
+        ``stamp`` and ``checksum`` describe ``<version>.delta`` as it is now: only a file named
+        by both is the version the checkpoint holds.
 
         Why: without it, a worker given a partition whose last version another worker committed
         replays that version's delta onto an older version of its own (a file read, a key match
         and a copy of the whole partition), then writes the result to a file of its own: the
         same rows twice in the page cache."""
-        stamp = self._stamp(version)
-        if stamp is None:
-            return None
-        name = mapped_file_name(version, stamp)
-        path = find_mapped(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir, name)
-        if path is None:
-            return None
-        try:
-            table = read_mapped(path)
-        except (OSError, pa.ArrowException):
-            # deleted or cut meanwhile: the checkpoint's files are still there
-            log.debug("%s: could not map %s; replaying the checkpoint's files", self.store_id, path, exc_info=True)
-            return None
-        if not table.schema.equals(self.schema):
-            log.debug("%s: %s has another schema; replaying the checkpoint's files", self.store_id, path)
+        name = mapped_file_name(version, stamp, checksum)
+        for path in find_mapped(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir, name):
+            try:
+                table = read_mapped(path)
+            except (OSError, pa.ArrowException):
+                # deleted or damaged meanwhile: another copy, or the checkpoint's files
+                log.debug("%s: could not map %s", self.store_id, path, exc_info=True)
+                continue
+            if not table.schema.equals(self.schema):
+                log.debug("%s: %s has another schema", self.store_id, path)
+                continue
+            break
+        else:
             return None
         self._drop(version)
         self._borrowed.add(version)
@@ -453,8 +480,12 @@ class StateStoreProvider:
             if version <= begins_at:
                 return self._empty()
             self._misses += 1
-            if self.conf.on_local_disk:
-                borrowed = self._borrow(version)
+            # read before the files: a delta rewritten after this makes the entry stale (it is
+            # then reloaded), never a new stamp on old rows
+            stamp = self._stamp(version)
+            checksum = self._delta_checksum(version) if self.conf.on_local_disk and stamp is not None else None
+            if stamp is not None and checksum is not None:
+                borrowed = self._borrow(version, stamp, checksum)
                 if borrowed is not None:
                     return borrowed
             base_version, base = begins_at, self._empty()
@@ -480,19 +511,21 @@ class StateStoreProvider:
                 base_version,
                 version - base_version,
             )
-            return self._cache(version, table, self._stamp(version))
+            return self._cache(version, table, stamp, checksum)
 
     # -- commit -------------------------------------------------------------------------------
     def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int:
         """Write ``<base_version+1>.delta`` and cache the new table; called by ``StateStore``."""
         new_version = base_version + 1
-        self._write(delta, _DELTA, new_version)
+        # the CRC of what this commit wrote: if a concurrent attempt rewrote the file since, the
+        # mapped file's name (its stamp, this CRC) matches neither and no other worker maps it
+        checksum = self._write(delta, _DELTA, new_version)
         with self._lock:
             # Versions above the new one belong to a history this commit has just replaced (a
             # re-executed batch): they must never be served again.
             for v in [v for v in self._loaded if v >= new_version]:
                 self._drop(v)
-            self._cache(new_version, table, self._stamp(new_version))
+            self._cache(new_version, table, self._stamp(new_version), checksum)
         _trim_siblings(self, new_version)
         return new_version
 
@@ -643,6 +676,7 @@ def get_provider(
             ):
                 return provider
             log.warning("replacing cached state store provider of %s: schema or conf changed", store_id)
+            _PROVIDERS.pop(key).close()  # its mapped files go with it (another worker could map them)
         for stale in [k for k in _PROVIDERS if k[0] == store_id and k[1] != run_id]:
             _PROVIDERS.pop(stale).close()
         provider = StateStoreProvider(store_id, key_schema, value_schema, conf, run_id)

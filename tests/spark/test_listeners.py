@@ -265,6 +265,41 @@ def test_a_query_is_active_when_its_listeners_hear_it_started(spark, tmp_path, e
     assert listener.seen == [(True, True)]
 
 
+class StopsItsQueryAtStart(StreamingQueryListener):
+    def __init__(self, streams: Any) -> None:
+        self.streams = streams
+
+    def onQueryStarted(self, event):  # noqa: N802
+        self.streams.get(str(event.id)).stop()
+
+    def onQueryProgress(self, event):  # noqa: N802
+        pass
+
+    def onQueryIdle(self, event):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event):  # noqa: N802
+        pass
+
+
+def test_a_query_stopped_by_its_onquerystarted_listener_is_inactive_and_ends(spark, tmp_path):
+    """statestream only: on Spark's engine the event comes from the query's own thread, and a
+    stop there waits for that thread."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    listener = StopsItsQueryAtStart(ss.streams)
+    ss.streams.addListener(listener)
+    try:
+        df = ss.readStream.schema(SCHEMA).parquet(_input(spark, tmp_path))
+        query = df.writeStream.format("noop").queryName("stopped_at_start").start()
+        assert not query.isActive
+        assert query.awaitTermination(60) is True
+        assert query.exception() is None and query not in ss.streams.active
+    finally:
+        ss.streams.removeListener(listener)
+
+
 def test_events_after_process_all_available_once_the_bus_drained(spark, tmp_path):
     """Events after onQueryStarted are delivered on the bus thread, in order; a test waits for
     the bus to drain (as Spark's tests do) instead of sleeping."""

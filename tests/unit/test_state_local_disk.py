@@ -13,6 +13,7 @@ import pytest
 from statestream.errors import StateStoreError
 from statestream.state import StateStoreConf, StateStoreId, clear_provider_cache, get_provider
 from statestream.state import local_disk
+from statestream.state.provider import trailer_checksum
 from statestream.state.store import on_local_disk_from_conf
 
 KS = pa.schema([("k", pa.int64())])
@@ -56,8 +57,10 @@ def test_a_committed_version_is_served_from_a_mapped_file_under_sparks_first_loc
     assert v == 1
     # the cached version lives in a file of this process's directory under the first local dir
     root = tmp_path / "local" / f"statestream-state-{os.getpid()}"
-    delta = (tmp_path / "state" / "0" / "0" / "1.delta").stat()
-    name = f"1.{delta.st_size}.{delta.st_mtime_ns}.arrow"
+    delta_path = tmp_path / "state" / "0" / "0" / "1.delta"
+    delta = delta_path.stat()
+    crc = trailer_checksum(delta_path.read_bytes())
+    name = f"1.{delta.st_size}.{delta.st_mtime_ns}.{crc:08x}.arrow"
     assert [f.relative_to(root).parts[1:] for f in root.rglob("*.arrow")] == [("0", "0", name)]
     assert not (tmp_path / "other").exists()
     table = p.get_store(1).table()
@@ -208,16 +211,25 @@ def test_a_worker_maps_the_version_another_worker_committed_instead_of_replaying
 
 
 def test_a_file_of_a_version_whose_delta_was_rewritten_is_not_mapped(tmp_path, monkeypatch):
-    """A re-executed batch rewrote the version's delta after the first worker cached it: the
-    second worker replays the checkpoint's files, and gets the new history."""
+    """A re-executed batch rewrote the version's delta with other rows after the first worker
+    mapped it, in a file of the same size and (a coarse clock) the same modification time: the
+    next worker replays the checkpoint's files, and gets the new history."""
     first = provider(tmp_path)
     add(first, 0, [1], [1])
+    delta = tmp_path / "state" / "0" / "0" / "1.delta"
+    before = delta.stat()
     as_another_worker(monkeypatch, 999_999_002)
-    rewriter = provider(tmp_path)
-    add(rewriter, 0, [8], [8])  # version 1 again, other rows (its file has the new stamp)
+    rewriter = provider(tmp_path, on_disk=False)  # leaves no mapped file of its own
+    add(rewriter, 0, [8], [8])
+    os.utime(delta, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (delta.stat().st_size, delta.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     as_another_worker(monkeypatch, 999_999_003)
     third = provider(tmp_path)
+    replayed = []
+    original = third._read
+    monkeypatch.setattr(third, "_read", lambda *a, **k: replayed.append(a) or original(*a, **k))
     assert third.get_store(1).table().column("k").to_pylist() == [8]
+    assert replayed  # the first worker's file (rows [1]) was not taken
 
 
 def test_a_file_that_cannot_be_mapped_falls_back_to_the_checkpoint(tmp_path, monkeypatch):
@@ -236,5 +248,30 @@ def test_the_in_memory_cache_never_looks_for_other_workers_files(tmp_path, monke
     add(first, 0, [1], [1])
     as_another_worker(monkeypatch, 999_999_005)
     second = provider(tmp_path, on_disk=False)
-    monkeypatch.setattr(local_disk, "find_mapped", lambda *a: pytest.fail("looked for a mapped file"))
+    import statestream.state.provider as provider_module
+
+    monkeypatch.setattr(provider_module, "find_mapped", lambda *a: pytest.fail("looked for a mapped file"))
     assert second.get_store(1).table().column("k").to_pylist() == [1]
+    assert second.mapped_versions() == [] and second.memory_used_bytes() > 0
+
+
+def test_a_file_of_another_schema_is_not_mapped(tmp_path, monkeypatch):
+    """A worker whose store has another value schema never takes the file: it reads the
+    checkpoint's delta, and its schema check names the difference."""
+    first = provider(tmp_path)
+    add(first, 0, [1], [1])
+    as_another_worker(monkeypatch, 999_999_006)
+    other = get_provider(
+        StateStoreId(str(tmp_path / "state"), 0, 0), KS, pa.schema([("count", pa.int32(), False)]),
+        StateStoreConf(on_local_disk=True), "run-1",
+    )
+    with pytest.raises(StateStoreError, match="does not match the expected state schema"):
+        other.get_store(1)
+
+
+def test_a_provider_replaced_in_its_process_deletes_its_files(tmp_path):
+    first = provider(tmp_path)
+    add(first, 0, [1], [1])
+    assert mapped_files(tmp_path) == ["1.arrow"]
+    provider(tmp_path, versions=3)  # another conf: the provider is replaced
+    assert mapped_files(tmp_path) == []
