@@ -175,7 +175,24 @@ def test_ctrl_c_while_awaiting_any_termination_stops_the_queries_cleanly(spark, 
             q.stop()
 
 
-class StopsItsQuery(StreamingQueryListener):
+class QuietListener(StreamingQueryListener):
+    """A listener that ignores every event (PySpark asks for all four methods); the tests'
+    listeners below override the one they need."""
+
+    def onQueryStarted(self, event):  # noqa: N802
+        pass
+
+    def onQueryProgress(self, event):  # noqa: N802
+        pass
+
+    def onQueryIdle(self, event):  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event):  # noqa: N802
+        pass
+
+
+class StopsItsQuery(QuietListener):
     """Stops the query from ``onQueryProgress`` and waits for its end there: on Spark's engine
     events come on the listener bus thread, so this does not block the query."""
 
@@ -184,9 +201,6 @@ class StopsItsQuery(StreamingQueryListener):
         self.threads: list[str] = []
         self.returned = threading.Event()
 
-    def onQueryStarted(self, event):  # noqa: N802
-        pass
-
     def onQueryProgress(self, event):  # noqa: N802
         self.threads.append(threading.current_thread().name)
         query = self.streams.get(str(event.progress.id))
@@ -194,12 +208,6 @@ class StopsItsQuery(StreamingQueryListener):
             query.stop()
             query.awaitTermination()
             self.returned.set()
-
-    def onQueryIdle(self, event):  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event):  # noqa: N802
-        pass
 
 
 @pytest.mark.parametrize("engine", ["spark", "ours"])
@@ -223,7 +231,7 @@ def test_a_listener_may_stop_and_await_the_query(spark, tmp_path, engine):
         assert listener.threads and all(name == "statestream-listener-bus" for name in listener.threads)
 
 
-class SeesItsQueryStart(StreamingQueryListener):
+class SeesItsQueryStart(QuietListener):
     """What ``onQueryStarted`` finds of its query through the session's manager."""
 
     def __init__(self, streams: Any) -> None:
@@ -233,15 +241,6 @@ class SeesItsQueryStart(StreamingQueryListener):
     def onQueryStarted(self, event):  # noqa: N802
         query = self.streams.get(str(event.id))
         self.seen.append((query is not None, bool(query is not None and query.isActive)))
-
-    def onQueryProgress(self, event):  # noqa: N802
-        pass
-
-    def onQueryIdle(self, event):  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event):  # noqa: N802
-        pass
 
 
 @pytest.mark.parametrize("engine", ["spark", "ours"])
@@ -265,21 +264,12 @@ def test_a_query_is_active_when_its_listeners_hear_it_started(spark, tmp_path, e
     assert listener.seen == [(True, True)]
 
 
-class StopsItsQueryAtStart(StreamingQueryListener):
+class StopsItsQueryAtStart(QuietListener):
     def __init__(self, streams: Any) -> None:
         self.streams = streams
 
     def onQueryStarted(self, event):  # noqa: N802
         self.streams.get(str(event.id)).stop()
-
-    def onQueryProgress(self, event):  # noqa: N802
-        pass
-
-    def onQueryIdle(self, event):  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event):  # noqa: N802
-        pass
 
 
 def test_a_query_stopped_by_its_onquerystarted_listener_is_inactive_and_ends(spark, tmp_path):

@@ -52,22 +52,13 @@ class _StartedRecorder:
     """Run ids of the ``onQueryStarted`` events a statestream session delivered."""
 
     def __init__(self) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
+        from tests.spark.test_listeners import QuietListener
 
         runs: list[str] = []
 
-        class Listener(StreamingQueryListener):
+        class Listener(QuietListener):
             def onQueryStarted(self, event):  # noqa: N802
                 runs.append(str(event.runId))
-
-            def onQueryProgress(self, event):  # noqa: N802
-                pass
-
-            def onQueryIdle(self, event):  # noqa: N802
-                pass
-
-            def onQueryTerminated(self, event):  # noqa: N802
-                pass
 
         self.runs = runs
         self.listener = Listener()
