@@ -491,10 +491,9 @@ def test_the_batches_send_arrow_batches_without_a_byte_limit_unless_the_user_set
 # -- the batch's materialised output (operators.local_checkpoint) ---------------------------------
 
 
-def test_the_batch_output_is_kept_serialised_and_dropped_after_the_sink(spark):
-    """The rows a sink reads are the batch's local checkpoint, kept serialised in memory and on
-    disk (not as Scala's deserialised MEMORY_AND_DISK), and their blocks leave the block manager
-    once the sink returns."""
+def test_the_batch_output_is_a_local_checkpoint_dropped_after_the_sink(spark):
+    """The rows a sink reads are the batch's local checkpoint (at Spark's level for it: memory
+    and disk), and their blocks leave the block manager once the sink returns."""
     import datetime
 
     from pyspark.sql import functions as F
@@ -519,7 +518,7 @@ def test_the_batch_output_is_kept_serialised_and_dropped_after_the_sink(spark):
         q.stop()
     assert len(seen) == 1
     kind, memory, disk, deserialized, persisted, rdd_id, rows = seen[0]
-    assert (kind, memory, disk, deserialized, persisted, rows) == ("LogicalRDD", True, True, False, True, 3)
+    assert (kind, memory, disk, deserialized, persisted, rows) == ("LogicalRDD", True, True, True, True, 3)
 
     # unpersist is asynchronous: the RDD leaves the persisted ones soon after the sink returns
     def still_persisted() -> bool:
