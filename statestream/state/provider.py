@@ -68,9 +68,10 @@ def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
     """The Arrow stream of a state file whose trailer checks out, or (None, what is wrong);
     ``(None, None)`` when the file has no trailer at all (a version 1 file, or one cut short:
     its format version tells which)."""
-    if len(data) < _TRAILER.size or data[-_TRAILER.size:][:8] != CHECKSUM_MAGIC:
+    trailer = _trailer(data)
+    if trailer is None:
         return None, None
-    _magic, crc, length = _TRAILER.unpack(data[-_TRAILER.size:])
+    crc, length = trailer
     body = memoryview(data)[: len(data) - _TRAILER.size]
     if length != len(body):
         return None, f"its checksum trailer gives {length} bytes of data, the file holds {len(body)}"
@@ -78,12 +79,22 @@ def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
         return None, "its data does not match its checksum (the file was changed or damaged after it was written)"
     return body, None
 
+
+def _trailer(data: bytes) -> tuple[int, int] | None:
+    """(CRC-32, length of the data before it) from a state file's checksum trailer, given the
+    file or at least its last bytes; None when they end in no trailer (a version 1 file)."""
+    if len(data) < _TRAILER.size or data[-_TRAILER.size:][:8] != CHECKSUM_MAGIC:
+        return None
+    _magic, crc, length = _TRAILER.unpack(data[-_TRAILER.size:])
+    return int(crc), int(length)
+
+
 def trailer_checksum(tail: bytes) -> int | None:
     """The CRC-32 a state file's checksum trailer holds, from the file's last bytes (at least
     the trailer's size), or None when they are not a trailer (a version 1 file)."""
-    if len(tail) < _TRAILER.size or tail[-_TRAILER.size:][:8] != CHECKSUM_MAGIC:
-        return None
-    return int(_TRAILER.unpack(tail[-_TRAILER.size:])[1])
+    trailer = _trailer(tail)
+    return None if trailer is None else trailer[0]
+
 
 #: Name of the operation column of a delta file.
 OP_COLUMN = "__op"
