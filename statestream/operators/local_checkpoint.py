@@ -6,13 +6,9 @@ commit exactly once whatever the sink does), and some operators materialise an i
 Spark's level for ``Dataset.localCheckpoint`` (Scala's ``MEMORY_AND_DISK``: deserialised rows in
 the JVM's heap).
 
-Tried and reverted (2026-11-28): the serialised level, ``StorageLevel(True, True, False,
-False)``, took W2's JVM peak from 2.1-2.4 GB to 1.3-1.4 GB (3.3 to 2.2 GB at 10M keys) at the
-same speed, but the standalone cluster test that kills a worker after the first commit then
-failed in two fresh-clone CI runs of three: the sink's read found a block of the batch's
-checkpoint gone with the killed executor (``CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND``). Why the level
-made that loss likelier is not understood yet (a local checkpoint is lost with its executor at
-either level); until it is, the default stays.
+A local checkpoint has no lineage: a block lost with its executor cannot be computed again, and
+reading it fails with ``CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND``. The micro-batch loop then runs the
+batch again (``lost_local_checkpoint_block``).
 """
 
 from __future__ import annotations
@@ -23,9 +19,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["local_checkpoint", "release_local_checkpoint"]
+__all__ = ["LOST_BLOCK_ERROR_CLASS", "local_checkpoint", "lost_local_checkpoint_block", "release_local_checkpoint"]
 
 logger = logging.getLogger(__name__)
+
+#: Spark's error class for a read of a local checkpoint whose block is gone (the executor that
+#: held it was lost: a local checkpoint has no lineage to compute it again)
+LOST_BLOCK_ERROR_CLASS = "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"
 
 
 def local_checkpoint(df: "DataFrame") -> "DataFrame":
@@ -50,3 +50,21 @@ def release_local_checkpoint(df: "DataFrame") -> None:
             logical.rdd().unpersist(False)
     except Exception:  # noqa: BLE001 - only memory: the ContextCleaner still frees it later
         logger.debug("could not release the batch's materialised output", exc_info=True)
+
+
+def lost_local_checkpoint_block(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is Spark's failure to read a block
+    of a local checkpoint.
+
+    Why: Spark's own engine recomputes a lost partition from its lineage, so a query survives a
+    lost executor; a local checkpoint cuts that lineage, and the loop runs the batch again
+    instead (``MicroBatchExecution``). A sink or a user's function may wrap the failure, hence
+    the walk along the causes."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if LOST_BLOCK_ERROR_CLASS in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False

@@ -36,7 +36,12 @@ from statestream.errors import StatestreamStreamingQueryException, concurrent_st
 from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext, ListAccumulatorParam
-from statestream.operators.local_checkpoint import local_checkpoint, release_local_checkpoint
+from statestream.operators.local_checkpoint import (
+    LOST_BLOCK_ERROR_CLASS,
+    local_checkpoint,
+    lost_local_checkpoint_block,
+    release_local_checkpoint,
+)
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
@@ -697,7 +702,7 @@ class MicroBatchExecution:
                 continue
             self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
             crash_point("after_offsets", record.batch_id)
-            self._run_batch(record, prev_wm, first_batch_of_run)
+            self._run_batch_surviving_lost_blocks(record, prev_wm, first_batch_of_run)
             first_batch_of_run = False
             # finish: watermark, commit
             t = time.perf_counter()
@@ -787,6 +792,32 @@ class MicroBatchExecution:
         obs = Observation(f"__statestream_input_{i}_{uuid.uuid4().hex}")
         observations[i] = obs
         return df.observe(obs, F.count(F.lit(1)).alias("count"))
+
+    def _run_batch_surviving_lost_blocks(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
+        """Run the batch; run it again, whole, when a block of one of its local checkpoints was
+        lost with its executor (at most ``MAX_BATCH_RERUNS_ON_LOST_BLOCKS`` times).
+
+        Why: Spark's engine survives a lost executor by computing the lost partitions again
+        from their lineage, state steps included (they load the previous version and commit
+        this one again). A local checkpoint has no lineage, so a sink that reads a block of
+        the batch's output from a dead executor fails the job. Running the batch again is what
+        a restart would do: the same offsets, the state steps rewriting this version from the
+        previous one, the sink called again with the batch's id (so a ``foreachBatch``
+        function may see a batch twice, as after a restart)."""
+        for attempt in range(MAX_BATCH_RERUNS_ON_LOST_BLOCKS + 1):
+            try:
+                self._run_batch(record, prev_wm, first_batch_of_run)
+                return
+            except Exception as exc:
+                if attempt == MAX_BATCH_RERUNS_ON_LOST_BLOCKS or self._stop.is_set() or not lost_local_checkpoint_block(exc):
+                    raise
+                logger.warning(
+                    "batch %d lost a block of its materialised rows with an executor (%s); running the batch again (%d of %d)",
+                    record.batch_id,
+                    LOST_BLOCK_ERROR_CLASS,
+                    attempt + 1,
+                    MAX_BATCH_RERUNS_ON_LOST_BLOCKS,
+                )
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
         from statestream.operators.basic import StreamingRelationExec
@@ -884,7 +915,11 @@ class MicroBatchExecution:
                 num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
             else:
                 logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
-        self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        try:
+            self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        except BaseException:
+            release_local_checkpoint(materialized)  # a batch run again adds its own
+            raise
         crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)
         # watermark from this batch's event-time statistics
@@ -906,6 +941,10 @@ class MicroBatchExecution:
         self._last_execution = inc
 
 
+
+#: how many times a batch runs again after losing a block of its local checkpoints (Spark's
+#: ``spark.stage.maxConsecutiveAttempts`` allows a stage four attempts)
+MAX_BATCH_RERUNS_ON_LOST_BLOCKS = 3
 
 #: how long a batch cancelled by PySpark's Ctrl-C handler waits for the stop that follows it
 SIGINT_STOP_GRACE_S = 10.0
