@@ -37,7 +37,7 @@ from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext, ListAccumulatorParam
 from statestream.operators.local_checkpoint import (
-    LOST_BLOCK_ERROR_CLASS,
+    batch_local_checkpoints,
     local_checkpoint,
     lost_local_checkpoint_block,
     release_local_checkpoint,
@@ -795,29 +795,43 @@ class MicroBatchExecution:
 
     def _run_batch_surviving_lost_blocks(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
         """Run the batch; run it again, whole, when a block of one of its local checkpoints was
-        lost with its executor (at most ``MAX_BATCH_RERUNS_ON_LOST_BLOCKS`` times).
+        lost with its executor (at most ``MAX_BATCH_RERUNS_ON_LOST_BLOCKS`` times). The
+        batch's local checkpoints are dropped when it is done, whether it succeeded or not.
 
         Why: Spark's engine survives a lost executor by computing the lost partitions again
         from their lineage, state steps included (they load the previous version and commit
         this one again). A local checkpoint has no lineage, so a sink that reads a block of
         the batch's output from a dead executor fails the job. Running the batch again is what
         a restart would do: the same offsets, the state steps rewriting this version from the
-        previous one, the sink called again with the batch's id (so a ``foreachBatch``
-        function may see a batch twice, as after a restart)."""
+        previous one, the sink given the whole batch again under its id. The file and memory
+        sinks write a batch once whatever happens; ``foreachBatch`` functions, ``foreach``
+        writers, the console and Kafka see the batch again (at least once, as after a restart,
+        where Spark's recompute repeats only the lost partitions' tasks)."""
         for attempt in range(MAX_BATCH_RERUNS_ON_LOST_BLOCKS + 1):
-            try:
-                self._run_batch(record, prev_wm, first_batch_of_run)
-                return
-            except Exception as exc:
-                if attempt == MAX_BATCH_RERUNS_ON_LOST_BLOCKS or self._stop.is_set() or not lost_local_checkpoint_block(exc):
-                    raise
-                logger.warning(
-                    "batch %d lost a block of its materialised rows with an executor (%s); running the batch again (%d of %d)",
-                    record.batch_id,
-                    LOST_BLOCK_ERROR_CLASS,
-                    attempt + 1,
-                    MAX_BATCH_RERUNS_ON_LOST_BLOCKS,
-                )
+            t = time.perf_counter()
+            with batch_local_checkpoints() as made:
+                try:
+                    self._run_batch(record, prev_wm, first_batch_of_run)
+                    return
+                except Exception as exc:
+                    if not lost_local_checkpoint_block(exc, made):
+                        raise
+                    if self._stop.is_set():
+                        raise StoppedDuringBatch(f"batch {record.batch_id} lost a block while the query was stopping") from exc
+                    if attempt == MAX_BATCH_RERUNS_ON_LOST_BLOCKS:
+                        raise
+                    # the failed attempt's time shows where Spark's recompute would: adding the batch
+                    self.progress.record_duration("addBatch", t)
+                    logger.warning(
+                        "batch %d lost a block of its materialised rows (%s), its executor gone? running the batch again (%d of %d)",
+                        record.batch_id,
+                        str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__,
+                        attempt + 1,
+                        MAX_BATCH_RERUNS_ON_LOST_BLOCKS,
+                    )
+                finally:
+                    for df in made:
+                        release_local_checkpoint(df)
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
         from statestream.operators.basic import StreamingRelationExec
@@ -915,11 +929,7 @@ class MicroBatchExecution:
                 num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
             else:
                 logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
-        try:
-            self.sink.add_batch(record.batch_id, materialized, self.output_mode)
-        except BaseException:
-            release_local_checkpoint(materialized)  # a batch run again adds its own
-            raise
+        self.sink.add_batch(record.batch_id, materialized, self.output_mode)
         crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)
         # watermark from this batch's event-time statistics
@@ -935,7 +945,6 @@ class MicroBatchExecution:
             if values is not None:
                 observed[name] = values
         self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
-        release_local_checkpoint(materialized)
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
         self._last_plan = plan
         self._last_execution = inc
@@ -956,9 +965,16 @@ def _cancelled_by_interrupt(exc: BaseException) -> bool:
     return "cancellation of all jobs" in str(exc)
 
 
+class StoppedDuringBatch(Exception):
+    """A batch that lost a block of its materialised rows while the query was stopping: not run
+    again, and the query stopped rather than failed (``stop()`` may be what took the block)."""
+
+
 def _is_cancellation(exc: BaseException) -> bool:
     """Whether ``exc`` is what a cancelled Spark job (or an interrupted thread) raises, as opposed
     to a real failure of the batch."""
+    if isinstance(exc, StoppedDuringBatch):
+        return True
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))
 

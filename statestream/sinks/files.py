@@ -483,8 +483,10 @@ class FileStreamSink(Sink):
         writer = df.write.format(self.fmt).options(**self.options).mode("errorifexists")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
-        writer.save(self._spark_path(staging_rel))
         try:
+            # inside: a failed job's staging directory goes too (a batch run again after a lost
+            # block writes to a staging directory of its own)
+            writer.save(self._spark_path(staging_rel))
             entries = self._publish(staging_rel)
             crash_point("sink_files_published", batch_id)
             if not self.log.add(batch_id, entries):

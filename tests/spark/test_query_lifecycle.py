@@ -528,3 +528,41 @@ def test_the_batch_output_is_a_local_checkpoint_dropped_after_the_sink(spark):
     while still_persisted() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not still_persisted()
+
+
+def test_a_joins_materialised_intermediates_are_dropped_when_the_batch_is_done(spark):
+    """A stream-stream join matched with a Spark join materialises its new rows and its pairs
+    mid-batch; like the batch's output, they leave the block manager when the batch is done
+    instead of waiting for the ContextCleaner."""
+    import datetime
+
+    from pyspark.sql import functions as F
+
+    from statestream.plan.stream_joins import MATCH_IN_TASKS_CONF
+
+    def persisted() -> set[int]:
+        rdds = spark.sparkContext._jsc.sc().getPersistentRDDs()
+        return {int(k) for k in spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(rdds.keySet())}
+
+    before = persisted()
+    seen: list[int] = []
+    ss = StreamingSession(spark)
+    left, right = ss.memoryStream("k INT, lt TIMESTAMP"), ss.memoryStream("rk INT, rt TIMESTAMP")
+    t0 = datetime.datetime(2026, 1, 1)
+    left.add_data([(k, t0) for k in range(5)])
+    right.add_data([(k, t0) for k in range(3, 8)])
+    lw = left.toDF().withWatermark("lt", "10 seconds")
+    rw = right.toDF().withWatermark("rt", "10 seconds")
+    joined = lw.join(rw, (F.col("k") == F.col("rk")) & (F.col("rt") >= F.col("lt")) & (F.col("rt") <= F.col("lt") + F.expr("INTERVAL 5 SECONDS")))
+    with session_confs(spark, {MATCH_IN_TASKS_CONF: "false"}):
+        q = joined.writeStream.foreachBatch(lambda df, _b: seen.append(len(persisted() - before))).start()
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+    # while the sink ran: the output and the join's two intermediates
+    assert seen and seen[0] >= 3, seen
+    deadline = time.monotonic() + 30
+    while persisted() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not persisted() - before
