@@ -652,6 +652,23 @@ def _tree_rss(pid: int) -> dict[int, tuple[str, int, int]]:
     return _without_shared_vm(tree)
 
 
+def _pss(pid: int) -> int | None:
+    """Proportional set size of ``pid`` in bytes (``/proc/<pid>/smaps_rollup``), or None.
+
+    Why beside RSS: a page several processes map (the Python workers forked from PySpark's
+    daemon share their imported modules; two workers may map the same state file) counts in
+    each one's RSS, so a sum of RSS counts it once per process. PSS divides it among them: the
+    sum over a process tree is the physical memory the tree holds."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _without_shared_vm(mem: dict[int, tuple[str, int, int, int, int]]) -> dict[int, tuple[str, int, int]]:
     """Drop children that share their parent's address space (see :func:`_tree_rss`)."""
     out = {}
@@ -669,6 +686,7 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, engine_kind, str(input_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     peak = [0]
+    peak_pss: list[int | None] = [0]  # None once a process's PSS could not be read
     per_process: dict[str, int] = {}  # peak RSS per process name (java, python3, ...)
     stop = threading.Event()
 
@@ -676,6 +694,13 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
         while not stop.is_set():
             procs = _tree_rss(proc.pid)
             peak[0] = max(peak[0], sum(rss for _, rss, _ in procs.values()))
+            if peak_pss[0] is not None:
+                pss = [_pss(pid) for pid in procs]
+                # a process that ended between the two reads has no PSS: skip the sample
+                if all(v is not None for v in pss):
+                    peak_pss[0] = max(peak_pss[0], sum(pss))  # type: ignore[arg-type]
+                elif not os.path.exists("/proc/self/smaps_rollup"):
+                    peak_pss[0] = None
             by_name: dict[str, int] = {}
             for pid, (name, rss, shared) in procs.items():
                 # the child itself is the driver's Python; any other Python in the tree is
@@ -702,6 +727,7 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
         return {"workload": workload, "engine": engine_kind, "ok": False, "error": f"child failed:\n{tail}"}
     res = json.loads(line)
     res["peak_rss_mb"] = round(peak[0] / 2**20)
+    res["peak_pss_mb"] = round(peak_pss[0] / 2**20) if peak_pss[0] else None
     res["peak_rss_mb_by_process"] = {k: round(v / 2**20) for k, v in sorted(per_process.items())}
     return res
 
@@ -717,7 +743,7 @@ def _fmt(res: dict[str, Any]) -> str:
         )
     return (
         f"  {res['engine']:<6} median data batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
-        f"peak RSS {res['peak_rss_mb']} MB | batches {res['batches']} ({res['data_batches']} with data) | "
+        f"peak RSS {res['peak_rss_mb']} MB (PSS {res.get('peak_pss_mb')} MB) | batches {res['batches']} ({res['data_batches']} with data) | "
         f"input {res['input_rows']} rows | sink rows {res['output_rows']} | state rows {res['state_rows']}\n"
         f"         batch ms {res['batch_ms']}\n"
         f"         median ms by phase {res.get('phase_median_ms')}\n"

@@ -82,24 +82,32 @@ def _jvm_and_python(res: dict[str, Any]) -> tuple[int | None, int | None]:
     return jvm, py
 
 
+def _mb(v: int | None) -> str:
+    return "n/a" if v is None else f"{v:,} MB"
+
+
+def _ratio(a: int | None, b: int | None) -> str:
+    return "n/a" if not a or not b else f"{a / b:.2f}"
+
+
 def markdown(rows: list[dict[str, Any]], where: str) -> str:
     out = [
         f"Measured on {where}.",
         "",
-        "| state keys | engine | median batch | last batch (whole state) | total | peak RSS | JVM peak | Python peak | state rows | sink rows |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| state keys | engine | median batch | last batch (whole state) | total | peak RSS | peak PSS | JVM peak | Python peak | state rows | sink rows |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r.get("ok"):
-            out.append(f"| {r['keys']:,} | {r['engine']} | failed: {str(r.get('error'))[:160].replace('|', '/')} ||||||||")
+            out.append(f"| {r['keys']:,} | {r['engine']} | failed: {str(r.get('error'))[:160].replace('|', '/')} |||||||||")
             continue
         if not r.get("batch_ms"):
-            out.append(f"| {r['keys']:,} | {r['engine']} | no data batch ||||||||")
+            out.append(f"| {r['keys']:,} | {r['engine']} | no data batch |||||||||")
             continue
         jvm, py = _jvm_and_python(r)
         out.append(
             f"| {r['keys']:,} | {r['engine']} | {r['median_batch_ms']:,.0f} ms | {r['batch_ms'][-1]:,} ms | {r['total_s']:.1f} s | "
-            f"{r['peak_rss_mb']:,} MB | {jvm or 0:,} MB | {py or 0:,} MB | {r.get('state_rows')} | {r.get('output_rows')} |"
+            f"{r['peak_rss_mb']:,} MB | {_mb(r.get('peak_pss_mb'))} | {jvm or 0:,} MB | {py or 0:,} MB | {r.get('state_rows')} | {r.get('output_rows')} |"
         )
     by_keys: dict[int, dict[str, dict[str, Any]]] = {}
     for r in rows:
@@ -112,10 +120,10 @@ def markdown(rows: list[dict[str, Any]], where: str) -> str:
             same = (s.get("output_rows"), s.get("state_rows")) == (o.get("output_rows"), o.get("state_rows"))
             ratios.append(
                 f"| {k:,} | {o['median_batch_ms'] / s['median_batch_ms']:.2f} | {o['total_s'] / s['total_s']:.2f} | "
-                f"{o['peak_rss_mb'] / s['peak_rss_mb']:.2f} | {'yes' if same else '**no**'} |"
+                f"{o['peak_rss_mb'] / s['peak_rss_mb']:.2f} | {_ratio(o.get('peak_pss_mb'), s.get('peak_pss_mb'))} | {'yes' if same else '**no**'} |"
             )
     if ratios:
-        out += ["", "| state keys | median ratio ours/Spark | total ratio | peak RSS ratio | same result |", "|---|---|---|---|---|", *ratios]
+        out += ["", "| state keys | median ratio ours/Spark | total ratio | peak RSS ratio | peak PSS ratio | same result |", "|---|---|---|---|---|---|", *ratios]
     return "\n".join(out) + "\n"
 
 
