@@ -652,8 +652,9 @@ def _tree_rss(pid: int) -> dict[int, tuple[str, int, int]]:
     return _without_shared_vm(tree)
 
 
-def _pss(pid: int) -> int | None:
-    """Proportional set size of ``pid`` in bytes (``/proc/<pid>/smaps_rollup``), or None.
+def _pss(pid: int) -> int:
+    """Proportional set size of ``pid`` in bytes (``/proc/<pid>/smaps_rollup``); 0 for a
+    process that ended or holds no memory (a zombie's file has no ``Pss`` line).
 
     Why beside RSS: a page several processes map (the Python workers forked from PySpark's
     daemon share their imported modules; two workers may map the same state file) counts in
@@ -665,8 +666,12 @@ def _pss(pid: int) -> int | None:
                 if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        return 0
+    return 0
+
+
+#: whether this kernel gives ``smaps_rollup`` (Linux 4.14 and later)
+_HAS_PSS = os.path.exists("/proc/self/smaps_rollup")
 
 
 def _without_shared_vm(mem: dict[int, tuple[str, int, int, int, int]]) -> dict[int, tuple[str, int, int]]:
@@ -686,7 +691,7 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", workload, engine_kind, str(input_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     peak = [0]
-    peak_pss: list[int | None] = [0]  # None once a process's PSS could not be read
+    peak_pss = [0]
     per_process: dict[str, int] = {}  # peak RSS per process name (java, python3, ...)
     stop = threading.Event()
 
@@ -694,13 +699,8 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
         while not stop.is_set():
             procs = _tree_rss(proc.pid)
             peak[0] = max(peak[0], sum(rss for _, rss, _ in procs.values()))
-            if peak_pss[0] is not None:
-                pss = [_pss(pid) for pid in procs]
-                # a process that ended between the two reads has no PSS: skip the sample
-                if all(v is not None for v in pss):
-                    peak_pss[0] = max(peak_pss[0], sum(pss))  # type: ignore[arg-type]
-                elif not os.path.exists("/proc/self/smaps_rollup"):
-                    peak_pss[0] = None
+            if _HAS_PSS:
+                peak_pss[0] = max(peak_pss[0], sum(_pss(pid) for pid in procs))
             by_name: dict[str, int] = {}
             for pid, (name, rss, shared) in procs.items():
                 # the child itself is the driver's Python; any other Python in the tree is
