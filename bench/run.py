@@ -658,8 +658,13 @@ def _pss(pid: int) -> int:
 
     Why beside RSS: a page several processes map (the Python workers forked from PySpark's
     daemon share their imported modules; two workers may map the same state file) counts in
-    each one's RSS, so a sum of RSS counts it once per process. PSS divides it among them: the
-    sum over a process tree is the physical memory the tree holds."""
+    each one's RSS, so a sum of RSS counts it once per process. PSS divides it among them (also
+    with processes outside the tree, for shared libraries).
+
+    Reading it walks the process's page tables: about 13 ms per GB of RSS on a 2-core VM, so
+    Spark's 8.5 GB JVM would cost half a core at the RSS sampling rate and slow the engine
+    measured, the bigger one most. It is therefore read only with ``BENCH_PSS=1``, and at most
+    once every ``PSS_INTERVAL_S``: take timings from runs without it."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as fh:
             for line in fh:
@@ -670,8 +675,11 @@ def _pss(pid: int) -> int:
     return 0
 
 
-#: whether this kernel gives ``smaps_rollup`` (Linux 4.14 and later)
-_HAS_PSS = os.path.exists("/proc/self/smaps_rollup")
+#: whether to sample PSS (``BENCH_PSS=1``; see :func:`_pss`) and whether this kernel gives
+#: ``smaps_rollup`` (Linux 4.14 and later)
+_SAMPLE_PSS = os.environ.get("BENCH_PSS") == "1" and os.path.exists("/proc/self/smaps_rollup")
+#: the least time between two PSS samples
+PSS_INTERVAL_S = 1.0
 
 
 def _without_shared_vm(mem: dict[int, tuple[str, int, int, int, int]]) -> dict[int, tuple[str, int, int]]:
@@ -692,6 +700,7 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
     peak = [0]
     peak_pss = [0]
+    pss_sampled = [0.0]
     per_process: dict[str, int] = {}  # peak RSS per process name (java, python3, ...)
     stop = threading.Event()
 
@@ -699,7 +708,8 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
         while not stop.is_set():
             procs = _tree_rss(proc.pid)
             peak[0] = max(peak[0], sum(rss for _, rss, _ in procs.values()))
-            if _HAS_PSS:
+            if _SAMPLE_PSS and time.monotonic() - pss_sampled[0] >= PSS_INTERVAL_S:
+                pss_sampled[0] = time.monotonic()
                 peak_pss[0] = max(peak_pss[0], sum(_pss(pid) for pid in procs))
             by_name: dict[str, int] = {}
             for pid, (name, rss, shared) in procs.items():
@@ -732,6 +742,10 @@ def run_engine(workload: str, engine_kind: str, input_dir: Path) -> dict[str, An
     return res
 
 
+def _pss_text(res: dict[str, Any]) -> str:
+    return f" (PSS {res['peak_pss_mb']} MB)" if res.get("peak_pss_mb") else ""
+
+
 def _fmt(res: dict[str, Any]) -> str:
     if not res.get("ok"):
         return f"  {res['engine']:<6} FAILED: {res.get('error')}"
@@ -743,7 +757,7 @@ def _fmt(res: dict[str, Any]) -> str:
         )
     return (
         f"  {res['engine']:<6} median data batch {res['median_batch_ms']} ms | total {res['total_s']} s | "
-        f"peak RSS {res['peak_rss_mb']} MB (PSS {res.get('peak_pss_mb')} MB) | batches {res['batches']} ({res['data_batches']} with data) | "
+        f"peak RSS {res['peak_rss_mb']} MB{_pss_text(res)} | batches {res['batches']} ({res['data_batches']} with data) | "
         f"input {res['input_rows']} rows | sink rows {res['output_rows']} | state rows {res['state_rows']}\n"
         f"         batch ms {res['batch_ms']}\n"
         f"         median ms by phase {res.get('phase_median_ms')}\n"

@@ -1,7 +1,7 @@
 """Materialising a DataFrame inside a batch: ``localCheckpoint`` with serialised blocks.
 
 A batch materialises its result once before the sink sees it (so that its state steps run and
-commit exactly once whatever the sink does), and some operators materialise an intermediate
+commit once whatever the sink does: once per attempt of the batch, see below), and some operators materialise an intermediate
 (a union's stateful input, a stream-stream join's new rows and matched pairs). Spark's
 ``Dataset.localCheckpoint`` keeps the blocks at Scala's ``MEMORY_AND_DISK``: rows *deserialised*
 in the JVM's heap, each an object with its own byte array, sized row by row by the block
@@ -104,7 +104,8 @@ def _checkpoint_rdd_id(df: "DataFrame") -> int | None:
 
 
 def release_local_checkpoint(df: "DataFrame") -> None:
-    """Drop the blocks of a batch's materialised output once the sink has taken it.
+    """Drop the blocks of a local checkpoint of a batch: its output once the sink has taken it,
+    and its intermediates, when the batch (or a failed attempt of it) is done.
 
     Why: the blocks stay in the block manager until Spark's ContextCleaner sees the RDD
     unreachable, which waits for a JVM garbage collection that reaches it; meanwhile later

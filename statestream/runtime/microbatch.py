@@ -37,8 +37,10 @@ from statestream.faults import crash_point
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import BatchContext, ListAccumulatorParam
 from statestream.operators.local_checkpoint import (
+    LOST_BLOCK_ERROR_CLASS,
     batch_local_checkpoints,
     local_checkpoint,
+    lost_block_rdd_ids,
     lost_local_checkpoint_block,
     release_local_checkpoint,
 )
@@ -809,6 +811,7 @@ class MicroBatchExecution:
         where Spark's recompute repeats only the lost partitions' tasks)."""
         for attempt in range(MAX_BATCH_RERUNS_ON_LOST_BLOCKS + 1):
             t = time.perf_counter()
+            durations = self.progress.durations()
             with batch_local_checkpoints() as made:
                 try:
                     self._run_batch(record, prev_wm, first_batch_of_run)
@@ -820,12 +823,15 @@ class MicroBatchExecution:
                         raise StoppedDuringBatch(f"batch {record.batch_id} lost a block while the query was stopping") from exc
                     if attempt == MAX_BATCH_RERUNS_ON_LOST_BLOCKS:
                         raise
-                    # the failed attempt's time shows where Spark's recompute would: adding the batch
+                    # the failed attempt's whole time shows where Spark's recompute would: in
+                    # adding the batch (not also in the phases it had reached)
+                    self.progress.restore_durations(durations)
                     self.progress.record_duration("addBatch", t)
                     logger.warning(
-                        "batch %d lost a block of its materialised rows (%s), its executor gone? running the batch again (%d of %d)",
+                        "batch %d lost block(s) of its materialised rows (RDD %s; %s): running the batch again (%d of %d)",
                         record.batch_id,
-                        str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__,
+                        ", ".join(str(i) for i in sorted(lost_block_rdd_ids(exc))),
+                        LOST_BLOCK_ERROR_CLASS,
                         attempt + 1,
                         MAX_BATCH_RERUNS_ON_LOST_BLOCKS,
                     )

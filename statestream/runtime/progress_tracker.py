@@ -128,6 +128,15 @@ class ProgressTracker:
     def record_duration(self, phase: str, started: float) -> None:
         self._durations[phase] = self._durations.get(phase, 0) + int((time.perf_counter() - started) * 1000)
 
+    def durations(self) -> dict[str, int]:
+        """The phases' times recorded so far in this trigger (a copy, for :meth:`restore_durations`)."""
+        return dict(self._durations)
+
+    def restore_durations(self, durations: dict[str, int]) -> None:
+        """Go back to ``durations`` (what :meth:`durations` gave): a batch attempt that failed
+        and runs again leaves only its whole time, added to one phase by the caller."""
+        self._durations = dict(durations)
+
     # -- records
     def record_batch(
         self, record, plan, task_metrics: list[dict], stats: dict, num_input: list[int], result, observed: dict | None = None

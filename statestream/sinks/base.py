@@ -2,10 +2,11 @@
 
 Spark: ``Sink.addBatch`` (V1) / ``StreamingWrite``. The loop calls ``add_batch`` once per executed
 micro-batch, with the batch id and a DataFrame holding the batch's result, already materialised by
-the engine (the stateful work has run exactly once before the sink sees it, so a sink may use the
-DataFrame any number of times, or not at all). After a crash the same batch id may be delivered
-again: sinks that promise exactly-once (files, memory) must make ``add_batch`` idempotent per
-batch id.
+the engine (the stateful work has run before the sink sees it, and reading the DataFrame does not
+run it again, so a sink may use it any number of times, or not at all). The same batch id may be
+delivered again: after a crash, and within a run when a block of the batch's materialised rows
+was lost with its executor (the loop then runs the whole batch again). Sinks that promise
+exactly-once (files, memory) must make ``add_batch`` idempotent per batch id.
 """
 
 from __future__ import annotations

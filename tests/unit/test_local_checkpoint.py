@@ -19,6 +19,22 @@ def test_the_error_names_the_rdd():
     assert lost_block_rdd_ids(RuntimeError(LOST)) == {12}
 
 
+def test_a_job_abort_as_py4j_shows_it():
+    """The text of a ``Py4JJavaError``: the call, the job abort, the task's failure, then the
+    stack; only the lost block's RDD is taken."""
+    text = (
+        "An error occurred while calling o431.localCheckpoint.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 31.0 failed 1 times, "
+        "most recent failure: Lost task 1.0 in stage 31.0 (TID 55) (localhost executor driver): "
+        f"org.apache.spark.SparkException: [{LOST_BLOCK_ERROR_CLASS}] Checkpoint block rdd_202_1 not found! Either the executor\n"
+        "that originally checkpointed this partition is no longer alive, or the original RDD is unpersisted.\n"
+        "\tat org.apache.spark.rdd.LocalCheckpointRDD.compute(LocalCheckpointRDD.scala:66)\n"
+        "\tat org.apache.spark.storage.BlockManager.getOrElseUpdate (block rdd_7_3)\n"
+        f"Caused by: org.apache.spark.SparkException: [{LOST_BLOCK_ERROR_CLASS}] Checkpoint block rdd_202_1 not found!"
+    )
+    assert lost_block_rdd_ids(RuntimeError(text)) == {202}
+
+
 def test_a_wrapped_loss_is_found_through_its_causes():
     """A sink (or a ``foreachBatch`` function) may raise its own error from Spark's."""
     try:
@@ -96,12 +112,22 @@ def _loop(outcomes):
 
     ex = MicroBatchExecution.__new__(MicroBatchExecution)
     ex._stop = threading.Event()
-    durations: list[str] = []
-    ex.progress = SimpleNamespace(record_duration=lambda phase, _t: durations.append(phase))
+    durations: dict[str, int] = {"latestOffset": 5}
+
+    def restore(saved: dict[str, int]) -> None:
+        durations.clear()
+        durations.update(saved)
+
+    ex.progress = SimpleNamespace(
+        record_duration=lambda phase, _t: durations.__setitem__(phase, durations.get(phase, 0) + 1),
+        durations=lambda: dict(durations),
+        restore_durations=restore,
+    )
     made: list[_Checkpointed] = []
     pending = list(outcomes)
 
     def run_batch(record, prev_wm, first):
+        ex.progress.record_duration("queryPlanning", 0.0)  # a phase the attempt reached
         made.append(local_checkpoint(_Input(100 + len(made))))
         outcome = pending.pop(0)
         if outcome is not None:
@@ -122,7 +148,8 @@ def test_a_batch_that_lost_its_own_block_runs_again_and_every_attempt_is_release
     ex._run_batch_surviving_lost_blocks(SimpleNamespace(batch_id=7), 0, False)
     assert [m.rdd.rdd_id for m in made] == [100, 101, 102]
     assert all(m.rdd.unpersisted for m in made)
-    assert durations == ["addBatch", "addBatch"]  # the failed attempts' time
+    # the failed attempts' whole time in addBatch; only the last attempt's own phases
+    assert durations == {"latestOffset": 5, "addBatch": 2, "queryPlanning": 1}
 
 
 def test_a_lost_block_of_another_checkpoint_fails_at_once():
