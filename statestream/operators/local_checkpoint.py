@@ -1,11 +1,11 @@
 """Materialising a DataFrame inside a batch: ``localCheckpoint`` with serialised blocks.
 
 A batch materialises its result once before the sink sees it (so that its state steps run and
-commit once whatever the sink does: once per attempt of the batch, see below), and some operators materialise an intermediate
-(a union's stateful input, a stream-stream join's new rows and matched pairs). Spark's
-``Dataset.localCheckpoint`` keeps the blocks at Scala's ``MEMORY_AND_DISK``: rows *deserialised*
-in the JVM's heap, each an object with its own byte array, sized row by row by the block
-manager's size estimator as the task stores them.
+commit once whatever the sink does: once per attempt of the batch, see below), and some
+operators materialise an intermediate (a union's stateful input, a stream-stream join's new rows
+and matched pairs). Spark's ``Dataset.localCheckpoint`` keeps the blocks at Scala's
+``MEMORY_AND_DISK``: rows *deserialised* in the JVM's heap, each an object with its own byte
+array, sized row by row by the block manager's size estimator as the task stores them.
 
 Why serialised instead: the heap then holds each partition as a few byte buffers about the size
 of the rows' data, spilled to the local disks if the storage memory fills, and a task no longer
@@ -31,7 +31,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 
@@ -92,12 +92,18 @@ def batch_local_checkpoints() -> Iterator[list["DataFrame"]]:
         _made.checkpoints = outer
 
 
+def _checkpointed_rdd(df: "DataFrame") -> Any:
+    """The JVM RDD whose blocks the local checkpoint ``df`` reads (they are named after its id),
+    or None when ``df`` is not one. Raises what py4j raises."""
+    logical = df._jdf.queryExecution().logical()
+    return logical.rdd() if logical.getClass().getSimpleName() == "LogicalRDD" else None
+
+
 def _checkpoint_rdd_id(df: "DataFrame") -> int | None:
-    """The id of the RDD whose blocks the local checkpoint ``df`` reads (its blocks are named
-    after it), or None."""
+    """The id of the RDD whose blocks the local checkpoint ``df`` reads, or None."""
     try:
-        logical = df._jdf.queryExecution().logical()
-        return int(logical.rdd().id()) if logical.getClass().getSimpleName() == "LogicalRDD" else None
+        rdd = _checkpointed_rdd(df)
+        return None if rdd is None else int(rdd.id())
     except Exception:  # noqa: BLE001 - then the loss cannot be told to be the batch's
         logger.debug("could not read the RDD of a local checkpoint", exc_info=True)
         return None
@@ -115,9 +121,9 @@ def release_local_checkpoint(df: "DataFrame") -> None:
     function that keeps it past its call would find it gone, as it would find Spark's own batch
     DataFrame unusable); removal is asynchronous, so the loop does not wait."""
     try:
-        logical = df._jdf.queryExecution().logical()
-        if logical.getClass().getSimpleName() == "LogicalRDD":
-            logical.rdd().unpersist(False)
+        rdd = _checkpointed_rdd(df)
+        if rdd is not None:
+            rdd.unpersist(False)
     except Exception:  # noqa: BLE001 - only memory: the ContextCleaner still frees it later
         logger.debug("could not release the batch's materialised output", exc_info=True)
 
