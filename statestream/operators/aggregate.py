@@ -33,6 +33,13 @@ __all__ = [
     "sorted_for_aggregate",
     "PARTITION_ID_COLUMN",
     "GROUPING_ID_NAME",
+    "SKIP_NONE",
+    "SKIP_SOURCE_FED",
+    "SKIP_ALL",
+    "PARTIAL_KEPT",
+    "PARTIAL_SKIPPABLE",
+    "PARTIAL_SKIPPABLE_FED_BY_SOURCE",
+    "skips_partial",
     "HASH_AGGREGATE",
     "OBJECT_HASH_AGGREGATE",
     "SORT_AGGREGATE",
@@ -41,6 +48,33 @@ __all__ = [
 PARTITION_ID_COLUMN = "__statestream_pid"
 #: Spark's name of the grouping id of cube/rollup (a key of the state)
 GROUPING_ID_NAME = "spark_grouping_id"
+
+#: What a batch asks of its aggregations' partial step (``BatchContext.skip_partial_aggregation``,
+#: decided by ``runtime.partial_aggregation``): keep it everywhere; skip it where the
+#: aggregation reads one source's rows (``PARTIAL_SKIPPABLE_FED_BY_SOURCE``); skip it wherever
+#: it can be
+SKIP_NONE = ""
+SKIP_SOURCE_FED = "source-fed"
+SKIP_ALL = "all"
+
+#: Whether an aggregation's partial step can be skipped (``AggregationInfo.partial_skip``): not
+#: without keys to shuffle by, nor under cube/rollup (Spark's Expand multiplies the rows before
+#: the partial step); where it can, whether the aggregation's input rows are one source's rows,
+#: filtered or projected, so that the last batch's keys per source row tell what the step saves
+PARTIAL_KEPT = ""
+PARTIAL_SKIPPABLE = "skippable"
+PARTIAL_SKIPPABLE_FED_BY_SOURCE = "source-fed"
+
+
+def skips_partial(partial_skip: str, requested: str) -> bool:
+    """Whether an aggregation (its ``AggregationInfo.partial_skip``) skips its partial step in a
+    batch that asks ``requested`` (``SKIP_*``)."""
+    if partial_skip == PARTIAL_KEPT:
+        return False
+    if requested == SKIP_ALL:
+        return True
+    return requested == SKIP_SOURCE_FED and partial_skip == PARTIAL_SKIPPABLE_FED_BY_SOURCE
+
 
 #: The physical aggregate nodes Spark's planner chooses between (``explain()`` names)
 HASH_AGGREGATE = "HashAggregate"
@@ -106,6 +140,9 @@ class AggregationInfo:
     aggregate_codegen: bool = True
     #: Spark's text of the steps for ``explain()`` (``None``: statestream's own rendering)
     spark_text: AggregateExplainText | None = field(default=None, repr=False, compare=False)
+    #: whether a batch may run this aggregation without its partial step (``PARTIAL_*``; set by
+    #: the planner, which sees the aggregation's input)
+    partial_skip: str = PARTIAL_KEPT
 
     @property
     def spark_key_names(self) -> tuple[str, ...]:
@@ -193,7 +230,10 @@ class StreamingAggregateExec(PhysicalOperator):
                 group = {"cube": df.cube, "rollup": df.rollup}[info.grouping_sets]
                 agg = group(*info.grouping).agg(*partials, F.grouping_id().alias(GROUPING_ID_NAME))
             else:
-                agg = df.groupBy(*info.grouping).agg(*partials) if partials else df.groupBy(*info.grouping).count().drop("count")
+                grouping: tuple[Any, ...] = info.grouping
+                if skips_partial(info.partial_skip, ctx.skip_partial_aggregation):
+                    df, grouping = shuffled_by_keys(df, info, int(self.num_partitions or 1))
+                agg = df.groupBy(*grouping).agg(*partials) if partials else df.groupBy(*grouping).count().drop("count")
             for cond in info.key_filters:
                 agg = agg.filter(cond)
             if info.grouping_sets:
@@ -243,6 +283,22 @@ class StreamingAggregateExec(PhysicalOperator):
     def formatted_details(self) -> str | None:
         assert self.info is not None
         return self.info.spark_text.details[self.mode] if self.info.spark_text is not None else None
+
+
+def shuffled_by_keys(df: "DataFrame", info: AggregationInfo, num_partitions: int) -> "tuple[DataFrame, tuple[Column, ...]]":
+    """``df`` with the grouping keys as columns, shuffled by the hash partitioning the state
+    needs, and the grouping over those columns: the batch aggregation over it needs no exchange
+    of its own, so Spark runs its partial and final steps after this one (``runtime.
+    partial_aggregation`` tells when that is worth it). The columns are named apart from the
+    user's (``__statestream_key<i>``) and hashed as Spark's exchange hashes the keys
+    (``partition_key_sql``), so each key lands in the state partition it always does."""
+    from pyspark.sql import functions as F
+
+    names = [f"__statestream_key{i}" for i in range(len(info.grouping))]
+    keyed = df.withColumns({n: F.col(g) if isinstance(g, str) else g for n, g in zip(names, info.grouping)})
+    indexes = info.partition_key_indexes if info.partition_key_indexes is not None else range(len(names))
+    keyed = keyed.repartition(num_partitions, *(F.col(names[i]) for i in indexes))
+    return keyed, tuple(F.col(n) for n in names)
 
 
 #: the name this class had when every step was shown as a HashAggregate

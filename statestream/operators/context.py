@@ -49,7 +49,16 @@ class BatchContext:
     late_rows_path: str | None = None
     #: run each state operator's partitions in one task (a small batch: ``runtime.small_batches``)
     single_state_task: bool = False
+    #: which aggregations run without their partial step in this batch (``operators.aggregate.
+    #: SKIP_*``, decided by ``runtime.partial_aggregation``)
+    skip_partial_aggregation: str = ""
     #: the state steps take their per-batch fields from a local property set for each batch's
     #: job (``StateStep.batch_args_property``), so the plan can serve later batches
     #: (``runtime.batch_plan_reuse``)
     batch_args_by_property: bool = False
+
+    @property
+    def plan_shape(self) -> tuple[bool, str]:
+        """What tells apart the plans this query's batches can have (``runtime.batch_plan_reuse``
+        keeps one template per shape): their state tasks and their aggregations' partial steps."""
+        return (self.single_state_task, self.skip_partial_aggregation)

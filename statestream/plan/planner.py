@@ -10,6 +10,7 @@ are filled in by ``plan/incremental.py``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,9 @@ from statestream.operators.aggregate import (
     AggregateExplainText,
     HASH_AGGREGATE,
     OBJECT_HASH_AGGREGATE,
+    PARTIAL_KEPT,
+    PARTIAL_SKIPPABLE,
+    PARTIAL_SKIPPABLE_FED_BY_SOURCE,
     SORT_AGGREGATE,
     AggregationInfo,
     ShuffleExchangeExec,
@@ -199,11 +203,13 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         # a Python aggregate function: Spark has no plan for it on a stream; its batch side is a
         # collect_list, which Spark's planner puts in an ObjectHashAggregate
         aggregate_node, aggregate_codegen = OBJECT_HASH_AGGREGATE, False
+    # cube/rollup: Spark groups by Expand's outputs and the grouping id; all keys are hashed
+    partition_keys = None if node.grouping_sets or not keys else spark_partition_key_indexes(node.template, len(keys))
     return AggregationInfo(
         aggregate_node=aggregate_node,
         aggregate_codegen=aggregate_codegen,
-        # cube/rollup: Spark groups by Expand's outputs and the grouping id; all keys are hashed
-        partition_key_indexes=None if node.grouping_sets or not keys else spark_partition_key_indexes(node.template, len(keys)),
+        partition_key_indexes=partition_keys,
+        partial_skip=partial_skip(node, keys, partition_keys),
         key_schema_json=key_json,
         value_schema_json=value_json,
         grouping=tuple(node.grouping),
@@ -472,6 +478,42 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
 
         logging.getLogger(__name__).debug("cannot derive Spark's grouping key schema", exc_info=True)
         return None
+
+
+#: Spark's logical nodes that hand on at most the rows they are given
+_ROW_KEEPING_NODES = frozenset(
+    {"Project", "Filter", "EventTimeWatermark", "CollectMetrics", "SubqueryAlias", "ResolvedHint", "Sample"}
+)
+
+
+def partial_skip(node: L.Aggregate, key_columns: tuple[str, ...], partition_key_indexes: tuple[int, ...] | None) -> str:
+    """Whether batches may run this aggregation without its partial step, and whether its input
+    is one source's rows (``operators.aggregate.PARTIAL_*``; ``runtime.partial_aggregation``
+    decides per batch). Only with keys to shuffle by, not all of them literals, and not under
+    cube/rollup. The input is a source's rows when Spark's analysis of the aggregation has only
+    projections, filters, watermarks and observations over one leaf: then the source's row
+    count is the aggregation's, at most. A generator in a ``select`` (``explode``), a sliding
+    window (Spark's ``Expand``), a join or a union makes more rows, or other ones."""
+    if not key_columns or node.grouping_sets or partition_key_indexes == ():
+        return PARTIAL_KEPT
+    try:
+        agg = jvm_aggregate(node.template, ())
+        if agg is None:
+            return PARTIAL_SKIPPABLE
+        leaves, pending = 0, [agg.child()]
+        while pending:
+            current = pending.pop()
+            children = current.children()
+            if children.length() == 0:
+                leaves += 1
+            elif current.nodeName() in _ROW_KEEPING_NODES:
+                pending.extend(children.apply(i) for i in range(children.length()))
+            else:
+                return PARTIAL_SKIPPABLE
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: keep the decision to "true"
+        logging.getLogger(__name__).debug("cannot read the aggregation's input plan", exc_info=True)
+        return PARTIAL_SKIPPABLE
+    return PARTIAL_SKIPPABLE_FED_BY_SOURCE if leaves == 1 else PARTIAL_SKIPPABLE
 
 
 def plan_streaming_aggregation(

@@ -200,10 +200,11 @@ class BatchPlanTemplate:
 
 @dataclass
 class PlanReuse:
-    """The templates of one run of a query, one per shape of batch (whether its state
-    partitions run in one task); :meth:`instantiate` gives a batch's DataFrame from one."""
+    """The templates of one run of a query, one per shape of batch (``BatchContext.plan_shape``:
+    whether its state partitions run in one task, which aggregations skip their partial step);
+    :meth:`instantiate` gives a batch's DataFrame from one."""
 
-    templates: dict[bool, BatchPlanTemplate] = field(default_factory=dict)
+    templates: dict[tuple[bool, str], BatchPlanTemplate] = field(default_factory=dict)
     #: set when a swap failed (a Spark whose constructors differ): every batch is then built
     disabled: bool = False
 
@@ -214,13 +215,13 @@ class PlanReuse:
         read: set[int],
         input_observations: Mapping[int, Any],
         watermark_observations: Mapping[str, Any],
-        single_state_task: bool,
+        shape: tuple[bool, str],
         extra: Mapping[str, Any],
     ) -> None:
         """Keep ``result``'s plan as the template for batches of its shape, when every source it
         reads (``read``) came as a file relation and nothing in the batch (``extra``: a user's
         observation) is read through objects of this batch alone."""
-        if self.disabled or single_state_task in self.templates or extra:
+        if self.disabled or shape in self.templates or extra:
             return
         leaves = {}
         for i in read:
@@ -239,7 +240,7 @@ class PlanReuse:
             self.disabled = True
             logger.debug("batch plan not reused: %s", why)
             return
-        self.templates[single_state_task] = BatchPlanTemplate(
+        self.templates[shape] = BatchPlanTemplate(
             plan=plan,
             leaves=leaves,
             leaf_schemas={i: r.schema().json() for i, r in leaves.items()},
@@ -249,12 +250,12 @@ class PlanReuse:
         )
         logger.debug("batch plan kept for reuse (%d source relation(s))", len(leaves))
 
-    def instantiate(self, spark: "SparkSession", raw_sources: Mapping[int, "DataFrame"], single_state_task: bool) -> "tuple[DataFrame, BatchPlanTemplate] | None":
+    def instantiate(self, spark: "SparkSession", raw_sources: Mapping[int, "DataFrame"], shape: tuple[bool, str]) -> "tuple[DataFrame, BatchPlanTemplate] | None":
         """This batch's DataFrame from the template of its shape, with its sources' relations
         swapped in; None when there is none or a source is not a file relation this time."""
         from pyspark.sql import DataFrame
 
-        template = self.templates.get(single_state_task)
+        template = self.templates.get(shape)
         if template is None or self.disabled:
             return None
         jvm = spark._jvm  # noqa: SLF001

@@ -60,6 +60,7 @@ from statestream.runtime.batch_plan_reuse import (
 )
 from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
+from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.sources.base import ReadLimit
 
@@ -625,6 +626,7 @@ class MicroBatchExecution:
         )
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
+        self._skip_partial = skip_partial_setting(user.conf.get)
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         try:
@@ -886,21 +888,24 @@ class MicroBatchExecution:
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
             single_state_task=single_state_task(self.progress.last(), self._single_task_max_rows),
+            skip_partial_aggregation=skip_partial_aggregation(self.progress.last(), self._skip_partial),
             batch_args_by_property=reuse is not None,
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
+        if ctx.skip_partial_aggregation:
+            logger.debug("batch %d skips the partial aggregation (%s)", record.batch_id, ctx.skip_partial_aggregation)
         sc = self.spark.sparkContext
         # every job this thread runs for the batch gives its state steps this batch's fields
         batch_args: list[str] = []
         try:
             if reuse is not None:
                 set_batch_args(sc, plan, batch_args)
-            reused = reuse.instantiate(self.spark, raw, ctx.single_state_task) if reuse is not None else None
+            reused = reuse.instantiate(self.spark, raw, ctx.plan_shape) if reuse is not None else None
             if reused is None:
                 built = plan.execute(ctx)
                 if reuse is not None:
-                    reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.single_state_task, ctx.extra)
+                    reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.plan_shape, ctx.extra)
             else:
                 built, template = reused
                 logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)

@@ -1,0 +1,179 @@
+"""Aggregations that skip their partial step (``runtime.partial_aggregation``) against Spark's
+own engine, which always runs it.
+
+With ``spark.statestream.aggregation.skipPartial=true`` every batch shuffles its rows by the
+keys' hash partitioning and aggregates after the exchange. Keys repeat inside each batch here,
+so the two plans really aggregate differently; each test compares every batch's rows,
+watermark and state rows. The last tests read the plans statestream ran from Spark's SQL
+status store: the partial aggregation sits below the exchange, or above it, as asked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from statestream.runtime import partial_aggregation
+from statestream.runtime.partial_aggregation import SKIP_PARTIAL_CONF
+from statestream.runtime.small_batches import SINGLE_STATE_TASK_MAX_ROWS_CONF
+from tests.differential.harness import assert_equivalent, run_stream
+from tests.spark_confs import session_confs
+
+SCHEMA = "t TIMESTAMP, k STRING, v LONG, x DOUBLE"
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _at(seconds: int) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+#: four batches; each key comes several times per batch and per window, a few rows late
+BATCHES = [
+    [(_at(s), f"k{s % 3}", s, s / 7) for s in range(0, 24)],
+    [(_at(s), f"k{s % 4}", s * 2, -s / 3) for s in range(20, 44)] + [(_at(2), "k1", 100, 0.5)],
+    [(_at(s), f"k{s % 2}", s, s * 1.25) for s in range(40, 52)] + [(_at(30), "k9", 7, None)],
+    [(_at(s), f"k{s % 5}", None if s % 6 == 0 else s, s / 11) for s in range(60, 75)],
+]
+
+
+def windowed(df: DataFrame) -> DataFrame:
+    return (
+        df.withWatermark("t", "10 seconds")
+        .groupBy(F.window("t", "10 seconds"), "k")
+        .agg(
+            F.count("*").alias("n"),
+            F.sum("v").alias("s"),
+            F.avg("x").alias("a"),
+            F.max("v").alias("hi"),
+            F.min("x").alias("lo"),
+        )
+    )
+
+
+def sliding(df: DataFrame) -> DataFrame:
+    # Spark's Expand puts each row in two windows, before the exchange
+    return (
+        df.withWatermark("t", "10 seconds")
+        .groupBy(F.window("t", "20 seconds", "10 seconds"), "k")
+        .agg(F.sum("v").alias("s"), F.collect_list("v").alias("vs"))
+    )
+
+
+def literal_and_computed_keys(df: DataFrame) -> DataFrame:
+    # the literal key is not hashed by Spark's exchange; the computed one is
+    return df.groupBy(F.lit(1).alias("one"), "k", (F.col("v") % 3).alias("m")).agg(
+        F.first("x").alias("f"), F.percentile_approx("v", 0.5).alias("p"), F.count("v").alias("n")
+    )
+
+
+def repartitioned(df: DataFrame) -> DataFrame:
+    # several input partitions: a key's rows come from more than one map task
+    return df.repartition(3).groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n"), F.avg("x").alias("a"))
+
+
+CASES: list[tuple[Callable[[DataFrame], DataFrame], str]] = [
+    (windowed, "append"),
+    (windowed, "update"),
+    (sliding, "update"),
+    (literal_and_computed_keys, "update"),
+    (repartitioned, "complete"),
+]
+
+
+@pytest.mark.parametrize("build, mode", CASES, ids=lambda c: getattr(c, "__name__", c))
+def test_skipping_the_partial_step_gives_sparks_batches(spark, ours, tmp_path, build, mode):
+    since = _last_execution_id(spark)
+    with session_confs(spark, {SKIP_PARTIAL_CONF: "true"}):
+        assert_equivalent(spark, ours, build, BATCHES, SCHEMA, mode, tmp_path)
+    # the rows were shuffled raw, by the state's partitioning only (one more exchange: the
+    # user's own repartition)
+    plans = _state_plans(spark, since)
+    assert len(plans) >= len(BATCHES)  # no-data batches run the state step too
+    extra = 1 if build is repartitioned else 0
+    assert not any(partial_before_exchange(p, exchanges=1 + extra) for p in plans)
+
+
+# ------------------------------------------------------------------------------------------
+# The plans statestream ran
+# ------------------------------------------------------------------------------------------
+
+
+def _state_plans(spark: Any, since: int) -> list[str]:
+    """The physical plans of statestream's batch jobs run after execution ``since`` (the ones
+    with a state step, ``MapInArrow``, and an exchange), oldest first."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # noqa: SLF001
+    plans = []
+    for i in range(executions.size()):
+        e = executions.apply(i)
+        if e.executionId() < since:
+            continue
+        text = e.physicalPlanDescription().split("\n\n", 1)[0]
+        if "MapInArrow" in text and "Exchange" in text:
+            plans.append(text)
+    return plans
+
+
+def _last_execution_id(spark: Any) -> int:
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # noqa: SLF001
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1) + 1
+
+
+def partial_before_exchange(plan: str, exchanges: int = 1) -> bool:
+    """Whether an aggregate runs below the exchange that feeds the state step in a plan's tree
+    text; the plan must have ``exchanges`` exchanges below the state step (``MapInArrow``)."""
+    lines = plan.splitlines()
+    below_state = lines[next(i for i, line in enumerate(lines) if "MapInArrow" in line) :]
+    at = [i for i, line in enumerate(below_state) if "Exchange" in line]
+    assert len(at) == exchanges, plan
+    return any("Aggregate" in line for line in below_state[at[0] + 1 :])
+
+
+def _unique_keys(df: DataFrame) -> DataFrame:
+    return df.groupBy("k", "v").agg(F.sum("x").alias("s"))
+
+
+def _few_keys(df: DataFrame) -> DataFrame:
+    return df.groupBy(F.length("k").alias("n")).agg(F.sum("x").alias("s"))
+
+
+def _exploded(df: DataFrame) -> DataFrame:
+    # the aggregation reads more rows than the source gave: not the source's rows
+    return df.withColumn("v", F.explode(F.array("v", "v"))).groupBy("k", "v").agg(F.sum("x").alias("s"))
+
+
+def _ours_plans(spark: Any, ours: Any, build: Callable[[DataFrame], DataFrame], tmp_path: Path, setting: str) -> list[str]:
+    since = _last_execution_id(spark)
+    # one task per state partition in every batch, however small: one exchange in each plan
+    with session_confs(spark, {SKIP_PARTIAL_CONF: setting, SINGLE_STATE_TASK_MAX_ROWS_CONF: "0"}):
+        run_stream(ours(), build, BATCHES, SCHEMA, "update", tmp_path)
+    return _state_plans(spark, since)
+
+
+def test_auto_skips_after_a_batch_with_a_key_per_row(spark, ours, tmp_path, monkeypatch):
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    plans = _ours_plans(spark, ours, _unique_keys, tmp_path, "auto")
+    assert len(plans) == len(BATCHES)
+    # the first batch of a run keeps the step; every batch after one with a key per row skips it
+    assert [partial_before_exchange(p) for p in plans] == [True, False, False, False]
+
+
+def test_auto_keeps_the_step_where_keys_repeat_or_rows_are_not_the_sources(spark, ours, tmp_path, monkeypatch):
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    repeating = _ours_plans(spark, ours, _few_keys, tmp_path / "repeating", "auto")
+    assert len(repeating) == len(BATCHES) and all(partial_before_exchange(p) for p in repeating)
+    exploded = _ours_plans(spark, ours, _exploded, tmp_path / "exploded", "auto")
+    assert len(exploded) == len(BATCHES) and all(partial_before_exchange(p) for p in exploded)
+    # asked for everywhere, it skips there too
+    forced = _ours_plans(spark, ours, _exploded, tmp_path / "forced", "true")
+    assert forced and not any(partial_before_exchange(p) for p in forced)
+
+
+def test_off_never_skips(spark, ours, tmp_path, monkeypatch):
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    plans = _ours_plans(spark, ours, _unique_keys, tmp_path, "false")
+    assert plans and all(partial_before_exchange(p) for p in plans)
