@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statestream.operators.base import ExecutedByParent, PhysicalOperator
+from statestream.operators.context import SKIP_ALL, SKIP_NONE, SKIP_SOURCE_FED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -49,31 +50,25 @@ PARTITION_ID_COLUMN = "__statestream_pid"
 #: Spark's name of the grouping id of cube/rollup (a key of the state)
 GROUPING_ID_NAME = "spark_grouping_id"
 
-#: What a batch asks of its aggregations' partial step (``BatchContext.skip_partial_aggregation``,
-#: decided by ``runtime.partial_aggregation``): keep it everywhere; skip it where the
-#: aggregation reads one source's rows (``PARTIAL_SKIPPABLE_FED_BY_SOURCE``); skip it wherever
-#: it can be
-SKIP_NONE = ""
-SKIP_SOURCE_FED = "source-fed"
-SKIP_ALL = "all"
-
-#: Whether an aggregation's partial step can be skipped (``AggregationInfo.partial_skip``): not
-#: without keys to shuffle by, nor under cube/rollup (Spark's Expand multiplies the rows before
-#: the partial step); where it can, whether the aggregation's input rows are one source's rows,
-#: filtered or projected, so that the last batch's keys per source row tell what the step saves
-PARTIAL_KEPT = ""
+#: Whether an aggregation's partial step can be skipped (``AggregationInfo.partial_skippable``):
+#: not without keys to shuffle by, nor when all of them are literals (Spark's exchange then
+#: hashes a constant), nor under cube/rollup (Spark's Expand multiplies the rows before the
+#: partial step), nor for session windows (their own merge runs in that step); where it can,
+#: whether the aggregation's input rows are one source's rows, filtered or projected, so that
+#: the last batch's keys per source row tell what the step saves
+PARTIAL_KEPT = "kept"
 PARTIAL_SKIPPABLE = "skippable"
-PARTIAL_SKIPPABLE_FED_BY_SOURCE = "source-fed"
+PARTIAL_SKIPPABLE_FED_BY_SOURCE = "skippable, source-fed"
 
 
-def skips_partial(partial_skip: str, requested: str) -> bool:
-    """Whether an aggregation (its ``AggregationInfo.partial_skip``) skips its partial step in a
-    batch that asks ``requested`` (``SKIP_*``)."""
-    if partial_skip == PARTIAL_KEPT:
+def skips_partial(partial_skippable: str, requested: str) -> bool:
+    """Whether an aggregation (its ``AggregationInfo.partial_skippable``) skips its partial step
+    in a batch that asks ``requested`` (``SKIP_*``)."""
+    if partial_skippable == PARTIAL_KEPT:
         return False
     if requested == SKIP_ALL:
         return True
-    return requested == SKIP_SOURCE_FED and partial_skip == PARTIAL_SKIPPABLE_FED_BY_SOURCE
+    return requested == SKIP_SOURCE_FED and partial_skippable == PARTIAL_SKIPPABLE_FED_BY_SOURCE
 
 
 #: The physical aggregate nodes Spark's planner chooses between (``explain()`` names)
@@ -142,7 +137,7 @@ class AggregationInfo:
     spark_text: AggregateExplainText | None = field(default=None, repr=False, compare=False)
     #: whether a batch may run this aggregation without its partial step (``PARTIAL_*``; set by
     #: the planner, which sees the aggregation's input)
-    partial_skip: str = PARTIAL_KEPT
+    partial_skippable: str = PARTIAL_KEPT
 
     @property
     def spark_key_names(self) -> tuple[str, ...]:
@@ -231,7 +226,7 @@ class StreamingAggregateExec(PhysicalOperator):
                 agg = group(*info.grouping).agg(*partials, F.grouping_id().alias(GROUPING_ID_NAME))
             else:
                 grouping: tuple[Any, ...] = info.grouping
-                if skips_partial(info.partial_skip, ctx.skip_partial_aggregation):
+                if skips_partial(info.partial_skippable, ctx.skip_partial):
                     df, grouping = shuffled_by_keys(df, info, int(self.num_partitions or 1))
                 agg = df.groupBy(*grouping).agg(*partials) if partials else df.groupBy(*grouping).count().drop("count")
             for cond in info.key_filters:
@@ -289,16 +284,25 @@ def shuffled_by_keys(df: "DataFrame", info: AggregationInfo, num_partitions: int
     """``df`` with the grouping keys as columns, shuffled by the hash partitioning the state
     needs, and the grouping over those columns: the batch aggregation over it needs no exchange
     of its own, so Spark runs its partial and final steps after this one (``runtime.
-    partial_aggregation`` tells when that is worth it). The columns are named apart from the
-    user's (``__statestream_key<i>``) and hashed as Spark's exchange hashes the keys
-    (``partition_key_sql``), so each key lands in the state partition it always does."""
+    partial_aggregation`` tells when that is worth it).
+
+    The keys are hashed as Spark's exchange hashes them (``partition_key_indexes``: literals
+    left out, a repeated key once), so a key's rows meet in the task of its state partition.
+    Should Spark ever not see the two partitionings as one, the ``repartition`` after the
+    aggregation (``PartialMerge``) still puts each key in its partition, with one more
+    exchange. The columns are named apart from the input's, and the grouping gives them back
+    the output names, which the key filters read."""
     from pyspark.sql import functions as F
 
-    names = [f"__statestream_key{i}" for i in range(len(info.grouping))]
+    taken = {c.lower() for c in df.columns}
+    prefix = "__statestream_key"
+    while any(c.startswith(prefix) for c in taken):
+        prefix = "_" + prefix
+    names = [f"{prefix}{i}" for i in range(len(info.grouping))]
     keyed = df.withColumns({n: F.col(g) if isinstance(g, str) else g for n, g in zip(names, info.grouping)})
     indexes = info.partition_key_indexes if info.partition_key_indexes is not None else range(len(names))
     keyed = keyed.repartition(num_partitions, *(F.col(names[i]) for i in indexes))
-    return keyed, tuple(F.col(n) for n in names)
+    return keyed, tuple(F.col(n).alias(out) for n, out in zip(names, info.grouping_names))
 
 
 #: the name this class had when every step was shown as a HashAggregate

@@ -14,7 +14,14 @@ from pyspark.accumulators import AccumulatorParam
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchContext", "ListAccumulatorParam"]
+__all__ = ["BatchContext", "ListAccumulatorParam", "SKIP_NONE", "SKIP_SOURCE_FED", "SKIP_ALL"]
+
+#: What a batch asks of its aggregations' partial step (``BatchContext.skip_partial``, decided by
+#: ``runtime.partial_aggregation``; ``operators.aggregate.skips_partial`` applies it): keep it
+#: everywhere; skip it where the aggregation reads one source's rows; skip it wherever it can be
+SKIP_NONE = "keep-all"
+SKIP_SOURCE_FED = "skip-source-fed"
+SKIP_ALL = "skip-all"
 
 
 class ListAccumulatorParam(AccumulatorParam):
@@ -51,7 +58,7 @@ class BatchContext:
     single_state_task: bool = False
     #: which aggregations run without their partial step in this batch (``operators.aggregate.
     #: SKIP_*``, decided by ``runtime.partial_aggregation``)
-    skip_partial_aggregation: str = ""
+    skip_partial: str = SKIP_NONE
     #: the state steps take their per-batch fields from a local property set for each batch's
     #: job (``StateStep.batch_args_property``), so the plan can serve later batches
     #: (``runtime.batch_plan_reuse``)
@@ -61,4 +68,4 @@ class BatchContext:
     def plan_shape(self) -> tuple[bool, str]:
         """What tells apart the plans this query's batches can have (``runtime.batch_plan_reuse``
         keeps one template per shape): their state tasks and their aggregations' partial steps."""
-        return (self.single_state_task, self.skip_partial_aggregation)
+        return (self.single_state_task, self.skip_partial)

@@ -209,7 +209,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
         aggregate_node=aggregate_node,
         aggregate_codegen=aggregate_codegen,
         partition_key_indexes=partition_keys,
-        partial_skip=partial_skip(node, keys, partition_keys),
+        partial_skippable=partial_step_skippable(node, keys, partition_keys),
         key_schema_json=key_json,
         value_schema_json=value_json,
         grouping=tuple(node.grouping),
@@ -482,18 +482,28 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
 
 #: Spark's logical nodes that hand on at most the rows they are given
 _ROW_KEEPING_NODES = frozenset(
-    {"Project", "Filter", "EventTimeWatermark", "CollectMetrics", "SubqueryAlias", "ResolvedHint", "Sample"}
+    {
+        "Project",
+        "Filter",
+        "EventTimeWatermark",
+        "CollectMetrics",
+        "SubqueryAlias",
+        "ResolvedHint",
+        "Repartition",
+        "RepartitionByExpression",
+        "RebalancePartitions",
+    }
 )
 
 
-def partial_skip(node: L.Aggregate, key_columns: tuple[str, ...], partition_key_indexes: tuple[int, ...] | None) -> str:
+def partial_step_skippable(node: L.Aggregate, key_columns: tuple[str, ...], partition_key_indexes: tuple[int, ...] | None) -> str:
     """Whether batches may run this aggregation without its partial step, and whether its input
     is one source's rows (``operators.aggregate.PARTIAL_*``; ``runtime.partial_aggregation``
     decides per batch). Only with keys to shuffle by, not all of them literals, and not under
     cube/rollup. The input is a source's rows when Spark's analysis of the aggregation has only
-    projections, filters, watermarks and observations over one leaf: then the source's row
-    count is the aggregation's, at most. A generator in a ``select`` (``explode``), a sliding
-    window (Spark's ``Expand``), a join or a union makes more rows, or other ones."""
+    projections, filters, repartitions, watermarks and observations over one leaf: then the
+    source's row count is the aggregation's, at most. A generator in a ``select`` (``explode``),
+    a sliding window (Spark's ``Expand``), a join or a union makes more rows, or other ones."""
     if not key_columns or node.grouping_sets or partition_key_indexes == ():
         return PARTIAL_KEPT
     try:
@@ -510,7 +520,7 @@ def partial_skip(node: L.Aggregate, key_columns: tuple[str, ...], partition_key_
                 pending.extend(children.apply(i) for i in range(children.length()))
             else:
                 return PARTIAL_SKIPPABLE
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: keep the decision to "true"
+    except Exception:  # noqa: BLE001 - py4j / internal API drift: skipped only when asked for everywhere
         logging.getLogger(__name__).debug("cannot read the aggregation's input plan", exc_info=True)
         return PARTIAL_SKIPPABLE
     return PARTIAL_SKIPPABLE_FED_BY_SOURCE if leaves == 1 else PARTIAL_SKIPPABLE
@@ -565,7 +575,8 @@ def session_window_info(node: L.Aggregate):
     session_index = next(i for i, n in enumerate(names) if L.SESSION_WINDOW_KEY in (node.schema[n].metadata or {}))
     if len(names) < 2:
         raise analysis_error(None, GLOBAL_SESSION_AGGREGATION_ERROR)
-    agg = aggregation_info(node)
+    # the sessions are merged in the partial step: never skipped
+    agg = dataclasses.replace(aggregation_info(node), partial_skippable=PARTIAL_KEPT)
     for call in agg.calls:
         call.row_columns()  # a function without per-row buffers says so here, from start()
     spark_key, value_buffers = _state_schema_json(node, agg.calls)

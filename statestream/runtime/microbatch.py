@@ -34,8 +34,9 @@ from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
+from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import OBSERVED_METRICS
-from statestream.operators.context import BatchContext, ListAccumulatorParam
+from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
 from statestream.operators.local_checkpoint import (
     LOST_BLOCK_ERROR_CLASS,
     batch_local_checkpoints,
@@ -58,10 +59,10 @@ from statestream.runtime.batch_plan_reuse import (
     reusable_plan,
     set_batch_args,
 )
-from statestream.runtime.trigger_executor import time_to_next_trigger
-from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
+from statestream.runtime.trigger_executor import time_to_next_trigger
+from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
 from statestream.sources.base import ReadLimit
 
 if TYPE_CHECKING:
@@ -627,6 +628,9 @@ class MicroBatchExecution:
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         self._skip_partial = skip_partial_setting(user.conf.get)
+        self._partial_skippable = {
+            n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
+        }
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         try:
@@ -888,13 +892,13 @@ class MicroBatchExecution:
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
             single_state_task=single_state_task(self.progress.last(), self._single_task_max_rows),
-            skip_partial_aggregation=skip_partial_aggregation(self.progress.last(), self._skip_partial),
+            skip_partial=skip_partial_aggregation(self.progress.last_with_input(), self._skip_partial, self._partial_skippable),
             batch_args_by_property=reuse is not None,
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
-        if ctx.skip_partial_aggregation:
-            logger.debug("batch %d skips the partial aggregation (%s)", record.batch_id, ctx.skip_partial_aggregation)
+        if ctx.skip_partial != SKIP_NONE:
+            logger.debug("batch %d: aggregations skip their partial step (%s)", record.batch_id, ctx.skip_partial)
         sc = self.spark.sparkContext
         # every job this thread runs for the batch gives its state steps this batch's fields
         batch_args: list[str] = []

@@ -7,29 +7,35 @@ partial step hashes a million rows to save almost nothing, and it runs in the sc
 batch read from one file split runs it in a single task while the other cores wait. Shuffling
 the rows first by the keys' hash partitioning (the one the state needs) and aggregating after
 the exchange gives the same buffer rows per key, with the aggregation spread over the state
-partitions' tasks. On W2 (1M rows per batch, 630,000 keys) the scan stage went from about
-620 to 290 ms. When keys repeat, the partial step pays for itself: at one key per ten rows both
-ways cost the same on a batch of Spark's, and at five keys per batch the shuffle of raw rows is
-the larger cost by far.
+partitions' tasks (``operators.aggregate.shuffled_by_keys``). On W2 (1M rows per batch, 630,000
+keys) the scan stage went from about 620 to 290 ms.
 
-The decision looks one batch back, as the small-batch one does (``runtime.small_batches``):
-the last batch's aggregation stored as many keys as a share of the rows it read. The first
-batch of a run keeps the partial step. Which aggregations may skip it is the planner's
-(``AggregationInfo.partial_skip``): with ``auto``, only those whose input rows are the source's
-rows, filtered or projected, where that share means what it says.
+When keys repeat, the partial step pays for itself. Measured with Spark's batch aggregation of
+W2's rows on 2 cores, one file of 1M rows, with the step and without: at 0.1 keys per row both
+cost the same; at 0.25 the one without took 15 % less time, at 0.45 and above 20 to 25 % less;
+at 1,000 keys it took 60 % more. Hence :data:`MIN_KEYS_PER_ROW`.
+
+The answers are the same either way, up to what already varies with Spark's input
+partitioning: floating-point sums in another order, and functions of the rows' order
+(``first``, ``collect_list``) when a key's rows come from more than one map task.
+
+The decision looks back to the last batch that read rows, as the small-batch one looks one
+batch back (``runtime.small_batches``): that batch's aggregations stored as many keys as a
+share of the rows it read. The first batch of a run keeps the partial step. Which aggregations
+may skip it is the planner's (``AggregationInfo.partial_skippable``): with ``auto``, only those
+whose input rows are a source's rows, filtered or projected, where that share means what it
+says; with ``true``, every aggregation that has keys to shuffle by.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
-from statestream.operators.aggregate import SKIP_ALL, SKIP_NONE, SKIP_SOURCE_FED
+from statestream.operators.aggregate import skips_partial
+from statestream.operators.context import SKIP_ALL, SKIP_NONE, SKIP_SOURCE_FED
 
 __all__ = [
     "SKIP_PARTIAL_CONF",
-    "SKIP_NONE",
-    "SKIP_SOURCE_FED",
-    "SKIP_ALL",
     "MIN_ROWS",
     "MIN_KEYS_PER_ROW",
     "skip_partial_setting",
@@ -37,14 +43,12 @@ __all__ = [
 ]
 
 #: statestream's conf: ``auto`` (the default: decided per batch), ``true`` (every aggregation
-#: with grouping keys skips it) or ``false`` (never)
+#: that can skips it, in every batch) or ``false`` (never)
 SKIP_PARTIAL_CONF = "spark.statestream.aggregation.skipPartial"
 
 #: below this many input rows the partial step costs too little to matter either way
 MIN_ROWS = 100_000
-#: the share of the input rows the aggregation's keys must reach (measured on 2 cores and a
-#: batch of 1M rows, Spark's batch aggregation with the step and without: even at 0.1, 15 % less
-#: without it at 0.25, 20-25 % at 0.45 and above)
+#: the keys per input row the last batch's aggregations must have reached
 MIN_KEYS_PER_ROW = 0.2
 
 #: the operator name of a streaming aggregation's state in the progress (Spark's)
@@ -61,27 +65,36 @@ def skip_partial_setting(conf_get: Callable[[str, Any], Any]) -> str:
 
 
 def skip_partial_aggregation(
-    last_progress: Mapping[str, Any] | None,
+    last_data_progress: Mapping[str, Any] | None,
     setting: str,
+    skippable: Collection[str],
     min_rows: int | None = None,
     min_keys_per_row: float | None = None,
 ) -> str:
-    """Which aggregations of the next batch skip their partial step (``SKIP_*``).
+    """What the next batch asks of its aggregations' partial steps (``SKIP_*``).
 
-    ``auto``: the source-fed ones, when the last batch (``last_progress``, its progress as a
-    dict) read at least ``min_rows`` rows and every streaming aggregation in it stored at least
-    ``min_keys_per_row`` keys per row read (``numRowsUpdated``: every key of the batch is put);
-    by default :data:`MIN_ROWS` and :data:`MIN_KEYS_PER_ROW`."""
-    min_rows = MIN_ROWS if min_rows is None else min_rows
-    min_keys_per_row = MIN_KEYS_PER_ROW if min_keys_per_row is None else min_keys_per_row
+    ``skippable``: the plan's aggregations' ``partial_skippable``; a request that none of them
+    would follow is ``SKIP_NONE``, so the batch keeps the shape (and plan template) it has.
+    ``auto``: the source-fed ones skip when the last batch that read rows
+    (``last_data_progress``, its progress as a dict) read at least ``min_rows`` rows and every
+    streaming aggregation in it stored at least ``min_keys_per_row`` keys per row read
+    (``numRowsUpdated``: every key of the batch is put); by default :data:`MIN_ROWS` and
+    :data:`MIN_KEYS_PER_ROW`."""
+    requested = _requested(last_data_progress, setting, min_rows, min_keys_per_row)
+    return requested if any(skips_partial(s, requested) for s in skippable) else SKIP_NONE
+
+
+def _requested(last_data_progress: Mapping[str, Any] | None, setting: str, min_rows: int | None, min_keys_per_row: float | None) -> str:
     if setting == "true":
         return SKIP_ALL
-    if setting != "auto" or not last_progress:
+    if setting != "auto" or not last_data_progress:
         return SKIP_NONE
-    rows = int(last_progress.get("numInputRows") or 0)
+    min_rows = MIN_ROWS if min_rows is None else min_rows
+    min_keys_per_row = MIN_KEYS_PER_ROW if min_keys_per_row is None else min_keys_per_row
+    rows = int(last_data_progress.get("numInputRows") or 0)
     if rows < max(min_rows, 1):
         return SKIP_NONE
-    aggregations = [op for op in last_progress.get("stateOperators") or [] if op.get("operatorName") == _AGGREGATION_OPERATOR]
+    aggregations = [op for op in last_data_progress.get("stateOperators") or [] if op.get("operatorName") == _AGGREGATION_OPERATOR]
     if not aggregations:
         return SKIP_NONE
     if all(int(op.get("numRowsUpdated") or 0) >= min_keys_per_row * rows for op in aggregations):

@@ -109,6 +109,10 @@ class ProgressTracker:
         #: when the last progress (of a batch or an idle trigger) was recorded; None = never
         self._last_no_execution_report: float | None = None
         self._lock = threading.Lock()
+        #: the progress of the last batch that read rows, whatever ``keep`` is: what the next
+        #: batch's shape is decided from (``runtime.partial_aggregation``), past the no-data
+        #: batches and idle triggers in between
+        self._last_with_input: dict | None = None
         self._durations: dict[str, int] = {}
         self._trigger_start_wall = 0
         self._trigger_start = 0.0
@@ -214,6 +218,8 @@ class ProgressTracker:
         self._last_watermark = record.watermark_ms
         with self._lock:
             self._recent.append(prog)
+            if prog.get("numInputRows"):
+                self._last_with_input = prog
         self.ex.listeners.post_progress(prog)
         history = getattr(self.ex, "progress_log", None)
         if history is not None:
@@ -283,6 +289,11 @@ class ProgressTracker:
     def last(self) -> dict | None:
         with self._lock:
             return self._recent[-1] if self._recent else None
+
+    def last_with_input(self) -> dict | None:
+        """The progress of the last batch of this run that read rows, or None."""
+        with self._lock:
+            return self._last_with_input
 
     def recent(self) -> list[dict]:
         with self._lock:

@@ -51,3 +51,20 @@ def ours(spark: Any) -> Callable[[], Any]:
         return StreamingSession(spark)
 
     return make
+
+
+@pytest.fixture
+def reused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the batches statestream ran on a reused plan (``runtime.batch_plan_reuse``)."""
+    from statestream.runtime.batch_plan_reuse import PlanReuse
+
+    count = [0]
+    original = PlanReuse.instantiate
+
+    def counting(self: PlanReuse, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, *args, **kwargs)
+        count[0] += out is not None
+        return out
+
+    monkeypatch.setattr(PlanReuse, "instantiate", counting)
+    return count

@@ -71,6 +71,18 @@ def literal_and_computed_keys(df: DataFrame) -> DataFrame:
     )
 
 
+def key_filtered(df: DataFrame) -> DataFrame:
+    # filters on the grouping keys: the window's ends up on the aggregated rows (a sliding
+    # window's Expand stops it there), by the output names of the keys
+    return (
+        df.withWatermark("t", "10 seconds")
+        .groupBy(F.window("t", "10 seconds", "5 seconds").alias("w"), "k")
+        .count()
+        .filter(F.col("w.start") >= F.lit(_at(10)))
+        .filter("k != 'k1'")
+    )
+
+
 def repartitioned(df: DataFrame) -> DataFrame:
     # several input partitions: a key's rows come from more than one map task
     return df.repartition(3).groupBy("k").agg(F.sum("v").alias("s"), F.count("*").alias("n"), F.avg("x").alias("a"))
@@ -81,6 +93,8 @@ CASES: list[tuple[Callable[[DataFrame], DataFrame], str]] = [
     (windowed, "update"),
     (sliding, "update"),
     (literal_and_computed_keys, "update"),
+    (key_filtered, "update"),
+    (key_filtered, "append"),
     (repartitioned, "complete"),
 ]
 
@@ -91,7 +105,7 @@ def test_skipping_the_partial_step_gives_sparks_batches(spark, ours, tmp_path, b
     with session_confs(spark, {SKIP_PARTIAL_CONF: "true"}):
         assert_equivalent(spark, ours, build, BATCHES, SCHEMA, mode, tmp_path)
     # the rows were shuffled raw, by the state's partitioning only (one more exchange: the
-    # user's own repartition)
+    # user's own repartition); no exchange after the aggregation either
     plans = _state_plans(spark, since)
     assert len(plans) >= len(BATCHES)  # no-data batches run the state step too
     extra = 1 if build is repartitioned else 0
@@ -103,9 +117,10 @@ def test_skipping_the_partial_step_gives_sparks_batches(spark, ours, tmp_path, b
 # ------------------------------------------------------------------------------------------
 
 
-def _state_plans(spark: Any, since: int) -> list[str]:
+def _state_plans(spark: Any, since: int, data_only: bool = False) -> list[str]:
     """The physical plans of statestream's batch jobs run after execution ``since`` (the ones
-    with a state step, ``MapInArrow``, and an exchange), oldest first."""
+    with a state step, ``MapInArrow``, and an exchange), oldest first; ``data_only``: not the
+    no-data batches' (their input is an empty ``ExistingRDD``)."""
     executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # noqa: SLF001
     plans = []
     for i in range(executions.size()):
@@ -113,7 +128,7 @@ def _state_plans(spark: Any, since: int) -> list[str]:
         if e.executionId() < since:
             continue
         text = e.physicalPlanDescription().split("\n\n", 1)[0]
-        if "MapInArrow" in text and "Exchange" in text:
+        if "MapInArrow" in text and "Exchange" in text and not (data_only and "ExistingRDD" in text):
             plans.append(text)
     return plans
 
@@ -177,3 +192,41 @@ def test_off_never_skips(spark, ours, tmp_path, monkeypatch):
     monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
     plans = _ours_plans(spark, ours, _unique_keys, tmp_path, "false")
     assert plans and all(partial_before_exchange(p) for p in plans)
+
+
+def _unique_windowed(df: DataFrame) -> DataFrame:
+    return df.withWatermark("t", "10 seconds").groupBy(F.window("t", "10 seconds"), "k", "v").agg(F.sum("x").alias("s"))
+
+
+def test_auto_looks_past_the_no_data_batches(spark, ours, tmp_path, monkeypatch):
+    """In append mode with a watermark, a no-data batch runs after each data batch (with no
+    input rows): the next data batch still goes by the last one that read rows."""
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    since = _last_execution_id(spark)
+    with session_confs(spark, {SKIP_PARTIAL_CONF: "auto", SINGLE_STATE_TASK_MAX_ROWS_CONF: "0"}):
+        exp, _ = assert_equivalent(spark, ours, _unique_windowed, BATCHES, SCHEMA, "append", tmp_path)
+    assert len(exp.progress) > len(BATCHES)  # the no-data batches ran
+    plans = _state_plans(spark, since, data_only=True)
+    assert [partial_before_exchange(p) for p in plans] == [True, False, False, False]
+
+
+def _rows(keys: list[tuple[str, int]]) -> list[tuple]:
+    return [(_at(i), k, v, v / 4) for i, (k, v) in enumerate(keys)]
+
+
+UNIQUE = [(f"k{i % 3}", i) for i in range(24)]
+#: one key for all the batch's rows
+REPEATED = [("k0", 1)] * 24
+
+
+def test_auto_follows_each_batch_and_reuses_both_plans(spark, ours, tmp_path, monkeypatch, reused):
+    """Keys per row high, high, low, high, high: the batch after each decides, and each shape
+    keeps its own plan template (batches 2, 3 and 4 run on one)."""
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    batches = [_rows(UNIQUE), _rows([(k, v + 100) for k, v in UNIQUE]), _rows(REPEATED), _rows(UNIQUE), _rows(UNIQUE)]
+    since = _last_execution_id(spark)
+    with session_confs(spark, {SKIP_PARTIAL_CONF: "auto", SINGLE_STATE_TASK_MAX_ROWS_CONF: "0"}):
+        assert_equivalent(spark, ours, _unique_keys, batches, SCHEMA, "update", tmp_path)
+    plans = _state_plans(spark, since)
+    assert [partial_before_exchange(p) for p in plans] == [True, False, False, True, False]
+    assert reused[0] == 3

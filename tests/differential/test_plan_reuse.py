@@ -109,23 +109,6 @@ def _watermarks_and_state_rows(run: Any) -> dict[int, tuple[Any, list[Any]]]:
     }
 
 
-@pytest.fixture
-def reused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the batches statestream ran on a reused plan."""
-    from statestream.runtime.batch_plan_reuse import PlanReuse
-
-    count = [0]
-    original = PlanReuse.instantiate
-
-    def counting(self: PlanReuse, *args: Any, **kwargs: Any) -> Any:
-        out = original(self, *args, **kwargs)
-        count[0] += out is not None
-        return out
-
-    monkeypatch.setattr(PlanReuse, "instantiate", counting)
-    return count
-
-
 @pytest.mark.parametrize("max_rows", ["10000", "0"], ids=["one state task", "a task per partition"])
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_reused_batch_plans_give_sparks_batches(spark, ours, tmp_path, reused, name, max_rows):

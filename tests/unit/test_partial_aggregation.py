@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from statestream.operators.aggregate import (
-    PARTIAL_KEPT,
-    PARTIAL_SKIPPABLE,
-    PARTIAL_SKIPPABLE_FED_BY_SOURCE,
-    SKIP_ALL,
-    SKIP_NONE,
-    SKIP_SOURCE_FED,
-    skips_partial,
-)
+from statestream.operators.aggregate import PARTIAL_KEPT, PARTIAL_SKIPPABLE, PARTIAL_SKIPPABLE_FED_BY_SOURCE, skips_partial
+from statestream.operators.context import SKIP_ALL, SKIP_NONE, SKIP_SOURCE_FED
 from statestream.runtime.partial_aggregation import (
     MIN_KEYS_PER_ROW,
     MIN_ROWS,
     SKIP_PARTIAL_CONF,
-    skip_partial_aggregation,
     skip_partial_setting,
 )
+from statestream.runtime.partial_aggregation import skip_partial_aggregation as decide
+
+#: a plan with one aggregation that reads a source's rows
+FED = {PARTIAL_SKIPPABLE_FED_BY_SOURCE}
+
+
+def skip_partial_aggregation(last, setting, skippable=FED, **kwargs):
+    return decide(last, setting, skippable, **kwargs)
 
 
 def progress(rows: int, *updated: int, name: str = "stateStoreSave") -> dict:
@@ -63,6 +63,20 @@ def test_auto_reads_only_aggregations():
 def test_the_thresholds_can_be_given():
     assert skip_partial_aggregation(progress(10, 3), "auto", min_rows=1, min_keys_per_row=0.3) == SKIP_SOURCE_FED
     assert skip_partial_aggregation(progress(10, 2), "auto", min_rows=1, min_keys_per_row=0.3) == SKIP_NONE
+
+
+def test_a_request_no_aggregation_follows_keeps_the_shape():
+    # the plan template of a batch that would skip nothing is the one of a batch that keeps all
+    assert skip_partial_aggregation(progress(1_000_000, 900_000), "auto", {PARTIAL_SKIPPABLE}) == SKIP_NONE
+    assert skip_partial_aggregation(progress(1_000_000, 900_000), "auto", {PARTIAL_KEPT}) == SKIP_NONE
+    assert skip_partial_aggregation(progress(1_000_000, 900_000), "auto", set()) == SKIP_NONE
+    assert skip_partial_aggregation(None, "true", {PARTIAL_KEPT}) == SKIP_NONE
+    assert skip_partial_aggregation(None, "true", {PARTIAL_KEPT, PARTIAL_SKIPPABLE}) == SKIP_ALL
+    assert skip_partial_aggregation(progress(1_000_000, 900_000), "auto", {PARTIAL_SKIPPABLE, PARTIAL_SKIPPABLE_FED_BY_SOURCE}) == SKIP_SOURCE_FED
+
+
+def test_the_request_values_are_apart_from_the_aggregations_marks():
+    assert not {SKIP_NONE, SKIP_SOURCE_FED, SKIP_ALL} & {PARTIAL_KEPT, PARTIAL_SKIPPABLE, PARTIAL_SKIPPABLE_FED_BY_SOURCE}
 
 
 def test_true_and_false_do_not_look_at_the_last_batch():
