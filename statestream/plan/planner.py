@@ -488,6 +488,7 @@ _ROW_KEEPING_NODES = frozenset(
         "EventTimeWatermark",
         "CollectMetrics",
         "SubqueryAlias",
+        "View",
         "ResolvedHint",
         "Repartition",
         "RepartitionByExpression",
@@ -501,7 +502,7 @@ def partial_step_skippable(node: L.Aggregate, key_columns: tuple[str, ...], part
     is one source's rows (``operators.aggregate.PARTIAL_*``; ``runtime.partial_aggregation``
     decides per batch). Only with keys to shuffle by, not all of them literals, and not under
     cube/rollup. The input is a source's rows when Spark's analysis of the aggregation has only
-    projections, filters, repartitions, watermarks and observations over one leaf: then the
+    projections, filters, repartitions, views, watermarks and observations over one leaf: then the
     source's row count is the aggregation's, at most. A generator in a ``select`` (``explode``),
     a sliding window (Spark's ``Expand``), a join or a union makes more rows, or other ones."""
     if not key_columns or node.grouping_sets or partition_key_indexes == ():

@@ -264,6 +264,11 @@ class MicroBatchExecution:
         from statestream.plan.joins import check_joins_supported
 
         check_joins_supported(self.plan)
+        # statestream's own confs of a run, refused from start() when they make no sense (the
+        # run reads them again as it starts)
+        user_conf = self.session.sparkSession.conf.get
+        single_state_task_max_rows(user_conf)
+        skip_partial_setting(user_conf)
         for node in self.plan.find(L.Aggregate):
             try:
                 aggregation_info(node)

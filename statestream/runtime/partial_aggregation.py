@@ -12,19 +12,24 @@ keys) the scan stage went from about 620 to 290 ms.
 
 When keys repeat, the partial step pays for itself. Measured with Spark's batch aggregation of
 W2's rows on 2 cores, one file of 1M rows, with the step and without: at 0.1 keys per row both
-cost the same; at 0.25 the one without took 15 % less time, at 0.45 and above 20 to 25 % less;
+cost the same; at 0.25 the one without took 15 % less time, at 0.5 and above 20 to 25 % less;
 at 1,000 keys it took 60 % more. Hence :data:`MIN_KEYS_PER_ROW`.
 
 The answers are the same either way, up to what already varies with Spark's input
 partitioning: floating-point sums in another order, and functions of the rows' order
 (``first``, ``collect_list``) when a key's rows come from more than one map task.
 
-The decision looks back to the last batch that read rows, as the small-batch one looks one
-batch back (``runtime.small_batches``): that batch's aggregations stored as many keys as a
-share of the rows it read. The first batch of a run keeps the partial step. Which aggregations
-may skip it is the planner's (``AggregationInfo.partial_skippable``): with ``auto``, only those
-whose input rows are a source's rows, filtered or projected, where that share means what it
-says; with ``true``, every aggregation that has keys to shuffle by.
+The decision looks back to the last batch of the run that read rows (no-data batches and idle
+triggers do not count), as the small-batch one looks one batch back (``runtime.small_batches``):
+each aggregation of that batch put at least :data:`MIN_KEYS_PER_ROW` keys per row the batch
+read (its ``numRowsUpdated``: every key of the batch is put). The first batch of each run,
+a restart's included, keeps the partial step. Which aggregations may skip it is the planner's
+(``AggregationInfo.partial_skippable``): never those without keys to shuffle by, with only
+literal keys, under cube/rollup or over session windows; with ``auto``, only those whose input
+rows are a source's rows (projected, filtered, repartitioned, watermarked, observed), where
+that share means what it says; with ``true``, all the others too (after a join, a union, an
+``explode``, a sliding window). The conf is read as each run starts; a bad value fails
+``start()``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ __all__ = [
 ]
 
 #: statestream's conf: ``auto`` (the default: decided per batch), ``true`` (every aggregation
-#: that can skips it, in every batch) or ``false`` (never)
+#: that can, in every batch) or ``false`` (never)
 SKIP_PARTIAL_CONF = "spark.statestream.aggregation.skipPartial"
 
 #: below this many input rows the partial step costs too little to matter either way

@@ -15,10 +15,14 @@ from statestream.plan.planner import aggregation_info, session_window_info
 
 
 @pytest.fixture(scope="module")
-def rate(spark: Any) -> Callable[[], Any]:
+def ss(spark: Any) -> Any:
     from statestream import StreamingSession
 
-    ss = StreamingSession(spark)
+    return StreamingSession(spark)
+
+
+@pytest.fixture(scope="module")
+def rate(ss: Any) -> Callable[[], Any]:
     return lambda: ss.readStream.format("rate").load().withColumn("k", F.col("value") % 10)
 
 
@@ -37,6 +41,12 @@ FED: dict[str, Callable[[Any], Any]] = {
     "a literal beside a key": lambda df: df.groupBy(F.lit(1), "k").count(),
     "observed": lambda df: df.observe("o", F.count(F.lit(1))).groupBy("k").count(),
 }
+
+
+def test_an_aggregation_over_a_temp_view_is_of_a_sources_rows(ss, rate):
+    rate().createOrReplaceTempView("partial_step_rows")
+    query = ss.sql("SELECT k, value FROM partial_step_rows WHERE value > 3").groupBy("k").count()
+    assert _skippable(query) == PARTIAL_SKIPPABLE_FED_BY_SOURCE
 
 NOT_FED: dict[str, Callable[[Any], Any]] = {
     "sliding window": lambda df: df.groupBy(F.window("timestamp", "10 seconds", "5 seconds")).count(),
