@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statestream.operators.base import ExecutedByParent, PhysicalOperator
-from statestream.operators.context import SKIP_ALL, SKIP_NONE, SKIP_SOURCE_FED
+from statestream.operators.context import SKIP_ALL, SKIP_SOURCE_FED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -34,9 +34,6 @@ __all__ = [
     "sorted_for_aggregate",
     "PARTITION_ID_COLUMN",
     "GROUPING_ID_NAME",
-    "SKIP_NONE",
-    "SKIP_SOURCE_FED",
-    "SKIP_ALL",
     "PARTIAL_KEPT",
     "PARTIAL_SKIPPABLE",
     "PARTIAL_SKIPPABLE_FED_BY_SOURCE",

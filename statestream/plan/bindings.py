@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Seq
 
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 from statestream.plan.optimizer import rebuild_expression
+from statestream.plan.jvm_plans import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -136,9 +137,6 @@ class BindingRegistry(Generic[P]):
 _REGISTRY: BindingRegistry["LogicalPlan"] = BindingRegistry()
 
 
-def _jseq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
-
 
 def _jclass(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
@@ -190,7 +188,7 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
             binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
             if binding is None or binding.plan is grouped:
                 return None
-            if [str(p) for p in _jseq(e.nameParts())] != [binding.name]:
+            if [str(p) for p in jvm_seq(e.nameParts())] != [binding.name]:
                 return None
             bound = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
             return bound if _jclass(bound) == "AttributeReference" else None
@@ -224,7 +222,7 @@ def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: in
         target = jss.expression(template[column]._jc)  # noqa: SLF001
         if _jclass(target) != "AttributeReference":
             return None
-        output = _jseq(plan.output())
+        output = jvm_seq(plan.output())
         ids = [int(a.exprId().id()) for a in output]
         event_time = int(target.exprId().id())
         if ids.count(event_time) != 1:
@@ -340,12 +338,12 @@ def _side_references(column: "Column", left: "LogicalPlan", right: "LogicalPlan"
         if _jclass(e) == "UnresolvedAttribute":
             origin = e.origin()
             binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
-            if binding is not None and [str(p) for p in _jseq(e.nameParts())] == [binding.name]:
+            if binding is not None and [str(p) for p in jvm_seq(e.nameParts())] == [binding.name]:
                 plan_id = id(binding.plan)
                 side = 0 if plan_id in left_ids else 1 if plan_id in right_ids else None
                 found.append(SideReference(path, binding.name, binding.plan, side))
             return
-        for i, child in enumerate(_jseq(e.children())):
+        for i, child in enumerate(jvm_seq(e.children())):
             visit(child, (*path, i))
 
     visit(expr, ())
@@ -359,7 +357,7 @@ def replace_at_paths(e: Any, new_at: Mapping[tuple[int, ...], Any], seq: Callabl
         return new_at[path]
     if not any(p[: len(path)] == path for p in new_at):
         return e
-    kids = _jseq(e.children())
+    kids = jvm_seq(e.children())
     new = [replace_at_paths(k, new_at, seq, (*path, i)) for i, k in enumerate(kids)]
     if all(n is k for n, k in zip(new, kids)):
         return e
@@ -382,20 +380,20 @@ def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[
         session = child.template.sparkSession
         jvm = session._jvm  # noqa: SLF001
         jss = session._jsparkSession  # noqa: SLF001
-        output = [int(a.exprId().id()) for a in _jseq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
+        output = [int(a.exprId().id()) for a in jvm_seq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
         found: list[tuple[tuple[int, ...], int]] = []
 
         def visit(e: Any, path: tuple[int, ...]) -> None:
             if _jclass(e) == "UnresolvedAttribute":
                 origin = e.origin()
                 binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
-                parts = [str(p) for p in _jseq(e.nameParts())]
+                parts = [str(p) for p in jvm_seq(e.nameParts())]
                 if binding is not None and parts == [binding.name] and names.count(binding.name.lower()) > 1:
                     attribute = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
                     if _jclass(attribute) == "AttributeReference" and int(attribute.exprId().id()) in output:
                         found.append((path, output.index(int(attribute.exprId().id()))))
                 return
-            for i, c in enumerate(_jseq(e.children())):
+            for i, c in enumerate(jvm_seq(e.children())):
                 visit(c, (*path, i))
 
         visit(jss.expression(column._jc), ())  # noqa: SLF001

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from statestream.jvm_calls import java_class, static_member
+from statestream.plan.jvm_plans import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,9 +31,6 @@ __all__ = ["REPLACED_EXPRESSIONS", "with_batch_timestamp"]
 REPLACED_EXPRESSIONS = frozenset({"CurrentTimestamp", "CurrentDate", "LocalTimestamp"})
 
 
-def _jseq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
-
 
 def _current_like(plan: Any) -> list[Any]:
     """The distinct current-time expressions of an analysed plan (every operator, every
@@ -41,15 +39,15 @@ def _current_like(plan: Any) -> list[Any]:
     plans = [plan]
     while plans:
         p = plans.pop()
-        plans.extend(_jseq(p.children()))
-        exprs = _jseq(p.expressions())
+        plans.extend(jvm_seq(p.children()))
+        exprs = jvm_seq(p.expressions())
         while exprs:
             e = exprs.pop()
             if str(e.getClass().getSimpleName()) in REPLACED_EXPRESSIONS:
                 if not any(e.equals(f) for f in found):
                     found.append(e)
             else:
-                exprs.extend(_jseq(e.children()))
+                exprs.extend(jvm_seq(e.children()))
     return found
 
 

@@ -47,6 +47,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
+from statestream.plan.jvm_plans import jvm_seq
 from statestream.plan.logical import (
     Aggregate,
     EventTimeWatermark,
@@ -539,9 +540,6 @@ _PASS_THROUGH = frozenset(
 )
 
 
-def _jseq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
-
 
 def rebuild_expression(e: Any, fn: Any, seq: Any) -> Any:
     """A JVM (Catalyst) expression tree with every node for which ``fn`` returns a replacement
@@ -550,7 +548,7 @@ def rebuild_expression(e: Any, fn: Any, seq: Any) -> Any:
     replaced = fn(e)
     if replaced is not None:
         return replaced
-    kids = _jseq(e.children())
+    kids = jvm_seq(e.children())
     if not kids:
         return e
     new = [rebuild_expression(k, fn, seq) for k in kids]
@@ -581,7 +579,7 @@ class JvmExpr:
     @property
     def references(self) -> frozenset[int]:
         if self._refs is None:
-            self._refs = frozenset(_attr_id(a) for a in _jseq(self.j.references().toSeq()))
+            self._refs = frozenset(_attr_id(a) for a in jvm_seq(self.j.references().toSeq()))
         return self._refs
 
     @property
@@ -631,7 +629,7 @@ class JvmExpr:
         return self._rebuild(self.j, fn)
 
     def attribute_names(self) -> list[str]:
-        return [str(a.name()) for a in _jseq(self.j.references().toSeq())]
+        return [str(a.name()) for a in jvm_seq(self.j.references().toSeq())]
 
 
 def _split_conjuncts(e: Any) -> list[Any]:
@@ -649,7 +647,7 @@ def _contains_aggregate(e: Any) -> bool:
             return True
         if kind == "PythonUDF" and int(x.evalType()) == 200:  # grouped-aggregate pandas UDF
             return True
-        stack.extend(_jseq(x.children()))
+        stack.extend(jvm_seq(x.children()))
     return False
 
 
@@ -693,7 +691,7 @@ class JvmPlanInspector:
         if name == "Project":
             aliases = {}
             det = True
-            for ne in _jseq(op.projectList()):
+            for ne in jvm_seq(op.projectList()):
                 det = det and bool(ne.deterministic())
                 if _jclass(ne) == "Alias":
                     aliases[_attr_id(ne.toAttribute())] = self._expr(ne.child())
@@ -706,20 +704,20 @@ class JvmPlanInspector:
         if name == "Aggregate":
             aliases = {}
             det = True
-            for ne in _jseq(op.aggregateExpressions()):
+            for ne in jvm_seq(op.aggregateExpressions()):
                 det = det and bool(ne.deterministic())
                 if _jclass(ne) == "Alias" and not _contains_aggregate(ne.child()):
                     aliases[_attr_id(ne.toAttribute())] = self._expr(ne.child())
             return AggregateStep(
                 aliases=aliases,
-                child_output=frozenset(_attr_id(a) for a in _jseq(op.child().output())),
+                child_output=frozenset(_attr_id(a) for a in jvm_seq(op.child().output())),
                 deterministic=det,
                 has_grouping=op.groupingExpressions().size() > 0,
             )
         if name in _PASS_THROUGH:
-            det = all(bool(e.deterministic()) for e in _jseq(op.expressions()))
+            det = all(bool(e.deterministic()) for e in jvm_seq(op.expressions()))
             return PassThroughStep(
-                child_output=frozenset(_attr_id(a) for a in _jseq(op.child().output())), deterministic=det, name=name
+                child_output=frozenset(_attr_id(a) for a in jvm_seq(op.child().output())), deterministic=det, name=name
             )
         return OpaqueStep(name)
 
@@ -729,13 +727,13 @@ class JvmPlanInspector:
         op = top
         for _ in range(1000):
             if op.equals(target) or op.sameResult(target):
-                remap = self._remap(_jseq(op.output()), _jseq(target.output()))
+                remap = self._remap(jvm_seq(op.output()), jvm_seq(target.output()))
                 if remap is None:
                     return None
                 if remap.aliases:
                     steps.append(remap)
                 return steps
-            kids = _jseq(op.children())
+            kids = jvm_seq(op.children())
             if len(kids) != 1:
                 return None
             steps.append(self._step(op))
@@ -765,13 +763,13 @@ class JvmPlanInspector:
         if isinstance(node, Union):
             if str(top.nodeName()) != "Union":
                 return NodeFacts(branches=tuple((OpaqueStep("Union"),) for _ in children))
-            kids = _jseq(top.children())
+            kids = jvm_seq(top.children())
             if len(kids) != len(children):
                 return None
-            out = _jseq(top.output())
+            out = jvm_seq(top.output())
             branches = []
             for k, t in zip(kids, targets):
-                into = self._remap(out, _jseq(k.output()))
+                into = self._remap(out, jvm_seq(k.output()))
                 chain = self._chain(k, t)
                 if into is None or chain is None:
                     branches.append((OpaqueStep("Union"),))
@@ -782,13 +780,13 @@ class JvmPlanInspector:
         if chain is None:
             return NodeFacts(branches=((OpaqueStep(node.node_name),),))
         if isinstance(node, EventTimeWatermark):
-            et = [a for a in _jseq(top.output()) if str(a.name()) == node.column]
+            et = [a for a in jvm_seq(top.output()) if str(a.name()) == node.column]
             if len(et) != 1:
                 return NodeFacts(branches=((OpaqueStep("EventTimeWatermark"),),))
             chain = [WatermarkStep(_attr_id(et[0])), *chain]
         elif isinstance(node, Aggregate):
             n = len(node.grouping)
-            grouping_ids = frozenset(_attr_id(a) for a in _jseq(top.output())[:n])
+            grouping_ids = frozenset(_attr_id(a) for a in jvm_seq(top.output())[:n])
             chain = [dataclasses.replace(s, grouping_output=grouping_ids) if isinstance(s, AggregateStep) else s for s in chain]
         return NodeFacts(branches=(tuple(chain),))
 
@@ -802,19 +800,19 @@ class JvmPlanInspector:
         opaque = NodeFacts(branches=tuple((OpaqueStep("Join"),) for _ in targets))
         join_op = top
         while str(join_op.nodeName()) != "Join":
-            kids = _jseq(join_op.children())
+            kids = jvm_seq(join_op.children())
             if len(kids) != 1:
                 return opaque
             join_op = kids[0]
         above = self._chain(top, join_op)
-        kids = _jseq(join_op.children())
+        kids = jvm_seq(join_op.children())
         if above is None or len(kids) != len(targets):
             return opaque
         inferred = stream_side_conjuncts(node)
         pushable = join_pushable_sides(node.join_type)
         branches = []
         for side, (kid, target) in enumerate(zip(kids, targets)):
-            output = _jseq(kid.output())
+            output = jvm_seq(kid.output())
             steps: list[Step] = [*above, JoinStep(frozenset(_attr_id(a) for a in output), side in pushable)]
             found = inferred.get(side, [])
             if found:

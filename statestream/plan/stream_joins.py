@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
+from statestream.plan.jvm_plans import jvm_seq
+
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
     from statestream.plan import logical as L
@@ -598,9 +600,6 @@ class StreamJoinInfo:
     outer_early_emit: bool = False
 
 
-def _jseq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
-
 
 def _ids(attrs: Sequence[Any]) -> list[int]:
     return [int(a.exprId().id()) for a in attrs]
@@ -680,7 +679,7 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     names.update({i: side_column(1, p) for p, i in enumerate(right_ids)})
     if found.isDefined():
         t = found.get()
-        lkeys, rkeys = _jseq(t._2()), _jseq(t._3())
+        lkeys, rkeys = jvm_seq(t._2()), jvm_seq(t._3())
         other = t._4()
         other = other.get() if other.isDefined() else None
     else:
@@ -692,7 +691,7 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     lonly, ronly, both = [], [], []
     if other is not None:
         for c in _split_and(other):
-            refs = set(_ids(_jseq(c.references().toSeq())))
+            refs = set(_ids(jvm_seq(c.references().toSeq())))
             if c.deterministic() and refs <= left_set:
                 lonly.append(c)
             if c.deterministic() and refs <= right_set:
@@ -703,9 +702,9 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     top = analyzed
     output_exprs: list[Any] = []
     if _jname(top) == "Project" and _jname(top.child()) == "Join":
-        output_exprs = _jseq(top.projectList())
+        output_exprs = jvm_seq(top.projectList())
     else:
-        output_exprs = _jseq(top.output())
+        output_exprs = jvm_seq(top.output())
     schema = node.template.schema
     left_schema, right_schema = node.left.schema, node.right.schema
 
@@ -793,7 +792,7 @@ def _find(plan: Any, name: str) -> Any | None:
         p = pending.pop(0)
         if _jname(p) == name:
             return p
-        pending.extend(_jseq(p.children()))
+        pending.extend(jvm_seq(p.children()))
     return None
 
 
