@@ -896,7 +896,7 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
-            single_state_task=single_state_task(self.progress.last(), self._single_task_max_rows),
+            single_state_task=single_state_task(self.progress.last_with_input(), self.progress.last(), self._single_task_max_rows),
             skip_partial=skip_partial_aggregation(self.progress.last_with_input(), self._skip_partial, self._partial_skippable),
             batch_args_by_property=reuse is not None,
         )

@@ -10,8 +10,9 @@ and answers, fewer tasks.
 
 The decision looks one batch back, as the batch's own size is known only once it has run: a
 burst after a trickle runs its first batch in one task, slower than it could but correctly,
-and the batches after it run with one task per partition again. The first batch of a run
-always runs one task per partition.
+and the batches after it run with one task per partition again. "Back" is the last batch that
+read rows (a no-data batch says nothing of the next batch's input). Until a batch of the run
+has read rows, each batch runs one task per partition.
 """
 
 from __future__ import annotations
@@ -41,15 +42,27 @@ def single_state_task_max_rows(conf_get: Callable[[str, Any], Any]) -> int:
     return n
 
 
-def single_state_task(last_progress: Mapping[str, Any] | None, max_rows: int) -> bool:
+def single_state_task(
+    last_with_input: Mapping[str, Any] | None, last_progress: Mapping[str, Any] | None, max_rows: int
+) -> bool:
     """Whether the next batch runs each stateful operator's partitions in one task: the last
-    batch (``last_progress``, its progress as a dict) read at most ``max_rows`` input rows and
-    every stateful operator held at most ``max_rows`` state rows."""
-    if max_rows <= 0 or not last_progress:
+    batch that read rows (``last_with_input``, its progress as a dict) read at most ``max_rows``
+    input rows, and every stateful operator held at most ``max_rows`` state rows both then and
+    in the newest progress (``last_progress``).
+
+    The input side looks past the batches that read nothing (a no-data batch that only moved
+    the watermark, an idle trigger): they say nothing of the next batch's size, and a large
+    batch, then a no-data batch, then another large batch would otherwise run the third in one
+    task. The state side takes the larger of the two, as a batch that read nothing may still
+    have changed the state (timers, eviction). Until a batch of this run has read rows, every
+    batch runs one task per partition."""
+    if max_rows <= 0 or not last_with_input:
         return False
-    operators = last_progress.get("stateOperators") or []
+    operators = last_with_input.get("stateOperators") or []
     if not operators:
         return False
-    if int(last_progress.get("numInputRows") or 0) > max_rows:
+    if int(last_with_input.get("numInputRows") or 0) > max_rows:
         return False
+    if last_progress is not None and last_progress is not last_with_input:
+        operators = [*operators, *(last_progress.get("stateOperators") or [])]
     return all(int(op.get("numRowsTotal") or 0) <= max_rows for op in operators)

@@ -251,3 +251,22 @@ def test_session_windows_keep_their_partial_step_when_asked_to_skip(spark, ours,
 
     with session_confs(spark, {SKIP_PARTIAL_CONF: "true"}):
         assert_equivalent(spark, ours, sessions, BATCHES, SCHEMA, "append", tmp_path)
+
+
+def test_one_task_batches_look_past_the_no_data_batches(spark, ours, tmp_path):
+    """A small batch runs its state partitions in one task when the last batch that read rows
+    was small (``runtime.small_batches``): the no-data batch that follows each data batch here
+    (append mode, a watermark) read nothing, and says nothing of the next batch's size. Batches
+    of 40, 40, 10 and 10 rows with the limit at 30: only the last runs in one task. (Going by
+    the newest progress, a no-data batch's, the second and third did too.)"""
+    sizes = [40, 40, 10, 10]
+    batches, start = [], 0
+    for n in sizes:
+        batches.append([(_at(start + i), f"k{i % 3}", i, i / 2) for i in range(n)])
+        start += n
+    since = _last_execution_id(spark)
+    with session_confs(spark, {SKIP_PARTIAL_CONF: "false", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
+        _, act = assert_equivalent(spark, ours, windowed, batches, SCHEMA, "append", tmp_path)
+    assert sum(1 for b in act.batches if not b.num_input_rows) >= len(sizes) - 1, act.describe()
+    plans = _state_plans(spark, since, data_only=True)
+    assert ["Coalesce" in p for p in plans] == [False, False, False, True], plans

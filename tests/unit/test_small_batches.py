@@ -34,11 +34,30 @@ def progress(input_rows: int, *state_rows: int) -> dict:
         (progress(20, 5, 101), 100, False),  # one operator's state is large
         (progress(20, 5), 0, False),  # turned off
         ({"numInputRows": 3, "stateOperators": []}, 100, False),  # no state
-        ({"numInputRows": 0, "stateOperators": [{}]}, 100, True),  # an idle trigger's progress
     ],
 )
 def test_single_state_task_looks_at_the_last_batch(last, max_rows, expected):
-    assert single_state_task(last, max_rows) is expected
+    assert single_state_task(last, last, max_rows) is expected
+
+
+@pytest.mark.parametrize(
+    ("with_input", "newest", "expected"),
+    [
+        # a large batch, then a no-data batch whose state is small: the next batch is large too
+        (progress(1_000, 5), progress(0, 5), False),
+        # small batches with no-data batches between them stay in one task
+        (progress(20, 5), progress(0, 5), True),
+        # an idle trigger's progress (no state figures) does not hide the last batch's state
+        (progress(20, 500), {"numInputRows": 0, "stateOperators": [{}]}, False),
+        (progress(20, 5), {"numInputRows": 0, "stateOperators": [{}]}, True),
+        # a batch that read nothing but grew the state (timers): the newest state counts too
+        (progress(20, 5), progress(0, 500), False),
+        # only no-data batches so far in this run (a restart): one task per partition
+        (None, progress(0, 5), False),
+    ],
+)
+def test_single_state_task_looks_past_batches_that_read_nothing(with_input, newest, expected):
+    assert single_state_task(with_input, newest, 100) is expected
 
 
 def test_single_state_task_max_rows_from_the_conf():
