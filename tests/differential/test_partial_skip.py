@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from statestream.runtime import partial_aggregation
 from statestream.runtime.partial_aggregation import SKIP_PARTIAL_CONF
 from statestream.runtime.small_batches import SINGLE_STATE_TASK_MAX_ROWS_CONF
-from tests.differential.harness import assert_equivalent, run_stream
+from tests.differential.harness import assert_equivalent, assert_same_batches, run_stream
 from tests.spark_confs import session_confs
 
 SCHEMA = "t TIMESTAMP, k STRING, v LONG, x DOUBLE"
@@ -270,3 +270,27 @@ def test_one_task_batches_look_past_the_no_data_batches(spark, ours, tmp_path):
     assert sum(1 for b in act.batches if not b.num_input_rows) >= len(sizes) - 1, act.describe()
     plans = _state_plans(spark, since, data_only=True)
     assert ["Coalesce" in p for p in plans] == [False, False, False, True], plans
+
+
+def test_a_restart_between_skipping_and_keeping_gives_sparks_batches(spark, ours, tmp_path, monkeypatch):
+    """State written by batches that skipped the partial step is read by batches that keep it,
+    and back: two batches under ``true``, then a restart under ``auto``, whose first batch keeps
+    the step (a run starts with no batch to go by) and whose next batch skips it again (a key
+    per row). Both starts are compared with Spark's engine stopped and restarted the same way."""
+    monkeypatch.setattr(partial_aggregation, "MIN_ROWS", 1)
+    first = [_rows(UNIQUE), _rows([(k, v + 100) for k, v in UNIQUE])]
+    second = [_rows([(k, v + 200) for k, v in UNIQUE]), _rows([(k, v + 300) for k, v in UNIQUE])]
+    expected = [
+        run_stream(spark, _unique_keys, batches, SCHEMA, "update", tmp_path, workdir=tmp_path / "spark")
+        for batches in (first, second)
+    ]
+    since = _last_execution_id(spark)
+    actual = []
+    for setting, batches in (("true", first), ("auto", second)):
+        with session_confs(spark, {SKIP_PARTIAL_CONF: setting, SINGLE_STATE_TASK_MAX_ROWS_CONF: "0"}):
+            actual.append(run_stream(ours(), _unique_keys, batches, SCHEMA, "update", tmp_path, workdir=tmp_path / "ours"))
+    for e, a in zip(expected, actual):
+        assert_same_batches(e, a)
+    assert actual[1].batches[0].batch_id == 2, actual[1].describe()
+    plans = _state_plans(spark, since)
+    assert [partial_before_exchange(p) for p in plans] == [False, False, True, False]
