@@ -45,6 +45,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Iterator, Protocol
 
 import pyarrow as pa
 
@@ -60,6 +61,16 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class BatchSource(Protocol):
+    """Rows to write that are not one table (``store.KeptAndPut``)."""
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def iter_batches(self) -> Iterator[pa.RecordBatch]: ...
+
 
 #: The session conf that keeps committed state versions memory-mapped on local disk.
 ON_LOCAL_DISK_CONF = "spark.statestream.stateStore.onLocalDisk"
@@ -129,9 +140,11 @@ def find_mapped(checkpoint_root: str, run_id: str, relative_dir: str, name: str)
     return found
 
 
-def write_mapped(table: pa.Table, path: Path) -> pa.Table:
+def write_mapped(table: "pa.Table | BatchSource", path: Path) -> pa.Table:
     """Write ``table`` to ``path`` as an uncompressed Arrow IPC file and return it read back
-    memory-mapped (same schema, same rows; no copy in memory).
+    memory-mapped (same schema, same rows; no copy in memory). ``table`` may also be anything
+    with a ``schema`` and ``iter_batches()`` (``store.KeptAndPut``: a new version written from
+    slices of the last one, never whole in memory).
 
     The file is written beside its final name and renamed over it, so a version written again
     (a re-executed batch) never changes the pages a table mapped earlier still reads. On an
@@ -140,7 +153,11 @@ def write_mapped(table: pa.Table, path: Path) -> pa.Table:
     tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
     try:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+            if isinstance(table, pa.Table):
+                writer.write_table(table)
+            else:
+                for batch in table.iter_batches():
+                    writer.write_batch(batch)
         os.replace(tmp, path)
         mapped = read_mapped(path)
     except OSError:

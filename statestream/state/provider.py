@@ -26,6 +26,7 @@ from statestream.state.keys import check_key_types_supported, match_keys
 from statestream.state.local_disk import find_mapped, mapped_file_name, read_mapped, remove_mapped, store_dir, write_mapped
 from statestream.state.store import (
     OP_PUT,
+    KeptAndPut,
     ReadStateStore,
     StateStore,
     StateStoreConf,
@@ -392,7 +393,7 @@ class StateStoreProvider:
         return int(info.size or 0), int(info.mtime_ns or 0)
 
     def _cache(
-        self, version: int, table: pa.Table, stamp: tuple[int, int] | None, checksum: int | None = None
+        self, version: int, table: "pa.Table | KeptAndPut", stamp: tuple[int, int] | None, checksum: int | None = None
     ) -> pa.Table:
         """Cache ``table`` as ``version`` and return the cached table (with
         ``conf.on_local_disk``, the same rows mapped from local disk; serve that one, so the
@@ -410,6 +411,8 @@ class StateStoreProvider:
                 # a cache never fails a batch: a full or missing local disk keeps the version
                 # in memory, as without the conf
                 log.warning("%s: version %d stays in memory, it could not be kept on local disk at %s: %s", self.store_id, version, path, exc)
+        if isinstance(table, KeptAndPut):
+            table = table.materialise()
         self._keep(version, table, stamp)
         return table
 
@@ -525,8 +528,10 @@ class StateStoreProvider:
             return self._cache(version, table, stamp, checksum)
 
     # -- commit -------------------------------------------------------------------------------
-    def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int:
-        """Write ``<base_version+1>.delta`` and cache the new table; called by ``StateStore``."""
+    def _commit(self, base_version: int, table: "pa.Table | KeptAndPut", delta: pa.Table) -> tuple[int, pa.Table]:
+        """Write ``<base_version+1>.delta`` and cache the new table; called by ``StateStore``.
+        Returns the new version and its table as cached (``table`` may be a ``KeptAndPut``,
+        which is written to local disk slice by slice, or else made one table)."""
         new_version = base_version + 1
         # the CRC of what this commit wrote: if a concurrent attempt rewrote the file since, the
         # mapped file's name (its stamp, this CRC) matches neither and no other worker maps it
@@ -536,9 +541,9 @@ class StateStoreProvider:
             # re-executed batch): they must never be served again.
             for v in [v for v in self._loaded if v >= new_version]:
                 self._drop(v)
-            self._cache(new_version, table, self._stamp(new_version), checksum)
+            cached = self._cache(new_version, table, self._stamp(new_version), checksum)
         _trim_siblings(self, new_version)
-        return new_version
+        return new_version, cached
 
     def replace_version(self, version: int, table: pa.Table) -> None:
         """Write ``table`` as the full content of ``version`` (``<version>.snapshot``), for the

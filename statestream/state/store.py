@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Union
+from typing import Callable, Iterator, Protocol, Union
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,7 @@ __all__ = [
     "OP_REMOVE",
     "CUSTOM_METRIC_NAMES",
     "StoreOwner",
+    "KeptAndPut",
 ]
 
 log = logging.getLogger(__name__)
@@ -198,6 +199,58 @@ def rows_where(table: pa.Table, mask: np.ndarray) -> pa.Table:
     return table.filter(pa.array(mask))
 
 
+class KeptAndPut:
+    """A store's rows after a ``put`` that replaced some keys, not yet copied into one table:
+    the rows of ``base`` where ``keep`` is true, then ``rows``.
+
+    Why: ``base`` is the version the view opened, often mapped from a file
+    (``conf.on_local_disk``), and a batch that updates a fifth of a partition's keys would copy
+    the other four fifths (``Table.filter``) only for ``commit()`` to write them to the next
+    version's file and drop the copy. Kept this way, the view writes the new version from slices
+    of ``base`` (:meth:`to_batches`, one bounded slice copied at a time), and only an operation
+    that needs the whole table at once (a lookup, a removal, an eviction that finds rows)
+    materialises it (:meth:`materialise`), which is what ``put`` used to do."""
+
+    __slots__ = ("base", "keep", "rows", "num_rows")
+
+    #: the most base slices the written version has (each becomes a chunk of the table mapped
+    #: from the file: below the view's compaction bound, ``_MAX_CHUNKS``)
+    MAX_BASE_SLICES = 6
+    #: the smallest slice: fewer, larger writes for a small partition
+    MIN_SLICE_ROWS = 65_536
+
+    def __init__(self, base: pa.Table, keep: np.ndarray, rows: pa.Table) -> None:
+        self.base = base
+        self.keep = keep
+        self.rows = rows
+        self.num_rows = int(np.count_nonzero(keep)) + rows.num_rows
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.rows.schema
+
+    def materialise(self) -> pa.Table:
+        return pa.concat_tables([self.base.filter(pa.array(self.keep)), self.rows])
+
+    def iter_batches(self) -> Iterator[pa.RecordBatch]:
+        """The rows as record batches: slices of ``base`` filtered one at a time (a writer
+        frees each once written), then ``rows`` in one batch."""
+        n = self.base.num_rows
+        size = max(self.MIN_SLICE_ROWS, -(-n // self.MAX_BASE_SLICES))
+        start = 0
+        for batch in self.base.to_batches(max_chunksize=size):
+            if batch.num_rows == 0:
+                continue
+            k = self.keep[start : start + batch.num_rows]
+            start += batch.num_rows
+            if k.all():
+                yield batch
+            elif k.any():
+                yield batch.filter(pa.array(k))
+        if self.rows.num_rows:
+            yield from self.rows.combine_chunks().to_batches()
+
+
 def _as_table(data: TableLike) -> pa.Table:
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
@@ -223,7 +276,7 @@ class StoreOwner(Protocol):
 
     def memory_used_bytes(self, extra: pa.Table | None = None) -> int: ...
 
-    def _commit(self, base_version: int, table: pa.Table, delta: pa.Table) -> int: ...
+    def _commit(self, base_version: int, table: "pa.Table | KeptAndPut", delta: pa.Table) -> tuple[int, pa.Table]: ...
 
 
 class ReadStateStore:
@@ -356,7 +409,7 @@ class ReadStateStore:
         self._released = True
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.id}, version={self._version}, keys={self._table.num_rows})"
+        return f"{type(self).__name__}({self.id}, version={self._version}, keys={self.num_keys()})"
 
 
 class StateStore(ReadStateStore):
@@ -379,6 +432,8 @@ class StateStore(ReadStateStore):
     """
 
     def __init__(self, provider: StoreOwner, version: int, table: pa.Table) -> None:
+        # the rows after a put, before they are needed as one table (see ``KeptAndPut``)
+        self._kept_and_put: KeptAndPut | None = None
         super().__init__(provider, version, table)
         self._state = "updating"  # -> "committed" | "aborted"
         # Which rows of ``_table`` were put in this view (aligned with ``_table``), and the keys
@@ -386,6 +441,26 @@ class StateStore(ReadStateStore):
         self._dirty = np.zeros(table.num_rows, dtype=bool)
         self._removed: list[pa.Table] = []
         self._new_version: int | None = None
+
+    @property
+    def _table(self) -> pa.Table:
+        """The view's rows as one table; a pending ``KeptAndPut`` is copied into one here."""
+        if self._kept_and_put is not None:
+            self._whole = self._kept_and_put.materialise()
+            self._kept_and_put = None
+        return self._whole
+
+    @_table.setter
+    def _table(self, table: pa.Table) -> None:
+        self._kept_and_put = None
+        self._whole = table
+
+    def _rows(self) -> "pa.Table | KeptAndPut":
+        """The view's rows as they are held: one table, or a pending ``KeptAndPut``."""
+        return self._kept_and_put if self._kept_and_put is not None else self._whole
+
+    def num_keys(self) -> int:
+        return self._rows().num_rows
 
     @property
     def has_committed(self) -> bool:
@@ -417,14 +492,19 @@ class StateStore(ReadStateStore):
         else:
             li = np.empty(0, dtype=np.int64)
         if len(li):
-            keep = np.ones(self._table.num_rows, dtype=bool)
+            # the kept rows are not copied here: commit() writes them from the base's slices
+            base = self._table
+            keep = np.ones(base.num_rows, dtype=bool)
             keep[li] = False
-            base, dirty = self._table.filter(pa.array(keep)), self._dirty[keep]
-        else:
-            base, dirty = self._table, self._dirty
+            dirty = np.concatenate([self._dirty[keep], np.ones(rows_t.num_rows, dtype=bool)])
+            self._kept_and_put = KeptAndPut(base, keep, rows_t)
+            self._whole = None  # type: ignore[assignment]
+            self._dirty = dirty
+            self._generation += 1
+            return
         self._replace(
-            pa.concat_tables([base, rows_t]),
-            np.concatenate([dirty, np.ones(rows_t.num_rows, dtype=bool)]),
+            pa.concat_tables([self._table, rows_t]),
+            np.concatenate([self._dirty, np.ones(rows_t.num_rows, dtype=bool)]),
         )
 
     def insert(self, rows: TableLike) -> None:
@@ -468,6 +548,10 @@ class StateStore(ReadStateStore):
         written earlier in the same batch, which is what evaluating on the current table does.
         """
         self._check_updating("update")
+        pending = self._kept_and_put
+        if pending is not None and not self._any_evicted(pending, predicate):
+            # nothing to evict: the put's rows stay as they are held, uncopied
+            return pending.rows.schema.empty_table()
         if self._table.num_rows == 0:
             return self._table
         mask = predicate(self._table)
@@ -485,6 +569,20 @@ class StateStore(ReadStateStore):
             self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return evicted
 
+    def _any_evicted(self, pending: KeptAndPut, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> bool:
+        """Whether ``predicate`` is true for a row of ``pending``, evaluated on its parts: the
+        base's rows (only the kept ones count) and the put rows."""
+        for part, keep in ((pending.base, pending.keep), (pending.rows, None)):
+            if part.num_rows == 0:
+                continue
+            mask = predicate(part)
+            if len(mask) != part.num_rows:
+                raise StateStoreError(f"eviction predicate for {self.id} returned {len(mask)} values for {part.num_rows} rows")
+            hits = np.asarray(pc.fill_null(mask if not isinstance(mask, np.ndarray) else pa.array(mask), False).to_numpy(zero_copy_only=False), dtype=bool)
+            if (hits & keep).any() if keep is not None else hits.any():
+                return True
+        return False
+
     def pending_changes(self) -> pa.Table:
         """The change since ``version``: exactly what ``commit()`` writes to the delta file.
 
@@ -501,7 +599,18 @@ class StateStore(ReadStateStore):
             cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
             parts.append(pa.Table.from_arrays(cols, schema=schema))
         if self._dirty.any():
-            puts = rows_where(self._table, self._dirty)
+            pending = self._kept_and_put
+            if pending is None:
+                puts = rows_where(self._table, self._dirty)
+            else:
+                # the put rows are all dirty; of the base's kept rows, those an earlier put of
+                # this view wrote
+                kept_dirty = self._dirty[: self._dirty.size - pending.rows.num_rows]
+                puts = pending.rows
+                if kept_dirty.any():
+                    in_base = np.zeros(pending.base.num_rows, dtype=bool)
+                    in_base[np.flatnonzero(pending.keep)[kept_dirty]] = True
+                    puts = pa.concat_tables([rows_where(pending.base, in_base), pending.rows])
             cols = list(puts.columns) + [pa.array(np.full(puts.num_rows, OP_PUT, dtype=np.int8))]
             parts.append(pa.Table.from_arrays(cols, schema=schema))
         if not parts:
@@ -511,7 +620,9 @@ class StateStore(ReadStateStore):
     def commit(self) -> int:
         """Write ``<version+1>.delta`` atomically and return ``version + 1``."""
         self._check_updating("commit")
-        new_version = self._provider._commit(self._version, self._table, self.pending_changes())
+        new_version, committed = self._provider._commit(self._version, self._rows(), self.pending_changes())
+        # the version as the provider keeps it (mapped from local disk, or the same rows)
+        self._table = committed
         self._state = "committed"
         self._new_version = new_version
         self._removed = []

@@ -275,3 +275,87 @@ def test_a_provider_replaced_in_its_process_deletes_its_files(tmp_path):
     assert mapped_files(tmp_path) == ["1.arrow"]
     provider(tmp_path, versions=3)  # another conf: the provider is replaced
     assert mapped_files(tmp_path) == []
+
+
+# -- a put's kept rows are written from the last version's slices, never copied whole -----------
+
+
+def _spy_materialise(monkeypatch) -> list[int]:
+    from statestream.state import store as store_module
+
+    calls: list[int] = []
+    real = store_module.KeptAndPut.materialise
+
+    def spy(self):
+        calls.append(self.num_rows)
+        return real(self)
+
+    monkeypatch.setattr(store_module.KeptAndPut, "materialise", spy)
+    return calls
+
+
+@pytest.mark.parametrize("on_disk", [True, False])
+def test_an_update_of_some_keys_is_not_copied_before_its_commit(tmp_path, monkeypatch, on_disk):
+    """The aggregation's flow (lookup, put of a fifth of the keys, an eviction that finds
+    nothing, commit): on local disk the kept rows go to the new version's file slice by slice
+    and the view never holds them as one table; in memory they are made one table once, at the
+    commit. The versions are the same either way, and the mapped file has few chunks."""
+    from statestream.state.store import KeptAndPut
+
+    monkeypatch.setattr(KeptAndPut, "MIN_SLICE_ROWS", 1_000)
+    calls = _spy_materialise(monkeypatch)
+    n = 50_000
+    p = provider(tmp_path, on_disk=on_disk)
+    add(p, 0, np.arange(n), np.ones(n, dtype=np.int64))
+    store = p.get_store(1)
+    upd = np.arange(0, n, 5)
+    found = store.lookup(pa.table({"k": pa.array(upd, pa.int64())}))
+    assert found.column("__found").to_pylist() == [True] * len(upd)
+    store.put(rows(upd, np.full(len(upd), 7)))
+    assert store.num_keys() == n and calls == []
+    assert store.evict(lambda t: pa.compute.greater(t.column("count"), 100)).num_rows == 0
+    delta = store.pending_changes()
+    assert delta.num_rows == len(upd) and calls == []
+    assert store.commit() == 2
+    assert calls == ([] if on_disk else [n])
+    table = p.get_read_store(2).table()
+    got = dict(zip(table.column("k").to_pylist(), table.column("count").to_pylist()))
+    assert got == {k: (7 if k % 5 == 0 else 1) for k in range(n)}
+    if on_disk:
+        assert table.column(0).num_chunks <= 7
+        assert mapped_files(tmp_path) == ["1.arrow", "2.arrow"]
+    # the next batch reads and updates the committed version as usual
+    assert add(p, 2, [3, n + 1], [9, 9]) == 3
+    last = dict(zip(*(c.to_pylist() for c in p.get_read_store(3).table().columns)))
+    assert last[3] == 9 and last[n + 1] == 9 and last[5] == 7 and len(last) == n + 1
+
+
+def test_an_eviction_after_a_put_sees_the_put_rows_not_the_replaced_ones(tmp_path):
+    """Evaluated on the put's parts: a replaced row that matches is not evicted (its key's
+    new row does not match), a kept row and a put row that match are."""
+    p = provider(tmp_path)
+    add(p, 0, [1, 2, 3, 4], [100, 100, 1, 1])
+    store = p.get_store(1)
+    store.put(rows([1, 4, 9], [1, 100, 100]))  # 1 no longer matches, 4 now does, 9 is new
+    evicted = store.evict(lambda t: pa.compute.greater_equal(t.column("count"), 100))
+    assert sorted(evicted.column("k").to_pylist()) == [2, 4, 9]
+    assert sorted(store.table().column("k").to_pylist()) == [1, 3]
+    store.commit()
+    assert sorted(p.get_read_store(2).table().column("k").to_pylist()) == [1, 3]
+
+
+def test_a_put_after_an_insert_keeps_both_in_the_delta(tmp_path):
+    """The delta of a view that inserted, then put over part of the base: the inserted rows
+    that stayed are among the puts, beside the put's own rows."""
+    p = provider(tmp_path)
+    add(p, 0, [1, 2, 3], [1, 1, 1])
+    store = p.get_store(1)
+    store.insert(rows([10, 11], [5, 5]))
+    store.put(rows([2, 10], [8, 8]))  # replaces a base row and an inserted one
+    delta = store.pending_changes()
+    puts = sorted(zip(delta.column("k").to_pylist(), delta.column("count").to_pylist()))
+    assert puts == [(2, 8), (10, 8), (11, 5)]
+    store.commit()
+    clear_provider_cache()
+    reread = provider(tmp_path, run_id="run-2").get_read_store(2).table()
+    assert sorted(zip(*(c.to_pylist() for c in reread.columns))) == [(1, 1), (2, 8), (3, 1), (10, 8), (11, 5)]
