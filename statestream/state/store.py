@@ -230,25 +230,43 @@ class KeptAndPut:
         return self.rows.schema
 
     def materialise(self) -> pa.Table:
-        return pa.concat_tables([self.base.filter(pa.array(self.keep)), self.rows])
+        """The rows as one table, as a put used to build it (compacted past ``_MAX_CHUNKS``)."""
+        table = pa.concat_tables([self.base.filter(pa.array(self.keep)), self.rows])
+        if table.num_columns and table.column(0).num_chunks > _MAX_CHUNKS:
+            table = table.combine_chunks()
+        return table
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
-        """The rows as record batches: slices of ``base`` filtered one at a time (a writer
-        frees each once written), then ``rows`` in one batch."""
-        n = self.base.num_rows
-        size = max(self.MIN_SLICE_ROWS, -(-n // self.MAX_BASE_SLICES))
+        """The rows as record batches: the base's kept rows in batches of about a sixth of the
+        base each (slices filtered one at a time, so a writer holds at most two slices' copies),
+        then ``rows`` in one batch: at most ``MAX_BASE_SLICES + 2`` batches, which stay below
+        the compaction bound as the chunks of the table mapped from the file."""
+        size = max(self.MIN_SLICE_ROWS, -(-self.base.num_rows // self.MAX_BASE_SLICES))
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
         start = 0
         for batch in self.base.to_batches(max_chunksize=size):
-            if batch.num_rows == 0:
-                continue
             k = self.keep[start : start + batch.num_rows]
             start += batch.num_rows
-            if k.all():
-                yield batch
-            elif k.any():
-                yield batch.filter(pa.array(k))
+            if not k.any():
+                continue
+            pending.append(batch if k.all() else batch.filter(pa.array(k)))
+            pending_rows += pending[-1].num_rows
+            if pending_rows >= size:
+                yield _one_batch(pending)
+                pending, pending_rows = [], 0
+        if pending:
+            yield _one_batch(pending)
         if self.rows.num_rows:
-            yield from self.rows.combine_chunks().to_batches()
+            yield _one_batch(self.rows.to_batches())
+
+
+def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """``batches`` (one schema) as one record batch: the same batch when there is one."""
+    batches = [b for b in batches if b.num_rows]
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
 
 def _as_table(data: TableLike) -> pa.Table:
