@@ -501,9 +501,9 @@ class DeduplicationStateStep(StateStep):
         wm_us = self.w_evict_ms * 1000
         nk = len(self.key_indices)
         if self.within_watermark:
-            evicted = store.evict(lambda t: pc.less_equal(t.column(nk), wm_us))
+            evicted = store.evict(lambda t: pc.less_equal(t.column(nk), wm_us), row_wise=True)
             return evicted.num_rows
         if self.event_time_key is None:
             return 0
         col, is_struct, wm = self.event_time_key, self.event_time_key_is_struct, self.w_evict_ms
-        return store.evict(lambda t: older_than_watermark(t, col, is_struct, wm)).num_rows
+        return store.evict(lambda t: older_than_watermark(t, col, is_struct, wm), row_wise=True).num_rows

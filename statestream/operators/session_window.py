@@ -608,7 +608,7 @@ class SessionWindowStateStep(StateStep):
         # the store's columns carry the input's names, so the event-time column (the session end
         # or an event-time key) is found by name
         wm, name, is_struct = self.w_evict_ms, self.event_time_key, self.event_time_is_struct
-        return store.evict(lambda t: older_than_watermark(t, name, is_struct, wm))
+        return store.evict(lambda t: older_than_watermark(t, name, is_struct, wm), row_wise=True)
 
     def _drop_late(self, table: pa.Table, m: dict, partition: int = 0) -> pa.Table:
         """Spark's restore-side late filter. Its input rows are the Partial aggregate's: one

@@ -223,7 +223,7 @@ class AggregationStateStep(StateStep):
                 if self.event_time_key is not None and self.w_evict_ms is not None:
                     r0 = time.perf_counter()
                     col, is_struct, wm = self.event_time_key, self.event_time_is_struct, self.w_evict_ms
-                    evicted = store.evict(lambda t: older_than_watermark(t, col, is_struct, wm))
+                    evicted = store.evict(lambda t: older_than_watermark(t, col, is_struct, wm), row_wise=True)
                     removal_ms = (time.perf_counter() - r0) * 1000
                     m["numRemovedStateRows"] = evicted.num_rows
                 if mode == "update":

@@ -164,6 +164,10 @@ def write_mapped(table: "pa.Table | BatchSource", path: Path) -> pa.Table:
         remove_mapped(tmp)
         remove_mapped(path)
         raise
+    except BaseException:
+        # (building the rows failed: a memory error, an Arrow error) no file of it stays either
+        remove_mapped(tmp)
+        raise
     # the map stays alive as long as the table's buffers do; closing the file object does not
     # unmap it
     return mapped

@@ -238,9 +238,10 @@ class KeptAndPut:
 
     def iter_batches(self) -> Iterator[pa.RecordBatch]:
         """The rows as record batches: the base's kept rows in batches of about a sixth of the
-        base each (slices filtered one at a time, so a writer holds at most two slices' copies),
-        then ``rows`` in one batch: at most ``MAX_BASE_SLICES + 2`` batches, which stay below
-        the compaction bound as the chunks of the table mapped from the file."""
+        base each (slices filtered one at a time: a writer holds up to about four slices'
+        copies at once, the gathered pieces and their combined batch), then ``rows`` in one
+        batch: at most ``MAX_BASE_SLICES + 2`` batches, which stay below the compaction bound
+        as the chunks of the table mapped from the file."""
         size = max(self.MIN_SLICE_ROWS, -(-self.base.num_rows // self.MAX_BASE_SLICES))
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
@@ -253,20 +254,25 @@ class KeptAndPut:
             pending.append(batch if k.all() else batch.filter(pa.array(k)))
             pending_rows += pending[-1].num_rows
             if pending_rows >= size:
-                yield _one_batch(pending)
+                yield from _gathered(pending)
                 pending, pending_rows = [], 0
         if pending:
-            yield _one_batch(pending)
+            yield from _gathered(pending)
         if self.rows.num_rows:
-            yield _one_batch(self.rows.to_batches())
+            yield from _gathered(self.rows.to_batches())
 
 
-def _one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    """``batches`` (one schema) as one record batch: the same batch when there is one."""
+def _gathered(batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """``batches`` (one schema) gathered into as few record batches as Arrow allows: one,
+    unless a string column would pass its 2 GiB offsets (Arrow then keeps several chunks) or
+    a nested column cannot be combined (then they stay as they are)."""
     batches = [b for b in batches if b.num_rows]
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+    if len(batches) <= 1:
+        return batches
+    try:
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return batches
 
 
 def _as_table(data: TableLike) -> pa.Table:
@@ -558,16 +564,21 @@ class StateStore(ReadStateStore):
         self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return len(li)
 
-    def evict(self, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> pa.Table:
+    def evict(
+        self, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"], row_wise: bool = False
+    ) -> pa.Table:
         """Remove every row for which ``predicate(table)`` is true and return those rows.
 
         ``predicate`` receives the whole current table (key + value columns) and returns one
         boolean per row; a null counts as false. Spark's eviction scans all keys, including those
         written earlier in the same batch, which is what evaluating on the current table does.
+        ``row_wise``: the predicate decides each row from that row alone (a watermark test), so
+        after a put it may first be asked of the put's parts (``KeptAndPut``), and when it
+        finds nothing there the put's rows stay uncopied.
         """
         self._check_updating("update")
         pending = self._kept_and_put
-        if pending is not None and not self._any_evicted(pending, predicate):
+        if row_wise and pending is not None and not self._any_evicted(pending, predicate):
             # nothing to evict: the put's rows stay as they are held, uncopied
             return pending.rows.schema.empty_table()
         if self._table.num_rows == 0:

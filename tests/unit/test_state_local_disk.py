@@ -313,7 +313,7 @@ def test_an_update_of_some_keys_is_not_copied_before_its_commit(tmp_path, monkey
     assert found.column("__found").to_pylist() == [True] * len(upd)
     store.put(rows(upd, np.full(len(upd), 7)))
     assert store.num_keys() == n and calls == []
-    assert store.evict(lambda t: pa.compute.greater(t.column("count"), 100)).num_rows == 0
+    assert store.evict(lambda t: pa.compute.greater(t.column("count"), 100), row_wise=True).num_rows == 0
     delta = store.pending_changes()
     assert delta.num_rows == len(upd) and calls == []
     assert store.commit() == 2
@@ -343,7 +343,7 @@ def test_an_eviction_after_a_put_sees_the_put_rows_not_the_replaced_ones(tmp_pat
     add(p, 0, [1, 2, 3, 4], [100, 100, 1, 1])
     store = p.get_store(1)
     store.put(rows([1, 4, 9], [1, 100, 100]))  # 1 no longer matches, 4 now does, 9 is new
-    evicted = store.evict(lambda t: pa.compute.greater_equal(t.column("count"), 100))
+    evicted = store.evict(lambda t: pa.compute.greater_equal(t.column("count"), 100), row_wise=True)
     assert sorted(evicted.column("k").to_pylist()) == [2, 4, 9]
     assert sorted(store.table().column("k").to_pylist()) == [1, 3]
     store.commit()
@@ -365,3 +365,39 @@ def test_a_put_after_an_insert_keeps_both_in_the_delta(tmp_path):
     clear_provider_cache()
     reread = provider(tmp_path, run_id="run-2").get_read_store(2).table()
     assert sorted(zip(*(c.to_pylist() for c in reread.columns))) == [(1, 1), (2, 8), (3, 1), (10, 8), (11, 5)]
+
+
+def test_an_eviction_that_is_not_row_wise_sees_the_whole_table_after_a_put(tmp_path):
+    """Without ``row_wise`` the predicate gets the whole current table, as before: a mask
+    built from it (the stream-stream join's way) has one value per row of that table."""
+    p = provider(tmp_path)
+    add(p, 0, [1, 2, 3], [1, 1, 1])
+    store = p.get_store(1)
+    store.put(rows([2], [5]))
+    seen: list[int] = []
+
+    def by_position(t: pa.Table) -> pa.Array:
+        seen.append(t.num_rows)
+        return pa.array([k == 3 for k in t.column("k").to_pylist()])
+
+    assert store.evict(by_position).column("k").to_pylist() == [3]
+    assert seen == [3]
+    store.commit()
+    assert sorted(p.get_read_store(2).table().column("k").to_pylist()) == [1, 2]
+
+
+def test_rows_that_fail_while_written_leave_no_file(tmp_path):
+    """A ``KeptAndPut`` whose rows fail as they are built (memory, Arrow): the error goes up
+    and no temporary file stays in the local directory."""
+
+    class Failing:
+        schema = pa.schema([("k", pa.int64())])
+
+        def iter_batches(self):
+            yield pa.record_batch([pa.array([1], pa.int64())], schema=self.schema)
+            raise MemoryError("no room")
+
+    target = tmp_path / "local" / "dir" / "2.arrow"
+    with pytest.raises(MemoryError):
+        local_disk.write_mapped(Failing(), target)
+    assert list(target.parent.iterdir()) == []
