@@ -102,7 +102,8 @@ def _events() -> list[list[tuple[int, int]]]:
 
     File i's on-time rows have ts in [10i, 10i + 9]: later than any watermark the batch can run
     with (20 s behind the newest time of the files before it). Its late rows have ts at most
-    10(i - 5): behind the watermark of any batch holding file i, however batches are split.
+    10(i - 7): behind the watermark of the batch before any batch holding file i (late rows go
+    by that one), with up to four files in a batch.
     Value k (the key of the Python state queries; 8 is active throughout) gets one row in every file of its active span
     and none after: its session timer (10 s after its last row) cannot fire while it is active.
     File 0 is the largest, so that the limit's first batch takes its rows first.
@@ -128,7 +129,7 @@ def _events() -> list[list[tuple[int, int]]]:
                 if spans[k][1] >= i:
                     rows.append((ts, k))
         if i >= 5:
-            rows += [(10 * (i - 5) - rng.randrange(30), rng.randrange(8)) for _ in range(2)]
+            rows += [(10 * (i - 7) - rng.randrange(30), rng.randrange(8)) for _ in range(2)]
         files.append(rows)
     return files
 
@@ -137,14 +138,16 @@ def timer_sessions(files: list[list[tuple[int, int]]], split: list[int], late_at
     """The sessions the Python state queries emit (key, rows, first ts, last ts) when the files
     run in batches of ``split`` consecutive files each: a model of ``crash_child._value_sessions``
     in whole seconds. A batch's watermark is 20 s behind the newest time of the batches before
-    it; a late row (before it, or also at it with ``late_at_watermark``) is dropped; a key's rows
-    update its session and set its timer 10 s after its last row (at least just past the
-    watermark); then the timers before the watermark (or also at it) fire. A no-data batch
-    follows while the watermark would still move."""
+    it (0 at first); a row before the *previous* batch's watermark (or also at it, with
+    ``late_at_watermark``) is late and dropped, as Spark drops late rows by the watermark the
+    batch before ran with; a key's rows update its session and set its timer 10 s after its
+    last row (at least just past the batch's watermark); then the timers before the watermark
+    (or also at it) fire. A no-data batch closes the run."""
     sessions: dict[int, list[int]] = {}
     timers: dict[int, float] = {}
     out: list[tuple] = []
-    newest = wm = float("-inf")
+    newest = float("-inf")
+    wm = 0.0
     batches = []
     start = 0
     for n in split:
@@ -153,15 +156,13 @@ def timer_sessions(files: list[list[tuple[int, int]]], split: list[int], late_at
     assert start == len(files)
     batches.append([])  # the closing no-data batch
     for rows in batches:
-        wm = max(wm, newest - 20)
-        for ts, k in sorted(rows):
-            if ts < wm or (late_at_watermark and ts == wm):
-                continue
+        late_wm, wm = wm, max(wm, newest - 20)
+        on_time = [(ts, k) for ts, k in sorted(rows) if not (ts < late_wm or (late_at_watermark and ts == late_wm))]
+        for ts, k in on_time:
             cnt, first, last = sessions.get(k, (0, ts, ts))
             sessions[k] = [cnt + 1, min(first, ts), max(last, ts)]
-        for k, (_, _, last) in sessions.items():
-            if any(k == r[1] and not (r[0] < wm or (late_at_watermark and r[0] == wm)) for r in rows):
-                timers[k] = max(last + 10, wm + 0.001)
+        for k in {k for _, k in on_time}:
+            timers[k] = max(sessions[k][2] + 10, wm + 0.001)
         for k, t in sorted(timers.items()):
             if t < wm or (fires_at_watermark and t == wm):
                 out.append((k, *sessions.pop(k)))
@@ -170,18 +171,38 @@ def timer_sessions(files: list[list[tuple[int, int]]], split: list[int], late_at
     return sorted(out)
 
 
+def late_rows(files: list[list[tuple[int, int]]], split: list[int], late_at_watermark: bool) -> list[tuple[int, int, int]]:
+    """The rows (file, ts, value) that arrive behind the watermark of the batch before theirs
+    when the files run in batches of ``split`` files: the rows every family drops as late."""
+    late, newest, wm, start = [], float("-inf"), 0.0, 0
+    for n in split:
+        late_wm, wm = wm, max(wm, newest - 20)
+        for i in range(start, start + n):
+            late += [(i, ts, k) for ts, k in files[i] if ts < late_wm or (late_at_watermark and ts == late_wm)]
+            newest = max([newest, *(ts for ts, _ in files[i])])
+        start += n
+    return sorted(late)
+
+
 def test_python_state_sessions_do_not_depend_on_the_split():
     """A kill may merge a file into the next one's batch (see the module's docstring), so the
-    answer of the Python state queries must not depend on it: under every split of the events
-    with one run of two to four files in a batch, or two runs of two, their sessions (in a model
-    of their processor, with either boundary rule of late rows and timers) are those of one file
-    per batch. (Before 2026-11-28 a key's extra rows in file 0 went quiet and the key came back
-    in file 5: a merge of files 4 and 5 kept its two sessions in one, as a CI run found.)"""
+    answers must not depend on it: under every split of the events with one run of two to four
+    files in a batch, or two runs of two, the late rows are the same rows, and the sessions of
+    the Python state queries (in a model of their processor, with either boundary rule of late
+    rows and timers) are those of one file per batch. (Before 2026-11-28 a key's extra rows in
+    file 0 went quiet and the key came back in file 5, so a merge of files 3 and 4, or 4 and 5,
+    kept its two sessions in one, as a CI run found; and late rows at 10(i - 5) were on time in
+    a batch of three files.)"""
     files = _events()
     n = len(files)
     splits = [[1] * i + [m] + [1] * (n - i - m) for m in (2, 3, 4) for i in range(n - m + 1)]
     splits += [[1] * i + [2] + [1] * (j - i - 2) + [2] + [1] * (n - j - 2) for i in range(n - 1) for j in range(i + 2, n - 1)]
     for late_rule in (False, True):
+        # the late rows are the same rows however the files are split (every family drops them)
+        late = late_rows(files, [1] * n, late_rule)
+        assert len(late) == 2 * (len(files) - 5) and all(i >= 5 for i, _, _ in late), late
+        for split in splits:
+            assert late_rows(files, split, late_rule) == late, split
         for timer_rule in (False, True):
             single = timer_sessions(files, [1] * n, late_rule, timer_rule)
             assert len(single) >= 4, single
