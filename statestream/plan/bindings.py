@@ -137,7 +137,6 @@ class BindingRegistry(Generic[P]):
 _REGISTRY: BindingRegistry["LogicalPlan"] = BindingRegistry()
 
 
-
 def _jclass(obj: Any) -> str:
     return str(obj.getClass().getSimpleName())
 

@@ -31,7 +31,6 @@ __all__ = ["REPLACED_EXPRESSIONS", "with_batch_timestamp"]
 REPLACED_EXPRESSIONS = frozenset({"CurrentTimestamp", "CurrentDate", "LocalTimestamp"})
 
 
-
 def _current_like(plan: Any) -> list[Any]:
     """The distinct current-time expressions of an analysed plan (every operator, every
     expression, pre-order)."""

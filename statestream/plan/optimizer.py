@@ -540,7 +540,6 @@ _PASS_THROUGH = frozenset(
 )
 
 
-
 def rebuild_expression(e: Any, fn: Any, seq: Any) -> Any:
     """A JVM (Catalyst) expression tree with every node for which ``fn`` returns a replacement
     replaced (top down; a replaced node's children are not visited); ``seq`` makes a Scala Seq of

@@ -600,7 +600,6 @@ class StreamJoinInfo:
     outer_early_emit: bool = False
 
 
-
 def _ids(attrs: Sequence[Any]) -> list[int]:
     return [int(a.exprId().id()) for a in attrs]
 
