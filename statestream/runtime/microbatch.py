@@ -615,7 +615,7 @@ class MicroBatchExecution:
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
-        from statestream.state.local_disk import ON_LOCAL_DISK_CONF
+        from statestream.state.local_disk import ON_LOCAL_DISK_CONF, ON_LOCAL_DISK_DEFAULT
         from statestream.state.store import StateStoreConf, on_local_disk_from_conf, versions_in_memory_from_conf
 
         self.store_conf = StateStoreConf(
@@ -624,7 +624,7 @@ class MicroBatchExecution:
             max_versions_in_memory=versions_in_memory_from_conf(
                 user.conf.get("spark.sql.streaming.maxBatchesToRetainInMemory", "2")
             ),
-            on_local_disk=on_local_disk_from_conf(user.conf.get(ON_LOCAL_DISK_CONF, "false")),
+            on_local_disk=on_local_disk_from_conf(user.conf.get(ON_LOCAL_DISK_CONF, str(ON_LOCAL_DISK_DEFAULT))),
         )
         self._source_indexes = indexes
         self._physical = plan_streaming_query(

@@ -32,7 +32,12 @@ Python's exit hooks, and a killed worker runs none) goes with Spark's local dire
 the executor deletes when it stops; a process that does exit normally removes its directory
 itself.
 
-Turned on by ``spark.statestream.stateStore.onLocalDisk`` (see :class:`StateStoreConf`).
+A query keeps its versions this way unless ``spark.statestream.stateStore.onLocalDisk`` is
+``false`` (:data:`ON_LOCAL_DISK_DEFAULT`): measured on the benchmark's workloads, the mapped
+versions were as fast or faster than versions in the heap (W3 about a tenth faster: a worker
+given another worker's partition maps its file instead of replaying a delta) and lighter (see
+bench/README.md). A :class:`StateStoreConf` built without it (the tools that read a checkpoint
+on the driver) keeps them in memory.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import pyarrow as pa
 
 __all__ = [
     "ON_LOCAL_DISK_CONF",
+    "ON_LOCAL_DISK_DEFAULT",
     "local_state_root",
     "store_dir",
     "mapped_file_name",
@@ -74,6 +80,8 @@ class BatchSource(Protocol):
 
 #: The session conf that keeps committed state versions memory-mapped on local disk.
 ON_LOCAL_DISK_CONF = "spark.statestream.stateStore.onLocalDisk"
+#: What a query does when the session does not set :data:`ON_LOCAL_DISK_CONF`.
+ON_LOCAL_DISK_DEFAULT = True
 
 _ROOT: Path | None = None
 _ROOT_LOCK = threading.Lock()

@@ -109,8 +109,9 @@ QUERIES = {
 }
 
 #: name -> the session confs its run sets on both engines (Spark's ignores them): the session
-#: windows keep their state versions on the executors' local disks
-CONFS = {"session": {"spark.statestream.stateStore.onLocalDisk": "true"}}
+#: windows keep their state versions in the Python workers' heap (the others on the executors'
+#: local disks, the default)
+CONFS = {"session": {"spark.statestream.stateStore.onLocalDisk": "false"}}
 
 #: name -> (first start's files, restart's files) where not :data:`FIRST_FILES`,
 #: :data:`RESTART_FILES`: the join runs three jobs a batch, so it gets fewer batches (its restart

@@ -171,10 +171,10 @@ def test_local_cluster_two_executors(tmp_path):
         query_records = [r for r in records if f"/{name}/statestream/" in r["root"]]
         assert len({r["runId"] for r in query_records}) == 2, f"{name}: expected a first start and a restart"
         assert {r["partition"] for r in query_records} == {0, 1, 2, 3}, name
-    # the session windows ran with their versions on the executors' local disks (CONFS in
-    # cluster_child.py), the other queries in memory
+    # the session windows ran with their versions in memory (CONFS in cluster_child.py), the
+    # other queries with them on the executors' local disks (the default)
     mapped = collections.Counter(("/session/statestream/" in r["root"], r["mapped"] > 0) for r in records if not r["read"])
-    assert mapped[(True, True)] > 0 and mapped[(False, True)] == 0, mapped
+    assert mapped[(False, True)] > 0 and mapped[(True, True)] == 0, mapped
     join_stores = {(r["store"], r["read"]) for r in records if "/stream_join/statestream/" in r["root"]}
     # the join matches in its state tasks (its condition has an Arrow form): the four stores are
     # opened for writing only, no read-only scan of the stored rows

@@ -1,11 +1,11 @@
 """State versions cached on local disk (``spark.statestream.stateStore.onLocalDisk``) against
 Spark's own engine.
 
-With the conf on, each Python worker keeps the versions it committed as memory-mapped Arrow files
-under Spark's local directories instead of in its heap. The rows must not change: each test feeds
-both engines the same files and compares every batch's rows, watermark, state rows and rows
-dropped as late, and checks that the workers did map their versions from files (they are there
-while the query runs).
+By default each Python worker keeps the versions it committed as memory-mapped Arrow files under
+Spark's local directories instead of in its heap; ``false`` keeps them in the heap. The rows must
+not change: each test feeds both engines the same files and compares every batch's rows,
+watermark, state rows and rows dropped as late, and checks that the workers did map their
+versions from files (they are there while the query runs), or did not when the conf is off.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from tests.differential.test_sources_more import assert_same, both, drive
 from tests.spark_confs import session_confs
 
 #: the store is the same for every operator, so two of them (tests/cluster runs session windows
-#: with the conf on the executors)
-CASES = ["window count update", "dedup within watermark"]
+#: on executors of their own), with the conf unset (the default: on local disk) and off
+CASES = [("window count update", None), ("dedup within watermark", None), ("window count update", "false")]
 
 
 def _mapped_files(spark: Any) -> list[Path]:
@@ -32,8 +32,8 @@ def _mapped_files(spark: Any) -> list[Path]:
     return [f for d in dirs for f in d.glob("statestream-state-*/*/*/*/*.arrow")]
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name):
+@pytest.mark.parametrize(("name", "setting"), CASES)
+def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name, setting):
     from statestream.state.local_disk import ON_LOCAL_DISK_CONF
 
     build, mode = QUERIES[name]
@@ -42,12 +42,17 @@ def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name)
     def scenario(engine: Any, work: Path) -> Any:
         src = work / "src"
         src.mkdir(parents=True)
-        on_batch = (lambda b: seen.append(len(_mapped_files(spark)))) if engine is not spark else None
+        # files of earlier queries stay while their versions are cached: count this one's
+        earlier = set(_mapped_files(spark))
+        on_batch = (lambda b: seen.append(len(set(_mapped_files(spark)) - earlier))) if engine is not spark else None
         return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
 
-    with session_confs(spark, {ON_LOCAL_DISK_CONF: "true"}):
+    assert spark.conf.get(ON_LOCAL_DISK_CONF, None) is None
+    with session_confs(spark, {ON_LOCAL_DISK_CONF: setting} if setting else {}):
         expected, actual = both(spark, ours, tmp_path, scenario)
     assert_same(expected, actual)
     assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
-    # from the second batch on, the state of the first is cached in mapped files
-    assert seen and max(seen[1:]) > 0, seen
+    if setting == "false":
+        assert seen and max(seen) == 0, seen
+    else:  # from the second batch on, the state of the first is cached in mapped files
+        assert seen and max(seen[1:]) > 0, seen

@@ -318,10 +318,14 @@ def test_max_batches_to_retain_in_memory_sets_the_versions_a_provider_caches(spa
     """``spark.sql.streaming.maxBatchesToRetainInMemory`` as in Spark: how many versions each
     provider keeps in memory (its memoryUsedBytes counts them), never what the query answers.
     Spark takes 0 or less as no cache; ours keeps the newest version whatever the value."""
+    from statestream.state.local_disk import ON_LOCAL_DISK_CONF
+
     ss = StreamingSession(spark)
     key = "spark.sql.streaming.maxBatchesToRetainInMemory"
-    two, rows_two = _state_memory_after_three_batches(ss, "retain_two")
-    with session_confs(spark, {key: "1"}):
+    # versions kept in the workers' heap, where memoryUsedBytes counts them (mapped ones it does not)
+    with session_confs(spark, {ON_LOCAL_DISK_CONF: "false", key: "2"}):  # 2: Spark's default
+        two, rows_two = _state_memory_after_three_batches(ss, "retain_two")
+        spark.conf.set(key, "1")
         one, rows_one = _state_memory_after_three_batches(ss, "retain_one")
         spark.conf.set(key, "0")
         none, rows_none = _state_memory_after_three_batches(ss, "retain_none")
