@@ -16,6 +16,8 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statestream.errors import analysis_error
 from statestream.plan import logical as L
+from statestream.plan.jvm_plans import jvm_seq
+
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -1046,18 +1048,14 @@ def _grouping_attribute_names(
             # each side is a projection of the grouping attributes, then every input column
             side = node.right() if initial else node.left()
             n = node.initGroupingAttrsLen() if initial else node.groupingAttributesLen()
-            out = side.output()
-            attrs = [out.apply(i) for i in range(out.size())]
+            attrs = jvm_seq(side.output())
             data_ids = {a.exprId().id() for a in attrs[n:]}
             if any(a.exprId().id() not in data_ids for a in attrs[:n]):
                 return None  # a grouping expression, not an input column
             return [a.name() for a in attrs[:n]]
-        out = node.child().output()
-        ids = {out.apply(i).exprId().id(): out.apply(i).name() for i in range(out.size())}
-        grouping = node.groupingAttributes()
+        ids = {a.exprId().id(): a.name() for a in jvm_seq(node.child().output())}
         names = []
-        for i in range(grouping.size()):
-            attr = grouping.apply(i)
+        for attr in jvm_seq(node.groupingAttributes()):
             if attr.exprId().id() not in ids:
                 return None
             names.append(ids[attr.exprId().id()])

@@ -17,6 +17,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
+from statestream.plan.jvm_plans import jvm_seq
+
 if TYPE_CHECKING:
     from statestream.plan.aggregates import AggregateCall
 
@@ -46,8 +48,7 @@ def jvm_aggregate(agg_df: Any, rules: tuple[str, ...]) -> Any:
         current = pending.pop(0)
         if current.nodeName() == "Aggregate":
             return current
-        children = current.children()
-        pending.extend(children.apply(i) for i in range(children.length()))
+        pending.extend(jvm_seq(current.children()))
     return None
 
 
@@ -77,8 +78,8 @@ def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, 
             if len(found) != 1:
                 continue
             e = found[0]
-            attrs = e.aggregateFunction().aggBufferAttributes()
-            fields = tuple((str(attrs.apply(j).name()), bool(attrs.apply(j).nullable())) for j in range(attrs.length()))
+            attrs = jvm_seq(e.aggregateFunction().aggBufferAttributes())
+            fields = tuple((str(a.name()), bool(a.nullable())) for a in attrs)
             out[id(call)] = SparkBuffer(str(e.canonicalized()), fields)
         return out
     except Exception:  # noqa: BLE001 - py4j / internal API drift: keep every call's own buffer
@@ -91,8 +92,7 @@ def _aggregate_expressions(e: Any) -> list[Any]:
     a cast when Spark's ``DecimalAggregates`` rewrote a decimal sum or average)."""
     if e.getClass().getSimpleName() == "AggregateExpression":
         return [e]
-    children = e.children()
-    return [a for j in range(children.length()) for a in _aggregate_expressions(children.apply(j))]
+    return [a for child in jvm_seq(e.children()) for a in _aggregate_expressions(child)]
 
 
 def share_equal_calls(calls: Sequence["AggregateCall"], buffers: dict[int, SparkBuffer]) -> tuple["AggregateCall", ...]:

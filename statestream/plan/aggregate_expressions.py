@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, FilterCondition, WithinGroup
 from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
+from statestream.plan.jvm_plans import jvm_seq
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def _column(node: Any) -> "Column":
 
 def _children(node: Any) -> list[Any]:
     ch = node.children()
-    return [ch.apply(i) for i in range(ch.length())]
+    return jvm_seq(ch)
 
 
 def _data_type(jtype: Any) -> Any:
@@ -185,8 +186,7 @@ def _rebuild_node(node: Any, out: _Collector) -> Callable[[list["Column"]], "Col
     if kind == "CaseWhenOtherwise":
         branches = node.branches()
         pairs = []
-        for i in range(branches.length()):
-            b = branches.apply(i)
+        for b in jvm_seq(branches):
             pairs.append((_rebuild_node(b._1(), out), _rebuild_node(b._2(), out)))
         other = node.otherwise()
         otherwise = _rebuild_node(other.get(), out) if other.isDefined() else None
@@ -214,7 +214,7 @@ def _parse(text: str) -> Any:
 
 def _catalyst_children(e: Any) -> list[Any]:
     ch = e.children()
-    return [ch.apply(i) for i in range(ch.length())]
+    return jvm_seq(ch)
 
 
 def _sql_is_aggregate(e: Any) -> bool:
@@ -252,7 +252,7 @@ def _sql_call(e: Any) -> "Column | RewrittenCall":
     if e.orderingWithinGroup().length() > 0:
         return _within_group_call(name, e)
     arguments = e.arguments()
-    args = [F.expr(str(arguments.apply(i).sql())) for i in range(arguments.length())]
+    args = [F.expr(str(a.sql())) for a in jvm_seq(arguments)]
     spec = FUNCTIONS[ALIASES.get(name, name)]
     n_values = min(len(args), spec.arity[1])
     if e.filter().isDefined():
@@ -328,7 +328,7 @@ def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"
         parts = e.nameParts()
         name = str(parts.apply(parts.length() - 1))
         arguments = e.arguments()
-        args = [_rebuild_sql(arguments.apply(i), out) for i in range(arguments.length())]
+        args = [_rebuild_sql(a, out) for a in jvm_seq(arguments)]
         return lambda values: F.call_function(name, *(a(values) for a in args))
     if kind == "UnaryMinus":
         inner = _rebuild_sql(e.child(), out)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-
 from statestream.errors import StatestreamError
 from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
+from statestream.plan.jvm_plans import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -189,7 +189,7 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
         msg = f"statestream does not support the aggregate function {name}() in streaming aggregations yet (supported: {', '.join(SUPPORTED_FUNCTIONS)})"
         raise UnsupportedAggregateError(msg)
     arguments = node.arguments()
-    nodes = [arguments.apply(i) for i in range(arguments.size())]
+    nodes = jvm_seq(arguments)
     if function == "count":
         nodes = [a for a in nodes if a.getClass().getSimpleName() != "UnresolvedStar"]
     elif any(a.getClass().getSimpleName() == "UnresolvedStar" for a in nodes):

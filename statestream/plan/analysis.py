@@ -39,6 +39,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 from statestream.errors import StatestreamAnalysisException, analysis_error
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
+from statestream.plan.jvm_plans import jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,
@@ -304,13 +305,9 @@ class JvmExpressionInspector:
         return facts
 
 
-def _jvm_seq(seq: Any) -> list[Any]:
-    return [seq.apply(i) for i in range(seq.size())]
-
-
 def _jvm_post_order(plan: Any) -> Iterator[Any]:
     """Operators of an analysed JVM plan, children first (Spark's ``foreachUp``)."""
-    for child in _jvm_seq(plan.children()):
+    for child in jvm_seq(plan.children()):
         yield from _jvm_post_order(child)
     yield plan
 
@@ -323,7 +320,7 @@ def _jvm_collect(expr: Any, simple_class_name: str) -> list[Any]:
         e = stack.pop()
         if e.getClass().getSimpleName() == simple_class_name:
             found.append(e)
-        stack.extend(reversed(_jvm_seq(e.children())))
+        stack.extend(reversed(jvm_seq(e.children())))
     return found
 
 
@@ -335,7 +332,7 @@ def _jvm_operator_facts(operator: Any) -> list[ExpressionFact]:
     name = operator.nodeName()
     if name == "Window":
         functions, columns, specs = [], [], []
-        for named in _jvm_seq(operator.windowExpressions()):
+        for named in jvm_seq(operator.windowExpressions()):
             for we in _jvm_collect(named, "WindowExpression"):
                 functions.append(str(we.windowFunction().toString()))
                 columns.append(str(named.toAttribute().sql()))
@@ -346,7 +343,7 @@ def _jvm_operator_facts(operator: Any) -> list[ExpressionFact]:
         if "distinct" in str(aggregate_exprs.toString()).lower():  # cheap pre-filter
             sqls = [
                 str(ae.sql())
-                for e in _jvm_seq(aggregate_exprs)
+                for e in jvm_seq(aggregate_exprs)
                 for ae in _jvm_collect(e, "AggregateExpression")
                 if ae.isDistinct()
             ]
@@ -359,7 +356,7 @@ def _jvm_operator_facts(operator: Any) -> list[ExpressionFact]:
     expressions = operator.expressions()
     if "monotonically_increasing_id" in str(expressions.toString()):  # cheap pre-filter
         sqls = []
-        for e in _jvm_seq(expressions):
+        for e in jvm_seq(expressions):
             for m in _jvm_collect(e, "MonotonicallyIncreasingID"):
                 text = str(m.sql())
                 if text not in sqls:
@@ -378,11 +375,11 @@ def _jvm_join_condition_use(join: Any) -> JoinConditionUse | None:
     condition = join.condition()
     if not condition.isDefined():
         return JoinConditionUse(False, False)
-    left = {int(a.exprId().id()) for a in _jvm_seq(join.left().output())}
-    right = {int(a.exprId().id()) for a in _jvm_seq(join.right().output())}
+    left = {int(a.exprId().id()) for a in jvm_seq(join.left().output())}
+    right = {int(a.exprId().id()) for a in jvm_seq(join.right().output())}
 
     def refs(e: Any) -> set[int]:
-        return {int(a.exprId().id()) for a in _jvm_seq(e.references().toSeq())}
+        return {int(a.exprId().id()) for a in jvm_seq(e.references().toSeq())}
 
     def is_event_time(e: Any) -> bool:
         return e.getClass().getSimpleName() == "AttributeReference" and bool(e.metadata().contains(WATERMARK_DELAY_KEY))

@@ -20,6 +20,7 @@ from statestream.operators.dedup import (
     StreamingDeduplicateExec,
     StreamingDeduplicateWithinWatermarkExec,
 )
+from statestream.plan.jvm_plans import expr_ids, jvm_seq
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ def _jvm_key_positions(template: Any) -> list[int] | None:
             return None
         keys = analyzed.keys()
         out = analyzed.child().output()
-        out_ids = [out.apply(i).exprId().id() for i in range(out.size())]
-        return [out_ids.index(keys.apply(i).exprId().id()) for i in range(keys.size())]
+        out_ids = expr_ids(out)
+        return [out_ids.index(k) for k in expr_ids(keys)]
     except Exception:  # noqa: BLE001 - not a classic JVM DataFrame: resolve in Python
         logger.debug("could not read the dedup keys from the analysed template", exc_info=True)
         return None
@@ -76,34 +77,29 @@ def _python_key_positions(node: "L.Deduplicate", case_sensitive: bool) -> list[i
     return out
 
 
-def _jvm_ids(seq: Any) -> list[int]:
-    return [seq.apply(i).exprId().id() for i in range(seq.size())]
-
-
 def _jvm_required_above(root: "L.LogicalPlan", node: "L.Deduplicate") -> set[int] | None:
     """Expression ids of the dedup's output that the rest of the query needs: the query's output
     plus everything the operators above the dedup reference. ``None`` when Spark's analysed plans
     cannot be read."""
     try:
         target = node.template._jdf.queryExecution().analyzed()  # noqa: SLF001
-        key_ids = _jvm_ids(target.keys())
+        key_ids = expr_ids(target.keys())
         analyzed = root.template._jdf.queryExecution().analyzed()  # noqa: SLF001
     except Exception:  # noqa: BLE001 - not a classic JVM DataFrame
         logger.debug("could not read the analysed plans for column pruning", exc_info=True)
         return None
 
     def visit(plan: Any, above: set[int]) -> set[int] | None:
-        if plan.nodeName() == "Deduplicate" and _jvm_ids(plan.keys()) == key_ids:
+        if plan.nodeName() == "Deduplicate" and expr_ids(plan.keys()) == key_ids:
             return above
-        here = above | set(_jvm_ids(plan.references().toSeq()))
-        children = plan.children()
-        for i in range(children.size()):
-            found = visit(children.apply(i), here)
+        here = above | set(expr_ids(plan.references().toSeq()))
+        for child in jvm_seq(plan.children()):
+            found = visit(child, here)
             if found is not None:
                 return found
         return None
 
-    return visit(analyzed, set(_jvm_ids(analyzed.output())))
+    return visit(analyzed, set(expr_ids(analyzed.output())))
 
 
 def _event_time_pruned(root: "L.LogicalPlan | None", node: "L.Deduplicate", et_index: int, positions: list[int]) -> bool:
@@ -121,7 +117,7 @@ def _event_time_pruned(root: "L.LogicalPlan | None", node: "L.Deduplicate", et_i
     if required is None:
         return False
     try:
-        child_ids = _jvm_ids(node.template._jdf.queryExecution().analyzed().child().output())  # noqa: SLF001
+        child_ids = expr_ids(node.template._jdf.queryExecution().analyzed().child().output())  # noqa: SLF001
     except Exception:  # noqa: BLE001
         return False
     return child_ids[et_index] not in required

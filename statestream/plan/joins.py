@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from statestream.plan import logical as L
+from statestream.plan.jvm_plans import expr_ids, jvm_seq
+
 from statestream.plan.spark_text import (
     IdMap,
     node_texts,
@@ -328,7 +330,7 @@ def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | N
 
         def visit(p: Any, codegen: bool, stage_start: bool) -> MirrorNode:
             p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
-            kids = [p.children().apply(j) for j in range(p.children().size())]
+            kids = jvm_seq(p.children())
             t = node_texts(p, max_fields, same)
             texts = {
                 "verbose": t["verbose_text"],
@@ -372,7 +374,7 @@ def stream_side_conjuncts(node: L.Join) -> dict[int, list[tuple[Any, list[int]]]
                 if str(p.nodeName()) == "Filter":
                     for c in _split_and(p.condition()):
                         refs = c.references().toSeq()
-                        if {int(refs.apply(j).exprId().id()) for j in range(refs.size())} <= wanted:
+                        if set(expr_ids(refs)) <= wanted:
                             conjuncts.append(c)
                 p = p.children().apply(0)
             out[side] = [(c, side_ids) for c in conjuncts]

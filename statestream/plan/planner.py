@@ -31,6 +31,7 @@ from statestream.operators.aggregate import (
 from statestream.operators.basic import BatchRelationExec, CollectMetricsExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
+from statestream.plan.jvm_plans import jvm_seq
 from statestream.plan.transform_with_state import plan_transform_with_state
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
@@ -271,7 +272,7 @@ def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ..
     if name not in ("grouping", "grouping_id"):
         return None
     n = len(node.grouping)
-    args = [str(fn.arguments().apply(i).sql()).replace("`", "") for i in range(fn.arguments().size())]
+    args = [str(a.sql()).replace("`", "") for a in jvm_seq(fn.arguments())]
     grouping_sql = []
     for g, out in zip(node.grouping, node.grouping_names):
         try:
@@ -398,21 +399,18 @@ def spark_aggregate_node(agg_df: "DataFrame") -> tuple[str, bool]:
         if current is None:
             return HASH_AGGREGATE, True
         jvm = agg_df.sparkSession._jvm  # noqa: SLF001
-        named = current.aggregateExpressions()
-        pending = [named.apply(i) for i in range(named.length())]
+        pending = jvm_seq(current.aggregateExpressions())
         aggregates = []
         while pending:
             e = pending.pop()
             if e.getClass().getSimpleName() == "AggregateExpression":
                 aggregates.append(e)
                 continue
-            children = e.children()
-            pending.extend(children.apply(i) for i in range(children.length()))
+            pending.extend(jvm_seq(e.children()))
         buffers = jvm.java.util.ArrayList()
         for a in aggregates:
-            attrs = a.aggregateFunction().aggBufferAttributes()
-            for i in range(attrs.length()):
-                buffers.add(attrs.apply(i))
+            for attr in jvm_seq(a.aggregateFunction().aggBufferAttributes()):
+                buffers.add(attr)
         expressions = jvm.java.util.ArrayList()
         for a in aggregates:
             expressions.add(a)
@@ -458,10 +456,8 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
         current = jvm_aggregate(agg_df, _GROUPING_RULES)
         if current is None:
             return None
-        grouping = current.groupingExpressions()
         fields = []
-        for i in range(grouping.length()):
-            e = grouping.apply(i)
+        for e in jvm_seq(current.groupingExpressions()):
             is_attribute = e.getClass().getSimpleName() == "AttributeReference"
             fields.append(
                 {
@@ -514,11 +510,11 @@ def partial_step_skippable(node: L.Aggregate, key_columns: tuple[str, ...], part
         leaves, pending = 0, [agg.child()]
         while pending:
             current = pending.pop()
-            children = current.children()
-            if children.length() == 0:
+            children = jvm_seq(current.children())
+            if not children:
                 leaves += 1
             elif current.nodeName() in _ROW_KEEPING_NODES:
-                pending.extend(children.apply(i) for i in range(children.length()))
+                pending.extend(children)
             else:
                 return PARTIAL_SKIPPABLE
     except Exception:  # noqa: BLE001 - py4j / internal API drift: skipped only when asked for everywhere

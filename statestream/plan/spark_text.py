@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from statestream.plan import logical as L
+from statestream.plan.jvm_plans import expr_ids, jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -209,8 +210,7 @@ def planning_session(template: "DataFrame") -> Any:
 def spark_output_ids(p: Any) -> tuple[int, ...]:
     """The expression ids of a Spark physical plan node's output (how a stand-in leaf is found
     again in the plan Spark built over it)."""
-    out = p.output()
-    return tuple(int(out.apply(j).exprId().id()) for j in range(out.size()))
+    return tuple(expr_ids(p.output()))
 
 
 @contextmanager
@@ -248,7 +248,7 @@ def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, li
         if any(isinstance(n, L.StreamingRelation) for n in child.walk()):
             standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
             output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
-            ids[i] = [int(output.apply(j).exprId().id()) for j in range(output.size())]
+            ids[i] = expr_ids(output)
             sides.append(standin)
         else:
             from statestream.operators.basic import in_session
@@ -284,8 +284,8 @@ def spark_region(
             for item in inputs:
                 standin = session.createDataFrame(session.sparkContext.emptyRDD(), item.schema)
                 output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
-                ids = tuple(int(output.apply(j).exprId().id()) for j in range(output.size()))
-                text = tuple(str(output.apply(j).toString()) for j in range(output.size()))
+                ids = tuple(expr_ids(output))
+                text = tuple(str(a.toString()) for a in jvm_seq(output))
                 standins.append((ids, text))
                 if df is None:
                     df = standin
@@ -348,7 +348,7 @@ def physical_region(
     def visit(p: Any, codegen: bool, stage_start: bool) -> "PhysicalOperator":
         p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
         name = str(p.nodeName())
-        kids = [p.children().apply(j) for j in range(p.children().size())]
+        kids = jvm_seq(p.children())
         if not kids and output_ids(p) in belows:
             return belows[output_ids(p)]
         if not kids:
@@ -382,7 +382,7 @@ def node_texts(p: Any, max_fields: int, ids: IdMap) -> dict[str, Any]:
 
 def _output_texts(p: Any) -> list[str]:
     out = p.output()
-    return [str(out.apply(j).toString()) for j in range(out.size())]
+    return [str(a.toString()) for a in jvm_seq(out)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,7 +479,7 @@ def aggregate_text(
         session = _session_texts(merging, above, ids, max_fields, num_partitions) if merging is not None else {}
 
         def seq(s: Any) -> list[str]:
-            return [ids(str(s.apply(j).toString())) for j in range(s.size())]
+            return [ids(str(e.toString())) for e in jvm_seq(s)]
 
         partial_functions = ", ".join(seq(partial.aggregateExpressions()))
         merge_functions = ", ".join("merge_" + f for f in seq(final.aggregateExpressions()))
@@ -539,7 +539,7 @@ def _session_texts(merging: Any, above: list[Any], ids: IdMap, max_fields: int, 
     tail = text[m.end() :]
     session_attr = with_delay(ids(str(merging.sessionExpression().toString())), None)
     grouping = merging.groupingExpressions()
-    keys = [ids(str(grouping.apply(j).toString())) for j in range(grouping.size())]
+    keys = [ids(str(g.toString())) for g in jvm_seq(grouping)]
     position = above.index(merging)
     sort = above[position + 1] if position + 1 < len(above) and str(above[position + 1].nodeName()) == "Sort" else None
     return {
@@ -931,7 +931,7 @@ def _composed(qe: Any, ids: IdMap, below: dict[tuple[int, ...], LogicalText], co
         section = _SECTIONS[key] if key != "parsed" else "analyzed"
         out[key] = _replace_leaves(lines, ids, below, section, collapse and key in ("optimized", "cost"))
     output = qe.analyzed().output()
-    shown = ids.all(str(output.apply(j).toString()) for j in range(output.size()))
+    shown = ids.all(str(a.toString()) for a in jvm_seq(output))
     return LogicalText(out, shown)
 
 

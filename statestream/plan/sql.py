@@ -16,6 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.errors import not_supported_yet
+from statestream.plan.jvm_plans import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,13 +43,11 @@ def relations_in(spark: "SparkSession", query: str) -> list[str]:
         node = pending.pop()
         if node.getClass().getSimpleName() == "UnresolvedRelation":
             parts = node.multipartIdentifier()
-            names.append(".".join(str(parts.apply(i)) for i in range(parts.length())).lower())
-        children = node.children()
-        pending.extend(children.apply(i) for i in range(children.length()))
+            names.append(".".join(str(p) for p in jvm_seq(parts)).lower())
+        pending.extend(jvm_seq(node.children()))
         # subqueries in expressions (WHERE x IN (SELECT ...)) hold plans too
-        expressions = node.expressions()
-        for i in range(expressions.length()):
-            stack = [expressions.apply(i)]
+        for expression in jvm_seq(node.expressions()):
+            stack = [expression]
             while stack:
                 e = stack.pop()
                 if hasattr(e, "plan") and e.getClass().getSimpleName().endswith(("Subquery", "Exists", "InSubquery", "ListQuery")):
@@ -56,8 +55,7 @@ def relations_in(spark: "SparkSession", query: str) -> list[str]:
                         pending.append(e.plan())
                     except Exception:  # noqa: BLE001 - not a subquery expression
                         pass
-                ch = e.children()
-                stack.extend(ch.apply(j) for j in range(ch.length()))
+                stack.extend(jvm_seq(e.children()))
     return names
 
 
@@ -76,10 +74,9 @@ def check_stateless_above_view(template: "DataFrame", view: str, query: str) -> 
                 "sql",
                 f"SQL with {name} over the streaming view {view} ({query!r}); write that step with the DataFrame API",
             )
-        children = node.children()
-        pending.extend(children.apply(i) for i in range(children.length()))
-        subqueries = node.subqueries()  # WHERE x > (SELECT avg(x) FROM v) is checked too
-        pending.extend(subqueries.apply(i) for i in range(subqueries.length()))
+        pending.extend(jvm_seq(node.children()))
+        # WHERE x > (SELECT avg(x) FROM v) is checked too
+        pending.extend(jvm_seq(node.subqueries()))
 
 
 def _is_view_node(node: Any, view: str) -> bool:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from statestream.jvm_calls import java_class, static_member
 from statestream.operators.base import batch_args_property
+from statestream.plan.jvm_plans import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,9 +100,7 @@ def _not_a_template(plan: Any, leaves: Mapping[int, Any]) -> str | None:
       ``shuffle()`` again for each batch, which a kept plan would not (``spark_partition_id()``
       is let through: it has no seed)."""
     counts = {i: 0 for i in leaves}
-    found = plan.collectLeaves()
-    for k in range(found.size()):
-        leaf = found.apply(k)
+    for leaf in jvm_seq(plan.collectLeaves()):
         if leaf.getClass().getSimpleName() != "LogicalRelation":
             continue
         for i, relation in leaves.items():
@@ -131,19 +130,16 @@ def _seeded_expressions(plan: Any) -> list[str]:
     nodes = [plan]
     while nodes:
         node = nodes.pop()
-        exprs = node.expressions()
-        pending = [exprs.apply(k) for k in range(exprs.size())]
+        pending = jvm_seq(node.expressions())
         while pending:
             expr = pending.pop()
             if expr.deterministic():
                 continue
-            kids = expr.children()
-            nondeterministic = [c for c in (kids.apply(j) for j in range(kids.size())) if not c.deterministic()]
+            nondeterministic = [c for c in jvm_seq(expr.children()) if not c.deterministic()]
             if not nondeterministic and expr.getClass().getSimpleName() not in PARTITION_BOUND_EXPRESSIONS:
                 found.append(expr.getClass().getSimpleName())
             pending.extend(nondeterministic)
-        children = node.children()
-        nodes.extend(children.apply(j) for j in range(children.size()))
+        nodes.extend(jvm_seq(node.children()))
     return found
 
 

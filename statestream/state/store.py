@@ -583,20 +583,25 @@ class StateStore(ReadStateStore):
             return pending.rows.schema.empty_table()
         if self._table.num_rows == 0:
             return self._table
-        mask = predicate(self._table)
+        mask = self._eviction_mask(self._table, predicate)
+        if not mask.any():
+            return self._table.schema.empty_table()
+        evicted = self._table.filter(pa.array(mask))
+        keep = ~mask
+        self._removed.append(self._key_table(evicted))
+        self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
+        return evicted
+
+    def _eviction_mask(
+        self, table: pa.Table, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]
+    ) -> np.ndarray:
+        """``predicate(table)`` as one numpy boolean per row, a null counting as false."""
+        mask = predicate(table)
+        if len(mask) != table.num_rows:
+            raise StateStoreError(f"eviction predicate for {self.id} returned {len(mask)} values for {table.num_rows} rows")
         if isinstance(mask, np.ndarray):
             mask = pa.array(mask)
-        if len(mask) != self._table.num_rows:
-            raise StateStoreError(
-                f"eviction predicate for {self.id} returned {len(mask)} values for {self._table.num_rows} rows"
-            )
-        mask = pc.fill_null(mask, False)
-        evicted = self._table.filter(mask)
-        if evicted.num_rows:
-            keep = ~np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
-            self._removed.append(self._key_table(evicted))
-            self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
-        return evicted
+        return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
 
     def _any_evicted(self, pending: KeptAndPut, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> bool:
         """Whether ``predicate`` is true for a row of ``pending``, evaluated on its parts: the
@@ -604,10 +609,7 @@ class StateStore(ReadStateStore):
         for part, keep in ((pending.base, pending.keep), (pending.rows, None)):
             if part.num_rows == 0:
                 continue
-            mask = predicate(part)
-            if len(mask) != part.num_rows:
-                raise StateStoreError(f"eviction predicate for {self.id} returned {len(mask)} values for {part.num_rows} rows")
-            hits = np.asarray(pc.fill_null(mask if not isinstance(mask, np.ndarray) else pa.array(mask), False).to_numpy(zero_copy_only=False), dtype=bool)
+            hits = self._eviction_mask(part, predicate)
             if (hits & keep).any() if keep is not None else hits.any():
                 return True
         return False
