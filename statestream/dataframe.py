@@ -18,7 +18,6 @@ from statestream.errors import analysis_error
 from statestream.plan import logical as L
 from statestream.plan.jvm_plans import jvm_seq
 
-
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql.types import StructType

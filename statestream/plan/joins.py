@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from statestream.plan import logical as L
 from statestream.plan.jvm_plans import expr_ids, jvm_seq
-
 from statestream.plan.spark_text import (
     IdMap,
     node_texts,

@@ -26,17 +26,22 @@ batch that rewrites the delta with other rows names another file even when the s
 coarse modification time are the same. A worker takes these from the delta before it reads it
 (on a load) or from what it wrote (on a commit), so a rewrite racing with it leaves its file
 under a name no reader looks for. Files are named per process
-(``<local dir>/statestream-state-<pid>/...``) and deleted when their version leaves the cache.
-What a worker leaves behind (PySpark's daemon ends its workers with ``os._exit``, which skips
-Python's exit hooks, and a killed worker runs none) goes with Spark's local directories, which
-the executor deletes when it stops; a process that does exit normally removes its directory
-itself.
+(``<local dir>/statestream-state-<pid>-<random>/...``) and deleted when their version leaves the
+cache; a process that exits normally removes its directory itself. But PySpark's daemon ends its
+workers with ``os._exit`` (which skips Python's exit hooks), a killed worker runs none, and Spark
+stops a Python worker that sat idle for a minute, so with a trigger of a minute or more, with
+``spark.python.worker.reuse=false`` or after failed tasks, dead workers' files would pile up
+until the executor stops. So each process holds an exclusive ``flock`` on a lock file beside its
+directory (``<directory>.lock``) for as long as it lives (the kernel releases it however the
+process ends), and a process creating its directory deletes those of the others whose lock it
+can take (:func:`sweep_dead_roots`): their owners are gone. What it leaves at most is the
+directories of processes that died since the last worker started.
 
 A query keeps its versions this way unless ``spark.statestream.stateStore.onLocalDisk`` is
-``false`` (:data:`ON_LOCAL_DISK_DEFAULT`): measured on the benchmark's workloads, the mapped
-versions were as fast or faster than versions in the heap (W3 about a tenth faster: a worker
-given another worker's partition maps its file instead of replaying a delta) and lighter (see
-bench/README.md). A :class:`StateStoreConf` built without it (the tools that read a checkpoint
+``false`` (:data:`ON_LOCAL_DISK_DEFAULT`): on the benchmark's W1 to W4 and W9, the mapped
+versions were as fast as versions in the heap within the noise or faster (W3 about a tenth: a
+worker given another worker's partition maps its file instead of replaying a delta), with a
+peak memory lower or the same (bench/README.md). A :class:`StateStoreConf` built without it (the tools that read a checkpoint
 on the driver) keeps them in memory.
 """
 
@@ -46,6 +51,7 @@ import atexit
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -58,6 +64,7 @@ __all__ = [
     "ON_LOCAL_DISK_CONF",
     "ON_LOCAL_DISK_DEFAULT",
     "local_state_root",
+    "sweep_dead_roots",
     "store_dir",
     "mapped_file_name",
     "find_mapped",
@@ -85,6 +92,9 @@ ON_LOCAL_DISK_DEFAULT = True
 
 _ROOT: Path | None = None
 _ROOT_LOCK = threading.Lock()
+#: the directories of this process's versions start with this; ``<directory>.lock`` is its lock
+ROOT_PREFIX = "statestream-state-"
+_LOCK_SUFFIX = ".lock"
 
 
 def _base_dir() -> str:
@@ -95,16 +105,97 @@ def _base_dir() -> str:
 
 
 def local_state_root() -> Path:
-    """This process's directory for memory-mapped versions, created on first use (and removed
-    at a normal exit of the process; see the module docstring for the others)."""
+    """This process's directory for memory-mapped versions, created on first use, when the
+    directories of processes that died are deleted (:func:`sweep_dead_roots`); removed at a
+    normal exit of the process (see the module docstring for the others)."""
     global _ROOT
     with _ROOT_LOCK:
         if _ROOT is None:
-            root = Path(_base_dir()) / f"statestream-state-{os.getpid()}"
-            root.mkdir(parents=True, exist_ok=True)
-            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            base = Path(_base_dir())
+            base.mkdir(parents=True, exist_ok=True)
+            root, lock = _claim_root(base)
+            sweep_dead_roots(base, keep=root)
+            atexit.register(_remove_root, root, lock)
             _ROOT = root
         return _ROOT
+
+
+def _claim_root(base: Path) -> tuple[Path, "int | None"]:
+    """A new directory for this process and the descriptor of its held lock (``None`` where the
+    system has no ``flock``: nothing is swept there). The lock file comes first: a directory is
+    never without its held lock except in its first instants, when :func:`sweep_dead_roots`
+    leaves a directory without a lock file alone."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        fcntl = None  # type: ignore[assignment]
+    while True:
+        root = base / f"{ROOT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        if fcntl is None:
+            root.mkdir()
+            return root, None
+        lock_path = root.with_name(root.name + _LOCK_SUFFIX)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # a sweeper that took the new file's lock before this process did has deleted it
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
+                root.mkdir()
+                return root, fd
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
+    """Delete the version directories under ``base`` whose owner is gone (its lock on
+    ``<directory>.lock`` can be taken) and return them. A directory without a lock file is left
+    alone (its owner may be creating it), and so is ``keep``. Another process's files that a
+    worker still maps stay readable: only their names go."""
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    swept = []
+    try:
+        locks = [p for p in base.iterdir() if p.name.startswith(ROOT_PREFIX) and p.name.endswith(_LOCK_SUFFIX)]
+    except OSError:
+        return []
+    for lock_path in locks:
+        root = lock_path.with_name(lock_path.name[: -len(_LOCK_SUFFIX)])
+        if keep is not None and root == keep:
+            continue
+        try:
+            fd = os.open(lock_path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(lock_path).st_ino != os.fstat(fd).st_ino:
+                continue  # deleted and made again meanwhile: not the file this lock was on
+            shutil.rmtree(root, ignore_errors=True)
+            os.unlink(lock_path)
+            swept.append(root)
+        except OSError:
+            continue  # held: its process lives (or the file went meanwhile)
+        finally:
+            os.close(fd)
+    if swept:
+        log.info("deleted the state versions of %d Python processes that ended: %s", len(swept), [p.name for p in swept])
+    return swept
+
+
+def _remove_root(root: Path, lock: "int | None") -> None:
+    shutil.rmtree(root, ignore_errors=True)
+    if lock is not None:
+        try:
+            os.unlink(root.with_name(root.name + _LOCK_SUFFIX))
+        except OSError:
+            pass
+        os.close(lock)
 
 
 def _run_tag(checkpoint_root: str, run_id: str) -> str:
@@ -134,7 +225,7 @@ def find_mapped(checkpoint_root: str, run_id: str, relative_dir: str, name: str)
     base = Path(_base_dir())
     tail = Path(_run_tag(checkpoint_root, run_id)) / relative_dir / name
     try:
-        roots = [d for d in base.iterdir() if d.name.startswith("statestream-state-")]
+        roots = [d for d in base.iterdir() if d.name.startswith(ROOT_PREFIX) and not d.name.endswith(_LOCK_SUFFIX)]
     except OSError:
         return []
     found = []

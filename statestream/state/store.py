@@ -108,7 +108,11 @@ class StateStoreConf:
     on_local_disk
         Keep the cached versions memory-mapped on the executor's local disk instead of in the
         Python worker's memory (:mod:`statestream.state.local_disk`): for a state larger than
-        memory. The checkpoint's files are the same either way.
+        memory. The checkpoint's files are the same either way. A query turns it on unless its
+        session sets ``spark.statestream.stateStore.onLocalDisk`` to false
+        (:data:`~statestream.state.local_disk.ON_LOCAL_DISK_DEFAULT`); a conf built without
+        it, as the tools that read a checkpoint on the driver build theirs, keeps versions in
+        memory.
     """
 
     min_deltas_for_snapshot: int = 10

@@ -3,7 +3,7 @@
 A local web page with the charts of Spark UI's Structured Streaming tab, drawn from the progress
 history that statestream keeps in the checkpoint (``checkpoint.progress_log``), so it shows a
 query's whole history, across restarts, and updates while the query runs: input rate and
-process rate, input rows, batch duration split by ``durationMs`` phase, state rows and memory
+process rate, input rows, batch duration split by ``durationMs`` phase, state rows and size
 per operator, the watermark and its gap to the batch time, and rows dropped as late.
 
 The page is served on loopback by the standard library's HTTP server; the charts are Plotly's
@@ -174,7 +174,12 @@ function render() {
     "watermark gap": history.map(p => p.eventTime && p.eventTime.watermark ? (ms(p.timestamp) - ms(p.eventTime.watermark)) / 1000 : null)});
   document.getElementById("watermark").dataset.watermarks = JSON.stringify(history.map(p => (p.eventTime || {}).watermark || null));
   draw("stateRows", "State rows per operator", "rows", perOperator("numRowsTotal"));
-  draw("stateMemory", "State memory per operator", "bytes", perOperator("memoryUsedBytes"));
+  // the current version's size, and what of it the Python workers hold in their heap (versions
+  // kept memory-mapped on local disk, the default, are not counted there)
+  const sizes = {};
+  Object.entries(perOperator("customMetrics")).forEach(([n, ms]) => sizes[n + " current version"] = ms.map(m => (m || {}).stateOnCurrentVersionSizeBytes ?? null));
+  Object.entries(perOperator("memoryUsedBytes")).forEach(([n, ys]) => sizes[n + " in memory"] = ys);
+  draw("stateMemory", "State size per operator", "bytes", sizes);
   draw("lateRows", "Rows dropped as late", "rows", perOperator("numRowsDroppedByWatermark"), "bar");
   const rows = [["batch", last.batchId], ["input rows", last.numInputRows], ["duration (ms)", last.batchDuration],
     ["watermark", (last.eventTime || {}).watermark || "-"], ["sink rows", (last.sink || {}).numOutputRows]];

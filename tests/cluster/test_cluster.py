@@ -19,8 +19,8 @@ the join's scan tasks log the store versions they read too).
 From that log the test demands: no state task in the driver process, both executors used, the
 shipped zip imported, every version of every store served exactly once, partitions moving between
 executors, and, the point of the exercise, a worker that comes back to a partition after the other
-executor wrote newer versions loads them from the files (a cache miss) instead of reusing its
-in-memory table, while a worker serving the next version of its own commit reuses it (a hit).
+executor wrote newer versions loads them (a cache miss: from another worker's mapped file of that version or from the
+checkpoint's files) instead of reusing its cached table, while a worker serving the next version of its own commit reuses it (a hit).
 
 Slow: the cluster alone takes about 40 s to start on the shared test machine.
 """

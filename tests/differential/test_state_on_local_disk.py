@@ -19,9 +19,9 @@ from tests.differential.test_plan_reuse import QUERIES, _steps, _watermarks_and_
 from tests.differential.test_sources_more import assert_same, both, drive
 from tests.spark_confs import session_confs
 
-#: the store is the same for every operator, so two of them (tests/cluster runs session windows
-#: on executors of their own), with the conf unset (the default: on local disk) and off
-CASES = [("window count update", None), ("dedup within watermark", None), ("window count update", "false")]
+#: the store is the same for every operator, so two of them (tests/cluster runs more, on
+#: executors of their own): with the conf unset (the default, on local disk), set to true, and off
+CASES = [("window count update", None), ("dedup within watermark", "true"), ("window count update", "false")]
 
 
 def _mapped_files(spark: Any) -> list[Path]:

@@ -109,6 +109,13 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     assert data_of(dom, "stateRows")["series"] == {"0: stateStoreSave": [p["stateOperators"][0]["numRowsTotal"] for p in progress]}
     assert data_of(dom, "lateRows")["series"] == {"0: stateStoreSave": [p["stateOperators"][0]["numRowsDroppedByWatermark"] for p in progress]}
     assert sum(data_of(dom, "lateRows")["series"]["0: stateStoreSave"]) == 1  # (2,) came after the watermark passed it
+    sizes = data_of(dom, "stateMemory")["series"]
+    state = [p["stateOperators"][0] for p in progress]
+    assert sizes == {
+        "0: stateStoreSave current version": [s["customMetrics"]["stateOnCurrentVersionSizeBytes"] for s in state],
+        "0: stateStoreSave in memory": [s["memoryUsedBytes"] for s in state],
+    }
+    assert max(sizes["0: stateStoreSave current version"]) > 0
     assert data_of(dom, "watermark")["watermarks"] == [p["eventTime"]["watermark"] for p in progress]
     duration = data_of(dom, "duration")["series"]
     assert "addBatch" in duration and duration["addBatch"] == [p["durationMs"]["addBatch"] for p in progress]

@@ -5,6 +5,7 @@ caches are memory-mapped files, not heap, and the answers are those of the in-me
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -56,7 +57,8 @@ def test_a_committed_version_is_served_from_a_mapped_file_under_sparks_first_loc
     v = add(p, 0, np.arange(n), np.ones(n, dtype=np.int64))
     assert v == 1
     # the cached version lives in a file of this process's directory under the first local dir
-    root = tmp_path / "local" / f"statestream-state-{os.getpid()}"
+    root = local_disk.local_state_root()
+    assert root.parent == tmp_path / "local"
     delta_path = tmp_path / "state" / "0" / "0" / "1.delta"
     delta = delta_path.stat()
     crc = trailer_checksum(delta_path.read_bytes())
@@ -128,7 +130,45 @@ def test_a_new_run_never_maps_the_files_of_the_run_before(tmp_path):
 def test_without_spark_local_dirs_the_temporary_directory_is_used(monkeypatch, tmp_path):
     monkeypatch.delenv("SPARK_LOCAL_DIRS")
     monkeypatch.setattr(local_disk.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
-    assert local_disk.local_state_root() == tmp_path / "tmp" / f"statestream-state-{os.getpid()}"
+    root = local_disk.local_state_root()
+    assert root.parent == tmp_path / "tmp" and root.name.startswith(f"statestream-state-{os.getpid()}-")
+
+
+def test_a_worker_that_ended_without_its_exit_hooks_leaves_files_the_next_one_deletes(tmp_path):
+    """PySpark ends its workers with ``os._exit`` (and Spark stops idle ones): their versions
+    would stay on disk until the executor stops. A worker that creates its directory deletes
+    those whose owner has ended, and only those."""
+    import fcntl
+    import subprocess
+    import sys
+
+    base = tmp_path / "local"
+    ended = subprocess.run(
+        [sys.executable, "-c", (
+            "import os; from statestream.state import local_disk as d; r = d.local_state_root(); "
+            "(r / 'x.arrow').write_bytes(b'1'); print(r); os._exit(0)"
+        )],
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(base)}, capture_output=True, text=True, check=True,
+    )
+    dead = Path(ended.stdout.strip())
+    assert (dead / "x.arrow").is_file()  # its exit hook did not run
+    # a live process's directory: its lock is held
+    live = base / "statestream-state-1-live"
+    (live / "run").mkdir(parents=True)
+    held = os.open(base / "statestream-state-1-live.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    # a directory without a lock file (being created, or of an older version): left alone
+    (base / "statestream-state-2").mkdir()
+    try:
+        root = local_disk.local_state_root()
+    finally:
+        os.close(held)
+    assert not dead.exists() and not Path(f"{dead}.lock").exists()
+    assert (live / "run").is_dir() and (base / "statestream-state-2").is_dir()
+    assert root.is_dir() and Path(f"{root}.lock").is_file()
+    # the live one's lock is free now: the next sweep takes it, but never this process's own
+    assert local_disk.sweep_dead_roots(base) == [live]
+    assert root.is_dir()
 
 
 def test_an_empty_version_is_not_written(tmp_path):
@@ -191,7 +231,7 @@ def test_a_worker_maps_the_version_another_worker_committed_instead_of_replaying
     first = provider(tmp_path)
     add(first, 0, [1, 2], [1, 1])
     add(first, 1, [2, 3], [5, 7])  # version 2, in the first worker's directory
-    first_dir = tmp_path / "local" / f"statestream-state-{os.getpid()}"
+    first_dir = local_disk.local_state_root()
     as_another_worker(monkeypatch, 999_999_001)
     second = provider(tmp_path)
     replayed = []
@@ -203,7 +243,8 @@ def test_a_worker_maps_the_version_another_worker_committed_instead_of_replaying
     assert second.mapped_versions() == [2] and second.memory_used_bytes() == 0
     # its own commit goes on from there, in its own directory
     assert add(second, 2, [4], [1]) == 3
-    own = tmp_path / "local" / "statestream-state-999999001"
+    own = local_disk.local_state_root()
+    assert own.name.startswith("statestream-state-999999001-")
     assert [f.name.split(".")[0] for f in own.rglob("*.arrow")] == ["3"]
     # dropping the borrowed version leaves the first worker's file alone
     second.close()
