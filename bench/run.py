@@ -451,6 +451,15 @@ def session_builder(app_name: str) -> Any:
     )
 
 
+def with_bench_confs(builder: Any) -> Any:
+    """``builder`` with the extra Spark confs of ``BENCH_CONF`` (both engines), a comma-separated
+    list such as ``spark.sql.streaming.maxBatchesToRetainInMemory=1``."""
+    for item in filter(None, os.environ.get("BENCH_CONF", "").split(",")):
+        key, _, value = item.partition("=")
+        builder = builder.config(key.strip(), value.strip())
+    return builder
+
+
 def run_floor(spark: Any, workload: str, input_dir: Path) -> dict[str, Any]:
     """Spark's batch-only floor: the same query as a batch job over each input file alone.
 
@@ -504,10 +513,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     )
     if workload == "W7" and engine_kind == "spark":
         builder = builder.config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    # extra Spark confs for both engines, e.g. BENCH_CONF=spark.sql.streaming.maxBatchesToRetainInMemory=1
-    for item in filter(None, os.environ.get("BENCH_CONF", "").split(",")):
-        key, _, value = item.partition("=")
-        builder = builder.config(key.strip(), value.strip())
+    builder = with_bench_confs(builder)
     if engine_kind == "floor":
         if workload in NO_FLOOR:
             return {"workload": workload, "engine": engine_kind, "ok": False, "error": NO_FLOOR[workload]}

@@ -61,13 +61,13 @@ def _feed(directory: Path, rows: int, interval: float, stop: threading.Event) ->
 
 
 def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[str, Any]:
-    from run import _progress_dict, build_query, session_builder
+    from run import _progress_dict, build_query, session_builder, with_bench_confs
 
     from statestream._java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = session_builder(f"statestream-trickle-{engine_kind}").getOrCreate()
+    spark = with_bench_confs(session_builder(f"statestream-trickle-{engine_kind}")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix=f"trickle-{engine_kind}-"))
     (work / "in").mkdir()
