@@ -33,16 +33,20 @@ stops a Python worker that sat idle for a minute, so with a trigger of a minute 
 ``spark.python.worker.reuse=false`` or after failed tasks, dead workers' files would pile up
 until the executor stops. So each process holds an exclusive ``flock`` on a lock file beside its
 directory (``<directory>.lock``) for as long as it lives (the kernel releases it however the
-process ends), and a process creating its directory deletes those of the others whose lock it
-can take (:func:`sweep_dead_roots`): their owners are gone. What it leaves at most is the
-directories of processes that died since the last worker started.
+process ends), and a process creating its directory (at its first mapped version) deletes those
+of the others whose lock it can take (:func:`sweep_dead_roots`): their owners are gone. What is
+left at most is the directories of processes that ended since a process last created one. This
+needs the local directories on a local file system, as Spark's are: where ``flock`` fails, a
+process keeps its directory without a lock and nothing is swept; NFS emulates ``flock`` with
+locks a process does not see as its own, so a process never sweeps its own directory by name.
+A forked child forgets its parent's directory (``os.register_at_fork``) and never removes it.
 
 A query keeps its versions this way unless ``spark.statestream.stateStore.onLocalDisk`` is
 ``false`` (:data:`ON_LOCAL_DISK_DEFAULT`): on the benchmark's W1 to W4 and W9, the mapped
 versions were as fast as versions in the heap within the noise or faster (W3 about a tenth: a
 worker given another worker's partition maps its file instead of replaying a delta), with a
-peak memory lower or the same (bench/README.md). A :class:`StateStoreConf` built without it (the tools that read a checkpoint
-on the driver) keeps them in memory.
+peak memory lower or the same (bench/README.md). A :class:`StateStoreConf` built without it
+(the tools that read a checkpoint on the driver) keeps them in memory.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ __all__ = [
     "ON_LOCAL_DISK_CONF",
     "ON_LOCAL_DISK_DEFAULT",
     "local_state_root",
+    "release_root",
     "sweep_dead_roots",
     "store_dir",
     "mapped_file_name",
@@ -95,6 +100,11 @@ _ROOT_LOCK = threading.Lock()
 #: the directories of this process's versions start with this; ``<directory>.lock`` is its lock
 ROOT_PREFIX = "statestream-state-"
 _LOCK_SUFFIX = ".lock"
+#: how many names a process tries for its directory before it gives up (another process or a
+#: sweeper holding a new name's lock file is a rare race, not a state that lasts)
+_CLAIM_ATTEMPTS = 8
+#: directory -> (its held lock's descriptor or None, the pid that claimed it), this process's
+_CLAIMED: dict[Path, tuple["int | None", int]] = {}
 
 
 def _base_dir() -> str:
@@ -106,59 +116,86 @@ def _base_dir() -> str:
 
 def local_state_root() -> Path:
     """This process's directory for memory-mapped versions, created on first use, when the
-    directories of processes that died are deleted (:func:`sweep_dead_roots`); removed at a
-    normal exit of the process (see the module docstring for the others)."""
+    directories of processes that ended are deleted (:func:`sweep_dead_roots`); removed at a
+    normal exit of the process (see the module docstring for the others). Raises ``OSError``
+    when no directory can be made (the caller keeps its version in memory)."""
     global _ROOT
     with _ROOT_LOCK:
         if _ROOT is None:
             base = Path(_base_dir())
             base.mkdir(parents=True, exist_ok=True)
             root, lock = _claim_root(base)
-            sweep_dead_roots(base, keep=root)
-            atexit.register(_remove_root, root, lock)
+            _CLAIMED[root] = (lock, os.getpid())
             _ROOT = root
+            if lock is not None:
+                try:
+                    sweep_dead_roots(base, keep=root)
+                except Exception:  # noqa: BLE001 - a cleanup: never the batch's failure
+                    log.debug("could not sweep %s", base, exc_info=True)
         return _ROOT
 
 
+def _lock_path(root: Path) -> Path:
+    return root.with_name(root.name + _LOCK_SUFFIX)
+
+
 def _claim_root(base: Path) -> tuple[Path, "int | None"]:
-    """A new directory for this process and the descriptor of its held lock (``None`` where the
-    system has no ``flock``: nothing is swept there). The lock file comes first: a directory is
-    never without its held lock except in its first instants, when :func:`sweep_dead_roots`
-    leaves a directory without a lock file alone."""
+    """A new directory for this process and the descriptor of its held lock, or ``None`` where
+    ``flock`` is missing or refused (that directory is never swept). The lock file is made and
+    locked before the directory; a sweeper that took a new lock file first deletes it, and the
+    claim tries another name."""
     try:
         import fcntl
     except ImportError:  # not POSIX
         fcntl = None  # type: ignore[assignment]
-    while True:
+    for _ in range(_CLAIM_ATTEMPTS):
         root = base / f"{ROOT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         if fcntl is None:
             root.mkdir()
             return root, None
-        lock_path = root.with_name(root.name + _LOCK_SUFFIX)
+        lock_path = _lock_path(root)
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # a sweeper that took the new file's lock before this process did has deleted it
-            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
-                root.mkdir()
-                return root, fd
+        except BlockingIOError:  # a sweeper has it: it will delete the file
+            os.close(fd)
+            continue
+        except OSError:  # this file system refuses flock: a directory without a lock
+            os.close(fd)
+            _unlink(lock_path)
+            root.mkdir()
+            return root, None
+        try:
+            ours = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            ours = False
+        if not ours:  # a sweeper took it and deleted it before this process locked it
+            os.close(fd)
+            continue
+        try:
+            root.mkdir()
         except OSError:
-            pass
-        os.close(fd)
+            os.close(fd)
+            _unlink(lock_path)
+            raise
+        return root, fd
+    raise OSError(f"could not claim a directory for state versions under {base} in {_CLAIM_ATTEMPTS} attempts")
 
 
 def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
     """Delete the version directories under ``base`` whose owner is gone (its lock on
-    ``<directory>.lock`` can be taken) and return them. A directory without a lock file is left
-    alone (its owner may be creating it), and so is ``keep``. Another process's files that a
+    ``<directory>.lock`` can be taken) and return them. This process's own directories and
+    ``keep`` are never touched, and a directory without a lock file (of a version of statestream
+    before the locks, or where ``flock`` failed) is left alone. Another process's files that a
     worker still maps stay readable: only their names go."""
     try:
         import fcntl
     except ImportError:
         return []
+    own = set(_CLAIMED) | ({keep} if keep is not None else set())
     swept = []
     try:
         locks = [p for p in base.iterdir() if p.name.startswith(ROOT_PREFIX) and p.name.endswith(_LOCK_SUFFIX)]
@@ -166,7 +203,7 @@ def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
         return []
     for lock_path in locks:
         root = lock_path.with_name(lock_path.name[: -len(_LOCK_SUFFIX)])
-        if keep is not None and root == keep:
+        if root in own:
             continue
         try:
             fd = os.open(lock_path, os.O_RDWR)
@@ -177,6 +214,8 @@ def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
             if os.stat(lock_path).st_ino != os.fstat(fd).st_ino:
                 continue  # deleted and made again meanwhile: not the file this lock was on
             shutil.rmtree(root, ignore_errors=True)
+            if root.exists():
+                continue  # partly deleted: the lock file stays, for a later sweep to finish
             os.unlink(lock_path)
             swept.append(root)
         except OSError:
@@ -188,14 +227,53 @@ def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
     return swept
 
 
-def _remove_root(root: Path, lock: "int | None") -> None:
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def release_root(root: Path) -> None:
+    """Remove ``root``, a directory this process claimed, with its lock file, and release the
+    lock. Only the process that claimed it does anything: a forked child's exit leaves its
+    parent's directory alone."""
+    lock, owner = _CLAIMED.get(root, (None, -1))
+    if owner != os.getpid():
+        return
+    del _CLAIMED[root]
     shutil.rmtree(root, ignore_errors=True)
     if lock is not None:
+        _unlink(_lock_path(root))
         try:
-            os.unlink(root.with_name(root.name + _LOCK_SUFFIX))
+            os.close(lock)
         except OSError:
             pass
-        os.close(lock)
+
+
+@atexit.register
+def _release_all() -> None:
+    for root in list(_CLAIMED):
+        release_root(root)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's directory and lock stay the parent's (closing the
+    child's copy of the descriptor leaves the parent's lock held)."""
+    global _ROOT, _ROOT_LOCK
+    for lock, _ in _CLAIMED.values():
+        if lock is not None:
+            try:
+                os.close(lock)
+            except OSError:
+                pass
+    _CLAIMED.clear()
+    _ROOT = None
+    _ROOT_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _run_tag(checkpoint_root: str, run_id: str) -> str:

@@ -403,8 +403,9 @@ class StateStoreProvider:
         self._drop(version)
         if self.conf.on_local_disk and table.num_rows:
             name = mapped_file_name(version, stamp, checksum)
-            path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / name
+            path: "Path | str" = name
             try:
+                path = store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir) / name
                 table = write_mapped(table, path)
                 self._mapped[version] = path
             except OSError as exc:

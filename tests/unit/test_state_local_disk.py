@@ -25,9 +25,13 @@ VS = pa.schema([("count", pa.int64(), False)])
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'local'},{tmp_path / 'other'}")
     monkeypatch.setattr(local_disk, "_ROOT", None)
+    monkeypatch.setattr(local_disk, "_CLAIMED", {})
     clear_provider_cache()
     yield
     clear_provider_cache()
+    for lock, _ in local_disk._CLAIMED.values():  # noqa: SLF001 - release this test's locks
+        if lock is not None:
+            os.close(lock)
 
 
 def rows(keys, counts) -> pa.Table:
@@ -148,7 +152,8 @@ def test_a_worker_that_ended_without_its_exit_hooks_leaves_files_the_next_one_de
             "import os; from statestream.state import local_disk as d; r = d.local_state_root(); "
             "(r / 'x.arrow').write_bytes(b'1'); print(r); os._exit(0)"
         )],
-        env={**os.environ, "SPARK_LOCAL_DIRS": str(base)}, capture_output=True, text=True, check=True,
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(base), "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True, text=True, check=True,
     )
     dead = Path(ended.stdout.strip())
     assert (dead / "x.arrow").is_file()  # its exit hook did not run
@@ -168,6 +173,42 @@ def test_a_worker_that_ended_without_its_exit_hooks_leaves_files_the_next_one_de
     assert root.is_dir() and Path(f"{root}.lock").is_file()
     # the live one's lock is free now: the next sweep takes it, but never this process's own
     assert local_disk.sweep_dead_roots(base) == [live]
+    assert root.is_dir()
+
+
+def test_a_file_system_that_refuses_flock_gets_a_directory_without_a_lock(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def refuse(fd, op):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refuse)
+    root = local_disk.local_state_root()
+    assert root.is_dir() and not Path(f"{root}.lock").exists()
+    assert [p.name for p in (tmp_path / "local").iterdir()] == [root.name]  # no lock file left behind
+
+
+def test_a_forked_child_neither_removes_nor_sweeps_its_parents_directory(tmp_path):
+    root = local_disk.local_state_root()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own directory, then what its exit hooks would do
+        try:
+            child_root = local_disk.local_state_root()
+            local_disk._release_all()  # noqa: SLF001
+            os.write(write, str(child_root).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child_root = Path(os.read(read, 4096).decode())
+    os.close(read)
+    assert child_root != root and child_root.parent == root.parent
+    # the child's exit hooks removed its own directory and lock, not its parent's
+    assert root.is_dir() and Path(f"{root}.lock").is_file()
+    assert not child_root.exists() and not Path(f"{child_root}.lock").exists()
+    assert local_disk.sweep_dead_roots(tmp_path / "local") == []
     assert root.is_dir()
 
 
