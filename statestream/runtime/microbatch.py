@@ -62,7 +62,12 @@ from statestream.runtime.batch_plan_reuse import (
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
 from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
 from statestream.runtime.trigger_executor import time_to_next_trigger
-from statestream.runtime.worker_warmup import note_python_workers_used, start_worker_warm_up, use_unix_domain_sockets
+from statestream.runtime.worker_warmup import (
+    note_python_workers_used,
+    start_worker_warm_up,
+    use_preloading_daemon,
+    use_unix_domain_sockets,
+)
 from statestream.sources.base import ReadLimit
 
 if TYPE_CHECKING:
@@ -642,11 +647,23 @@ class MicroBatchExecution:
             use_unix_domain_sockets(user)
         except Exception:  # noqa: BLE001 - only an optimisation: the workers then use loopback TCP
             logger.debug("Python workers stay on loopback TCP", exc_info=True)
+
+        def preloading_daemon() -> None:
+            try:
+                use_preloading_daemon(user)
+            except Exception:  # noqa: BLE001 - only an optimisation: the workers then import on their own
+                logger.debug("Python workers stay on PySpark's daemon", exc_info=True)
+
+        warm_up = None
         if self._runs_state_tasks:
             try:
-                start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop)
+                # the daemon is chosen in the warm-up's thread, before its job (its check starts a
+                # Python process: not on the query thread's way to the first batch)
+                warm_up = start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop, before=preloading_daemon)
             except Exception:  # noqa: BLE001 - only an optimisation: the batches start the workers
                 logger.debug("Python worker warm-up not started", exc_info=True)
+        if warm_up is None:
+            preloading_daemon()
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark

@@ -18,9 +18,11 @@ before it was submitted skips it) and its failure only costs the time it meant t
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
 __all__ = [
     "note_python_workers_used",
     "start_worker_warm_up",
+    "use_preloading_daemon",
     "use_unix_domain_sockets",
     "warm_up_tasks",
     "UNIX_SOCKETS_CONF",
+    "PRELOAD_CONF",
     "WARM_FOR_S",
 ]
 
@@ -90,11 +94,94 @@ def use_unix_domain_sockets(spark: "SparkSession") -> bool:
     return True
 
 
+#: statestream's conf: run local-mode Python workers under ``runtime.python_daemon`` (default true)
+PRELOAD_CONF = "spark.statestream.pythonDaemon.preload.enabled"
+SPARK_DAEMON_MODULE_CONF = "spark.python.daemon.module"
+#: set on a SparkContext once ``use_preloading_daemon`` has decided: whether it set the conf
+_PRELOAD_ATTR = "_statestream_preloading_daemon"
+
+
+def use_preloading_daemon(spark: "SparkSession") -> bool:
+    """Have this local-mode SparkContext start its Python workers from
+    ``statestream.runtime.python_daemon`` (Spark's ``spark.python.daemon.module``), which imports
+    what a state step needs before it forks them; returns whether the context's daemon is that one.
+
+    Set, like the Unix socket conf, on the context's own SparkConf before the query's first
+    Python task, only in local mode (a cluster's executors took their conf when they started),
+    only when the user set no daemon module and ``spark.statestream.pythonDaemon.preload.enabled``
+    is not false, and only once the workers' Python has been seen to find this same statestream
+    without the files a job ships: Spark runs the daemon as ``python -m``, before any of them is
+    on its path, and a daemon that fails to start fails every Python task of the context. A
+    context that already runs Python workers keeps them: Spark starts a second daemon for the
+    tasks that come after the change (a few seconds of CPU once)."""
+    sc = spark.sparkContext
+    decided = getattr(sc, _PRELOAD_ATTR, None)
+    conf = sc._conf  # noqa: SLF001 - PySpark's view of the context's own SparkConf, which the executor reads
+    chosen = conf.get(SPARK_DAEMON_MODULE_CONF, None)
+    if chosen is not None:
+        from statestream.runtime.python_daemon import MODULE
+
+        return str(chosen).strip() == MODULE
+    if decided is not None:
+        return False
+    if str(spark.conf.get(PRELOAD_CONF, "true")).strip().lower() != "true":
+        return False
+    master = str(sc.master)
+    if not (master == "local" or master.startswith("local[")):
+        setattr(sc, _PRELOAD_ATTR, False)
+        return False
+    ok = _workers_import_this_statestream(sc)
+    setattr(sc, _PRELOAD_ATTR, ok)
+    if ok:
+        from statestream.runtime.python_daemon import MODULE
+
+        conf.set(SPARK_DAEMON_MODULE_CONF, MODULE)
+        logger.debug("Python workers of %s start from %s", master, MODULE)
+    return ok
+
+
+def _workers_import_this_statestream(sc: object) -> bool:
+    """Whether the workers' Python, started as Spark starts its daemon (the context's
+    ``pythonExec``, the JVM's working directory, Spark's Python path before the environment's),
+    finds the statestream package this driver runs."""
+    import statestream
+
+    try:
+        jvm = sc._jvm  # type: ignore[attr-defined]  # noqa: SLF001
+        cwd = str(jvm.java.lang.System.getProperty("user.dir"))
+        spark_path = str(jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath())
+        python = str(sc.pythonExec)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - a context without them: leave PySpark's daemon alone
+        logger.debug("cannot tell what the Python workers import", exc_info=True)
+        return False
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (spark_path, os.environ.get("PYTHONPATH", "")) if p)
+    probe = "import importlib.util as u, sys; s = u.find_spec('statestream'); sys.stdout.write(s.origin if s and s.origin else '')"
+    try:
+        found = subprocess.run(
+            [python, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=30, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        logger.debug("cannot run the Python workers' interpreter %s", python, exc_info=True)
+        return False
+    ours = os.path.realpath(statestream.__file__)
+    if not found or os.path.realpath(os.path.join(cwd, found)) != ours:
+        logger.debug("Python workers find statestream at %r, this driver runs %s: PySpark's daemon kept", found, ours)
+        return False
+    return True
+
+
 def start_worker_warm_up(
-    spark: "SparkSession", job_tag: str, num_partitions: int, stopped: threading.Event | None = None
+    spark: "SparkSession",
+    job_tag: str,
+    num_partitions: int,
+    stopped: threading.Event | None = None,
+    before: "Callable[[], object] | None" = None,
 ) -> threading.Thread | None:
-    """Start the warm-up job in a daemon thread; returns the thread, or None when none is needed
-    (a recent warm-up of this SparkContext, or no worker reuse)."""
+    """Start the warm-up job in a daemon thread, which first calls ``before`` (what must happen
+    before the context's first Python task, off the caller's thread); returns the thread, or
+    None when none is needed (a recent warm-up of this SparkContext, or no worker reuse), in
+    which case ``before`` is not called."""
     sc = spark.sparkContext
     warmed_at = getattr(sc, _WARMED_ATTR, None)
     if warmed_at is not None and time.monotonic() - warmed_at < WARM_FOR_S:
@@ -112,6 +199,8 @@ def start_worker_warm_up(
 
     def run() -> None:
         try:
+            if before is not None:
+                before()
             sc.addJobTag(job_tag)
             sc.setJobDescription("statestream: start the Python workers")
             if stopped is not None and stopped.is_set():

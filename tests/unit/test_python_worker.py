@@ -272,3 +272,105 @@ def test_local_mode_python_workers_use_unix_domain_sockets():
     assert not use_unix_domain_sockets(_SocketSession(tmpdir="/tmp/" + "d" * 60))
     assert use_unix_domain_sockets(_SocketSession(tmpdir="/tmp/" + "d" * 50))
     assert not use_unix_domain_sockets(_SocketSession(conf={"spark.python.unix.domain.socket.dir": "/x" * 40}))
+
+
+class _DaemonSession(_SocketSession):
+    """What ``use_preloading_daemon`` reads besides: the workers' Python, the JVM's working
+    directory and Spark's Python path."""
+
+    def __init__(self, master: str = "local[2]", conf: dict | None = None, session_conf: dict | None = None,
+                 python: str = sys.executable, cwd: str | None = None, spark_path: str = ""):
+        from pathlib import Path
+        from types import SimpleNamespace
+
+        super().__init__(master, conf, session_conf)
+        cwd = cwd or str(Path(__file__).resolve().parents[2])
+        system = SimpleNamespace(getProperty=lambda key: cwd if key == "user.dir" else None)
+        utils = SimpleNamespace(sparkPythonPath=lambda: spark_path)
+        self.sparkContext._jvm = SimpleNamespace(
+            java=SimpleNamespace(lang=SimpleNamespace(System=system)),
+            org=SimpleNamespace(apache=SimpleNamespace(spark=SimpleNamespace(api=SimpleNamespace(python=SimpleNamespace(PythonUtils=utils))))),
+        )
+        self.sparkContext.pythonExec = python
+
+
+def test_a_local_context_starts_its_python_workers_from_the_preloading_daemon():
+    from statestream.runtime.python_daemon import MODULE
+    from statestream.runtime.worker_warmup import PRELOAD_CONF, SPARK_DAEMON_MODULE_CONF, use_preloading_daemon
+
+    spark = _DaemonSession()
+    assert use_preloading_daemon(spark)
+    assert spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == MODULE
+    assert use_preloading_daemon(spark)  # the next query of the context finds it set
+    # a cluster's executors took their conf when they started: left alone
+    for master in ("local-cluster[2,1,1024]", "spark://127.0.0.1:7077", "yarn"):
+        spark = _DaemonSession(master)
+        assert not use_preloading_daemon(spark), master
+        assert SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    # the user's own daemon is kept
+    spark = _DaemonSession(conf={SPARK_DAEMON_MODULE_CONF: "my.daemon"})
+    assert not use_preloading_daemon(spark) and spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == "my.daemon"
+    # statestream's opt-out
+    spark = _DaemonSession(session_conf={PRELOAD_CONF: "false"})
+    assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+
+
+def test_the_daemon_stays_pyspark_s_when_the_workers_python_would_not_import_this_statestream(tmp_path):
+    import os
+
+    from statestream.runtime.worker_warmup import SPARK_DAEMON_MODULE_CONF, use_preloading_daemon
+
+    # a Python that finds no statestream at all: no site-packages (so no editable install), no
+    # PYTHONPATH, and a working directory without it
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    bare.chmod(0o755)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    spark = _DaemonSession(python=str(bare), cwd=str(elsewhere))
+    assert not use_preloading_daemon(spark)
+    assert SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    assert not use_preloading_daemon(spark)  # decided once per context
+    # one that finds another statestream first (the JVM's working directory comes first for -m)
+    (elsewhere / "statestream").mkdir()
+    (elsewhere / "statestream" / "__init__.py").write_text("")
+    spark = _DaemonSession(cwd=str(elsewhere))
+    assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    # an interpreter that cannot be run
+    spark = _DaemonSession(python=os.path.join(str(tmp_path), "no-such-python"))
+    assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+
+
+def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_importer():
+    """Run the daemon's ``main`` as Spark starts it (PySpark from ``pyspark.zip`` first on the
+    path, the worker module in ``sys.argv``), with PySpark's ``manager`` replaced by a report of
+    what a forked worker would inherit."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    zips = sorted(str(p) for p in lib.glob("*.zip"))
+    if not any(p.endswith("pyspark.zip") for p in zips):
+        import pytest
+
+        pytest.skip("this PySpark ships no pyspark.zip")
+    code = (
+        "import sys, zipimport\n"
+        "sys.argv = ['daemon', 'pyspark.worker']\n"
+        "import pyspark.daemon as d\n"
+        "def report():\n"
+        "    zips = [k for k, v in sys.path_importer_cache.items() if isinstance(v, zipimport.zipimporter)]\n"
+        "    mods = ['pandas', 'pyarrow.compute', 'statestream.operators.state_step', 'statestream.state.provider']\n"
+        "    print(d.__file__.find('pyspark.zip') >= 0, all(m in sys.modules for m in mods), zips)\n"
+        "d.manager = report\n"
+        "from statestream.runtime import python_daemon\n"
+        "python_daemon.main()\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*zips, root])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "[]"]
