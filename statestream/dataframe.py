@@ -16,7 +16,7 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statestream.errors import analysis_error
 from statestream.plan import logical as L
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame

@@ -1,4 +1,5 @@
-"""Calls to the JVM's static members and constructors without Py4J's name lookups.
+"""Calls to the JVM's static members and constructors without Py4J's name lookups, and Scala
+sequences read as lists.
 
 Why: ``spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(...)`` makes Py4J ask the JVM
 about every name of the path in turn (is ``org`` a package, is ``apache``, ..., is ``ofRows`` a
@@ -14,7 +15,7 @@ from typing import Any
 from py4j import protocol
 from py4j.java_gateway import JavaClass, JavaMember
 
-__all__ = ["java_class", "static_member"]
+__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids"]
 
 
 def _client(jvm: Any) -> Any:
@@ -33,3 +34,16 @@ def static_member(jvm: Any, fqn: str, name: str) -> JavaMember:
     A Scala object's method is reached through its class's static forwarder (``ofRows`` of
     ``org.apache.spark.sql.classic.Dataset``), as Py4J's own lookup reaches it."""
     return JavaMember(name, None, protocol.STATIC_PREFIX + fqn, _client(jvm))
+
+
+def jvm_seq(seq: Any) -> list[Any]:
+    """The elements of a Scala ``Seq`` (a py4j proxy), in order: it has no Python iteration
+    protocol, and every reader of Spark's plans (the planner, the operators, the runtime) turns
+    one into a list the same way."""
+    return [seq.apply(i) for i in range(seq.size())]
+
+
+def expr_ids(seq: Any) -> list[int]:
+    """The expression ids of a Scala ``Seq`` of named expressions (a plan's output, a
+    dedup's keys): how the planner finds the same column again in another of Spark's plans."""
+    return [int(e.exprId().id()) for e in jvm_seq(seq)]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
+from statestream.jvm_calls import jvm_seq
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.base import (
     PhysicalOperator,
@@ -347,7 +348,7 @@ def scan_input_rows(result: "DataFrame") -> list[int] | None:
             metric = node.metrics().get("numOutputRows")
             rows.append(int(metric.get().value()) if metric.isDefined() else 0)
             continue
-        stack.extend(children.apply(i) for i in reversed(range(children.size())))
+        stack.extend(reversed(jvm_seq(children)))
     return rows
 
 

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from statestream.plan.aggregates import AggregateCall

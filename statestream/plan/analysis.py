@@ -39,7 +39,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 from statestream.errors import StatestreamAnalysisException, analysis_error
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from statestream.jvm_calls import java_class, static_member
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

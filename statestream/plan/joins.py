@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from statestream.plan import logical as L
-from statestream.plan.jvm_plans import expr_ids, jvm_seq
+from statestream.jvm_calls import expr_ids, jvm_seq
 from statestream.plan.spark_text import (
     IdMap,
     node_texts,

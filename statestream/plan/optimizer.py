@@ -47,7 +47,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 from statestream.plan.logical import (
     Aggregate,
     EventTimeWatermark,

@@ -31,7 +31,7 @@ from statestream.operators.aggregate import (
 from statestream.operators.basic import BatchRelationExec, CollectMetricsExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 from statestream.plan.transform_with_state import plan_transform_with_state
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec

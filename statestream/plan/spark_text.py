@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from statestream.plan import logical as L
-from statestream.plan.jvm_plans import expr_ids, jvm_seq
+from statestream.jvm_calls import expr_ids, jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

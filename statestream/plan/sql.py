@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.errors import not_supported_yet
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

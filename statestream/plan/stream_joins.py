@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator

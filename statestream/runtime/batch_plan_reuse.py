@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from statestream.jvm_calls import java_class, static_member
 from statestream.operators.base import batch_args_property
-from statestream.plan.jvm_plans import jvm_seq
+from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
