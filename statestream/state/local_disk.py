@@ -64,6 +64,11 @@ from typing import Iterator, Protocol
 
 import pyarrow as pa
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks, so directories are never swept
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "ON_LOCAL_DISK_CONF",
     "ON_LOCAL_DISK_DEFAULT",
@@ -129,7 +134,7 @@ def local_state_root() -> Path:
             _ROOT = root
             if lock is not None:
                 try:
-                    sweep_dead_roots(base, keep=root)
+                    sweep_dead_roots(base)
                 except Exception:  # noqa: BLE001 - a cleanup: never the batch's failure
                     log.debug("could not sweep %s", base, exc_info=True)
         return _ROOT
@@ -144,10 +149,6 @@ def _claim_root(base: Path) -> tuple[Path, "int | None"]:
     ``flock`` is missing or refused (that directory is never swept). The lock file is made and
     locked before the directory; a sweeper that took a new lock file first deletes it, and the
     claim tries another name."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        fcntl = None  # type: ignore[assignment]
     for _ in range(_CLAIM_ATTEMPTS):
         root = base / f"{ROOT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         if fcntl is None:
@@ -185,17 +186,16 @@ def _claim_root(base: Path) -> tuple[Path, "int | None"]:
     raise OSError(f"could not claim a directory for state versions under {base} in {_CLAIM_ATTEMPTS} attempts")
 
 
-def sweep_dead_roots(base: Path, keep: Path | None = None) -> list[Path]:
+def sweep_dead_roots(base: Path) -> list[Path]:
     """Delete the version directories under ``base`` whose owner is gone (its lock on
-    ``<directory>.lock`` can be taken) and return them. This process's own directories and
-    ``keep`` are never touched, and a directory without a lock file (of a version of statestream
-    before the locks, or where ``flock`` failed) is left alone. Another process's files that a
-    worker still maps stay readable: only their names go."""
-    try:
-        import fcntl
-    except ImportError:
+    ``<directory>.lock`` can be taken) and return them. The directories this process claimed
+    (``_CLAIMED``, where a new one goes before the sweep) are never touched, and a directory
+    without a lock file (of a version of statestream before the locks, or where ``flock``
+    failed) is left alone. Another process's files that a worker still maps stay readable: only
+    their names go."""
+    if fcntl is None:
         return []
-    own = set(_CLAIMED) | ({keep} if keep is not None else set())
+    own = set(_CLAIMED)
     swept = []
     try:
         locks = [p for p in base.iterdir() if p.name.startswith(ROOT_PREFIX) and p.name.endswith(_LOCK_SUFFIX)]
