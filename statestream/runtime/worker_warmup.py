@@ -97,8 +97,14 @@ def use_unix_domain_sockets(spark: "SparkSession") -> bool:
 #: statestream's conf: run local-mode Python workers under ``runtime.python_daemon`` (default true)
 PRELOAD_CONF = "spark.statestream.pythonDaemon.preload.enabled"
 SPARK_DAEMON_MODULE_CONF = "spark.python.daemon.module"
-#: set on a SparkContext once ``use_preloading_daemon`` has decided: whether it set the conf
+#: PySpark's own daemon module, what Spark runs when the conf is unset
+PYSPARK_DAEMON = "pyspark.daemon"
+#: Spark's per-worker memory limit (an address-space limit on the worker)
+_PYSPARK_MEMORY_CONF = "spark.executor.pyspark.memory"
+#: set on a SparkContext by ``use_preloading_daemon``: True once it set the conf, False once it
+#: decided not to (a cluster, a Python that would not import this statestream)
 _PRELOAD_ATTR = "_statestream_preloading_daemon"
+_PRELOAD_LOCK = threading.Lock()
 
 
 def use_preloading_daemon(spark: "SparkSession") -> bool:
@@ -108,65 +114,87 @@ def use_preloading_daemon(spark: "SparkSession") -> bool:
 
     Set, like the Unix socket conf, on the context's own SparkConf before the query's first
     Python task, only in local mode (a cluster's executors took their conf when they started),
-    only when the user set no daemon module and ``spark.statestream.pythonDaemon.preload.enabled``
-    is not false, and only once the workers' Python has been seen to find this same statestream
-    without the files a job ships: Spark runs the daemon as ``python -m``, before any of them is
-    on its path, and a daemon that fails to start fails every Python task of the context. A
+    only when the user set no daemon module, ``spark.statestream.pythonDaemon.preload.enabled``
+    is not false and no per-worker memory limit is set (``spark.executor.pyspark.memory`` limits
+    a worker's address space, which the preloaded libraries take more of), and only once the
+    workers' Python has been seen to import the daemon module, this driver's own, as Spark
+    would start it (:func:`_workers_import_this_daemon`): Spark runs the daemon as ``python -m``
+    before any file a job ships is on its path, and a daemon that fails to start fails every
+    Python task of the context. The opt-out turned on later puts PySpark's daemon back. A
     context that already runs Python workers keeps them: Spark starts a second daemon for the
-    tasks that come after the change (a few seconds of CPU once)."""
+    tasks that come after a change (a few seconds of CPU once)."""
+    from statestream.runtime.python_daemon import MODULE
+
     sc = spark.sparkContext
-    decided = getattr(sc, _PRELOAD_ATTR, None)
     conf = sc._conf  # noqa: SLF001 - PySpark's view of the context's own SparkConf, which the executor reads
-    chosen = conf.get(SPARK_DAEMON_MODULE_CONF, None)
-    if chosen is not None:
-        from statestream.runtime.python_daemon import MODULE
+    enabled = str(spark.conf.get(PRELOAD_CONF, "true")).strip().lower() == "true"
+    with _PRELOAD_LOCK:
+        ours = getattr(sc, _PRELOAD_ATTR, None)
+        chosen = conf.get(SPARK_DAEMON_MODULE_CONF, None)
+        if ours is True:
+            if chosen != MODULE:  # changed since: the user's now
+                setattr(sc, _PRELOAD_ATTR, False)
+                return False
+            if not enabled:
+                conf.set(SPARK_DAEMON_MODULE_CONF, PYSPARK_DAEMON)
+                setattr(sc, _PRELOAD_ATTR, False)
+                return False
+            return True
+        if chosen is not None:
+            return str(chosen).strip() == MODULE
+        if ours is False or not enabled:
+            return False
+        master = str(sc.master)
+        local = master == "local" or master.startswith("local[")
+        ok = local and conf.get(_PYSPARK_MEMORY_CONF, None) is None and _workers_import_this_daemon(sc)
+        setattr(sc, _PRELOAD_ATTR, ok)
+        if ok:
+            conf.set(SPARK_DAEMON_MODULE_CONF, MODULE)
+            logger.debug("Python workers of %s start from %s", master, MODULE)
+        return ok
 
-        return str(chosen).strip() == MODULE
-    if decided is not None:
-        return False
-    if str(spark.conf.get(PRELOAD_CONF, "true")).strip().lower() != "true":
-        return False
-    master = str(sc.master)
-    if not (master == "local" or master.startswith("local[")):
-        setattr(sc, _PRELOAD_ATTR, False)
-        return False
-    ok = _workers_import_this_statestream(sc)
-    setattr(sc, _PRELOAD_ATTR, ok)
-    if ok:
-        from statestream.runtime.python_daemon import MODULE
 
-        conf.set(SPARK_DAEMON_MODULE_CONF, MODULE)
-        logger.debug("Python workers of %s start from %s", master, MODULE)
-    return ok
-
-
-def _workers_import_this_statestream(sc: object) -> bool:
+def _workers_import_this_daemon(sc: object) -> bool:
     """Whether the workers' Python, started as Spark starts its daemon (the context's
-    ``pythonExec``, the JVM's working directory, Spark's Python path before the environment's),
-    finds the statestream package this driver runs."""
-    import statestream
+    ``pythonExec``, the JVM's working directory, the environment with the context's
+    ``spark.executorEnv`` values, Spark's Python path), imports ``statestream.runtime.python_daemon``
+    from this driver's own file. The import runs what ``python -m`` runs before the daemon's own
+    code (the package and the module); about 0.2 s, once per context."""
+    from statestream.runtime import python_daemon
 
     try:
         jvm = sc._jvm  # type: ignore[attr-defined]  # noqa: SLF001
         cwd = str(jvm.java.lang.System.getProperty("user.dir"))
         spark_path = str(jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath())
         python = str(sc.pythonExec)  # type: ignore[attr-defined]
+        executor_env = dict(getattr(sc, "environment", None) or {})
     except Exception:  # noqa: BLE001 - a context without them: leave PySpark's daemon alone
         logger.debug("cannot tell what the Python workers import", exc_info=True)
         return False
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (spark_path, os.environ.get("PYTHONPATH", "")) if p)
-    probe = "import importlib.util as u, sys; s = u.find_spec('statestream'); sys.stdout.write(s.origin if s and s.origin else '')"
-    try:
-        found = subprocess.run(
-            [python, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=30, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        logger.debug("cannot run the Python workers' interpreter %s", python, exc_info=True)
-        return False
-    ours = os.path.realpath(statestream.__file__)
-    if not found or os.path.realpath(os.path.join(cwd, found)) != ours:
-        logger.debug("Python workers find statestream at %r, this driver runs %s: PySpark's daemon kept", found, ours)
+    env = {**os.environ, **executor_env}
+    user_paths = [p for p in (executor_env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")) if p]
+    probe = f"import sys, {python_daemon.MODULE} as d; sys.stdout.write(d.__file__)"
+    # Spark puts its zips first on the daemon's path; they hold only pyspark and py4j, so they
+    # do not change where statestream is found, and without them an installed pyspark
+    # (compiled) serves the probe's import instead of the zip's sources compiled again (0.2 s
+    # against 0.55 s); a Python with no pyspark of its own is asked again with them
+    done = None
+    for paths in (user_paths, [spark_path, *user_paths]):
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        try:
+            done = subprocess.run([python, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError):
+            logger.info("Python workers keep PySpark's daemon: cannot run their interpreter %s", python, exc_info=True)
+            return False
+        if done.returncode == 0:
+            break
+    assert done is not None
+    found = done.stdout.strip()
+    ours = os.path.realpath(python_daemon.__file__)
+    if done.returncode != 0 or not found or os.path.realpath(os.path.join(cwd, found)) != ours:
+        reason = done.stderr.strip().splitlines()[-1:] if done.returncode != 0 else [f"it imports {found or 'nothing'}"]
+        logger.info("Python workers keep PySpark's daemon: their Python %s does not import %s from %s (%s)",
+                    python, python_daemon.MODULE, ours, reason[0] if reason else "")
         return False
     return True
 

@@ -294,7 +294,8 @@ class _DaemonSession(_SocketSession):
         self.sparkContext.pythonExec = python
 
 
-def test_a_local_context_starts_its_python_workers_from_the_preloading_daemon():
+def test_a_local_context_starts_its_python_workers_from_the_preloading_daemon(monkeypatch):
+    from statestream.runtime import worker_warmup
     from statestream.runtime.python_daemon import MODULE
     from statestream.runtime.worker_warmup import PRELOAD_CONF, SPARK_DAEMON_MODULE_CONF, use_preloading_daemon
 
@@ -302,24 +303,40 @@ def test_a_local_context_starts_its_python_workers_from_the_preloading_daemon():
     assert use_preloading_daemon(spark)
     assert spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == MODULE
     assert use_preloading_daemon(spark)  # the next query of the context finds it set
-    # a cluster's executors took their conf when they started: left alone
+    # the opt-out turned on later puts PySpark's daemon back, for good
+    spark.conf[PRELOAD_CONF] = "false"
+    assert not use_preloading_daemon(spark) and spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == "pyspark.daemon"
+    spark.conf[PRELOAD_CONF] = "true"
+    assert not use_preloading_daemon(spark) and spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == "pyspark.daemon"
+    # a cluster's executors took their conf when they started: left alone, without a probe
+    probes = []
+    real_probe = worker_warmup._workers_import_this_daemon
+    monkeypatch.setattr(worker_warmup, "_workers_import_this_daemon", lambda sc: probes.append(sc) or real_probe(sc))
     for master in ("local-cluster[2,1,1024]", "spark://127.0.0.1:7077", "yarn"):
         spark = _DaemonSession(master)
         assert not use_preloading_daemon(spark), master
         assert SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    assert probes == []
     # the user's own daemon is kept
     spark = _DaemonSession(conf={SPARK_DAEMON_MODULE_CONF: "my.daemon"})
     assert not use_preloading_daemon(spark) and spark.sparkContext._conf[SPARK_DAEMON_MODULE_CONF] == "my.daemon"
-    # statestream's opt-out
+    # statestream's opt-out, and a per-worker memory limit (an address-space limit)
     spark = _DaemonSession(session_conf={PRELOAD_CONF: "false"})
     assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    spark = _DaemonSession(conf={"spark.executor.pyspark.memory": "512m"})
+    assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    assert probes == []
 
 
-def test_the_daemon_stays_pyspark_s_when_the_workers_python_would_not_import_this_statestream(tmp_path):
+def test_the_daemon_stays_pyspark_s_when_the_workers_python_would_not_import_this_one(tmp_path, monkeypatch):
     import os
 
+    from statestream.runtime import worker_warmup
     from statestream.runtime.worker_warmup import SPARK_DAEMON_MODULE_CONF, use_preloading_daemon
 
+    probes = []
+    real_probe = worker_warmup._workers_import_this_daemon
+    monkeypatch.setattr(worker_warmup, "_workers_import_this_daemon", lambda sc: probes.append(sc) or real_probe(sc))
     # a Python that finds no statestream at all: no site-packages (so no editable install), no
     # PYTHONPATH, and a working directory without it
     bare = tmp_path / "bare-python"
@@ -330,15 +347,62 @@ def test_the_daemon_stays_pyspark_s_when_the_workers_python_would_not_import_thi
     spark = _DaemonSession(python=str(bare), cwd=str(elsewhere))
     assert not use_preloading_daemon(spark)
     assert SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
-    assert not use_preloading_daemon(spark)  # decided once per context
-    # one that finds another statestream first (the JVM's working directory comes first for -m)
-    (elsewhere / "statestream").mkdir()
-    (elsewhere / "statestream" / "__init__.py").write_text("")
+    spark.sparkContext.pythonExec = sys.executable  # decided once per context: no second probe
+    assert not use_preloading_daemon(spark) and len(probes) == 1
+    # one that imports another statestream's daemon module first (the JVM's working directory
+    # comes first for -m)
+    fake = elsewhere / "statestream" / "runtime"
+    fake.mkdir(parents=True)
+    for f in (fake.parent / "__init__.py", fake / "__init__.py", fake / "python_daemon.py"):
+        f.write_text("")
+    spark = _DaemonSession(cwd=str(elsewhere))
+    assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    # one that finds it but fails importing it
+    (fake / "python_daemon.py").write_text("raise ImportError('broken')\n")
     spark = _DaemonSession(cwd=str(elsewhere))
     assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
     # an interpreter that cannot be run
     spark = _DaemonSession(python=os.path.join(str(tmp_path), "no-such-python"))
     assert not use_preloading_daemon(spark) and SPARK_DAEMON_MODULE_CONF not in spark.sparkContext._conf
+    assert len(probes) == 4
+
+
+def _spark_zips() -> list[str]:
+    from pathlib import Path
+
+    import pyspark
+    import pytest
+
+    zips = sorted(str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip"))
+    if not any(p.endswith("pyspark.zip") for p in zips):
+        pytest.skip("this PySpark ships no pyspark.zip")
+    return zips
+
+
+def test_the_preloading_daemon_started_as_spark_starts_it_answers_with_its_port(tmp_path):
+    """``python -m`` the module, PySpark's zips first on the path and the worker module as its
+    argument, from another directory: its first four bytes on stdout are the port it listens on
+    (PySpark's daemon protocol), and it ends when its stdin closes, as PySpark's does."""
+    import os
+    import subprocess
+    import struct
+    from pathlib import Path
+
+    from statestream.runtime.python_daemon import MODULE
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_spark_zips(), root])}
+    daemon = subprocess.Popen([sys.executable, "-m", MODULE, "pyspark.worker"], cwd=tmp_path, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        head = daemon.stdout.read(4)
+        assert len(head) == 4, daemon.stderr.read()
+        assert 0 < struct.unpack("!i", head)[0] < 65536
+        daemon.stdin.close()
+        assert daemon.wait(30) == 1
+        assert daemon.stderr.read() == b""
+    finally:
+        daemon.kill()
 
 
 def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_importer():
@@ -349,14 +413,7 @@ def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_i
     import subprocess
     from pathlib import Path
 
-    import pyspark
-
-    lib = Path(pyspark.__file__).parent / "python" / "lib"
-    zips = sorted(str(p) for p in lib.glob("*.zip"))
-    if not any(p.endswith("pyspark.zip") for p in zips):
-        import pytest
-
-        pytest.skip("this PySpark ships no pyspark.zip")
+    zips = _spark_zips()
     code = (
         "import sys, zipimport\n"
         "sys.argv = ['daemon', 'pyspark.worker']\n"
