@@ -46,6 +46,7 @@ from statestream.operators.local_checkpoint import (
     release_local_checkpoint,
 )
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
+from statestream.operators.stateful import StateStoreSaveExec
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
@@ -60,7 +61,7 @@ from statestream.runtime.batch_plan_reuse import (
     set_batch_args,
 )
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
-from statestream.runtime.small_batches import single_state_task, single_state_task_max_rows
+from statestream.runtime.small_batches import shuffled_rows, single_state_task, single_state_task_max_rows
 from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import (
     note_python_workers_used,
@@ -638,6 +639,11 @@ class MicroBatchExecution:
         self._runs_state_tasks = bool(state_writers(self._physical))
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         self._skip_partial = skip_partial_setting(user.conf.get)
+        # the rows a batch shuffled are the state tasks' measure only when every stateful
+        # operator is an aggregation (runtime.small_batches)
+        writers = state_writers(self._physical)
+        self._measures_shuffled_rows = bool(writers) and all(isinstance(w, StateStoreSaveExec) for w in writers)
+        self._last_shuffled_rows: int | None = None
         self._partial_skippable = {
             n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
         }
@@ -906,6 +912,10 @@ class MicroBatchExecution:
         if first_batch_of_run:
             check_state_on_first_batch(self, plan, record.batch_id)
         self.accumulator.value = []
+        skip_partial = skip_partial_aggregation(self.progress.last_with_input(), self._skip_partial, self._partial_skippable)
+        # a batch that skips the partial step shuffles every row it reads: the last batch's
+        # shuffled rows say nothing of it
+        shuffled = self._last_shuffled_rows if skip_partial == SKIP_NONE else None
         ctx = BatchContext(
             spark=self.spark,
             batch_id=record.batch_id,
@@ -913,8 +923,10 @@ class MicroBatchExecution:
             output_mode=self.output_mode,
             metrics_accumulator=self.accumulator,
             late_rows_path=self.late_rows_path,
-            single_state_task=single_state_task(self.progress.last_with_input(), self.progress.last(), self._single_task_max_rows),
-            skip_partial=skip_partial_aggregation(self.progress.last_with_input(), self._skip_partial, self._partial_skippable),
+            single_state_task=single_state_task(
+                self.progress.last_with_input(), self.progress.last(), self._single_task_max_rows, shuffled
+            ),
+            skip_partial=skip_partial,
             batch_args_by_property=reuse is not None,
         )
         if ctx.single_state_task:
@@ -966,6 +978,10 @@ class MicroBatchExecution:
                 num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
             else:
                 logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
+        if sum(num_input) > 0:
+            # only a batch that read more rows than a single task takes needs the plan read
+            many = self._measures_shuffled_rows and sum(num_input) > self._single_task_max_rows > 0
+            self._last_shuffled_rows = shuffled_rows(result) if many else None
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
         crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)

@@ -15,6 +15,7 @@ from statestream.operators.state_step import ROUTE_COLUMN, AllStatePartitions, S
 from statestream.runtime.small_batches import (
     DEFAULT_SINGLE_STATE_TASK_MAX_ROWS,
     SINGLE_STATE_TASK_MAX_ROWS_CONF,
+    shuffled_rows,
     single_state_task,
     single_state_task_max_rows,
 )
@@ -58,6 +59,72 @@ def test_single_state_task_looks_at_the_last_batch(last, max_rows, expected):
 )
 def test_single_state_task_looks_past_batches_that_read_nothing(with_input, newest, expected):
     assert single_state_task(with_input, newest, 100) is expected
+
+
+@pytest.mark.parametrize(
+    ("last", "shuffled", "expected"),
+    [
+        # a million rows over a few keys: the partial step left a few dozen rows to shuffle
+        (progress(1_000_000, 5), 28, True),
+        (progress(1_000_000, 5), 100, True),
+        (progress(1_000_000, 5), 101, False),
+        (progress(1_000_000, 5), None, False),  # not measured (another operator, a skipped step)
+        (progress(20, 5), 5_000, True),  # few rows read: that measure is enough
+        (progress(1_000_000, 500), 28, False),  # the state is large all the same
+        (None, 28, False),
+    ],
+)
+def test_single_state_task_takes_the_rows_a_batch_shuffled_when_fewer(last, shuffled, expected):
+    assert single_state_task(last, last, 100, shuffled) is expected
+
+
+class _Option:
+    def __init__(self, value=None):
+        self.value_ = value
+
+    def isDefined(self):  # noqa: N802 - Scala's Option
+        return self.value_ is not None
+
+    def get(self):
+        return type("Metric", (), {"value": lambda _self: self.value_})()
+
+
+class _Seq(list):
+    def size(self):
+        return len(self)
+
+    def apply(self, i):
+        return self[i]
+
+
+class _Node:
+    """A JVM plan node as py4j shows it: ``children()`` and ``metrics().get(name)``."""
+
+    def __init__(self, *children, **metrics):
+        self._children = _Seq(children)
+        self._metrics = metrics
+
+    def children(self):
+        return self._children
+
+    def metrics(self):
+        return type("Metrics", (), {"get": lambda _self, name: _Option(self._metrics.get(name))})()
+
+
+class _Result:
+    def __init__(self, plan):
+        executed = type("QueryExecution", (), {"executedPlan": lambda _self: plan})()
+        self._jdf = type("Dataset", (), {"queryExecution": lambda _self: executed})()
+
+
+def test_shuffled_rows_sums_the_exchanges_of_the_executed_plan():
+    scan = _Node(numOutputRows=1_000_000)
+    exchange = _Node(_Node(scan, numOutputRows=28), shuffleRecordsWritten=28)
+    routes = _Node(_Node(exchange), shuffleRecordsWritten=14)
+    assert shuffled_rows(_Result(_Node(routes))) == 42
+    assert shuffled_rows(_Result(_Node(_Node(scan)))) is None  # no exchange: not a measure
+    assert shuffled_rows(_Result(_Node(_Node(scan), _Node(shuffleRecordsWritten=0)))) == 0
+    assert shuffled_rows(object()) is None  # not a classic DataFrame
 
 
 def test_single_state_task_max_rows_from_the_conf():
