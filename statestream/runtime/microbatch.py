@@ -35,7 +35,7 @@ from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWrite
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
 from statestream.operators.aggregate import StreamingAggregateExec
-from statestream.operators.basic import OBSERVED_METRICS
+from statestream.operators.basic import OBSERVED_METRICS, UnionExec
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
 from statestream.operators.local_checkpoint import (
     LOST_BLOCK_ERROR_CLASS,
@@ -61,7 +61,7 @@ from statestream.runtime.batch_plan_reuse import (
     set_batch_args,
 )
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
-from statestream.runtime.small_batches import shuffled_rows, single_state_task, single_state_task_max_rows
+from statestream.runtime.small_batches import fixed_size_buffers, shuffled_rows, single_state_task, single_state_task_max_rows
 from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import (
     note_python_workers_used,
@@ -640,9 +640,14 @@ class MicroBatchExecution:
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         self._skip_partial = skip_partial_setting(user.conf.get)
         # the rows a batch shuffled are the state tasks' measure only when every stateful
-        # operator is an aggregation (runtime.small_batches)
+        # operator is an aggregation with fixed-size buffers and the batch's result runs the
+        # whole plan (runtime.small_batches)
         writers = state_writers(self._physical)
-        self._measures_shuffled_rows = bool(writers) and all(isinstance(w, StateStoreSaveExec) for w in writers)
+        self._measures_shuffled_rows = (
+            bool(writers)
+            and all(isinstance(w, StateStoreSaveExec) and w.info is not None and fixed_size_buffers(w.info.calls) for w in writers)
+            and not any(isinstance(n, UnionExec) and n.materialises_inputs() for n in self._physical.walk())
+        )
         self._last_shuffled_rows: int | None = None
         self._partial_skippable = {
             n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
@@ -978,10 +983,9 @@ class MicroBatchExecution:
                 num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
             else:
                 logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
-        if sum(num_input) > 0:
-            # only a batch that read more rows than a single task takes needs the plan read
-            many = self._measures_shuffled_rows and sum(num_input) > self._single_task_max_rows > 0
-            self._last_shuffled_rows = shuffled_rows(result) if many else None
+        # only a batch that read more rows than a single task takes needs the plan read
+        many = self._measures_shuffled_rows and sum(num_input) > self._single_task_max_rows > 0
+        shuffled_now = shuffled_rows(result) if many else None
         self.sink.add_batch(record.batch_id, materialized, self.output_mode)
         crash_point("after_sink", record.batch_id)
         self.progress.record_duration("addBatch", t)
@@ -998,6 +1002,8 @@ class MicroBatchExecution:
             if values is not None:
                 observed[name] = values
         self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
+        if sum(num_input) > 0:  # with the progress that becomes ``last_with_input``
+            self._last_shuffled_rows = shuffled_now
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
         self._last_plan = plan
         self._last_execution = inc

@@ -9,14 +9,17 @@ partition in turn (``operators.state_step.AllStatePartitions``): the same stores
 and answers, fewer tasks.
 
 "Input" is the rows the last batch read, or, for a query whose every stateful operator is a
-streaming aggregation, the rows its shuffles wrote (:func:`shuffled_rows`, read from the
-executed plan's metrics) when those were fewer: the partial aggregation before the exchange
-leaves a few rows per key and map task, and a batch of a million rows over a handful of keys
-(W1) then brings the state tasks a few dozen rows. On W1 (10 files of 1M rows, five keys, three
-runs each) the median batch went from 551-581 to 409-472 ms and the total from 9.8-10.3 to
-8.4-9.4 s. Other operators' state steps read the rows themselves (a join's sides, a
-deduplication's rows, a session window's events), and some run in a job of their own, so
-there the rows read stay the measure.
+streaming aggregation with buffers of a fixed size (:func:`fixed_size_buffers`), the rows its
+shuffles wrote into the state stage (:func:`shuffled_rows`, read from the executed plan's
+metrics) when those were fewer: the partial aggregation before the exchange leaves one row
+per key and map task, and a batch of a million rows over a handful of keys (W1) then brings
+the state tasks a few dozen rows. On W1 (10 files of 1M rows, five keys, three runs each) the
+median batch went from 551-581 to 409-472 ms and the total from 9.8-10.3 to 8.4-9.4 s. The
+rows read stay the measure elsewhere: where a buffer keeps the key's values (``collect_list``,
+a percentile, a Python aggregate function), a few shuffled rows may carry every row's value;
+other operators' state steps read the rows themselves (a join's sides, a deduplication's rows,
+a session window's events); and a plan that runs part of itself in a job of its own (a union
+input materialised first, a join's matches) has exchanges the batch's result does not show.
 
 The decision looks one batch back, as the batch's own size is known only once it has run: a
 burst after a trickle runs its first batch in one task, slower than it could but correctly,
@@ -27,7 +30,7 @@ has read rows, each batch runs one task per partition.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 __all__ = [
     "SINGLE_STATE_TASK_MAX_ROWS_CONF",
@@ -35,6 +38,8 @@ __all__ = [
     "single_state_task",
     "single_state_task_max_rows",
     "shuffled_rows",
+    "fixed_size_buffers",
+    "FIXED_SIZE_MERGE_RULES",
 ]
 
 #: statestream's conf: the most input rows, and state rows of any stateful operator, that the
@@ -88,15 +93,33 @@ def single_state_task(
     return all(int(op.get("numRowsTotal") or 0) <= max_rows for op in operators)
 
 
+#: the aggregation buffers' merge rules (``operators.aggregate_merge``) whose buffer is one value
+#: (or a few) per key, whatever the rows: not ``concat``/``union``, which keep the values
+FIXED_SIZE_MERGE_RULES = frozenset({
+    "sum0", "sum", "min", "max", "moments", "covariance", "first", "last", "max_by", "min_by",
+    "bit_and", "bit_or", "bit_xor", "try_sum", "decimal_sum", "try_decimal_sum", "product",
+})
+
+
+def fixed_size_buffers(calls: Iterable[Any]) -> bool:
+    """Whether every aggregate call's buffers (its ``merge_groups``: ``(rule, columns)``) merge
+    by a rule of :data:`FIXED_SIZE_MERGE_RULES`; a rule that is not a name (HyperLogLog's
+    registers, whose partial step collects the values' hashes) does not."""
+    return all(isinstance(rule, str) and rule in FIXED_SIZE_MERGE_RULES for c in calls for rule, _ in c.merge_groups)
+
+
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote
 _SHUFFLE_RECORDS_WRITTEN = "shuffleRecordsWritten"
 
 
 def shuffled_rows(result: Any) -> int | None:
     """The rows the shuffle exchanges of ``result``'s executed plan wrote (their
-    ``shuffleRecordsWritten`` metrics, summed), once ``result`` has run; None when the plan
-    cannot be read or has no exchange."""
+    ``shuffleRecordsWritten`` metrics, summed), once ``result`` has run, but for the exchange
+    that takes a one-task batch's output rows back to their partitions (partitioned by
+    ``state_step.ROUTE_COLUMN``: the state stage's output, not its input); None when the plan
+    cannot be read or has no other exchange."""
     from statestream.jvm_calls import jvm_seq
+    from statestream.operators.state_step import ROUTE_COLUMN
 
     try:
         stack = [result._jdf.queryExecution().executedPlan()]  # noqa: SLF001
@@ -104,7 +127,7 @@ def shuffled_rows(result: Any) -> int | None:
         while stack:
             node = stack.pop()
             metric = node.metrics().get(_SHUFFLE_RECORDS_WRITTEN)
-            if metric.isDefined():
+            if metric.isDefined() and ROUTE_COLUMN not in str(node.outputPartitioning().toString()):
                 total = (total or 0) + int(metric.get().value())
             stack.extend(jvm_seq(node.children()))
         return total

@@ -253,26 +253,22 @@ def test_session_windows_keep_their_partial_step_when_asked_to_skip(spark, ours,
         assert_equivalent(spark, ours, sessions, BATCHES, SCHEMA, "append", tmp_path)
 
 
-def _per_second(df: DataFrame) -> DataFrame:
-    # every row its own window: the partial step shuffles as many rows as the batch read
-    return df.withWatermark("t", "0 seconds").groupBy(F.window("t", "1 second"), "k").agg(F.sum("v").alias("s"))
-
-
 def test_one_task_batches_look_past_the_no_data_batches(spark, ours, tmp_path):
     """A small batch runs its state partitions in one task when the last batch that read rows
     was small (``runtime.small_batches``): the no-data batch that follows each data batch here
     (append mode, a watermark) read nothing, and says nothing of the next batch's size. Batches
-    of 40, 40, 10 and 10 rows with the limit at 30, each row a group of its own (so the rows
-    the batch shuffled are as many as it read): only the last runs in one task. (Going by the
-    newest progress, a no-data batch's, the second and third did too.)"""
+    of 40, 40, 10 and 10 rows with the limit at 30: only the last runs in one task. (Going by
+    the newest progress, a no-data batch's, the second and third did too.) Each batch skips
+    its partial step, so the rows it read are the measure, not the fewer rows a partial step
+    would shuffle (the next test)."""
     sizes = [40, 40, 10, 10]
     batches, start = [], 0
     for n in sizes:
         batches.append([(_at(start + i), f"k{i % 3}", i, i / 2) for i in range(n)])
         start += n
     since = _last_execution_id(spark)
-    with session_confs(spark, {SKIP_PARTIAL_CONF: "false", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
-        _, act = assert_equivalent(spark, ours, _per_second, batches, SCHEMA, "append", tmp_path)
+    with session_confs(spark, {SKIP_PARTIAL_CONF: "true", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
+        _, act = assert_equivalent(spark, ours, windowed, batches, SCHEMA, "append", tmp_path)
     assert sum(1 for b in act.batches if not b.num_input_rows) >= len(sizes) - 1, act.describe()
     plans = _state_plans(spark, since, data_only=True)
     assert ["Coalesce" in p for p in plans] == [False, False, False, True], plans
@@ -282,12 +278,23 @@ def _by_key(df: DataFrame) -> DataFrame:
     return df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"), F.avg("x").alias("a"))
 
 
-def test_one_task_batches_after_large_batches_over_few_keys(spark, ours, tmp_path):
-    """A batch that read many rows over a few keys shuffles a few rows per key and map task
-    after the partial step: the next batch runs its state partitions in one task, as after a
-    small batch (``runtime.small_batches``, W1's shape). Batches of 200, 200, 60 and 200 rows
-    over three keys, the limit at 30: the first of the run runs a task per partition, the
-    others in one task, with Spark's answers."""
+def _values_by_key(df: DataFrame) -> DataFrame:
+    # a buffer that keeps the key's values: a few shuffled rows carry every row's value
+    return df.groupBy("k").agg(F.count("*").alias("n"), F.sort_array(F.collect_list("v")).alias("vs"))
+
+
+@pytest.mark.parametrize(
+    ("build", "one_task"),
+    [(_by_key, [False, True, True, True]), (_values_by_key, [False, False, False, False])],
+    ids=["fixed-size buffers", "a list buffer"],
+)
+def test_one_task_batches_after_large_batches_over_few_keys(spark, ours, tmp_path, build, one_task):
+    """A batch that read many rows over a few keys shuffles one row per key and map task after
+    the partial step: the next batch runs its state partitions in one task, as after a small
+    batch (``runtime.small_batches``, W1's shape). Batches of 200, 200, 60 and 200 rows over
+    three keys, the limit at 30: the first of the run runs a task per partition, the others in
+    one task, with Spark's answers. Not when a buffer keeps the values (``collect_list``): the
+    rows read stay the measure there."""
     sizes = [200, 200, 60, 200]
     batches, start = [], 0
     for n in sizes:
@@ -295,10 +302,10 @@ def test_one_task_batches_after_large_batches_over_few_keys(spark, ours, tmp_pat
         start += n
     since = _last_execution_id(spark)
     with session_confs(spark, {SKIP_PARTIAL_CONF: "false", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
-        _, act = assert_equivalent(spark, ours, _by_key, batches, SCHEMA, "update", tmp_path)
+        _, act = assert_equivalent(spark, ours, build, batches, SCHEMA, "update", tmp_path)
     assert [b.num_input_rows for b in act.batches] == sizes, act.describe()
     plans = _state_plans(spark, since, data_only=True)
-    assert ["Coalesce" in p for p in plans] == [False, True, True, True], plans
+    assert ["Coalesce" in p for p in plans] == one_task, plans
 
 
 def test_a_restart_between_skipping_and_keeping_gives_sparks_batches(spark, ours, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from statestream.operators.state_step import ROUTE_COLUMN, AllStatePartitions, S
 from statestream.runtime.small_batches import (
     DEFAULT_SINGLE_STATE_TASK_MAX_ROWS,
     SINGLE_STATE_TASK_MAX_ROWS_CONF,
+    fixed_size_buffers,
     shuffled_rows,
     single_state_task,
     single_state_task_max_rows,
@@ -98,14 +99,19 @@ class _Seq(list):
 
 
 class _Node:
-    """A JVM plan node as py4j shows it: ``children()`` and ``metrics().get(name)``."""
+    """A JVM plan node as py4j shows it: ``children()``, ``metrics().get(name)`` and
+    ``outputPartitioning()``."""
 
-    def __init__(self, *children, **metrics):
+    def __init__(self, *children, partitioning="hashpartitioning(k#1, 4)", **metrics):
         self._children = _Seq(children)
         self._metrics = metrics
+        self._partitioning = partitioning
 
     def children(self):
         return self._children
+
+    def outputPartitioning(self):  # noqa: N802 - Spark's name
+        return type("Partitioning", (), {"toString": lambda _self: self._partitioning})()
 
     def metrics(self):
         return type("Metrics", (), {"get": lambda _self, name: _Option(self._metrics.get(name))})()
@@ -117,14 +123,32 @@ class _Result:
         self._jdf = type("Dataset", (), {"queryExecution": lambda _self: executed})()
 
 
-def test_shuffled_rows_sums_the_exchanges_of_the_executed_plan():
+def test_shuffled_rows_sums_the_exchanges_into_the_state_stage():
     scan = _Node(numOutputRows=1_000_000)
     exchange = _Node(_Node(scan, numOutputRows=28), shuffleRecordsWritten=28)
-    routes = _Node(_Node(exchange), shuffleRecordsWritten=14)
-    assert shuffled_rows(_Result(_Node(routes))) == 42
+    other = _Node(_Node(scan), shuffleRecordsWritten=12)
+    assert shuffled_rows(_Result(_Node(_Node(exchange), other))) == 40
+    # a one-task batch's output going back to its partitions is not the state stage's input
+    routes = _Node(_Node(exchange), partitioning=f"hashpartitioning({ROUTE_COLUMN}#9, 4)", shuffleRecordsWritten=14)
+    assert shuffled_rows(_Result(_Node(routes))) == 28
     assert shuffled_rows(_Result(_Node(_Node(scan)))) is None  # no exchange: not a measure
     assert shuffled_rows(_Result(_Node(_Node(scan), _Node(shuffleRecordsWritten=0)))) == 0
     assert shuffled_rows(object()) is None  # not a classic DataFrame
+
+
+@dataclass
+class _Call:
+    merge_groups: tuple
+
+
+def test_only_fixed_size_buffers_make_the_shuffled_rows_a_measure():
+    assert fixed_size_buffers([_Call((("sum0", ("c",)),)), _Call((("moments", ("n", "avg", "m2")), ("max", ("hi",))))])
+    assert fixed_size_buffers([])
+    # the values kept in a list or a set: a few shuffled rows may carry every row
+    assert not fixed_size_buffers([_Call((("sum0", ("c",)),)), _Call((("concat", ("vs",)),))])
+    assert not fixed_size_buffers([_Call((("union", ("vs",)),))])
+    # a rule that is an object (HyperLogLog's registers, fed by a list of hashes)
+    assert not fixed_size_buffers([_Call(((object(), ("r0", "r1")),))])
 
 
 def test_single_state_task_max_rows_from_the_conf():
