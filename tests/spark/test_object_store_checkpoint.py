@@ -84,7 +84,8 @@ def test_one_writer_per_checkpoint_on_s3(spark, s3_endpoint, tmp_path):
 
     def logged(kind: str) -> list[str]:
         sel = pafs.FileSelector(f"checkpoints/one-writer/{kind}", allow_not_found=True)
-        return sorted(i.base_name for i in fs.get_file_info(sel) if i.base_name.isdigit())
+        # by number: "10" sorts before "9" as text
+        return sorted((i.base_name for i in fs.get_file_info(sel) if i.base_name.isdigit()), key=int)
 
     spark.conf.set("spark.statestream.checkpoint.writerLeaseTimeout", "2s")
     ss = StreamingSession(spark)
