@@ -10,12 +10,12 @@ driver. The objects made here know their class and member already, so a call is 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from py4j import protocol
 from py4j.java_gateway import JavaClass, JavaMember
 
-__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids"]
+__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes"]
 
 
 def _client(jvm: Any) -> Any:
@@ -47,3 +47,13 @@ def expr_ids(seq: Any) -> list[int]:
     """The expression ids of a Scala ``Seq`` of named expressions (a plan's output, a
     dedup's keys): how the planner finds the same column again in another of Spark's plans."""
     return [int(e.exprId().id()) for e in jvm_seq(seq)]
+
+
+def jvm_plan_nodes(plan: Any) -> Iterator[Any]:
+    """The nodes of one of Spark's plan trees (a py4j proxy: an executed ``SparkPlan``), in
+    pre-order, children left to right: how the readers of an executed plan's metrics walk it."""
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(jvm_seq(node.children())))

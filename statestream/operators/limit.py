@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
-from statestream.jvm_calls import jvm_seq
+from statestream.jvm_calls import jvm_plan_nodes
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.base import (
     PhysicalOperator,
@@ -340,15 +340,10 @@ def scan_input_rows(result: "DataFrame") -> list[int] | None:
     except Exception:  # noqa: BLE001 - not a classic DataFrame
         return None
     rows: list[int] = []
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        children = node.children()
-        if children.size() == 0:
+    for node in jvm_plan_nodes(plan):
+        if node.children().size() == 0:
             metric = node.metrics().get("numOutputRows")
             rows.append(int(metric.get().value()) if metric.isDefined() else 0)
-            continue
-        stack.extend(reversed(jvm_seq(children)))
     return rows
 
 

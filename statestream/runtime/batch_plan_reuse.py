@@ -38,9 +38,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream.jvm_calls import java_class, static_member
+from statestream.jvm_calls import java_class, jvm_seq, static_member
 from statestream.operators.base import batch_args_property
-from statestream.jvm_calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -35,7 +35,7 @@ from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWrite
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
 from statestream.operators.aggregate import StreamingAggregateExec
-from statestream.operators.basic import OBSERVED_METRICS, UnionExec
+from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
 from statestream.operators.local_checkpoint import (
     LOST_BLOCK_ERROR_CLASS,
@@ -46,7 +46,6 @@ from statestream.operators.local_checkpoint import (
     release_local_checkpoint,
 )
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
-from statestream.operators.stateful import StateStoreSaveExec
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
 from statestream.plan.incremental import IncrementalExecution, state_writers
@@ -61,7 +60,7 @@ from statestream.runtime.batch_plan_reuse import (
     set_batch_args,
 )
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
-from statestream.runtime.small_batches import fixed_size_buffers, shuffled_rows, single_state_task, single_state_task_max_rows
+from statestream.runtime.small_batches import measures_shuffled_rows, shuffled_rows, single_state_task, single_state_task_max_rows
 from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import (
     note_python_workers_used,
@@ -636,19 +635,11 @@ class MicroBatchExecution:
         self._physical = plan_streaming_query(
             self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
         )
-        self._runs_state_tasks = bool(state_writers(self._physical))
+        writers = state_writers(self._physical)
+        self._runs_state_tasks = bool(writers)
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         self._skip_partial = skip_partial_setting(user.conf.get)
-        # the rows a batch shuffled are the state tasks' measure only when every stateful
-        # operator is an aggregation with fixed-size buffers and the batch's result runs the
-        # whole plan (runtime.small_batches)
-        writers = state_writers(self._physical)
-        self._measures_shuffled_rows = (
-            bool(writers)
-            and all(isinstance(w, StateStoreSaveExec) and w.info is not None and fixed_size_buffers(w.info.calls) for w in writers)
-            and not any(isinstance(n, UnionExec) and n.materialises_inputs() for n in self._physical.walk())
-        )
-        self._last_shuffled_rows: int | None = None
+        self._measures_shuffled_rows = measures_shuffled_rows(self._physical)
         self._partial_skippable = {
             n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
         }
@@ -665,16 +656,16 @@ class MicroBatchExecution:
             except Exception:  # noqa: BLE001 - only an optimisation: the workers then import on their own
                 logger.debug("Python workers stay on PySpark's daemon", exc_info=True)
 
-        warm_up = None
         if self._runs_state_tasks:
+            warm_up = None
             try:
                 # the daemon is chosen in the warm-up's thread, before its job (its check starts a
                 # Python process: not on the query thread's way to the first batch)
                 warm_up = start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop, before=preloading_daemon)
             except Exception:  # noqa: BLE001 - only an optimisation: the batches start the workers
                 logger.debug("Python worker warm-up not started", exc_info=True)
-        if warm_up is None:
-            preloading_daemon()
+            if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
+                preloading_daemon()
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark
@@ -920,7 +911,7 @@ class MicroBatchExecution:
         skip_partial = skip_partial_aggregation(self.progress.last_with_input(), self._skip_partial, self._partial_skippable)
         # a batch that skips the partial step shuffles every row it reads: the last batch's
         # shuffled rows say nothing of it
-        shuffled = self._last_shuffled_rows if skip_partial == SKIP_NONE else None
+        shuffled = self.progress.last_shuffled_rows() if skip_partial == SKIP_NONE else None
         ctx = BatchContext(
             spark=self.spark,
             batch_id=record.batch_id,
@@ -1001,9 +992,9 @@ class MicroBatchExecution:
             values = observed_values(obs)
             if values is not None:
                 observed[name] = values
-        self.progress.record_batch(record, plan, list(self.accumulator.value), stats, num_input, materialized, observed)
-        if sum(num_input) > 0:  # with the progress that becomes ``last_with_input``
-            self._last_shuffled_rows = shuffled_now
+        self.progress.record_batch(
+            record, plan, list(self.accumulator.value), stats, num_input, materialized, observed, shuffled_rows=shuffled_now
+        )
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
         self._last_plan = plan
         self._last_execution = inc

@@ -113,6 +113,9 @@ class ProgressTracker:
         #: batch's shape is decided from (``runtime.partial_aggregation``), past the no-data
         #: batches and idle triggers in between
         self._last_with_input: dict | None = None
+        #: the rows that batch's shuffles wrote into its state stage, when measured
+        #: (``runtime.small_batches.shuffled_rows``)
+        self._last_shuffled_rows: int | None = None
         self._durations: dict[str, int] = {}
         self._trigger_start_wall = 0
         self._trigger_start = 0.0
@@ -143,12 +146,23 @@ class ProgressTracker:
 
     # -- records
     def record_batch(
-        self, record, plan, task_metrics: list[dict], stats: dict, num_input: list[int], result, observed: dict | None = None
+        self,
+        record,
+        plan,
+        task_metrics: list[dict],
+        stats: dict,
+        num_input: list[int],
+        result,
+        observed: dict | None = None,
+        shuffled_rows: int | None = None,
     ) -> None:
         ops = []
         for i, w in enumerate(state_writers(plan)):
             ops.append(aggregate_operator_metrics(i, w.operator_name, task_metrics, self.ex.num_partitions))
-        self._pending = {"record": record, "ops": ops, "stats": stats, "num_input": num_input, "observed": observed or {}}
+        self._pending = {
+            "record": record, "ops": ops, "stats": stats, "num_input": num_input, "observed": observed or {},
+            "shuffled_rows": shuffled_rows,
+        }
 
     def finish_batch(self, record) -> None:
         p = self._pending
@@ -220,6 +234,7 @@ class ProgressTracker:
             self._recent.append(prog)
             if prog.get("numInputRows"):
                 self._last_with_input = prog
+                self._last_shuffled_rows = p.get("shuffled_rows")
         self.ex.listeners.post_progress(prog)
         history = getattr(self.ex, "progress_log", None)
         if history is not None:
@@ -294,6 +309,12 @@ class ProgressTracker:
         """The progress of the last batch of this run that read rows, or None."""
         with self._lock:
             return self._last_with_input
+
+    def last_shuffled_rows(self) -> int | None:
+        """The rows the shuffles of that batch (:meth:`last_with_input`) wrote into its state
+        stage, when they were measured; None otherwise."""
+        with self._lock:
+            return self._last_shuffled_rows
 
     def recent(self) -> list[dict]:
         with self._lock:

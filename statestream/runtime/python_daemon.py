@@ -17,9 +17,12 @@ needs one makes it again from zipimport's own directory cache), and hands over t
 daemon: every worker it forks finds the modules imported, in pages shared copy-on-write.
 Importing allocates no Arrow memory; the native threads it starts (OpenBLAS's, with numpy,
 which PySpark's own daemon already has, and jemalloc's background thread, with pyarrow) come
-with their libraries' own fork handlers. Measured on W1's first batch (two runs each, Spark's event log): the state stage, whose
-first task forks a second worker, took 352 and 365 ms, against 656 and 750 ms with PySpark's
-daemon.
+with their libraries' own fork handlers.
+
+Measured (bench/README, session 31): W1's first state stage, whose first task forks a second
+worker, took 309 and 328 ms against 583 and 773 ms with PySpark's daemon (Spark's event log,
+two runs each); with worker reuse off, 20-row batches took 251 ms against 617 ms (median).
+An earlier attempt (session 25) saw no change of W1's whole first batch beyond its noise.
 """
 
 from __future__ import annotations

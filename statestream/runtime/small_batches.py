@@ -9,13 +9,14 @@ partition in turn (``operators.state_step.AllStatePartitions``): the same stores
 and answers, fewer tasks.
 
 "Input" is the rows the last batch read, or, for a query whose every stateful operator is a
-streaming aggregation with buffers of a fixed size (:func:`fixed_size_buffers`), the rows its
-shuffles wrote into the state stage (:func:`shuffled_rows`, read from the executed plan's
-metrics) when those were fewer: the partial aggregation before the exchange leaves one row
-per key and map task, and a batch of a million rows over a handful of keys (W1) then brings
-the state tasks a few dozen rows. On W1 (10 files of 1M rows, five keys, three runs each) the
-median batch went from 551-581 to 409-472 ms and the total from 9.8-10.3 to 8.4-9.4 s. The
-rows read stay the measure elsewhere: where a buffer keeps the key's values (``collect_list``,
+streaming aggregation with buffers of a fixed size (:func:`measures_shuffled_rows`), the rows
+its shuffles wrote into the state stage (:func:`shuffled_rows`, read from the executed plan's
+metrics) when those were fewer and the next batch keeps its partial step (one that skips it
+shuffles every row it reads): the partial aggregation before the exchange leaves one row per
+key and map task, and a batch of a million rows over a handful of keys (W1) then brings the
+state tasks a few dozen rows. On W1 (10 files of 1M rows, five keys, three runs each) the
+median batch went from 551-581 ms to 427-525 ms and the total from 9.8-10.3 s to 8.7-9.8 s.
+The rows read stay the measure elsewhere: where a buffer keeps the key's values (``collect_list``,
 a percentile, a Python aggregate function), a few shuffled rows may carry every row's value;
 other operators' state steps read the rows themselves (a join's sides, a deduplication's rows,
 a session window's events); and a plan that runs part of itself in a job of its own (a union
@@ -30,7 +31,16 @@ has read rows, each batch runs one task per partition.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+from statestream.jvm_calls import jvm_plan_nodes
+from statestream.operators.basic import UnionExec
+from statestream.operators.state_step import ROUTE_COLUMN
+from statestream.operators.stateful import StateStoreSaveExec
+from statestream.plan.incremental import state_writers
+
+if TYPE_CHECKING:
+    from statestream.operators.base import PhysicalOperator
 
 __all__ = [
     "SINGLE_STATE_TASK_MAX_ROWS_CONF",
@@ -39,11 +49,13 @@ __all__ = [
     "single_state_task_max_rows",
     "shuffled_rows",
     "fixed_size_buffers",
+    "measures_shuffled_rows",
     "FIXED_SIZE_MERGE_RULES",
 ]
 
-#: statestream's conf: the most input rows, and state rows of any stateful operator, that the
-#: last batch may have had for the next one to run its state partitions in one task; 0: never
+#: statestream's conf: the most input rows (or rows shuffled into the state stage, see the
+#: module docstring), and state rows of any stateful operator, that the last batch may have had
+#: for the next one to run its state partitions in one task; 0: never
 SINGLE_STATE_TASK_MAX_ROWS_CONF = "spark.statestream.stateTasks.singleTaskMaxRows"
 DEFAULT_SINGLE_STATE_TASK_MAX_ROWS = 10_000
 
@@ -108,6 +120,19 @@ def fixed_size_buffers(calls: Iterable[Any]) -> bool:
     return all(isinstance(rule, str) and rule in FIXED_SIZE_MERGE_RULES for c in calls for rule, _ in c.merge_groups)
 
 
+def measures_shuffled_rows(plan: "PhysicalOperator") -> bool:
+    """Whether the rows a batch of ``plan`` shuffled measure its state tasks' input: every
+    stateful operator is an aggregation whose buffers have a fixed size
+    (:func:`fixed_size_buffers`), and no union input runs in a job of its own before the batch's
+    result (``UnionExec.materialises_inputs``: its exchanges are not in the result's plan)."""
+    writers = state_writers(plan)
+    return (
+        bool(writers)
+        and all(isinstance(w, StateStoreSaveExec) and w.info is not None and fixed_size_buffers(w.info.calls) for w in writers)
+        and not any(isinstance(n, UnionExec) and n.materialises_inputs() for n in plan.walk())
+    )
+
+
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote
 _SHUFFLE_RECORDS_WRITTEN = "shuffleRecordsWritten"
 
@@ -118,18 +143,12 @@ def shuffled_rows(result: Any) -> int | None:
     that takes a one-task batch's output rows back to their partitions (partitioned by
     ``state_step.ROUTE_COLUMN``: the state stage's output, not its input); None when the plan
     cannot be read or has no other exchange."""
-    from statestream.jvm_calls import jvm_seq
-    from statestream.operators.state_step import ROUTE_COLUMN
-
     try:
-        stack = [result._jdf.queryExecution().executedPlan()]  # noqa: SLF001
         total: int | None = None
-        while stack:
-            node = stack.pop()
+        for node in jvm_plan_nodes(result._jdf.queryExecution().executedPlan()):  # noqa: SLF001
             metric = node.metrics().get(_SHUFFLE_RECORDS_WRITTEN)
             if metric.isDefined() and ROUTE_COLUMN not in str(node.outputPartitioning().toString()):
                 total = (total or 0) + int(metric.get().value())
-            stack.extend(jvm_seq(node.children()))
         return total
     except Exception:  # noqa: BLE001 - not a classic DataFrame: the rows read stay the measure
         return None

@@ -1,8 +1,8 @@
-"""Python workers started while the first batch is being planned.
+"""Python workers started while the first batch is being planned, and how they start.
 
 A query's first batch used to start its Python workers only when its state stage began: the
-daemon forks, and each worker imports pyarrow, pandas and statestream's state modules, about
-1.5 s, while everything else waited. Here a background thread runs one tiny job at the query's
+daemon started and forked, and each worker imported pyarrow, pandas and statestream's state
+modules (about 1.5 s in all on a busy machine) while everything else waited. Here a background thread runs one tiny job at the query's
 start (one task per state partition, on at most half the task slots: ``warm_up_tasks``) while
 the query thread lists its sources, writes its offsets and plans the batch, and the first scan
 runs beside it; the state tasks then find warm workers.
@@ -13,6 +13,11 @@ SparkContext (``note_python_workers_used``), finds them warm and runs none; a wa
 or was cancelled counts for nothing. With ``spark.python.worker.reuse=false`` every task starts its own
 worker, and there is nothing to warm. The job carries the query's tag (a stop cancels it; a stop
 before it was submitted skips it) and its failure only costs the time it meant to save.
+
+Two choices of a local-mode context are made here too, on its own SparkConf, which the
+executor in the same JVM reads: Python workers talk to the JVM over Unix domain sockets
+(``use_unix_domain_sockets``), and they are forked from ``runtime.python_daemon``, which
+imports the state modules before it forks (``use_preloading_daemon``).
 """
 
 from __future__ import annotations
@@ -112,8 +117,9 @@ def use_preloading_daemon(spark: "SparkSession") -> bool:
     ``statestream.runtime.python_daemon`` (Spark's ``spark.python.daemon.module``), which imports
     what a state step needs before it forks them; returns whether the context's daemon is that one.
 
-    Set, like the Unix socket conf, on the context's own SparkConf before the query's first
-    Python task, only in local mode (a cluster's executors took their conf when they started),
+    Set, like the Unix socket conf, on the context's own SparkConf, before the warm-up's job
+    (which comes before the first batch's state tasks; a Python task of the query that comes
+    earlier starts PySpark's daemon, and the tasks after the change a second one), only in local mode (a cluster's executors took their conf when they started),
     only when the user set no daemon module, ``spark.statestream.pythonDaemon.preload.enabled``
     is not false and no per-worker memory limit is set (``spark.executor.pyspark.memory`` limits
     a worker's address space, which the preloaded libraries take more of), and only once the
@@ -270,13 +276,12 @@ def note_python_workers_used(sc: object) -> None:
 
 
 def warm_up(batches: "Iterator[pa.RecordBatch]") -> "Iterator[pa.RecordBatch]":
-    """The warm-up's ``mapInArrow`` function: it only imports what a state step needs."""
-    import pandas  # noqa: F401 - pyarrow imports it for an empty table, as a step's store does
-    import pyarrow.compute  # noqa: F401
-
-    import statestream.operators.state_step  # noqa: F401
-    import statestream.state.provider  # noqa: F401
+    """The warm-up's ``mapInArrow`` function: it only imports what a state step needs (already
+    imported when the daemon is ``runtime.python_daemon``)."""
     from statestream.operators.python_worker import forget_zip_importers
+    from statestream.runtime.python_daemon import preload
+
+    preload()
 
     for _ in batches:
         pass
