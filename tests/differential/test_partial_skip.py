@@ -253,6 +253,15 @@ def test_session_windows_keep_their_partial_step_when_asked_to_skip(spark, ours,
         assert_equivalent(spark, ours, sessions, BATCHES, SCHEMA, "append", tmp_path)
 
 
+def _batches_of(sizes: list[int]) -> list[list[tuple]]:
+    """Batches of these many rows, one second apart across the batches, over three keys."""
+    batches, start = [], 0
+    for n in sizes:
+        batches.append([(_at(start + i), f"k{i % 3}", i, i / 2) for i in range(n)])
+        start += n
+    return batches
+
+
 def test_one_task_batches_look_past_the_no_data_batches(spark, ours, tmp_path):
     """A small batch runs its state partitions in one task when the last batch that read rows
     was small (``runtime.small_batches``): the no-data batch that follows each data batch here
@@ -262,10 +271,7 @@ def test_one_task_batches_look_past_the_no_data_batches(spark, ours, tmp_path):
     its partial step, so the rows it read are the measure, not the fewer rows a partial step
     would shuffle (the next test)."""
     sizes = [40, 40, 10, 10]
-    batches, start = [], 0
-    for n in sizes:
-        batches.append([(_at(start + i), f"k{i % 3}", i, i / 2) for i in range(n)])
-        start += n
+    batches = _batches_of(sizes)
     since = _last_execution_id(spark)
     with session_confs(spark, {SKIP_PARTIAL_CONF: "true", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
         _, act = assert_equivalent(spark, ours, windowed, batches, SCHEMA, "append", tmp_path)
@@ -296,10 +302,7 @@ def test_one_task_batches_after_large_batches_over_few_keys(spark, ours, tmp_pat
     one task, with Spark's answers. Not when a buffer keeps the values (``collect_list``): the
     rows read stay the measure there."""
     sizes = [200, 200, 60, 200]
-    batches, start = [], 0
-    for n in sizes:
-        batches.append([(_at(start + i), f"k{i % 3}", i, i / 2) for i in range(n)])
-        start += n
+    batches = _batches_of(sizes)
     since = _last_execution_id(spark)
     with session_confs(spark, {SKIP_PARTIAL_CONF: "false", SINGLE_STATE_TASK_MAX_ROWS_CONF: "30"}):
         _, act = assert_equivalent(spark, ours, build, batches, SCHEMA, "update", tmp_path)
