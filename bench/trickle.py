@@ -123,6 +123,9 @@ def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[st
 
 def run_trickle(engines: list[str], batches: int = 60, interval: float = 1.0, rows: int = 20) -> dict[str, dict[str, Any]]:
     """Run the trickle on each engine (a child process each); print and return their results."""
+    from run import byte_compile_statestream  # bench/run.py, beside this file
+
+    byte_compile_statestream()
     results: dict[str, dict[str, Any]] = {}
     for e in engines:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", e, "--batches", str(batches), "--interval", str(interval), "--rows", str(rows)]
