@@ -31,12 +31,19 @@ def test_a_stateful_query_runs_its_workers_from_the_preloading_daemon(spark, tmp
 
         import pyarrow as pa
 
+        import pyspark
+
         preloaded = "statestream.state.provider" in sys.modules
+        origin = pyspark.__file__
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             command = f.read().replace(b"\0", b" ").decode()
         for _ in batches:
             pass
-        yield pa.RecordBatch.from_pydict({"command": [command], "preloaded": [preloaded]})
+        yield pa.RecordBatch.from_pydict({"command": [command], "preloaded": [preloaded], "origin": [origin]})
 
-    rows = spark.range(1, numPartitions=1).mapInArrow(parent, "command string, preloaded boolean").collect()
+    rows = spark.range(1, numPartitions=1).mapInArrow(parent, "command string, preloaded boolean, origin string").collect()
     assert MODULE in rows[0]["command"] and rows[0]["preloaded"], rows
+    # the installed PySpark (cached bytecode) rather than Spark's zip of the same version
+    import pyspark
+
+    assert ".zip" not in rows[0]["origin"] and rows[0]["origin"] == pyspark.__file__, rows

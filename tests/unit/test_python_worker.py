@@ -431,3 +431,45 @@ def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_i
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "[]"]
+
+
+def _package_dir(root, package: str, version: str) -> str:
+    (root / package).mkdir(parents=True)
+    (root / package / "version.py").write_text(f"__version__ = {version!r}\n")
+    return str(root)
+
+
+def _package_zip(path, package: str, version: str) -> str:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{package}/version.py", f"__version__ = {version!r}\n")
+    return str(path)
+
+
+def test_spark_zips_go_behind_the_installed_packages_of_their_version(tmp_path):
+    """The daemon's path: Spark's zips first (as Spark builds it), the installed PySpark and
+    py4j later; each zip whose package is installed in the same version goes to the end."""
+    from statestream.runtime.python_daemon import installed_packages_first
+
+    site = tmp_path / "site"
+    _package_dir(site, "pyspark", "4.1.4")
+    _package_dir(site, "py4j", "0.10.9.9")
+    pyspark_zip = _package_zip(tmp_path / "pyspark.zip", "pyspark", "4.1.4")
+    py4j_zip = _package_zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
+    path = [py4j_zip, pyspark_zip, "/project", str(site)]
+    assert installed_packages_first(path) == ["/project", str(site), py4j_zip, pyspark_zip]
+
+
+def test_spark_zips_stay_first_when_their_version_is_not_the_installed_one(tmp_path):
+    from statestream.runtime.python_daemon import installed_packages_first
+
+    site = tmp_path / "site"
+    _package_dir(site, "pyspark", "4.1.3")  # another Spark than the zip's
+    pyspark_zip = _package_zip(tmp_path / "pyspark.zip", "pyspark", "4.1.4")
+    py4j_zip = _package_zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")  # py4j not installed
+    path = [py4j_zip, pyspark_zip, str(site)]
+    assert installed_packages_first(path) == path
+    broken = tmp_path / "broken" / "pyspark.zip"
+    broken.parent.mkdir()
+    broken.write_bytes(b"not a zip")
+    assert installed_packages_first([str(broken), str(site)]) == [str(broken), str(site)]
+    assert installed_packages_first(["/project"]) == ["/project"]
