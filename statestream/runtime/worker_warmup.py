@@ -2,10 +2,10 @@
 
 A query's first batch used to start its Python workers only when its state stage began: the
 daemon started and forked, and each worker imported pyarrow, pandas and statestream's state
-modules (about 1.5 s in all on a busy machine) while everything else waited. Here a background thread runs one tiny job at the query's
-start (one task per state partition, on at most half the task slots: ``warm_up_tasks``) while
-the query thread lists its sources, writes its offsets and plans the batch, and the first scan
-runs beside it; the state tasks then find warm workers.
+modules (about 1.5 s in all on a busy machine) while everything else waited. Here a background
+thread runs one tiny job at the query's start (one task per state partition, on at most half
+the task slots: ``warm_up_tasks``) while the query thread lists its sources, writes its offsets
+and plans the batch, and the first scan runs beside it; the state tasks then find warm workers.
 
 Spark keeps an idle Python worker for a minute (``PythonWorkerFactory``), so a query started
 within that time of the last warm-up, or of the last batch that ran state tasks in this
@@ -119,8 +119,9 @@ def use_preloading_daemon(spark: "SparkSession") -> bool:
 
     Set, like the Unix socket conf, on the context's own SparkConf, before the warm-up's job
     (which comes before the first batch's state tasks; a Python task of the query that comes
-    earlier starts PySpark's daemon, and the tasks after the change a second one), only in local mode (a cluster's executors took their conf when they started),
-    only when the user set no daemon module, ``spark.statestream.pythonDaemon.preload.enabled``
+    earlier starts PySpark's daemon, and the tasks after the change a second one), only in
+    local mode (a cluster's executors took their conf when they started), only when the user
+    set no daemon module, ``spark.statestream.pythonDaemon.preload.enabled``
     is not false and no per-worker memory limit is set (``spark.executor.pyspark.memory`` limits
     a worker's address space, which the preloaded libraries take more of), and only once the
     workers' Python has been seen to import the daemon module, this driver's own, as Spark
