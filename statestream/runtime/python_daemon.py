@@ -12,13 +12,14 @@ longer than Spark's one-minute idle timeout for a worker, every task or every ba
 
 Run as the daemon (``spark.python.daemon.module``, which ``runtime.worker_warmup``'s
 ``use_preloading_daemon`` sets for a local-mode context), this module moves Spark's zips behind
-the installed PySpark of the same version (``installed_packages_first``: the zips' modules are
-compiled from source in every daemon), imports PySpark's daemon and then those modules, drops the zip importers from the import cache (an import that still
-needs one makes it again from zipimport's own directory cache), and hands over to PySpark's
-daemon: every worker it forks finds the modules imported, in pages shared copy-on-write.
-Importing allocates no Arrow memory; the native threads it starts (OpenBLAS's, with numpy,
-which PySpark's own daemon already has, and jemalloc's background thread, with pyarrow) come
-with their libraries' own fork handlers.
+the installed PySpark of the same files (``installed_packages_first``: the zips' modules are
+compiled from source in every daemon), imports PySpark's daemon and then those modules, drops
+the zip importers from the import cache (an import that still needs one makes it again from
+zipimport's own directory cache), and hands over to PySpark's daemon: every worker it forks
+finds the modules imported, in pages shared copy-on-write. Importing allocates no Arrow
+memory; the native threads it starts (OpenBLAS's, with numpy, which PySpark's own daemon
+already has, and jemalloc's background thread, with pyarrow) come with their libraries' own
+fork handlers.
 
 Measured (bench/README, session 31): W1's first state stage, whose first task forks a second
 worker, took 309 and 328 ms against 583 and 773 ms with PySpark's daemon (Spark's event log,
@@ -28,9 +29,12 @@ An earlier attempt (session 25) saw no change of W1's whole first batch beyond i
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import os
 import sys
 import zipfile
+from types import ModuleType
 
 __all__ = ["MODULE", "installed_packages_first", "preload", "main"]
 
@@ -49,8 +53,10 @@ def preload() -> None:
     import statestream.state.provider  # noqa: F401
 
 
-def _zipped_package(entry: str) -> str | None:
+def _zipped_package(entry: object) -> str | None:
     """The package a ``sys.path`` entry of Spark's own zips holds (``pyspark`` or ``py4j``)."""
+    if not isinstance(entry, str):
+        return None
     name = os.path.basename(entry)
     if name == "pyspark.zip":
         return "pyspark"
@@ -59,50 +65,78 @@ def _zipped_package(entry: str) -> str | None:
     return None
 
 
-def _version_file(entry: str, package: str) -> bytes | None:
-    """The bytes of ``package/version.py`` under a ``sys.path`` entry, a directory or a zip."""
+#: the files of each package compared between Spark's zip and the installed package
+_COMPARED = {
+    "pyspark": ("version.py", "daemon.py", "worker.py"),
+    "py4j": ("version.py", "java_gateway.py"),
+}
+
+
+def _same_as_installed(zip_path: str, package: str, others: list[str]) -> bool:
+    """Whether the package that ``others`` (the path without Spark's zips) would import, found
+    as Python's import finds it (a directory, an egg, another zip), has the zip's files."""
     try:
-        if entry.endswith(".zip"):
-            with zipfile.ZipFile(entry) as z:
-                return z.read(f"{package}/version.py")
-        with open(os.path.join(entry or os.curdir, package, "version.py"), "rb") as f:
-            return f.read()
-    except (OSError, KeyError, zipfile.BadZipFile):
-        return None
+        spec = importlib.machinery.PathFinder.find_spec(package, others)
+        if spec is None or spec.origin is None or spec.loader is None:
+            return False
+        where = os.path.dirname(spec.origin)
+        read = spec.loader.get_data  # type: ignore[attr-defined]
+        with zipfile.ZipFile(zip_path) as z:
+            return all(read(os.path.join(where, n)) == z.read(f"{package}/{n}") for n in _COMPARED[package])
+    except Exception:  # noqa: BLE001 - unreadable either side: Spark's zip stays first
+        return False
 
 
 def installed_packages_first(path: list[str]) -> list[str]:
-    """``path`` with Spark's ``pyspark.zip`` and py4j zip moved to its end when the same
-    version of the package is installed on it (its ``version.py`` byte for byte).
+    """``path`` with Spark's ``pyspark.zip`` and py4j zip moved to its end when the package the
+    rest of the path holds has the same files (its version, daemon and worker modules).
 
     Spark puts its zips first on a worker's path, and Python cannot cache the bytecode of
     modules imported from a zip: every daemon compiled PySpark from source, about 0.35 s of
     CPU more than importing the installed package's cached bytecode (0.52 against 0.17 s
     here), at the start of a query's first batch. A pip-installed PySpark ships its zip beside
-    its own installed sources, so the two are the same version; a different one (another
-    ``SPARK_HOME``) keeps the zip first, as Spark meant.
+    its own installed sources, so the two are the same; another one (another ``SPARK_HOME``)
+    keeps the zip first, as Spark meant.
     """
-    moved: list[str] = []
-    for entry in path:
-        package = _zipped_package(entry)
-        if package is None:
-            continue
-        installed = next(
-            (e for e in path if not e.endswith(".zip") and os.path.isdir(os.path.join(e or os.curdir, package))), None
-        )
-        zipped = _version_file(entry, package)
-        if installed is not None and zipped is not None and _version_file(installed, package) == zipped:
-            moved.append(entry)
-    return [e for e in path if e not in moved] + moved
+    zips = {i: pkg for i, e in enumerate(path) if (pkg := _zipped_package(e)) is not None}
+    if not zips:
+        return list(path)
+    others = [e for i, e in enumerate(path) if i not in zips and isinstance(e, str)]
+    moved = {i for i, pkg in zips.items() if _same_as_installed(path[i], pkg, others)}
+    return [e for i, e in enumerate(path) if i not in moved] + [path[i] for i in sorted(moved)]
+
+
+def _pyspark_daemon() -> ModuleType:
+    """PySpark's daemon module, imported from the installed package when
+    :func:`installed_packages_first` moves Spark's zips; from the zips, as Spark meant, when that
+    fails (a daemon that cannot start fails every Python task of the context)."""
+    spark_path = list(sys.path)
+    if "pyspark" not in sys.modules:  # statestream's package imports nothing (its __init__)
+        try:
+            sys.path[:] = installed_packages_first(spark_path)
+        except Exception:  # noqa: BLE001 - Spark's path as it was
+            sys.path[:] = spark_path
+    try:
+        from pyspark import daemon
+
+        return daemon
+    except ImportError:
+        if sys.path == spark_path:
+            raise
+        sys.path[:] = spark_path
+        for name in [m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        from pyspark import daemon
+
+        return daemon
 
 
 def main() -> None:
     """PySpark's daemon, run after :func:`preload`, with PySpark imported from its installed
-    package when that is the zip's version (:func:`installed_packages_first`). PySpark's daemon
-    module picks its worker module from ``sys.argv`` as it is imported, which is the same here."""
-    if "pyspark" not in sys.modules:  # statestream's package imports nothing (its __init__)
-        sys.path[:] = installed_packages_first(sys.path)
-    from pyspark import daemon
+    package when that has the zip's files (:func:`_pyspark_daemon`). PySpark's daemon module
+    picks its worker module from ``sys.argv`` as it is imported, which is the same here."""
+    daemon = _pyspark_daemon()
 
     try:
         preload()

@@ -166,7 +166,9 @@ def _workers_import_this_daemon(sc: object) -> bool:
     ``pythonExec``, the JVM's working directory, the environment with the context's
     ``spark.executorEnv`` values, Spark's Python path), imports ``statestream.runtime.python_daemon``
     from this driver's own file. The import runs what ``python -m`` runs before the daemon's own
-    code (the package and the module); about 0.2 s, once per context."""
+    code (the package and the module, which import nothing of PySpark: the daemon chooses where
+    PySpark comes from, and falls back to Spark's zips itself); a Python start, once per
+    context."""
     from statestream.runtime import python_daemon
 
     try:
@@ -181,21 +183,13 @@ def _workers_import_this_daemon(sc: object) -> bool:
     env = {**os.environ, **executor_env}
     user_paths = [p for p in (executor_env.get("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")) if p]
     probe = f"import sys, {python_daemon.MODULE} as d; sys.stdout.write(d.__file__)"
-    # Spark puts its zips first on the daemon's path; they hold only pyspark and py4j, so they
-    # do not change where statestream is found, and without them an installed pyspark
-    # (compiled) serves the probe's import instead of the zip's sources compiled again (0.2 s
-    # against 0.55 s); a Python with no pyspark of its own is asked again with them
-    done = None
-    for paths in (user_paths, [spark_path, *user_paths]):
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        try:
-            done = subprocess.run([python, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.SubprocessError):
-            logger.info("Python workers keep PySpark's daemon: cannot run their interpreter %s", python, exc_info=True)
-            return False
-        if done.returncode == 0:
-            break
-    assert done is not None
+    # the path as Spark gives it to its daemon: its zips first
+    env["PYTHONPATH"] = os.pathsep.join([spark_path, *user_paths])
+    try:
+        done = subprocess.run([python, "-c", probe], cwd=cwd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        logger.info("Python workers keep PySpark's daemon: cannot run their interpreter %s", python, exc_info=True)
+        return False
     found = done.stdout.strip()
     ours = os.path.realpath(python_daemon.__file__)
     if done.returncode != 0 or not found or os.path.realpath(os.path.join(cwd, found)) != ours:

@@ -123,10 +123,11 @@ def test_one_writer_per_checkpoint_on_s3(spark, s3_endpoint, tmp_path):
             assert waited < 20, f"the start took {waited:.1f} s"
             # the rate source has a new row each second: a restart less than a second after the
             # first run's batch finds nothing new yet, so wait (boundedly) for its next second
+            again.processAllAvailable()
             deadline = time.monotonic() + 20
             while int(logged("offsets")[-1]) <= int(before[-1]) and time.monotonic() < deadline:
-                again.processAllAvailable()
                 time.sleep(0.2)
+                again.processAllAvailable()
             assert again.id == query_id and int(logged("offsets")[-1]) > int(before[-1])
             # another writer takes the lease over (as one does that judged this run dead)
             lease_dir = CheckpointFileManager(uri).child(".statestream-writer-lease")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import zipfile
 import zipimport
@@ -433,21 +434,32 @@ def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_i
     assert done.stdout.split() == ["True", "True", "[]"]
 
 
+def _package_files(package: str, version: str) -> dict[str, str]:
+    from statestream.runtime.python_daemon import _COMPARED
+
+    return {name: f"# {package} {name}\n__version__ = {version!r}\n" for name in _COMPARED[package]}
+
+
 def _package_dir(root, package: str, version: str) -> str:
     (root / package).mkdir(parents=True)
-    (root / package / "version.py").write_text(f"__version__ = {version!r}\n")
+    (root / package / "__init__.py").write_text("")
+    for name, text in _package_files(package, version).items():
+        (root / package / name).write_text(text)
     return str(root)
 
 
 def _package_zip(path, package: str, version: str) -> str:
     with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{package}/version.py", f"__version__ = {version!r}\n")
+        z.writestr(f"{package}/__init__.py", "")
+        for name, text in _package_files(package, version).items():
+            z.writestr(f"{package}/{name}", text)
     return str(path)
 
 
-def test_spark_zips_go_behind_the_installed_packages_of_their_version(tmp_path):
+def test_spark_zips_go_behind_the_installed_packages_with_their_files(tmp_path):
     """The daemon's path: Spark's zips first (as Spark builds it), the installed PySpark and
-    py4j later; each zip whose package is installed in the same version goes to the end."""
+    py4j later; each zip whose package, as the rest of the path would import it, has the same
+    files goes to the end; entries that are not text stay where they are."""
     from statestream.runtime.python_daemon import installed_packages_first
 
     site = tmp_path / "site"
@@ -455,11 +467,11 @@ def test_spark_zips_go_behind_the_installed_packages_of_their_version(tmp_path):
     _package_dir(site, "py4j", "0.10.9.9")
     pyspark_zip = _package_zip(tmp_path / "pyspark.zip", "pyspark", "4.1.4")
     py4j_zip = _package_zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")
-    path = [py4j_zip, pyspark_zip, "/project", str(site)]
-    assert installed_packages_first(path) == ["/project", str(site), py4j_zip, pyspark_zip]
+    path = [py4j_zip, pyspark_zip, b"bytes", "/project", str(site)]
+    assert installed_packages_first(path) == [b"bytes", "/project", str(site), py4j_zip, pyspark_zip]
 
 
-def test_spark_zips_stay_first_when_their_version_is_not_the_installed_one(tmp_path):
+def test_spark_zips_stay_first_unless_the_package_imported_instead_is_the_same(tmp_path):
     from statestream.runtime.python_daemon import installed_packages_first
 
     site = tmp_path / "site"
@@ -468,8 +480,68 @@ def test_spark_zips_stay_first_when_their_version_is_not_the_installed_one(tmp_p
     py4j_zip = _package_zip(tmp_path / "py4j-0.10.9.9-src.zip", "py4j", "0.10.9.9")  # py4j not installed
     path = [py4j_zip, pyspark_zip, str(site)]
     assert installed_packages_first(path) == path
+    # the same version further on, but another archive comes first and would be imported
+    egg = _package_zip(tmp_path / "other.egg", "pyspark", "4.1.2")
+    same = tmp_path / "same"
+    _package_dir(same, "pyspark", "4.1.4")
+    assert installed_packages_first([pyspark_zip, egg, str(same)]) == [pyspark_zip, egg, str(same)]
+    assert installed_packages_first([pyspark_zip, str(same), egg]) == [str(same), egg, pyspark_zip]
     broken = tmp_path / "broken" / "pyspark.zip"
     broken.parent.mkdir()
     broken.write_bytes(b"not a zip")
-    assert installed_packages_first([str(broken), str(site)]) == [str(broken), str(site)]
+    assert installed_packages_first([str(broken), str(same)]) == [str(broken), str(same)]
     assert installed_packages_first(["/project"]) == ["/project"]
+
+
+def _run_daemon_import(tmp_path, extra_path: list[str]) -> list[str]:
+    """Run ``python_daemon._pyspark_daemon`` in a new Python whose path is Spark's (its zips
+    first), then ``extra_path``: where pyspark and py4j came from, and whether importing the
+    daemon module had imported PySpark already."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = (
+        "import sys\n"
+        "sys.argv = ['daemon', 'pyspark.worker']\n"
+        "from statestream.runtime import python_daemon\n"
+        "before = 'pyspark' in sys.modules\n"
+        "d = python_daemon._pyspark_daemon()\n"
+        "import py4j\n"
+        "print(before, d.__file__, py4j.__file__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_spark_zips(), root, *extra_path])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_the_daemon_imports_the_installed_pyspark_behind_spark_s_zips(tmp_path):
+    """As Spark starts it (its zips first on the path), the daemon imports PySpark and py4j from
+    this Python's installed packages, which have the zips' files; importing statestream's
+    daemon module imported no PySpark before that choice."""
+    import py4j
+    import pyspark
+
+    before, daemon_file, py4j_file = _run_daemon_import(tmp_path, [])
+    assert before == "False"
+    assert ".zip" not in daemon_file and daemon_file.startswith(os.path.dirname(pyspark.__file__)), daemon_file
+    assert py4j_file == py4j.__file__
+
+
+def test_the_daemon_falls_back_to_spark_s_zips_when_the_installed_pyspark_does_not_import(tmp_path):
+    """An installed PySpark with the zip's compared files that fails to import (a broken
+    install): the daemon imports Spark's zip as Spark would have, rather than fail to start."""
+    broken = tmp_path / "broken"
+    (broken / "pyspark").mkdir(parents=True)
+    zips = _spark_zips()
+    spark_zip = next(z for z in zips if z.endswith("pyspark.zip"))
+    from statestream.runtime.python_daemon import _COMPARED
+
+    with zipfile.ZipFile(spark_zip) as z:
+        for name in _COMPARED["pyspark"]:
+            (broken / "pyspark" / name).write_bytes(z.read(f"pyspark/{name}"))
+    (broken / "pyspark" / "__init__.py").write_text("raise ImportError('a broken install')\n")
+    before, daemon_file, _ = _run_daemon_import(tmp_path, [str(broken)])
+    assert before == "False" and daemon_file.startswith(spark_zip), daemon_file
