@@ -33,6 +33,7 @@ __all__ = [
     "ShuffleExchangeExec",
     "sorted_for_aggregate",
     "PARTITION_ID_COLUMN",
+    "ROUTE_COLUMN",
     "GROUPING_ID_NAME",
     "PARTIAL_KEPT",
     "PARTIAL_SKIPPABLE",
@@ -44,6 +45,11 @@ __all__ = [
 ]
 
 PARTITION_ID_COLUMN = "__statestream_pid"
+#: the column with which a one-task batch's state step (``state_step.AllStatePartitions``) sends
+#: each partition's output rows back to that partition (``partition_routes``); the Final step
+#: carries it when the batch's materialisation does the sending (``BatchContext.
+#: route_at_materialisation``)
+ROUTE_COLUMN = "__statestream_route"
 #: Spark's name of the grouping id of cube/rollup (a key of the state)
 GROUPING_ID_NAME = "spark_grouping_id"
 
@@ -247,6 +253,9 @@ class StreamingAggregateExec(PhysicalOperator):
             out = final_projection(df, info)
             casts = []
             for name in out.columns:
+                if name == ROUTE_COLUMN:
+                    casts.append(F.col(ROUTE_COLUMN))
+                    continue
                 field = out_fields[name]
                 col = F.col(f"`{name}`").cast(field.dataType)
                 # the metadata goes on with the alias: withMetadata(name) would parse a name
@@ -396,7 +405,10 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         return value[id(c)]
 
     shown = [c for c in info.calls if not getattr(c, "hidden", False)]
-    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown))
+    # a one-task batch's rows keep their route to the batch's materialisation (never with a
+    # recomputed call: its aggregation by the keys would spread them over partitions)
+    routed = [F.col(ROUTE_COLUMN)] if ROUTE_COLUMN in present and not again else []
+    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown), *routed)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,11 @@ class BatchContext:
     #: job (``StateStep.batch_args_property``), so the plan can serve later batches
     #: (``runtime.batch_plan_reuse``)
     batch_args_by_property: bool = False
+    #: a one-task batch leaves its state step's rows in that task, each with its partition's
+    #: route (``state_step.ROUTE_COLUMN``), and the batch's materialisation gives the sink
+    #: Spark's partitions (``state_step.split_routed_rows``): set when nothing between the
+    #: state step and the batch's result depends on partitions (``routes_at_materialisation``)
+    route_at_materialisation: bool = False
 
     @property
     def plan_shape(self) -> tuple[bool, str]:

@@ -45,6 +45,7 @@ from statestream.operators.local_checkpoint import (
     lost_local_checkpoint_block,
     release_local_checkpoint,
 )
+from statestream.operators.state_step import split_routed_rows
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
 from statestream.plan import logical as L
 from statestream.plan.current_time import with_batch_timestamp
@@ -60,7 +61,13 @@ from statestream.runtime.batch_plan_reuse import (
     set_batch_args,
 )
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
-from statestream.runtime.small_batches import measures_shuffled_rows, shuffled_rows, single_state_task, single_state_task_max_rows
+from statestream.runtime.small_batches import (
+    measures_shuffled_rows,
+    routes_at_materialisation,
+    shuffled_rows,
+    single_state_task,
+    single_state_task_max_rows,
+)
 from statestream.runtime.trigger_executor import time_to_next_trigger
 from statestream.runtime.worker_warmup import (
     note_python_workers_used,
@@ -640,6 +647,7 @@ class MicroBatchExecution:
         self._single_task_max_rows = single_state_task_max_rows(user.conf.get)
         self._skip_partial = skip_partial_setting(user.conf.get)
         self._measures_shuffled_rows = measures_shuffled_rows(self._physical)
+        self._route_at_materialisation = routes_at_materialisation(self._physical, self.num_partitions)
         self._partial_skippable = {
             n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
         }
@@ -924,6 +932,7 @@ class MicroBatchExecution:
             ),
             skip_partial=skip_partial,
             batch_args_by_property=reuse is not None,
+            route_at_materialisation=self._route_at_materialisation,
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
@@ -949,6 +958,9 @@ class MicroBatchExecution:
             sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
             sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
             materialized = local_checkpoint(result)
+            if ctx.single_state_task and self._route_at_materialisation:
+                logger.debug("batch %d: the state task's rows take their partitions after the batch's job", record.batch_id)
+                materialized = split_routed_rows(materialized, self.num_partitions)
         finally:
             clear_batch_args(sc, batch_args)
         if reused is not None:

@@ -51,6 +51,7 @@ __all__ = [
     "fixed_size_buffers",
     "measures_shuffled_rows",
     "FIXED_SIZE_MERGE_RULES",
+    "routes_at_materialisation",
 ]
 
 #: statestream's conf: the most input rows (or rows shuffled into the state stage, see the
@@ -131,6 +132,30 @@ def measures_shuffled_rows(plan: "PhysicalOperator") -> bool:
         and all(isinstance(w, StateStoreSaveExec) and w.info is not None and fixed_size_buffers(w.info.calls) for w in writers)
         and not any(isinstance(n, UnionExec) and n.materialises_inputs() for n in plan.walk())
     )
+
+
+def routes_at_materialisation(plan: "PhysicalOperator", num_partitions: int) -> bool:
+    """Whether a one-task batch of ``plan`` may leave its state step's rows in that task and give
+    them their partitions only once the batch is materialised (``BatchContext.
+    route_at_materialisation``, ``state_step.split_routed_rows``): the state step's output is the
+    batch's result but for the Final step of its aggregation (row by row, no call recomputed by
+    an aggregation of its own), or the deduplication is the plan's root. Anything else above
+    (a projection of the user's, a join, another stateful operator) may depend on the rows'
+    partitions, and keeps the exchange by route inside the batch's job."""
+    from statestream.operators.aggregate import StreamingAggregateExec
+    from statestream.operators.dedup import StreamingDeduplicateExec
+    from statestream.operators.session_window import SessionWindowStateStoreSaveExec
+
+    if num_partitions <= 1:
+        return False
+    if isinstance(plan, StreamingDeduplicateExec):
+        return True
+    if not (isinstance(plan, StreamingAggregateExec) and plan.mode == "Final" and plan.info is not None):
+        return False
+    info = plan.info
+    if not info.key_columns or any(getattr(c.spec, "recompute", False) for c in info.calls):
+        return False
+    return isinstance(plan.child, (StateStoreSaveExec, SessionWindowStateStoreSaveExec))
 
 
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote

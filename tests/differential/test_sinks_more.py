@@ -160,6 +160,80 @@ def test_noop_sink_runs_batches_and_reports_like_spark(spark, ours, tmp_path, mo
     assert got[1] == got[0]
 
 
+# -- foreachBatch: the partitions of a small batch -------------------------------------------------
+
+
+def _sessions(df: DataFrame) -> DataFrame:
+    return (
+        df.withColumn("t", F.timestamp_seconds("v"))
+        .withWatermark("t", "1 second")
+        .groupBy("k", F.session_window("t", "2 seconds"))
+        .agg(F.count("*").alias("n"))
+    )
+
+
+def _projected_count(df: DataFrame) -> DataFrame:
+    """A projection of the user's above the aggregation, which reads each row's partition: the
+    rows must be in their partitions inside the batch's job."""
+    return _kv_count(df).select("k", (F.col("n") * 2).alias("n2"), F.spark_partition_id().alias("in_job"))
+
+
+SMALL_BATCH_QUERIES: dict[str, tuple[Callable[[DataFrame], DataFrame], str, bool, bool]] = {
+    # name: (query, output mode, whether the rows take their partitions after the batch's job,
+    # whether Spark's engine puts a batch's rows in more than one partition for INPUT)
+    "aggregation": (_kv_count, "update", True, True),
+    "windowed": (_windowed_count, "append", True, False),
+    "sessions": (_sessions, "append", True, False),
+    "deduplication": (lambda df: df.dropDuplicates(["k"]), "append", True, True),
+    "projection above": (_projected_count, "update", False, True),
+}
+
+
+def _partitions_recorder(out_dir: str) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that writes, per batch, how many partitions the DataFrame has
+    and each partition's rows (sorted within it: the order of a state store's rows is its own)."""
+
+    def record(df: DataFrame, batch_id: int) -> None:
+        parts: dict[int, list[str]] = {}
+        for row in df.withColumn("__partition", F.spark_partition_id()).collect():
+            values = row.asDict()
+            parts.setdefault(values.pop("__partition"), []).append(json.dumps(values, sort_keys=True, default=str))
+        seen = {"partitions": df.rdd.getNumPartitions(), "rows": {str(p): sorted(r) for p, r in sorted(parts.items())}}
+        with open(os.path.join(out_dir, f"{batch_id}.json"), "w") as fh:
+            json.dump(seen, fh)
+
+    return record
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_BATCH_QUERIES))
+def test_foreach_batch_of_a_one_task_batch_has_sparks_partitions(spark, ours, tmp_path, caplog, name):
+    """From its second batch on, a small batch runs its state partitions in one task
+    (``runtime.small_batches``); the DataFrame a ``foreachBatch`` function gets still has
+    Spark's partitions, each with the rows Spark's has there, whether the rows take them after
+    the batch's job (``state_step.split_routed_rows``) or inside it (a projection above reads
+    them)."""
+    import logging
+
+    build, mode, after_job, spread = SMALL_BATCH_QUERIES[name]
+    got = []
+    for engine in (spark, ours()):
+        out = tmp_path / f"parts-{engine_name(engine)}"
+        out.mkdir()
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="statestream.runtime.microbatch"):
+            _run(engine, tmp_path / f"fb-{engine_name(engine)}", build, INPUT, lambda w: w.foreachBatch(_partitions_recorder(str(out))).start(), mode=mode)
+        got.append({int(os.path.basename(p)[:-5]): json.load(open(p)) for p in glob.glob(str(out / "*.json"))})
+    one_task = [r for r in caplog.records if "in one task" in r.getMessage()]
+    split = [r for r in caplog.records if "take their partitions after the batch's job" in r.getMessage()]
+    assert one_task, "no batch ran its state partitions in one task"
+    assert len(split) == (len(one_task) if after_job else 0), (len(split), len(one_task))
+    assert {b["partitions"] for b in got[0].values()} == {2}
+    if spread:  # else a split that put every row in partition 0 would go unseen
+        assert any(len(b["rows"]) > 1 for b in got[0].values()), "every batch had its rows in one partition"
+    assert sum(len(rows) for b in got[0].values() for rows in b["rows"].values()) > 0
+    assert got[1] == got[0]
+
+
 # -- foreach --------------------------------------------------------------------------------------
 
 

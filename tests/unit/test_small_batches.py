@@ -5,6 +5,7 @@ Spark."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,7 @@ from statestream.runtime.small_batches import (
     DEFAULT_SINGLE_STATE_TASK_MAX_ROWS,
     SINGLE_STATE_TASK_MAX_ROWS_CONF,
     fixed_size_buffers,
+    routes_at_materialisation,
     shuffled_rows,
     single_state_task,
     single_state_task_max_rows,
@@ -200,3 +202,44 @@ def test_all_state_partitions_refuses_a_row_of_a_partition_it_does_not_have():
         list(AllStatePartitions(_Recording(), (0, 1, 2, 3))(iter([_batch([1, 2], [0, 5])])))
     with pytest.raises(RuntimeError, match=r"state partitions \[-1\]"):
         list(AllStatePartitions(_Recording(), (0, 1, 2, 3))(iter([_batch([1, 2], [0, -1])])))
+
+
+# -- where a one-task batch's rows take their partitions -------------------------------------------
+
+
+def _aggregation(keys: tuple[str, ...] = ("__k0",), recompute: bool = False, saver: type | None = None):
+    from statestream.operators.aggregate import AggregationInfo, StreamingAggregateExec
+    from statestream.operators.stateful import StateStoreSaveExec
+
+    call = SimpleNamespace(spec=SimpleNamespace(recompute=recompute))
+    info = AggregationInfo(grouping=(), grouping_names=keys, key_columns=keys, calls=(call,), output_schema=None)  # type: ignore[arg-type]
+    return StreamingAggregateExec(child=(saver or StateStoreSaveExec)(info=info), info=info, mode="Final")
+
+
+def test_a_keyed_aggregation_at_the_root_takes_its_partitions_after_the_job():
+    from statestream.operators.session_window import SessionWindowStateStoreSaveExec
+
+    assert routes_at_materialisation(_aggregation(), 4)
+    assert routes_at_materialisation(_aggregation(saver=SessionWindowStateStoreSaveExec), 4)
+
+
+def test_a_deduplication_at_the_root_takes_its_partitions_after_the_job():
+    from statestream.operators.dedup import StreamingDeduplicateExec, StreamingDeduplicateWithinWatermarkExec
+
+    assert routes_at_materialisation(StreamingDeduplicateExec(), 2)
+    assert routes_at_materialisation(StreamingDeduplicateWithinWatermarkExec(), 2)
+
+
+def test_the_rows_take_their_partitions_in_the_job_where_something_may_read_them():
+    from statestream.operators.aggregate import StreamingAggregateExec
+    from statestream.operators.basic import StatelessExec
+
+    assert not routes_at_materialisation(_aggregation(), 1)  # one partition: nothing to route
+    assert not routes_at_materialisation(_aggregation(keys=()), 4)  # a global aggregation
+    # a call finished by an aggregation of its own by the keys (a percentile): it shuffles
+    assert not routes_at_materialisation(_aggregation(recompute=True), 4)
+    # a projection of the user's may read the partition (spark_partition_id())
+    assert not routes_at_materialisation(StatelessExec(child=_aggregation(), op="Project"), 4)
+    # the Final step over something else than the state store's save
+    final = _aggregation()
+    assert not routes_at_materialisation(StreamingAggregateExec(child=StatelessExec(child=final.child), info=final.info, mode="Final"), 4)
