@@ -25,10 +25,11 @@ Only what is known to carry nothing else per batch is reused (:func:`reusable_pl
 aggregations, session windows, deduplications and stateless queries over file sources, each
 source read through one relation node, every expression deterministic (Spark's engine seeds
 ``rand()`` and ``uuid()`` again for each batch). A batch whose sources are not plain file
-relations (no new data: an empty batch; another source kind) is built as before, and so is every
-batch of any other query, of a driver whose Python threads share JVM threads
-(``PYSPARK_PIN_THREAD=false``: a local property would not reach the batch's jobs), or of any
-query with ``spark.statestream.planReuse.enabled=false``.
+relations (another source kind) is built as before; a file source with nothing new in a batch
+gives its reader over no files (``Source.empty_relation``), so that batch runs on the kept plan
+too. Every batch is built for any other query, for a driver whose Python threads share JVM
+threads (``PYSPARK_PIN_THREAD=false``: a local property would not reach the batch's jobs), and
+for a query with ``spark.statestream.planReuse.enabled=false``.
 """
 
 from __future__ import annotations

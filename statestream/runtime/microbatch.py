@@ -648,6 +648,10 @@ class MicroBatchExecution:
         self._skip_partial = skip_partial_setting(user.conf.get)
         self._measures_shuffled_rows = measures_shuffled_rows(self._physical)
         self._route_at_materialisation = routes_at_materialisation(self._physical, self.num_partitions)
+        #: source index -> its empty relation (``_with_empty_relations``), None when it has none
+        self._empty_relations: dict[int, Any] = {}
+        #: source index -> the DataFrame of a batch in which it has nothing new
+        self._empty_batches: dict[int, Any] = {}
         self._partial_skippable = {
             n.info.partial_skippable for n in self._physical.walk() if isinstance(n, StreamingAggregateExec) and n.info is not None
         }
@@ -812,6 +816,29 @@ class MicroBatchExecution:
             self.offset_log.purge(threshold)
             self.commit_log.purge(threshold)
 
+    def _with_empty_relations(self, raw: dict, read: set[int]) -> dict:
+        """``raw`` (the sources with new rows) and, for each other source the plan reads, its
+        empty relation (``Source.empty_relation``, made once per run), so that a batch plan kept
+        from a batch with rows serves a batch without: W1's last batch, a no-data batch that
+        evicts, was built in about 150 ms where a reused plan takes about 20. ``raw`` alone
+        when a source has no such relation (that batch is built)."""
+        missing = [i for i in read if i not in raw]
+        if not missing:
+            return raw
+        out = dict(raw)
+        for i in missing:
+            if i not in self._empty_relations:
+                try:
+                    self._empty_relations[i] = self.sources[i].empty_relation(self.spark)
+                except Exception:  # noqa: BLE001 - only an optimisation: such batches are built
+                    logger.debug("source %d has no empty relation: its batches without new rows are built", i, exc_info=True)
+                    self._empty_relations[i] = None
+            empty = self._empty_relations[i]
+            if empty is None:
+                return raw
+            out[i] = empty
+        return out
+
     def _source_batch(
         self, i: int, source: "Source", start: Any, end: Any, observations: dict | None, raw: dict
     ) -> "SparkDataFrame":
@@ -824,7 +851,12 @@ class MicroBatchExecution:
         if end is None or end == start:
             from statestream.sources.base import empty_batch
 
-            return empty_batch(self.spark, source.schema)
+            # made once per run and source: it reads nothing, and a plan may read it again
+            # (about 15 ms of Py4J calls a batch otherwise)
+            empty = self._empty_batches.get(i)
+            if empty is None:
+                empty = self._empty_batches[i] = empty_batch(self.spark, source.schema)
+            return empty
         df = source.get_batch(self.spark, start, end)
         raw[i] = df
         if observations is None:  # counted elsewhere, or not read by the plan
@@ -944,7 +976,7 @@ class MicroBatchExecution:
         try:
             if reuse is not None:
                 set_batch_args(sc, plan, batch_args)
-            reused = reuse.instantiate(self.spark, raw, ctx.plan_shape) if reuse is not None else None
+            reused = reuse.instantiate(self.spark, self._with_empty_relations(raw, read), ctx.plan_shape) if reuse is not None else None
             if reused is None:
                 built = plan.execute(ctx)
                 if reuse is not None:

@@ -84,6 +84,13 @@ class Source(ABC):
     def get_batch(self, spark: "SparkSession", start: Offset | None, end: Offset) -> "DataFrame":
         """The rows after ``start`` up to and including ``end``."""
 
+    def empty_relation(self, spark: "SparkSession") -> "DataFrame | None":
+        """No rows, read the way a batch with rows is read (a file source: its reader over no
+        files), for a batch plan kept from such a batch to serve a batch where this source has
+        nothing new (``runtime.batch_plan_reuse``); None when the source's batches are not
+        read that way."""
+        return None
+
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit.ALL_AVAILABLE
 

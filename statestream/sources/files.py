@@ -670,6 +670,12 @@ class FileStreamSource(Source):
             df = df.select(*want)
         return df
 
+    def empty_relation(self, spark: "SparkSession") -> "DataFrame":
+        """The reader over no files: a file relation with no rows, which Spark's optimizer does
+        not fold away as it folds an empty local relation (the state tasks of a batch without
+        new files must still run), and which schedules no scan task."""
+        return self._read_files(spark, [])
+
     def _read_files(self, spark: "SparkSession", paths: list[str]) -> "DataFrame":
         """``spark.read.schema(...).format(...).options(...).load(paths)``, made on the JVM's
         reader directly with the schema parsed once: PySpark's reader finds the active session

@@ -176,3 +176,28 @@ def test_nondeterministic_expressions_are_seeded_again_each_batch(spark, ours, t
         ids = [r["id"] for rows in run.rows.values() for r in rows]
         assert len(ids) == sum(len(f) for f in FILES) and len(set(ids)) == len(ids), run.describe()
     assert reused[0] == 0
+
+
+@pytest.mark.parametrize("name", ["window count append", "dedup by key and time", "session window append"])
+def test_batches_without_new_files_run_on_the_reused_plan(spark, ours, tmp_path, reused, name):
+    """A batch that only evicts (the watermark moved, no new file) swaps in the file source's
+    relation over no files (``Source.empty_relation``) and runs on the plan kept from a batch
+    with files, with Spark's rows, watermarks and state row counts."""
+    build, mode = QUERIES[name]
+
+    def scenario(engine: Any, work: Path) -> Any:
+        src = work / "src"
+        src.mkdir(parents=True)
+        return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode)
+
+    expected, actual = both(spark, ours, tmp_path, scenario)
+    assert_same(expected, actual)
+    assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
+    batches = sorted(actual.progress)
+    no_data = [b for b in batches if actual.progress[b].get("numInputRows") == 0]
+    assert no_data, "no batch ran without new files"
+    # built: the first batch; the second, the first in one state task (a new shape) and
+    # without new files (its plan cannot be kept: it read no file relation); the first with
+    # files in one state task, which is kept. Every batch after them runs on it.
+    assert batches[1] in no_data
+    assert reused[0] >= len(batches) - 3, (reused[0], batches, no_data)

@@ -238,6 +238,22 @@ def test_file_source_restart_does_not_reread(spark, tmp_path):
     assert sorted(r.a for r in again.get_batch(spark, None, {"logOffset": 0}).collect()) == [1, 2]
 
 
+def test_file_source_empty_relation_reads_no_files_as_a_batch_does(spark, tmp_path):
+    """What a batch without new files swaps into a kept batch plan: the source's reader over no
+    files, a file relation with the batch's schema (Spark's optimizer would fold an empty local
+    relation, and the state tasks above it with it), which schedules no scan task."""
+    src_dir = tmp_path / "in"
+    _write(str(src_dir / "1.json"), '{"a": 1}\n', T0)
+    src = FileStreamSource(spark, str(src_dir), "json", "a INT", {}, metadata_dir=str(tmp_path / "md"))
+    empty = src.empty_relation(spark)
+    batch = src.get_batch(spark, None, src.latest_offset(None, ReadLimit.ALL_AVAILABLE))
+    assert empty._jdf.queryExecution().analyzed().getClass().getSimpleName() == "LogicalRelation"
+    assert empty.schema == batch.schema
+    assert empty.rdd.getNumPartitions() == 0
+    assert empty.groupBy("a").count().collect() == []
+    assert [r.a for r in batch.collect()] == [1]
+
+
 def test_file_source_log_compaction_and_restart(spark, tmp_path):
     src_dir = tmp_path / "in"
     md = str(tmp_path / "md")
