@@ -65,8 +65,9 @@ class BatchContext:
     batch_args_by_property: bool = False
     #: a one-task batch leaves its state step's rows in that task, each with its partition's
     #: route (``state_step.ROUTE_COLUMN``), and the batch's materialisation gives the sink
-    #: Spark's partitions (``state_step.split_routed_rows``): set when nothing between the
-    #: state step and the batch's result depends on partitions (``routes_at_materialisation``)
+    #: Spark's partitions (``state_step.split_routed_rows``): set when the plan's one state
+    #: step is the batch's result but for a row-wise Final step (``runtime.small_batches.
+    #: routes_at_materialisation``); it reaches every state step the batch builds
     route_at_materialisation: bool = False
 
     @property

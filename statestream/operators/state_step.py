@@ -31,6 +31,7 @@ __all__ = [
     "finish_writer_metrics",
     "map_state_partitions",
     "split_routed_rows",
+    "SPLIT_MAX_ROW_READS",
 ]
 
 logger = logging.getLogger(__name__)
@@ -233,38 +234,53 @@ def map_state_partitions(df: Any, step: StateStep, schema: Any, ctx: Any, num_pa
     return out.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
 
 
-def split_routed_rows(df: Any, num_partitions: int) -> Any:
+#: the most row reads :func:`split_routed_rows` lets the sink's tasks make (each of N tasks
+#: reads every row): a one-task batch that emitted more (a burst after a trickle) has its
+#: rows shuffled to their partitions instead
+SPLIT_MAX_ROW_READS = 1_000_000
+
+
+def split_routed_rows(df: Any, num_partitions: int, rows: int | None) -> Any:
     """The materialised rows of a one-task batch (one partition, each row with its
-    :data:`ROUTE_COLUMN`) as ``num_partitions`` partitions, partition p holding the rows routed
-    to p in the order they came, with no shuffle: what the repartition by route gives, without
-    its stage in the batch's job (50-90 ms of a 400 ms batch on W1).
+    :data:`ROUTE_COLUMN`; ``rows`` of them, None if not known) as ``num_partitions``
+    partitions, partition p holding the rows routed to p in the order they came, with no
+    shuffle: what the repartition by route gives, without its stage in the batch's job (50-90 ms
+    of a 400 ms batch on W1).
 
     The block is read ``num_partitions`` times, through a union of as many references to its
     rows, and partition p keeps the rows whose route is p's. That is cheap for the few rows a
-    batch that small emits, and it costs the driver three plans (about 15 ms) against the
-    eight a union of one filter per partition takes. The union is of the rows' RDD, not of the
+    small batch emits, and it costs the driver three plans (about 15 ms) against the eight a
+    union of one filter per partition takes. The union is of the rows' RDD, not of the
     DataFrame: over the local checkpoint, whose plan says ``SinglePartition``, Spark's union
-    zips one-partition inputs into one partition (``spark.sql.unionOutputPartitioning``). A
-    Spark without the calls used gets the repartition by route, run by the sink's job."""
+    zips one-partition inputs into one partition (``spark.sql.unionOutputPartitioning``). Past
+    :data:`SPLIT_MAX_ROW_READS` (or on a Spark without the calls used) the rows get the
+    repartition by route, which the sink's job runs."""
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
 
+    if rows is None or rows * num_partitions > SPLIT_MAX_ROW_READS:
+        return _shuffled_by_route(df, num_partitions)
     session = df.sparkSession
     try:
         sc = session.sparkContext
         jdf = df._jdf  # noqa: SLF001 - the rows' RDD is only reachable through the JVM
-        rows = jdf.queryExecution().toRdd().toJavaRDD()
+        block = jdf.queryExecution().toRdd().toJavaRDD()
         copies = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, num_partitions)  # noqa: SLF001
         for p in range(num_partitions):
-            copies[p] = rows
+            copies[p] = block
         union = sc._jsc.union(copies).rdd()  # noqa: SLF001
         unknown = DataFrame(session._jsparkSession.internalCreateDataFrame(union, jdf.schema(), False), session)  # noqa: SLF001
     except Exception:  # noqa: BLE001 - only an optimisation: the sink's job then shuffles
         logger.debug("the one-task batch's rows go back to their partitions by a shuffle", exc_info=True)
-        return df.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
+        return _shuffled_by_route(df, num_partitions)
     routes = ", ".join(str(r) for r in partition_routes(num_partitions))
     mine = f"`{ROUTE_COLUMN}` = element_at(array({routes}), spark_partition_id() + 1)"
     return unknown.where(mine).drop(ROUTE_COLUMN)
+
+
+def _shuffled_by_route(df: Any, num_partitions: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
 
 
 def commit_state(store, provider, version: int, partition: int) -> float:

@@ -64,6 +64,7 @@ from statestream.runtime.partial_aggregation import skip_partial_aggregation, sk
 from statestream.runtime.small_batches import (
     measures_shuffled_rows,
     routes_at_materialisation,
+    rows_emitted,
     shuffled_rows,
     single_state_task,
     single_state_task_max_rows,
@@ -992,7 +993,7 @@ class MicroBatchExecution:
             materialized = local_checkpoint(result)
             if ctx.single_state_task and self._route_at_materialisation:
                 logger.debug("batch %d: the state task's rows take their partitions after the batch's job", record.batch_id)
-                materialized = split_routed_rows(materialized, self.num_partitions)
+                materialized = split_routed_rows(materialized, self.num_partitions, rows_emitted(self.accumulator.value))
         finally:
             clear_batch_args(sc, batch_args)
         if reused is not None:

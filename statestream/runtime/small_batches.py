@@ -52,6 +52,7 @@ __all__ = [
     "measures_shuffled_rows",
     "FIXED_SIZE_MERGE_RULES",
     "routes_at_materialisation",
+    "rows_emitted",
 ]
 
 #: statestream's conf: the most input rows (or rows shuffled into the state stage, see the
@@ -137,25 +138,42 @@ def measures_shuffled_rows(plan: "PhysicalOperator") -> bool:
 def routes_at_materialisation(plan: "PhysicalOperator", num_partitions: int) -> bool:
     """Whether a one-task batch of ``plan`` may leave its state step's rows in that task and give
     them their partitions only once the batch is materialised (``BatchContext.
-    route_at_materialisation``, ``state_step.split_routed_rows``): the state step's output is the
-    batch's result but for the Final step of its aggregation (row by row, no call recomputed by
-    an aggregation of its own), or the deduplication is the plan's root. Anything else above
+    route_at_materialisation``, ``state_step.split_routed_rows``): the plan has one stateful
+    operator (the flag reaches every state step of the batch), and its output is the batch's
+    result but for the Final step of its aggregation, or the deduplication is the plan's root.
+    The Final step must compute each output row from its own buffers and nothing else: no call
+    recomputed by an aggregation of its own (it shuffles), no output expression around the
+    calls (``final_over``: it may read the row's partition, ``spark_partition_id()``, or draw
+    from a seeded ``rand()``, which Spark evaluates in the state partition). Anything else above
     (a projection of the user's, a join, another stateful operator) may depend on the rows'
     partitions, and keeps the exchange by route inside the batch's job."""
     from statestream.operators.aggregate import StreamingAggregateExec
     from statestream.operators.dedup import StreamingDeduplicateExec
     from statestream.operators.session_window import SessionWindowStateStoreSaveExec
 
-    if num_partitions <= 1:
+    if num_partitions <= 1 or len(state_writers(plan)) != 1:
         return False
     if isinstance(plan, StreamingDeduplicateExec):
         return True
     if not (isinstance(plan, StreamingAggregateExec) and plan.mode == "Final" and plan.info is not None):
         return False
     info = plan.info
-    if not info.key_columns or any(getattr(c.spec, "recompute", False) for c in info.calls):
+    if not info.key_columns:
+        return False
+    if any(getattr(c.spec, "recompute", False) or hasattr(c, "final_over") for c in info.calls):
         return False
     return isinstance(plan.child, (StateStoreSaveExec, SessionWindowStateStoreSaveExec))
+
+
+def rows_emitted(task_metrics: Iterable[Mapping[str, Any]]) -> int | None:
+    """The rows the state tasks of a batch emitted (``numOutputRows``, the last report of each
+    operator's partition: a retried task reports again), None when a report lacks it."""
+    last: dict[tuple[Any, Any], Any] = {}
+    for m in task_metrics:
+        last[(m.get("operatorId"), m.get("partition"))] = m.get("numOutputRows")
+    if any(not isinstance(n, int) for n in last.values()):
+        return None
+    return sum(last.values())
 
 
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote

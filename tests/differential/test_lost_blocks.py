@@ -42,10 +42,26 @@ def _windowed_count(df: DataFrame) -> DataFrame:
 
 
 def _drop_blocks(df: DataFrame) -> None:
-    """Remove the blocks of the local checkpoint ``df`` reads, and wait until they are gone."""
+    """Remove the blocks of the local checkpoint ``df`` reads, and wait until they are gone: the
+    persisted RDDs in the lineage of its relations (the checkpoint itself, or, for a one-task
+    batch's rows split into their partitions after the job, the RDD under that split)."""
+    from statestream.jvm_calls import jvm_seq
+
     logical = df._jdf.queryExecution().logical()  # noqa: SLF001
-    assert logical.getClass().getSimpleName() == "LogicalRDD", logical.getClass().getName()
-    logical.rdd().unpersist(True)
+    leaves = [leaf for leaf in jvm_seq(logical.collectLeaves()) if leaf.getClass().getSimpleName() == "LogicalRDD"]
+    assert leaves, logical.getClass().getName()
+    pending = [leaf.rdd() for leaf in leaves]
+    persisted = []
+    while pending:
+        rdd = pending.pop()
+        level = rdd.getStorageLevel()
+        if level.useMemory() or level.useDisk():
+            persisted.append(rdd)
+            continue
+        pending.extend(dep.rdd() for dep in jvm_seq(rdd.dependencies()))
+    assert persisted, "no local checkpoint under the batch's output"
+    for rdd in persisted:
+        rdd.unpersist(True)
 
 
 def test_a_batch_whose_output_lost_its_blocks_runs_again(spark, ours, tmp_path, monkeypatch):

@@ -186,6 +186,10 @@ SMALL_BATCH_QUERIES: dict[str, tuple[Callable[[DataFrame], DataFrame], str, bool
     "sessions": (_sessions, "append", True, False),
     "deduplication": (lambda df: df.dropDuplicates(["k"]), "append", True, True),
     "projection above": (_projected_count, "update", False, True),
+    # Spark evaluates the expression around the call in the state partition (its Final step)
+    "partition in the output": (lambda df: df.groupBy("k").agg((F.count("*") * 10 + F.spark_partition_id()).alias("x")), "update", False, True),
+    # two stateful operators: the split would reach the deduplication's step too
+    "deduplication then aggregation": (lambda df: _kv_count(df.dropDuplicates(["k", "v"])), "update", False, True),
 }
 
 

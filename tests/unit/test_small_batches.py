@@ -18,6 +18,7 @@ from statestream.runtime.small_batches import (
     SINGLE_STATE_TASK_MAX_ROWS_CONF,
     fixed_size_buffers,
     routes_at_materialisation,
+    rows_emitted,
     shuffled_rows,
     single_state_task,
     single_state_task_max_rows,
@@ -243,3 +244,37 @@ def test_the_rows_take_their_partitions_in_the_job_where_something_may_read_them
     # the Final step over something else than the state store's save
     final = _aggregation()
     assert not routes_at_materialisation(StreamingAggregateExec(child=StatelessExec(child=final.child), info=final.info, mode="Final"), 4)
+
+
+def test_two_stateful_operators_keep_the_route_in_the_job():
+    """The flag reaches every state step of the batch: a deduplication above an aggregation
+    would get the aggregation's rows in one partition, route column and all."""
+    from statestream.operators.dedup import StreamingDeduplicateExec
+
+    assert not routes_at_materialisation(StreamingDeduplicateExec(child=_aggregation()), 4)
+    below = StreamingDeduplicateExec()
+    agg = _aggregation()
+    over_dedup = type(agg)(child=type(agg.child)(child=below, info=agg.info), info=agg.info, mode="Final")
+    assert not routes_at_materialisation(over_dedup, 4)
+
+
+def test_an_output_expression_around_the_calls_keeps_the_route_in_the_job():
+    """``count(*) + spark_partition_id()``: Spark's Final step evaluates it in the state partition."""
+    from statestream.operators.aggregate import AggregationInfo, StreamingAggregateExec
+    from statestream.operators.stateful import StateStoreSaveExec
+
+    plain = SimpleNamespace(spec=SimpleNamespace(recompute=False))
+    around = SimpleNamespace(spec=None, final_over=lambda values: values[0], inner=(plain,))
+    info = AggregationInfo(grouping=(), grouping_names=("k",), key_columns=("__k0",), calls=(plain, around), output_schema=None)  # type: ignore[arg-type]
+    assert not routes_at_materialisation(StreamingAggregateExec(child=StateStoreSaveExec(info=info), info=info, mode="Final"), 4)
+
+
+def test_rows_emitted_takes_each_partitions_last_report():
+    reports = [
+        {"operatorId": 0, "partition": 0, "numOutputRows": 3},
+        {"operatorId": 0, "partition": 1, "numOutputRows": 5},
+        {"operatorId": 0, "partition": 0, "numOutputRows": 4},  # a retried task
+    ]
+    assert rows_emitted(reports) == 9
+    assert rows_emitted([]) == 0
+    assert rows_emitted([{"operatorId": 0, "partition": 0}]) is None
