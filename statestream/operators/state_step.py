@@ -224,14 +224,13 @@ def map_state_partitions(df: Any, step: StateStep, schema: Any, ctx: Any, num_pa
     the sink reads them there, so the batch's job has no exchange (and no stage) for them."""
     if not ctx.single_state_task or num_partitions <= 1:
         return df.mapInArrow(step, schema)
-    from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     routed = StructType([*schema.fields, StructField(ROUTE_COLUMN, IntegerType(), False)])
     out = df.coalesce(1).mapInArrow(AllStatePartitions(step, tuple(partition_routes(num_partitions))), routed)
     if ctx.route_at_materialisation:
         return out
-    return out.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
+    return _shuffled_by_route(out, num_partitions)
 
 
 #: the most row reads :func:`split_routed_rows` lets the sink's tasks make (each of N tasks
@@ -278,6 +277,8 @@ def split_routed_rows(df: Any, num_partitions: int, rows: int | None) -> Any:
 
 
 def _shuffled_by_route(df: Any, num_partitions: int) -> Any:
+    """``df``'s rows in the partitions their :data:`ROUTE_COLUMN` names, by a shuffle, without
+    the column."""
     from pyspark.sql import functions as F
 
     return df.repartition(num_partitions, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
