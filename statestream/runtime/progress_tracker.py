@@ -282,24 +282,32 @@ class ProgressTracker:
             et["watermark"] = format_timestamp_ms(self._last_watermark)
         prog["eventTime"] = et
         prog["stateOperators"] = [dict(o, numRowsUpdated=0, numRowsDroppedByWatermark=0) for o in self._last_ops]
-        prog["sources"] = [
-            {
-                "description": s.description(),
-                "startOffset": committed[i],
-                "endOffset": committed[i],
-                "latestOffset": None,
-                "numInputRows": 0,
-                "inputRowsPerSecond": 0.0,
-                "processedRowsPerSecond": 0.0,
-            }
-            for i, s in enumerate(self.ex.sources)
-        ]
+        prog["sources"] = [self._idle_source(s, committed[i]) for i, s in enumerate(self.ex.sources)]
         # Spark: 0 if the last batch's sink reported its rows, else -1 as for that batch
         reported = executed and self._last_sink_rows_reported
         prog["sink"] = {"description": self.ex.sink.description(), "numOutputRows": 0 if reported else -1}
         with self._lock:
             self._recent.append(prog)
         self.ex.listeners.post_idle(self.ex.query_id, self.ex.run_id, prog["timestamp"])
+
+    @staticmethod
+    def _idle_source(source, committed) -> dict[str, Any]:
+        """An idle trigger's source progress. As in Spark, the latest offset a source fetched in
+        this trigger and its metrics against the committed end (a Kafka source's offsets behind
+        the latest) are reported though no batch ran."""
+        src: dict[str, Any] = {
+            "description": source.description(),
+            "startOffset": committed,
+            "endOffset": committed,
+            "latestOffset": source.reported_latest_offset(),
+            "numInputRows": 0,
+            "inputRowsPerSecond": 0.0,
+            "processedRowsPerSecond": 0.0,
+        }
+        metrics = source.metrics(committed)
+        if metrics:
+            src["metrics"] = dict(sorted(metrics.items()))
+        return src
 
     def last(self) -> dict | None:
         with self._lock:
