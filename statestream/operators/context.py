@@ -7,14 +7,14 @@ Spark: the pieces of ``IncrementalExecution`` that operators read while executin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pyspark.accumulators import AccumulatorParam
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BatchContext", "ListAccumulatorParam", "SKIP_NONE", "SKIP_SOURCE_FED", "SKIP_ALL"]
+__all__ = ["BatchContext", "ListAccumulatorParam", "latest_task_reports", "SKIP_NONE", "SKIP_SOURCE_FED", "SKIP_ALL"]
 
 #: What a batch asks of its aggregations' partial step (``BatchContext.skip_partial``, decided by
 #: ``runtime.partial_aggregation``; ``operators.aggregate.skips_partial`` applies it): keep it
@@ -37,6 +37,15 @@ class ListAccumulatorParam(AccumulatorParam):
     def addInPlace(self, a: list, b: list) -> list:  # noqa: N802 - PySpark's name
         a.extend(b)
         return a
+
+
+def latest_task_reports(reports: "Iterable[Mapping[str, Any]]") -> "dict[tuple[Any, Any], Mapping[str, Any]]":
+    """The reports ``ListAccumulatorParam`` gathered, one per state task: the last of each
+    operator's partition (``operatorId``, ``partition``), since a retried task reports again."""
+    last: dict[tuple[Any, Any], Mapping[str, Any]] = {}
+    for m in reports:
+        last[(m.get("operatorId"), m.get("partition"))] = m
+    return last
 
 
 @dataclass

@@ -10,6 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from statestream.operators.context import latest_task_reports
 from statestream.plan.incremental import state_writers
 
 if TYPE_CHECKING:
@@ -41,11 +42,7 @@ def _round1(x: float) -> float:
 def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_partitions: int) -> dict:
     """One ``stateOperators`` entry from the metrics of the operator's tasks (one per
     partition): sums, like Spark's SQL metrics, plus per-partition custom metrics."""
-    mine = [t for t in tasks if t.get("operatorId") == op_id]
-    # a retried task may report twice: keep the last report of each partition
-    by_part: dict[int, dict] = {}
-    for t in mine:
-        by_part[t["partition"]] = t
+    by_part = {part: t for (op, part), t in latest_task_reports(tasks).items() if op == op_id}
     s = {k: sum(int(t.get(k, 0)) for t in by_part.values()) for k in _SUMMED}
     custom: dict[str, int] = {}
     for t in by_part.values():

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from statestream.jvm_calls import jvm_plan_nodes
 from statestream.operators.basic import UnionExec
+from statestream.operators.context import latest_task_reports
 from statestream.operators.state_step import ROUTE_COLUMN
 from statestream.operators.stateful import StateStoreSaveExec
 from statestream.plan.incremental import state_writers
@@ -168,12 +169,10 @@ def routes_at_materialisation(plan: "PhysicalOperator", num_partitions: int) -> 
 def rows_emitted(task_metrics: Iterable[Mapping[str, Any]]) -> int | None:
     """The rows the state tasks of a batch emitted (``numOutputRows``, the last report of each
     operator's partition: a retried task reports again), None when a report lacks it."""
-    last: dict[tuple[Any, Any], Any] = {}
-    for m in task_metrics:
-        last[(m.get("operatorId"), m.get("partition"))] = m.get("numOutputRows")
-    if any(not isinstance(n, int) for n in last.values()):
+    rows = [m.get("numOutputRows") for m in latest_task_reports(task_metrics).values()]
+    if any(not isinstance(n, int) for n in rows):
         return None
-    return sum(last.values())
+    return sum(rows)
 
 
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote
