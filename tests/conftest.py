@@ -56,11 +56,19 @@ def spark():
     spark.stop()
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--soak", action="store_true", default=False,
+        help="also run the soak cases (@pytest.mark.soak: the 200-kill torture, ...); scripts/soak.sh sets it",
+    )
+
+
 @pytest.hookimpl(trylast=True)  # after the -m selection: a covering slow case must really run
 def pytest_collection_modifyitems(config, items):
     from tests.known_gaps import apply
 
     apply(items)
+    _drop_soak_cases_unless_asked(config, items)
     _drop_samples_covered_by_the_slow_tier(config, items)
     items.sort(key=_schedule_rank)
 
@@ -81,6 +89,18 @@ def _schedule_rank(item) -> int:
         if path.startswith(prefix):
             return rank
     return len(LONG_MODULES)
+
+
+def _drop_soak_cases_unless_asked(config, items) -> None:
+    """A soak case (``@pytest.mark.soak``) runs for many minutes (hundreds of kills, long
+    cluster runs): it runs only with ``--soak`` (``scripts/soak.sh``), and CI runs its fixed-seed
+    sample instead (the case marked ``covered_by_slow`` with its name)."""
+    if config.getoption("--soak"):
+        return
+    drop = [item for item in items if item.get_closest_marker("soak") is not None]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]
 
 
 def _drop_samples_covered_by_the_slow_tier(config, items) -> None:

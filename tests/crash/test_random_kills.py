@@ -38,7 +38,8 @@ after its session went quiet, and the last three files hold only late rows (the 
 the last new event time is never the last one, so no closing no-data batch can be lost to a
 kill after it: Spark does not run that batch after a restart either).
 
-The slow tier runs 200 kills; the default run a sample of 10 (fixed seeds). A failure prints
+The soak tier (``scripts/soak.sh``) runs 200 kills, and 15 with the checkpoints on S3; every
+run (CI's too) a sample of 10 kills, and the slow tier 3 on S3 (fixed seeds). A failure prints
 the seed and the kill count; ``STATESTREAM_TORTURE_SEED`` and ``STATESTREAM_TORTURE_KILLS``
 replay it.
 """
@@ -591,6 +592,7 @@ def test_random_kill_sample(spark, tmp_path, torture_inputs):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_random_kill_torture(spark, tmp_path, torture_inputs):
     """200 kills across the families. With ``STATESTREAM_TORTURE_SPARK=1`` each round's sinks are
     also compared with Spark's engine run on the same input (two more minutes; the uninterrupted
@@ -612,14 +614,27 @@ S3_FAMILIES = ("seed", "stream_join", "transform_with_state")
 
 
 @pytest.mark.slow
+@pytest.mark.covered_by_slow("test_random_kills_with_checkpoints_on_s3")
+def test_random_kill_sample_on_s3(spark, tmp_path, torture_inputs, s3_endpoint):
+    """CI's sample of the object-store torture: 3 kills with a fixed seed, over the same families."""
+    torture = _s3_torture(spark, tmp_path, torture_inputs, s3_endpoint, seed=11, kills=3)
+    assert torture.counted >= torture.target
+
+
+def _s3_torture(spark, tmp_path, inputs, s3_endpoint: str, seed: int, kills: int) -> Torture:
+    import uuid
+
+    root = f"s3://checkpoints/torture-{uuid.uuid4().hex[:8]}?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
+    return _torture(spark, tmp_path, inputs, seed=seed, kills=kills, with_spark=False, families=S3_FAMILIES, checkpoint_root=root)
+
+
+@pytest.mark.slow
+@pytest.mark.soak
 def test_random_kills_with_checkpoints_on_s3(spark, tmp_path, torture_inputs, s3_endpoint):
     """The torture with every checkpoint on an S3-compatible server (moto's, on loopback), where
     nothing is renamed atomically: a file is visible whole or not at all once its upload
     completes, and a kill in the middle of one leaves nothing. Fewer kills than the local
     torture (each object-store batch is slower); the same comparisons, the references being the
     local uninterrupted runs over the same input."""
-    import uuid
-
-    root = f"s3://checkpoints/torture-{uuid.uuid4().hex[:8]}?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
-    torture = _torture(spark, tmp_path, torture_inputs, seed=15, kills=15, with_spark=False, families=S3_FAMILIES, checkpoint_root=root)
+    torture = _s3_torture(spark, tmp_path, torture_inputs, s3_endpoint, seed=15, kills=15)
     assert torture.counted >= torture.target
