@@ -1,7 +1,9 @@
 """statestream: Spark Structured Streaming's stateful engine, rebuilt in Python on PySpark.
 
-Use ``StreamingSession(spark)`` where you would use ``spark`` for ``readStream``; the rest of the
-query is the PySpark API you know.
+A PySpark job runs on it unchanged: ``statestream run job.py`` (or ``spark-submit --conf
+spark.pyspark.driver.python=statestream-python job.py``), or one line in code,
+``statestream.enable(spark)``, after which ``spark.readStream`` and ``spark.streams`` are
+statestream's. ``StreamingSession(spark)`` gives the same entry points without touching ``spark``.
 
 The names below are imported on first use (PEP 562), so that importing a submodule does not
 import PySpark: the Python daemon of local-mode workers (``runtime.python_daemon``) is started
@@ -24,10 +26,14 @@ if TYPE_CHECKING:
         StatestreamStreamingQueryException,
         StateStoreError,
     )
-    from statestream.session import StreamingSession
+    from statestream.session import StreamingSession, disable, enable, enable_everywhere, is_enabled
     from statestream.sources.memory import MemoryStream
 
 __all__ = [
+    "enable",
+    "disable",
+    "is_enabled",
+    "enable_everywhere",
     "StreamingSession",
     "MemoryStream",
     "AggregateFunction",
@@ -44,6 +50,10 @@ __version__ = "0.1.0"
 #: each public name and the module it lives in
 _HOMES = {
     "StreamingSession": "statestream.session",
+    "enable": "statestream.session",
+    "disable": "statestream.session",
+    "is_enabled": "statestream.session",
+    "enable_everywhere": "statestream.session",
     "MemoryStream": "statestream.sources.memory",
     "AggregateFunction": "statestream.aggregate_function",
     "StatestreamError": "statestream.errors",

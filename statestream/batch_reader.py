@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql.session import SparkSession as ClassicSparkSession
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -48,7 +50,8 @@ class DataFrameReader:
         return name if name in (STATE_STORE_FORMAT, STATE_METADATA_FORMAT) else None
 
     def _spark_reader(self) -> Any:
-        reader = self._spark.read
+        # PySpark's own reader: the session's ``read`` is this class's when statestream.enable() serves it
+        reader = ClassicSparkSession.read.fget(self._spark)  # type: ignore[attr-defined]
         if self._format is not None:
             reader = reader.format(self._format)
         if self._options:

@@ -1,5 +1,6 @@
 """The ``statestream`` command line.
 
+    statestream run JOB.py [ARG...]                      an unmodified PySpark job, its streams on statestream
     statestream demo [--seconds N]                       the seed query on a local Spark
     statestream checkpoint inspect CHECKPOINT [--json]   operators, stores, partitions, batches, rows, files
     statestream checkpoint repartition CHECKPOINT --partitions N [--master M]   rewrite the state into N partitions
@@ -306,6 +307,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    run = commands.add_parser(
+        "run", help="run an unmodified PySpark program with its streaming queries on statestream",
+        description="Run a PySpark program as `python JOB.py ARG...` would (sys.argv, __main__, exit status, Ctrl-C), "
+        "with every SparkSession it makes serving readStream, streams and the state readers with statestream. "
+        "`statestream run -m MODULE ARG...` runs a module. A session whose conf spark.statestream.enabled is false is "
+        "left to Spark's engine.",
+    )
+    run.add_argument("program", metavar="JOB.py", help="the program (or -m MODULE)")
+    run.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARG", help="its arguments")
+    run.set_defaults(run=_run)
+
     demo = commands.add_parser("demo", help="run the seed query on a local Spark (Ctrl-C stops it)")
     demo.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     demo.set_defaults(run=_demo)
@@ -400,7 +412,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    """``statestream run`` (``main`` hands the program to the launcher before parsing; this is
+    reached only for a bare ``statestream run``)."""
+    from statestream.launcher import main as python_main
+
+    return python_main([args.program, *args.arguments])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"] and len(argv) > 1 and argv[1] not in ("-h", "--help"):
+        # the program's own arguments (``-m``, its flags) are not statestream's to parse
+        from statestream.launcher import main as python_main
+
+        return python_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     from statestream.errors import StatestreamError

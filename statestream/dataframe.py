@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pyspark import _NoValue  # PySpark's marker of an argument not given (replace's value)
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statestream.errors import analysis_error
@@ -412,7 +413,7 @@ class DataFrame:
         """``ss.sql(query)`` reading this stream as ``view`` (``plan/sql.py``)."""
         from statestream.plan.sql import check_stateless_above_view, per_batch_sql
 
-        template = self.sparkSession.sql(query)  # Spark's analysis over the view's template
+        template = ClassicSparkSession.sql(self.sparkSession, query)  # Spark's analysis over the view's template
         check_stateless_above_view(template, view, query)
         node = L.Stateless(
             template=template, child=self._plan, op="SQL", description=query, transform=per_batch_sql(view, query, self._plan.template)

@@ -317,6 +317,26 @@ def analysis_error(error_class: str | None, message: str, sql_state: str | None 
 ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
 
 
+#: the condition of a query whose inputs come from both engines (statestream's own: Spark has no
+#: such query, since it has one engine)
+MIXED_ENGINES_CONDITION = "STATESTREAM_MIXED_STREAMING_ENGINES"
+
+
+def mixed_engines_error(spark_inputs: list[str]) -> StatestreamAnalysisException:
+    """The refusal at ``start()`` of a query that reads a stream of Spark's own engine
+    (``spark.readStream`` on a session statestream does not serve) beside statestream's
+    streams: its batches would fail with Spark's "must be executed with writeStream.start()".
+    ``spark_inputs`` names those inputs (``rate [timestamp, value]``)."""
+    named = "; ".join(spark_inputs) or "a streaming DataFrame of Spark's engine"
+    message = (
+        f"[{MIXED_ENGINES_CONDITION}] This query reads {len(spark_inputs) or 1} stream(s) through Spark's own streaming "
+        f"engine ({named}) beside streams read through statestream; one query runs on one engine. Create that input "
+        "with statestream's reader as well: call statestream.enable(spark) before spark.readStream (or run the job with "
+        "`statestream run`), or read it with StreamingSession(spark).readStream. SQLSTATE: 42KDE"
+    )
+    return analysis_error(MIXED_ENGINES_CONDITION, message, "42KDE", inputs=named)
+
+
 def redefined_watermark_error() -> StatestreamAnalysisException:
     """Spark's ``_LEGACY_ERROR_TEMP_3076``: a ``withWatermark`` above another one of the same
     stream, met when the watermark propagation is simulated (a batch whose watermark is not 0)."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.session import SparkSession as ClassicSparkSession
 
 from statestream.errors import spark_connect_session_error
 from statestream.query import StreamingQueryManager
@@ -14,7 +17,14 @@ if TYPE_CHECKING:
     from statestream.checkpoint_manager import StreamingCheckpointManager
     from statestream.reader import DataStreamReader
 
-__all__ = ["StreamingSession"]
+__all__ = ["StreamingSession", "enable", "disable", "is_enabled", "enable_everywhere", "ENABLED_CONF"]
+
+#: a session's conf that says whether ``statestream run`` (and ``statestream-python``) serve its
+#: streaming entry points: ``false`` leaves that session's streams on Spark's engine
+ENABLED_CONF = "spark.statestream.enabled"
+
+#: the attribute of an enabled SparkSession that holds its StreamingSession
+_SESSION_ATTRIBUTE = "_statestream_session"
 
 def use_driver_python(spark: Any) -> None:
     """Spark's Python workers run ``PYSPARK_PYTHON`` (default ``python3`` on the PATH), which in
@@ -34,6 +44,8 @@ def use_driver_python(spark: Any) -> None:
         context.pythonExec = sys.executable  # read when each Python function is shipped
 
 
+logger = logging.getLogger(__name__)
+
 #: streaming global temporary views (``global_temp.<name>``), shared by every StreamingSession
 _GLOBAL_VIEWS: dict[str, Any] = {}
 
@@ -45,9 +57,17 @@ class StreamingSession:
     >>> counts = ss.readStream.format("rate").load().groupBy("value").count() # doctest: +SKIP
     """
 
+    def __new__(cls, spark: "SparkSession") -> "StreamingSession":
+        # over a session that statestream.enable() serves: that session's own StreamingSession,
+        # so that ``ss.streams`` and ``spark.streams`` are one query manager
+        served = getattr(spark, _SESSION_ATTRIBUTE, None)
+        return served if isinstance(served, cls) else super().__new__(cls)
+
     def __init__(self, spark: "SparkSession") -> None:
         from statestream.dataframe import install_stream_on_the_right
 
+        if getattr(self, "sparkSession", None) is spark:
+            return  # the StreamingSession of an enabled session, already made
         if type(spark).__module__.startswith("pyspark.sql.connect"):
             raise spark_connect_session_error(spark)
         self.sparkSession = spark
@@ -76,7 +96,7 @@ class StreamingSession:
         """A streaming temporary view of this session as its DataFrame; any other table is read by
         Spark as a batch DataFrame (``readStream.table`` reads a stream)."""
         view = self._view(tableName)
-        return view if view is not None else self.sparkSession.table(tableName)
+        return view if view is not None else ClassicSparkSession.table(self.sparkSession, tableName)
 
     def sql(self, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:  # noqa: N803
         """Spark SQL; over a streaming temporary view the result is a stream (stateless SQL only,
@@ -86,7 +106,7 @@ class StreamingSession:
 
         streams = sorted({n for n in relations_in(self.sparkSession, sqlQuery) if self._view(n) is not None})
         if not streams:
-            return self.sparkSession.sql(sqlQuery, args, **kwargs)
+            return ClassicSparkSession.sql(self.sparkSession, sqlQuery, args, **kwargs)
         if any(n.startswith("global_temp.") for n in streams):
             raise not_supported_yet("StreamingSession", "sql", f"SQL over a streaming global temporary view ({', '.join(streams)})")
         if len(streams) > 1 or args or kwargs:
@@ -146,3 +166,158 @@ class StreamingSession:
     @property
     def conf(self):
         return self.sparkSession.conf
+
+
+# ------------------------------------------------------------------------------------------------
+# A SparkSession whose streaming entry points are statestream's
+# ------------------------------------------------------------------------------------------------
+
+
+def _served(spark: "SparkSession") -> StreamingSession:
+    """The StreamingSession behind an enabled session (made on first use for a session that
+    ``newSession()`` made from an enabled one: it is of the enabled class too)."""
+    served = spark.__dict__.get(_SESSION_ATTRIBUTE)
+    if served is None:
+        served = StreamingSession(spark)
+        spark.__dict__[_SESSION_ATTRIBUTE] = served
+    return served
+
+
+class _ServedEntryPoints:
+    """The members an enabled ``SparkSession`` takes from statestream: the streaming entry points
+    (``readStream``, ``streams``), the batch reader with the ``statestore`` and
+    ``state-metadata`` sources (``read``), and ``sql``/``table``, which see the streaming
+    temporary views. Everything else is the SparkSession's own."""
+
+    @property
+    def readStream(self) -> "DataStreamReader":  # noqa: N802 - PySpark's name
+        """statestream's ``DataStreamReader`` (see :meth:`StreamingSession.readStream`)."""
+        return _served(self).readStream  # type: ignore[arg-type]
+
+    @property
+    def streams(self) -> StreamingQueryManager:
+        """statestream's query manager: the queries this session started, their listeners."""
+        return _served(self).streams  # type: ignore[arg-type]
+
+    @property
+    def read(self) -> "DataFrameReader":
+        """Spark's batch reader, plus the ``statestore`` and ``state-metadata`` sources."""
+        return _served(self).read  # type: ignore[arg-type]
+
+    def sql(self, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:  # noqa: N803
+        """Spark SQL; over a streaming temporary view, a stream (:meth:`StreamingSession.sql`)."""
+        return _served(self).sql(sqlQuery, args, **kwargs)  # type: ignore[arg-type]
+
+    def table(self, tableName: str) -> Any:  # noqa: N803
+        """A streaming temporary view as its stream; any other table as Spark reads it."""
+        return _served(self).table(tableName)  # type: ignore[arg-type]
+
+
+#: the enabled class made for each SparkSession class (one: PySpark's classic SparkSession)
+_ENABLED_CLASSES: dict[type, type] = {}
+
+
+def _enabled_class(base: type) -> type:
+    cls = _ENABLED_CLASSES.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_ServedEntryPoints, base), {"__module__": __name__, "__doc__": base.__doc__})
+        cls.__qualname__ = base.__qualname__
+        _ENABLED_CLASSES[base] = cls
+    return cls
+
+
+def is_enabled(spark: Any) -> bool:
+    """Whether ``spark``'s streaming entry points are statestream's.
+
+    >>> statestream.is_enabled(statestream.enable(spark))                    # doctest: +SKIP
+    True
+    """
+    return isinstance(spark, _ServedEntryPoints)
+
+
+def enable(spark: "SparkSession") -> "SparkSession":
+    """Serve ``spark``'s streaming entry points with statestream, and return ``spark``.
+
+    After it, the job's own code runs on statestream unchanged: ``spark.readStream`` is
+    statestream's reader (so every DataFrame read from it, its ``writeStream`` and its queries
+    are statestream's), ``spark.streams`` its query manager, ``spark.read`` reads the
+    ``statestore`` and ``state-metadata`` sources of statestream checkpoints, and
+    ``spark.sql``/``spark.table`` see streaming temporary views. Batch DataFrames, ``spark.sql``
+    over tables, UDFs and everything else stay Spark's. The object stays the same
+    ``SparkSession`` (``isinstance`` holds); :func:`disable` undoes it. Idempotent.
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        A classic session (a Spark Connect session is refused, see ``StreamingSession``).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+        ``spark`` itself.
+
+    Examples
+    --------
+    >>> import statestream                                                    # doctest: +SKIP
+    >>> spark = statestream.enable(SparkSession.builder.getOrCreate())        # doctest: +SKIP
+    >>> q = spark.readStream.format("rate").load().writeStream.format("noop").start()  # doctest: +SKIP
+    >>> type(q).__module__                                                    # doctest: +SKIP
+    'statestream.query'
+    """
+    if is_enabled(spark) and _SESSION_ATTRIBUTE in spark.__dict__:
+        return spark
+    served = StreamingSession(spark)  # refuses a Connect session before anything changes
+    spark.__dict__[_SESSION_ATTRIBUTE] = served
+    if not is_enabled(spark):
+        spark.__class__ = _enabled_class(type(spark))
+    logger.info("statestream serves the streaming entry points of SparkSession %s", hex(id(spark)))
+    return spark
+
+
+def disable(spark: "SparkSession") -> "SparkSession":
+    """Give ``spark``'s streaming entry points back to Spark's engine (undoes :func:`enable`).
+    Queries already started keep running on statestream.
+
+    >>> statestream.is_enabled(statestream.disable(spark))                   # doctest: +SKIP
+    False
+    """
+    if is_enabled(spark):
+        spark.__class__ = next(c for c in type(spark).__mro__[1:] if c is not _ServedEntryPoints)
+        spark.__dict__.pop(_SESSION_ATTRIBUTE, None)
+    return spark
+
+
+def _wanted(spark: "SparkSession") -> bool:
+    """Whether a session made under :func:`enable_everywhere` is served: unless its conf
+    ``spark.statestream.enabled`` is ``false``."""
+    try:
+        return str(spark.conf.get(ENABLED_CONF, "true")).strip().lower() != "false"
+    except Exception:  # noqa: BLE001 - a session whose conf cannot be read is served
+        return True
+
+
+def enable_everywhere() -> None:
+    """Serve every classic SparkSession of this process with statestream, those made later
+    included (``SparkSession.builder.getOrCreate()`` in any module, ``newSession()``): what
+    ``statestream run`` and ``statestream-python`` set before the job's code runs. A session
+    whose conf ``spark.statestream.enabled`` is ``false`` is left to Spark's engine. Idempotent.
+
+    >>> statestream.enable_everywhere()                                       # doctest: +SKIP
+    >>> statestream.is_enabled(SparkSession.builder.getOrCreate())           # doctest: +SKIP
+    True
+    """
+    original = ClassicSparkSession.__init__
+    if not getattr(original, "_statestream_enables", False):
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+            original(self, *args, **kwargs)
+            if _wanted(self):
+                enable(self)
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        __init__._statestream_enables = True  # type: ignore[attr-defined]  # noqa: SLF001
+        __init__.__doc__ = original.__doc__
+        ClassicSparkSession.__init__ = __init__  # type: ignore[method-assign]
+    existing = ClassicSparkSession._instantiatedSession  # noqa: SLF001
+    if existing is not None and _wanted(existing):
+        enable(existing)

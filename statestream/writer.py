@@ -214,7 +214,8 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
-        from statestream.plan.analysis import check_for_streaming
+        from statestream.errors import mixed_engines_error
+        from statestream.plan.analysis import check_for_streaming, inputs_from_spark_engine, spark_stream_sources
         from statestream.query import StreamingQuery
         from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
         from statestream.sinks import FILE_FORMATS, create_sink
@@ -227,6 +228,9 @@ class DataStreamWriter:
         fmt = self._format if self._format is not None else default_source(spark)
         self._clustering_columns(check_names=fmt in FILE_FORMATS)
         conf = {k: v for k, v in spark.conf.getAll.items()} if hasattr(spark.conf, "getAll") else {}
+        from_spark = inputs_from_spark_engine(self._plan)
+        if from_spark:
+            raise mixed_engines_error([s for node in from_spark for s in spark_stream_sources(node.template)])
         check_for_streaming(self._plan, self._mode, conf)
         sink = create_sink(
             fmt,

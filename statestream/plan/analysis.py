@@ -39,11 +39,12 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 from statestream.errors import StatestreamAnalysisException, analysis_error
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
-from statestream.jvm_calls import jvm_seq
+from statestream.jvm_calls import jvm_plan_nodes, jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,
     Aggregate,
+    BatchRelation,
     Deduplicate,
     FlatMapGroupsWithState,
     TransformWithState,
@@ -86,6 +87,8 @@ __all__ = [
     "CHECK_CORRECTNESS_CONF",
     "JoinConditionUse",
     "stream_stream_bound_possible",
+    "inputs_from_spark_engine",
+    "spark_stream_sources",
 ]
 
 UNSUPPORTED_OPERATION_CHECK_CONF = "spark.sql.streaming.unsupportedOperationCheck"
@@ -474,6 +477,31 @@ def _post_order(plan: LogicalPlan) -> Iterator[LogicalPlan]:
 def is_streaming(plan: LogicalPlan) -> bool:
     """A subtree is streaming iff it reads a streaming source."""
     return any(isinstance(n, StreamingRelation) for n in plan.walk())
+
+
+def inputs_from_spark_engine(plan: LogicalPlan) -> list[BatchRelation]:
+    """The inputs of ``plan`` that are streaming DataFrames of Spark's own engine (made by
+    ``spark.readStream`` on a session statestream does not serve), taken in as if they were
+    static DataFrames by a join or a union. Spark's engine would refuse to run them as batch
+    jobs in the first batch; ``start()`` refuses the query before anything runs."""
+    return [n for n in plan.walk() if isinstance(n, BatchRelation) and bool(getattr(n.template, "isStreaming", False))]
+
+
+def spark_stream_sources(df: Any) -> list[str]:
+    """The streaming sources of one of Spark's own streaming DataFrames, each as its source name
+    and columns (``rate [timestamp, value]``), read from its logical plan: how the refusal of a
+    mixed query names the input to change."""
+    out = []
+    for node in jvm_plan_nodes(df._jdf.queryExecution().logical()):  # noqa: SLF001
+        if jvm_seq(node.children()) or not node.isStreaming():
+            continue
+        try:
+            name = str(node.sourceName())
+        except Exception:  # noqa: BLE001 - a streaming leaf without a source name: its class
+            name = str(node.nodeName())
+        columns = ", ".join(str(a.name()) for a in jvm_seq(node.output()))
+        out.append(f"{name} [{columns}]")
+    return out
 
 
 def aggregates_in(plan: LogicalPlan) -> list[Aggregate]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from pyspark.sql.session import SparkSession as ClassicSparkSession
+
 from statestream.errors import not_supported_yet
 from statestream.jvm_calls import jvm_seq
 
@@ -104,7 +106,8 @@ def per_batch_sql(view: str, query: str, template: "DataFrame") -> Callable[["Da
             try:
                 # a projection over the SQL's result: without it the input rows' observation of a
                 # batch whose last step is this SQL never completed (measured: numInputRows 0)
-                return session.sql(query).select("*")
+                # PySpark's own sql: an enabled session's would read the view as the stream
+                return ClassicSparkSession.sql(session, query).select("*")
             finally:
                 if session is template.sparkSession:
                     template.createOrReplaceTempView(view)

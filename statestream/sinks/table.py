@@ -23,6 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
+
 from statestream.errors import StatestreamError, analysis_error
 from statestream.sources.options import default_source
 
@@ -100,7 +102,7 @@ def _create_table(
         sql += f" TBLPROPERTIES ('__clustering_columns' = {_sql_string(json.dumps(list(cluster_by), separators=(',', ':')))})"
     if path:
         sql += f" LOCATION {_sql_string(path)}"
-    spark.sql(sql)
+    ClassicSparkSession.sql(spark, sql)
 
 
 def prepare_table(
@@ -139,7 +141,7 @@ def prepare_table(
         created = True
     elif (entry.tableType or "").upper() == "VIEW":
         raise _view_error(name)
-    info = json.loads(spark.sql(f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
+    info = json.loads(ClassicSparkSession.sql(spark, f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
     if str(info.get("type", "")).upper() == "VIEW":
         raise _view_error(name)
     provider = info.get("provider")

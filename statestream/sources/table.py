@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
+
 from statestream.errors import not_supported_yet
 
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
     """
     from statestream.sources import FILE_FORMATS
 
-    schema = spark.table(name).schema  # Spark's TABLE_OR_VIEW_NOT_FOUND for an unknown name
+    schema = ClassicSparkSession.table(spark, name).schema  # Spark's TABLE_OR_VIEW_NOT_FOUND for an unknown name
     if spark.catalog.getTable(name).isTemporary:
         from statestream.errors import analysis_error
 
@@ -45,7 +47,7 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
         )
     info: dict[str, Any] = {}
     storage: dict[str, str] = {}
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect():
+    for row in ClassicSparkSession.sql(spark, f"DESCRIBE TABLE EXTENDED {name}").collect():
         key = (row[0] or "").strip()
         if key:
             info.setdefault(key, row[1])

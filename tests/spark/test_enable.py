@@ -1,0 +1,102 @@
+"""``statestream.enable(spark)``: one line, after which the session's own streaming entry points
+are statestream's, and a query that mixes streams of both engines is refused at ``start()``.
+
+Each test enables a ``newSession()`` of the shared session (its own SQL conf and views, the same
+SparkContext), so that the other tests' ``spark`` stays Spark's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame as SparkDataFrame
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+import statestream
+from statestream import StreamingSession
+from statestream.dataframe import DataFrame as StreamingDataFrame
+from statestream.errors import MIXED_ENGINES_CONDITION
+from statestream.query import StreamingQuery, StreamingQueryManager
+
+
+@pytest.fixture()
+def session(spark):
+    s = spark.newSession()
+    yield s
+    for q in list(getattr(s.streams, "active", [])):
+        q.stop()
+    statestream.disable(s)
+
+
+def test_enable_serves_the_session_itself(session, tmp_path):
+    assert not statestream.is_enabled(session)
+    assert statestream.enable(session) is session
+    assert statestream.enable(session) is session  # idempotent
+    assert isinstance(session, SparkSession) and statestream.is_enabled(session)
+    assert isinstance(session.streams, StreamingQueryManager)
+    assert StreamingSession(session).streams is session.streams  # one query manager
+
+    # the job's own code, unchanged: a stream, a query, its output through spark.sql, the state reader
+    src = tmp_path / "in"
+    src.mkdir()
+    session.createDataFrame([(1,), (2,), (2,)], "k LONG").write.json(str(src / "a"))
+    stream = session.readStream.schema("k LONG").json(str(src / "a"))
+    assert isinstance(stream, StreamingDataFrame) and stream.isStreaming
+    checkpoint = str(tmp_path / "cp")
+    q = (stream.groupBy("k").count().writeStream.outputMode("complete").format("memory")
+         .queryName("enabled_counts").option("checkpointLocation", checkpoint).start())
+    assert isinstance(q, StreamingQuery)
+    assert [a.id for a in session.streams.active] == [q.id]
+    q.processAllAvailable()
+    assert sorted(map(tuple, session.sql("SELECT k, `count` FROM enabled_counts").collect())) == [(1, 1), (2, 2)]
+    q.stop()
+    state = session.read.format("statestore").load(checkpoint)
+    assert sorted((r.key.k, r.value["count"]) for r in state.collect()) == [(1, 1), (2, 2)]
+    assert session.read.format("state-metadata").load(checkpoint).count() == 1
+
+    # batch work is Spark's, untouched
+    batch = session.read.json(str(src / "a"))
+    assert isinstance(batch, SparkDataFrame) and not batch.isStreaming
+    assert session.table("enabled_counts").count() == 2
+
+    statestream.disable(session)
+    assert not statestream.is_enabled(session)
+    assert type(session) is SparkSession
+    assert type(session.readStream).__module__ == "pyspark.sql.streaming.readwriter"
+
+
+def test_streaming_views_seen_by_spark_sql(session):
+    statestream.enable(session)
+    stream = session.readStream.format("rate").load()
+    stream.createOrReplaceTempView("enabled_rate")
+    view = session.sql("SELECT value * 2 AS doubled FROM enabled_rate")
+    assert isinstance(view, StreamingDataFrame) and view.columns == ["doubled"]
+    assert isinstance(session.table("enabled_rate"), StreamingDataFrame)
+
+
+def test_a_query_mixing_the_engines_is_refused_at_start(session):
+    """A stream of Spark's engine (read before ``enable``) joined or united with statestream's:
+    refused at ``start()``, naming Spark's input, before anything runs."""
+    from_spark = session.readStream.format("rate").load().withColumnRenamed("value", "v2")
+    statestream.enable(session)
+    ours = session.readStream.format("rate").load()
+    mixed = {
+        "join": ours.join(from_spark, F.expr("value = v2")),
+        "join from Spark's side": from_spark.join(ours, F.expr("value = v2")),
+        "union": ours.union(from_spark),
+    }
+    for name, df in mixed.items():
+        with pytest.raises(AnalysisException) as raised:
+            df.writeStream.format("noop").start()
+        assert raised.value.getCondition() == MIXED_ENGINES_CONDITION, name
+        assert "rate [timestamp, value]" in str(raised.value) and "statestream.enable(spark)" in str(raised.value), name
+    assert session.streams.active == []
+
+
+def test_a_new_session_of_an_enabled_one_is_enabled(session):
+    statestream.enable(session)
+    other = session.newSession()
+    assert statestream.is_enabled(other)
+    assert other.streams is not session.streams
+    assert isinstance(other.readStream.format("rate").load(), StreamingDataFrame)
