@@ -16,6 +16,10 @@ executor, which then serves every state partition, reloading from the files what
 wrote. The query goes on, and every batch must still equal Spark's engine's; the driver must
 end with one executor, so the kill really happened mid-run.
 
+After it, on the same cluster (its remaining worker), an unmodified program is submitted in client
+mode with spark-submit, as it is and with ``spark.pyspark.driver.python=statestream-python``, and
+the two runs' console output is compared batch by batch.
+
 Slow: five JVMs start on the two cores of the test machine.
 """
 
@@ -98,6 +102,32 @@ def _wait_for(predicate, what: str, timeout: float, procs: list[subprocess.Popen
 
 
 @pytest.mark.slow
+def _spark_submit_unchanged(master_url: str, tmp_path: Path, env: dict[str, str]) -> None:
+    """An unmodified program (``tests/jobs/windowed_word_count.py``) submitted in client mode to
+    the cluster (its remaining worker) with spark-submit, once as it is (Spark's engine) and once
+    with ``spark.pyspark.driver.python=statestream-python``: every console batch is the same, and
+    the second run was statestream's (its log line of the served session)."""
+    from tests.spark.test_run_unchanged import BIN, JOBS, SERVED, _events, console_batches
+
+    (tmp_path / "unchanged").mkdir()
+    events = _events(tmp_path / "unchanged")
+    runs = {}
+    for engine, extra in (("spark", []), ("statestream", ["--conf", f"spark.pyspark.driver.python={BIN / 'statestream-python'}"])):
+        cmd = [str(BIN / "spark-submit"), "--master", master_url, "--deploy-mode", "client",
+               "--conf", "spark.sql.shuffle.partitions=2", "--conf", "spark.ui.enabled=false",
+               "--conf", "spark.ui.showConsoleProgress=false", "--conf", "spark.sql.session.timeZone=UTC",
+               "--conf", "spark.executor.memory=512m", *extra, str(JOBS / "windowed_word_count.py"), str(events)]
+        run_env = dict(env, PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", PYSPARK_DRIVER_PYTHON=sys.executable, STATESTREAM_LOG_LEVEL="INFO")
+        run_env.pop("PYTHONPATH", None)
+        runs[engine] = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False)
+        assert runs[engine].returncode == 0, f"{engine}: exit {runs[engine].returncode}\n{runs[engine].stdout[-4000:]}\n{runs[engine].stderr[-4000:]}"
+    assert SERVED in runs["statestream"].stdout + runs["statestream"].stderr
+    assert SERVED not in runs["spark"].stdout + runs["spark"].stderr
+    expected = console_batches(runs["spark"].stdout)
+    assert len(expected) == 6, runs["spark"].stdout[-4000:]
+    assert console_batches(runs["statestream"].stdout) == expected
+
+
 def test_standalone_cluster_survives_a_killed_worker(tmp_path):
     from statestream._java import ensure_java
 
@@ -164,6 +194,7 @@ def test_standalone_cluster_survives_a_killed_worker(tmp_path):
         for name in job["queries"]:
             assert result["queries"][name]["ok"], result["queries"][name]
         assert not result["driverProviders"], "the driver process must not hold state stores"
+        _spark_submit_unchanged(master_url, tmp_path, env)
     finally:
         for proc in reversed(procs):
             if _session_members(proc.pid):
