@@ -317,6 +317,17 @@ def analysis_error(error_class: str | None, message: str, sql_state: str | None 
 ALLOW_MULTIPLE_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
 
 
+def python_data_source_error(action: str, cause: BaseException) -> StatestreamAnalysisException:
+    """Spark's ``PYTHON_DATA_SOURCE_ERROR``: a Python data source's code failed while Spark's
+    engine drove it on the driver (``action``: ``initialize source``, ...), with the Python
+    traceback as Spark shows it."""
+    import traceback
+
+    detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    message = f"[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source {action}: {detail} SQLSTATE: 38000"
+    return analysis_error("PYTHON_DATA_SOURCE_ERROR", message, "38000", action=action, type="plan", msg=detail)
+
+
 #: the condition of a query whose inputs come from both engines (statestream's own: Spark has no
 #: such query, since it has one engine)
 MIXED_ENGINES_CONDITION = "STATESTREAM_MIXED_STREAMING_ENGINES"

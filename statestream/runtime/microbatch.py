@@ -614,6 +614,11 @@ class MicroBatchExecution:
             pending = _BatchRecord(
                 batch_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms
             )
+        # Spark's setLatestSeenOffset: the last logged end offset of each source, before any batch
+        latest_seen = pending.end if pending is not None else start
+        for source, seen in zip(self.sources, latest_seen):
+            if seen is not None:
+                source.set_latest_seen_offset(seen)
         self.conf = conf
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)

@@ -136,6 +136,11 @@ def create_sink(
 
             raise StatestreamIllegalArgumentException("'path' is not specified.", "_LEGACY_ERROR_TEMP_2047", {})
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)
+    from statestream.sinks.python_datasource import python_data_source_sink
+
+    python_sink = python_data_source_sink(spark, fmt, opts, output_mode)  # registered with spark.dataSource.register
+    if python_sink is not None:
+        return python_sink
     from statestream.errors import StatestreamError
 
     raise StatestreamError(

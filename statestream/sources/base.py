@@ -55,7 +55,8 @@ class Source(ABC):
     1. ``__init__`` with the reader's options and, if the query has a checkpoint,
        ``metadata_dir`` = ``<checkpoint>/sources/<i>`` for the source's private bookkeeping.
     2. ``prepare_for_trigger_available_now()`` once, when the trigger is ``availableNow``: the
-       source fixes the end of the data it will serve in this run.
+       source fixes the end of the data it will serve in this run. On a restart,
+       ``set_latest_seen_offset(end)`` with the last logged batch's end offset.
     3. Per batch: ``latest_offset(start, limit)`` (``start`` is the previous batch's end offset or
        ``None``); if it differs from ``start`` the batch has new data for this source.
     4. ``get_batch(spark, start, end)`` returns the rows in ``(start, end]`` as a batch
@@ -96,6 +97,10 @@ class Source(ABC):
 
     def prepare_for_trigger_available_now(self) -> None:
         """Called once at the start of an ``availableNow`` run."""
+
+    def set_latest_seen_offset(self, offset: Offset) -> None:
+        """Called once on a restart, before any batch, with the end offset of the last batch in
+        the offset log, committed or not (Spark's ``AcceptsLatestSeenOffset``)."""
 
     def commit(self, end: Offset) -> None:
         """Everything up to ``end`` is processed and committed."""

@@ -150,11 +150,12 @@ def _state_brief(s: Mapping[str, Any]) -> str:
 
 
 def engine_name(engine: Any) -> str:
-    """``"spark"`` for a SparkSession (the oracle), else the engine's class name."""
+    """``"spark"`` for a SparkSession (the oracle), ``"statestream"`` for one that
+    ``statestream.enable`` serves, else the engine's class name."""
     from pyspark.sql import SparkSession
 
     if isinstance(engine, SparkSession):
-        return "spark"
+        return "statestream" if type(engine.readStream).__module__.startswith("statestream") else "spark"
     return type(engine).__name__
 
 

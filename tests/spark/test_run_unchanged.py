@@ -96,7 +96,7 @@ def rows_of(table: list[str]) -> list[str]:
 
 
 def closing_lines(stdout: str) -> list[str]:
-    return [line for line in stdout.splitlines() if line.startswith(("active queries", "last batch"))]
+    return [line for line in stdout.splitlines() if line.startswith(("active queries", "last batch"))]  # the programs' own last lines
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +137,20 @@ def test_sessionization_append_mode(events):
         assert SERVED in ours.stderr + ours.stdout, (how, ours.stderr[-3000:])  # spark-submit sends the driver's stderr to stdout
         assert {b: sorted(rows_of(t)) for b, t in console_batches(ours.stdout).items()} == expected, how
         assert closing_lines(ours.stdout) == closing_lines(spark.stdout), how
+
+
+def test_a_python_data_source_program(tmp_path):
+    """A program that defines, registers and reads its own Python data source (rate-limited by
+    its reader): every batch's rows and the last progress line are Spark's."""
+    spark = _launch("python", "python_source_counts.py", "40", "7")
+    _check_ran(spark)
+    ours = _launch("statestream-run", "python_source_counts.py", "40", "7", log_info=True)
+    _check_ran(ours)
+    assert SERVED in ours.stderr
+    expected = {b: sorted(rows_of(t)) for b, t in console_batches(spark.stdout).items()}
+    assert len(expected) >= 6, spark.stdout
+    assert {b: sorted(rows_of(t)) for b, t in console_batches(ours.stdout).items()} == expected
+    assert closing_lines(ours.stdout) == closing_lines(spark.stdout) and closing_lines(spark.stdout)
 
 
 def test_a_failing_program_fails_as_with_python(tmp_path):

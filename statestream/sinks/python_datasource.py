@@ -1,0 +1,137 @@
+"""Streaming writes into a data source written in Python (PySpark's Python Data Source API).
+
+Spark: ``PythonStreamingWrite`` of a ``DataSource`` registered with ``spark.dataSource.register``
+whose ``streamWriter(schema, overwrite)`` gives a ``DataSourceStreamWriter`` (or its Arrow
+variant). As in Spark's engine, the writer is made once per run on the driver, with the query's
+output schema and ``overwrite`` in complete mode (Spark's truncate); each batch, every partition of
+the batch's result is given to ``write(iterator)`` in a Spark task (of rows as ``Row``\\ s, or of
+Arrow record batches for an Arrow writer), and the tasks' ``WriterCommitMessage``\\ s go to
+``commit(messages, batchId)`` on the driver, or to ``abort(messages, batchId)`` when a task failed
+(the messages of the tasks that did not finish are None).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Iterator
+
+from statestream.sinks.base import Sink
+from statestream.sources.python_datasource import lookup_python_data_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.datasource import DataSource
+    from pyspark.sql.types import StructType
+
+    from statestream.plan.logical import LogicalPlan
+
+__all__ = ["PythonDataSourceSink", "python_data_source_sink"]
+
+logger = logging.getLogger(__name__)
+
+
+class PythonDataSourceSink(Sink):
+    """``writeStream.format(<registered name>)`` of a Python ``DataSource``.
+
+    Examples
+    --------
+    >>> spark.dataSource.register(MyStreamSink)                               # doctest: +SKIP
+    >>> q = df.writeStream.format("my_sink").option("checkpointLocation", cp).start()  # doctest: +SKIP
+    """
+
+    def __init__(self, data_source: "DataSource", output_mode: str | None) -> None:
+        self.data_source = data_source
+        self.overwrite = (output_mode or "append").lower() == "complete"
+        self._writer: Any = None
+        self._rows = -1
+
+    def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:
+        """Make the writer with the query's output schema (Spark makes it when the query starts)."""
+        from pyspark.errors import PySparkAssertionError
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamWriter
+
+        writer = self.data_source.streamWriter(schema=plan.schema, overwrite=self.overwrite)
+        if not isinstance(writer, (DataSourceStreamWriter, DataSourceStreamArrowWriter)):
+            raise PySparkAssertionError(
+                errorClass="DATA_SOURCE_TYPE_MISMATCH",
+                messageParameters={
+                    "expected": "an instance of DataSourceStreamWriter or DataSourceStreamArrowWriter",
+                    "actual": f"'{type(writer).__name__}'",
+                },
+            )
+        self._writer = writer
+
+    def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
+        """``write`` in a task per partition, then ``commit`` (or ``abort``) on the driver."""
+        from pyspark.serializers import CloudPickleSerializer
+
+        assert self._writer is not None, "on_query_start makes the writer"
+        partitions = df.rdd.getNumPartitions()
+        write = _write_partition_function(self._writer, df.schema, self.data_source.name())
+        try:
+            results = df.mapInArrow(write, "message BINARY, rows LONG").collect()
+        except Exception:
+            self._writer.abort([None] * partitions, batch_id)
+            raise
+        messages = [CloudPickleSerializer().loads(bytes(r.message)) for r in results]
+        self._rows = sum(int(r.rows) for r in results)
+        self._writer.commit(messages, batch_id)
+
+    def num_output_rows(self) -> int:
+        return self._rows
+
+    def description(self) -> str:
+        return f"PythonDataSourceSink[{self.data_source.name()}]"
+
+
+def _write_partition_function(writer: Any, schema: "StructType", name: str) -> Any:
+    """The ``mapInArrow`` function of a batch's write tasks: the partition's rows to
+    ``writer.write`` (as PySpark's ``Row``\\ s, or the Arrow batches themselves for an Arrow
+    writer), and its commit message back, pickled, with the number of rows written."""
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.errors import PySparkRuntimeError
+        from pyspark.serializers import CloudPickleSerializer
+        from pyspark.sql.conversion import ArrowTableToRowsConversion
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+        from pyspark.sql.types import _create_row
+
+        counted = [0]
+
+        def counting(it: Iterator[Any]) -> Iterator[Any]:
+            for b in it:
+                counted[0] += b.num_rows
+                yield b
+
+        converters = [
+            ArrowTableToRowsConversion._create_converter(f.dataType, none_on_identity=False, binary_as_bytes=True)  # noqa: SLF001
+            for f in schema.fields
+        ]
+        fields = schema.fieldNames()
+
+        def rows() -> Iterator[Any]:
+            for batch in counting(batches):
+                columns = [c.to_pylist() for c in batch.columns]
+                for i in range(batch.num_rows):
+                    yield _create_row(fields=fields, values=[converters[c](columns[c][i]) for c in range(batch.num_columns)])
+
+        result = writer.write(counting(batches)) if isinstance(writer, DataSourceStreamArrowWriter) else writer.write(rows())
+        if not isinstance(result, WriterCommitMessage):
+            raise PySparkRuntimeError(
+                errorClass="DATA_SOURCE_TYPE_MISMATCH",
+                messageParameters={"expected": "'WriterCommitMessage' as the return type of the `write` method", "actual": type(result).__name__},
+            )
+        yield pa.record_batch([pa.array([CloudPickleSerializer().dumps(result)], pa.binary()), pa.array([counted[0]], pa.int64())], names=["message", "rows"])
+
+    return write
+
+
+def python_data_source_sink(spark: "SparkSession", name: str, options: dict[str, Any], output_mode: str | None) -> PythonDataSourceSink | None:
+    """The sink of the Python data source registered as ``name``, None when there is none."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    cls = lookup_python_data_source(spark, name)
+    if cls is None:
+        return None
+    return PythonDataSourceSink(cls(options=CaseInsensitiveDict({k: str(v) for k, v in options.items() if v is not None})), output_mode)
