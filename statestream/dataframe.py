@@ -16,6 +16,7 @@ from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statestream.errors import analysis_error
+from statestream.handover import hands_over
 from statestream.plan import logical as L
 from statestream.jvm_calls import jvm_seq
 
@@ -180,6 +181,7 @@ def _join_arguments(original: Callable[..., Any], self: Any, other: Any, args: t
     return {"on": bound.arguments.get("on"), "how": bound.arguments.get("how")}
 
 
+@hands_over
 class DataFrame:
     """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
 
@@ -780,6 +782,7 @@ class DataFrame:
         return "DataFrame[" + ", ".join(f"{n}: {t}" for n, t in self.dtypes) + "]"
 
 
+@hands_over
 class GroupedData:
     """``groupBy(...)``, ``cube(...)`` or ``rollup(...)`` on a streaming DataFrame.
 
@@ -1077,6 +1080,7 @@ def _dict_aggregate(column: str, function: str) -> Column:
     return F.call_function(fn, arg)
 
 
+@hands_over
 class DataFrameNaFunctions:
     """``df.na`` of a streaming DataFrame: PySpark's ``drop``/``fill``/``replace``."""
 
@@ -1100,6 +1104,7 @@ class DataFrameNaFunctions:
         raise missing_member("DataFrameNaFunctions", _PySpark, name)
 
 
+@hands_over
 class DataFrameStatFunctions:
     """``df.stat`` of a streaming DataFrame: ``sampleBy`` runs on each batch; the others are
     batch actions (Spark's error) or a pivot (``crosstab``)."""

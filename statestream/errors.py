@@ -325,7 +325,24 @@ def python_data_source_error(action: str, cause: BaseException) -> StatestreamAn
 
     detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
     message = f"[PYTHON_DATA_SOURCE_ERROR] Failed to plan Python data source {action}: {detail} SQLSTATE: 38000"
-    return analysis_error("PYTHON_DATA_SOURCE_ERROR", message, "38000", action=action, type="plan", msg=detail)
+    return analysis_error("PYTHON_DATA_SOURCE_ERROR", message, "38000", action="plan", type=action, msg=detail)
+
+
+def python_streaming_source_error(action: str, cause: BaseException) -> StatestreamSparkRuntimeException:
+    """Spark's ``PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR``: a Python streaming source's
+    ``initialOffset``, ``latestOffset``, ``partitions`` (``planPartitions``) or ``commit``
+    (``commitSource``) raised, with the Python traceback."""
+    import traceback
+
+    detail = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    message = f"[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source perform {action}: {detail} SQLSTATE: 38000"
+    return StatestreamSparkRuntimeException(message, "PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR", {"action": action, "msg": detail}, "38000")
+
+
+def python_sink_update_mode_error(name: str) -> "StatestreamIllegalArgumentException":
+    """Spark's refusal of update mode for a Python data source's streaming writer (its write
+    builder truncates, it does not take updates as appends)."""
+    return StatestreamIllegalArgumentException(f"requirement failed: {name} does not support Update mode.")
 
 
 #: the condition of a query whose inputs come from both engines (statestream's own: Spark has no

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from py4j import protocol
 from py4j.java_gateway import JavaClass, JavaMember
 
-__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes"]
+__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes", "clone_session"]
 
 
 def _client(jvm: Any) -> Any:
@@ -57,3 +57,17 @@ def jvm_plan_nodes(plan: Any) -> Iterator[Any]:
         node = stack.pop()
         yield node
         stack.extend(reversed(jvm_seq(node.children())))
+
+
+def clone_session(user: Any) -> Any:
+    """A classic SparkSession over a clone of ``user``'s JVM session (its confs, views and UDFs),
+    for statestream's own batch work. Made with PySpark's own constructor: under
+    ``statestream.enable_everywhere`` (``statestream run``) the wrapped constructor would serve
+    the clone too, and a micro-batch's DataFrames (the ones ``foreachBatch`` gets) belong to a
+    plain session, as on Spark's engine."""
+    from pyspark.sql.session import SparkSession
+
+    session = SparkSession.__new__(SparkSession)
+    init = getattr(SparkSession.__init__, "__wrapped__", SparkSession.__init__)
+    init(session, user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    return session

@@ -131,8 +131,12 @@ _ACTIVE_LOCK = threading.Lock()
 class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
-    def __init__(self) -> None:
+    def __init__(self, spark: Any = None) -> None:
         from statestream.runtime.listener_bus import StreamingQueryListenerBus
+
+        #: the session whose queries these are: when statestream.enable serves it, a query handed
+        #: to Spark's engine (``handover.py``) is listed too
+        self._spark = spark
 
         self._listeners = StreamingQueryListenerBus()
         #: runs started by this manager and not terminated yet, by run id (their names are taken)
@@ -205,13 +209,23 @@ class StreamingQueryManager:
             self._lock.notify_all()
 
     @property
-    def active(self) -> list[StreamingQuery]:
+    def active(self) -> list[Any]:
         """The runs started and not terminated yet, as Spark's list: a query whose ``stop()``
-        timed out is inactive (``isActive`` is false) but listed until its thread ends."""
+        timed out is inactive (``isActive`` is false) but listed until its thread ends. On a
+        session that statestream.enable serves, the queries handed to Spark's engine follow."""
         with self._lock:
-            return list(self._running.values())
+            ours: list[Any] = list(self._running.values())
+        return ours + self._spark_engine_queries()
 
-    def get(self, id: str) -> StreamingQuery | None:  # noqa: A002 - PySpark's name
+    def _spark_engine_queries(self) -> list[Any]:
+        if self._spark is None or not getattr(type(self._spark), "_statestream_served", False):
+            return []
+        from pyspark.sql.session import SparkSession as ClassicSparkSession
+
+        # PySpark's own manager (a cached property of its class; the served class overrides it)
+        return list(vars(ClassicSparkSession)["streams"].__get__(self._spark, ClassicSparkSession).active)
+
+    def get(self, id: str) -> Any:  # noqa: A002 - PySpark's name
         for q in self.active:
             if q.id == id:
                 return q
@@ -240,7 +254,9 @@ class StreamingQueryManager:
 
     def _stop_on_interrupt(self) -> None:
         """Ctrl-C: every active query of this session stops, its batch in flight cancelled."""
-        for q in self.active:
+        with self._lock:
+            running = list(self._running.values())
+        for q in running:
             logger.info("query %s: interrupted, stopping", q.name or q.id)
             q._ex.stop()  # noqa: SLF001
             logger.info("query %s stopped", q.name or q.id)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql.session import SparkSession as ClassicSparkSession
+
+from statestream.handover import root
 from statestream.plan import logical as L
 from statestream.sources.options import default_source, option_string
 
@@ -166,7 +169,8 @@ class DataStreamReader:
 
         fmt, path, schema, options = table_source(self._session.sparkSession, tableName)
         spec = SourceSpec(fmt, {**options, **self._options}, schema, path)
-        return _relation(self._session, spec)
+        spark = self._session.sparkSession
+        return root(_relation(self._session, spec), lambda: ClassicSparkSession.readStream.fget(spark).table(tableName))  # type: ignore[attr-defined]
 
 
 def _not_none(options: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +188,20 @@ def _relation(session: "StreamingSessionLike", spec: SourceSpec) -> "DataFrame":
         spec.load_schema = schema
         probe.stop()
     template = spark.createDataFrame([], schema)
-    return DataFrame(L.StreamingRelation(template=template, source_spec=spec), session)
+    df = DataFrame(L.StreamingRelation(template=template, source_spec=spec), session)
+    if spec.instance is None:  # a MemoryStream is statestream's own: no twin on Spark's engine
+        root(df, lambda: _spark_stream(spark, spec))
+    return df
+
+
+def _spark_stream(spark: "SparkSession", spec: SourceSpec) -> Any:
+    """The same stream read by Spark's own engine (the twin a hand-over replays the query on)."""
+    reader = ClassicSparkSession.readStream.fget(spark).format(spec.format)  # type: ignore[attr-defined]
+    if spec.schema is not None:
+        reader = reader.schema(spec.schema)
+    for key, value in spec.options.items():
+        reader = reader.option(key, value)
+    return reader.load(spec.path) if spec.path is not None else reader.load()
 
 
 def memory_stream_df(session: "StreamingSessionLike", stream: Any) -> "DataFrame":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
@@ -60,8 +61,9 @@ class StreamingSession:
     def __new__(cls, spark: "SparkSession") -> "StreamingSession":
         # over a session that statestream.enable() serves: that session's own StreamingSession,
         # so that ``ss.streams`` and ``spark.streams`` are one query manager
-        served = getattr(spark, _SESSION_ATTRIBUTE, None)
-        return served if isinstance(served, cls) else super().__new__(cls)
+        if cls is StreamingSession and is_enabled(spark):
+            return _served(spark)
+        return super().__new__(cls)
 
     def __init__(self, spark: "SparkSession") -> None:
         from statestream.dataframe import install_stream_on_the_right
@@ -73,7 +75,7 @@ class StreamingSession:
         self.sparkSession = spark
         use_driver_python(spark)
         install_stream_on_the_right()
-        self._streams = StreamingQueryManager()
+        self._streams = StreamingQueryManager(spark)
         #: streaming temporary views of this session (lower-case name -> statestream DataFrame)
         self._views: dict[str, Any] = {}
 
@@ -104,7 +106,11 @@ class StreamingSession:
         from statestream.errors import not_supported_yet
         from statestream.plan.sql import relations_in
 
-        streams = sorted({n for n in relations_in(self.sparkSession, sqlQuery) if self._view(n) is not None})
+        try:
+            relations = relations_in(self.sparkSession, sqlQuery)
+        except Exception:  # noqa: BLE001 - not parsable before PySpark fills in {name} arguments: Spark's own
+            relations = []
+        streams = sorted({n for n in relations if self._view(n) is not None})
         if not streams:
             return ClassicSparkSession.sql(self.sparkSession, sqlQuery, args, **kwargs)
         if any(n.startswith("global_temp.") for n in streams):
@@ -173,13 +179,21 @@ class StreamingSession:
 # ------------------------------------------------------------------------------------------------
 
 
+#: makes the StreamingSession of an enabled session once, whichever thread asks first
+_SERVING_LOCK = threading.RLock()
+
+
 def _served(spark: "SparkSession") -> StreamingSession:
     """The StreamingSession behind an enabled session (made on first use for a session that
     ``newSession()`` made from an enabled one: it is of the enabled class too)."""
     served = spark.__dict__.get(_SESSION_ATTRIBUTE)
     if served is None:
-        served = StreamingSession(spark)
-        spark.__dict__[_SESSION_ATTRIBUTE] = served
+        with _SERVING_LOCK:
+            served = spark.__dict__.get(_SESSION_ATTRIBUTE)
+            if served is None:
+                served = object.__new__(StreamingSession)
+                served.__init__(spark)
+                spark.__dict__[_SESSION_ATTRIBUTE] = served
     return served
 
 
@@ -188,6 +202,9 @@ class _ServedEntryPoints:
     (``readStream``, ``streams``), the batch reader with the ``statestore`` and
     ``state-metadata`` sources (``read``), and ``sql``/``table``, which see the streaming
     temporary views. Everything else is the SparkSession's own."""
+
+    #: read by the API's hand-over to Spark's engine (``handover.py``) and the query manager
+    _statestream_served = True
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802 - PySpark's name
@@ -264,12 +281,14 @@ def enable(spark: "SparkSession") -> "SparkSession":
     >>> type(q).__module__                                                    # doctest: +SKIP
     'statestream.query'
     """
-    if is_enabled(spark) and _SESSION_ATTRIBUTE in spark.__dict__:
-        return spark
-    served = StreamingSession(spark)  # refuses a Connect session before anything changes
-    spark.__dict__[_SESSION_ATTRIBUTE] = served
-    if not is_enabled(spark):
-        spark.__class__ = _enabled_class(type(spark))
+    with _SERVING_LOCK:
+        if is_enabled(spark) and _SESSION_ATTRIBUTE in spark.__dict__:
+            return spark
+        served = object.__new__(StreamingSession)
+        served.__init__(spark)  # refuses a Connect session before anything changes
+        spark.__dict__[_SESSION_ATTRIBUTE] = served
+        if not is_enabled(spark):
+            spark.__class__ = _enabled_class(type(spark))
     logger.info("statestream serves the streaming entry points of SparkSession %s", hex(id(spark)))
     return spark
 

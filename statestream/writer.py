@@ -13,6 +13,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable
 
+from statestream.handover import hands_over
 from statestream.sources.options import option_string
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["DataStreamWriter"]
 
 
+@hands_over
 class DataStreamWriter:
     """``DataFrame.writeStream``."""
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from statestream.plan import logical as L
-from statestream.jvm_calls import expr_ids, jvm_seq
+from statestream.jvm_calls import clone_session, expr_ids, jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -199,10 +199,8 @@ def shown_output(op: "PhysicalOperator | None") -> tuple[str, ...] | None:
 def planning_session(template: "DataFrame") -> Any:
     """A clone of the template's session with adaptive execution off, as in a micro-batch (the
     plan Spark shows before a stateful query starts is not adaptive either)."""
-    from pyspark.sql import SparkSession
-
     user = template.sparkSession
-    session = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    session = clone_session(user)
     session.conf.set("spark.sql.adaptive.enabled", "false")
     return session
 

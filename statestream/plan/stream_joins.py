@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
-from statestream.jvm_calls import jvm_seq
+from statestream.jvm_calls import clone_session, jvm_seq
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -652,15 +652,13 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     the condition."""
     from pyspark.sql.types import BooleanType, StructField, StructType
 
-    from pyspark.sql import SparkSession
-
     from statestream.plan.joins import standin_join
     from statestream.plan.logical import WATERMARK_DELAY_KEY
 
     assert node.left is not None and node.right is not None
     # a clone of the template's session with adaptive execution off, as in a micro-batch
     user = node.template.sparkSession
-    session = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    session = clone_session(user)
     session.conf.set("spark.sql.adaptive.enabled", "false")
     joined, ids = standin_join(node, session)
     jvm = session._jvm  # noqa: SLF001

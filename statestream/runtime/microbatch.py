@@ -34,6 +34,7 @@ from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
 from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
 from statestream.faults import crash_point
+from statestream.jvm_calls import clone_session
 from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import OBSERVED_METRICS
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
@@ -541,13 +542,11 @@ class MicroBatchExecution:
         number of partitions of the stateful exchange), the pinned number of shuffle
         partitions, and no byte limit on the Arrow batches sent to the state steps unless the
         user set one (``runtime.arrow_exchange``)."""
-        from pyspark.sql import SparkSession
-
         from statestream.runtime.arrow_exchange import arrow_exchange_confs
 
         user = self.session.sparkSession
         try:
-            spark = SparkSession(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+            spark = clone_session(user)
         except Exception:  # noqa: BLE001 - fall back to a new session with the same runtime confs
             spark = user.newSession()
         spark.conf.set("spark.sql.adaptive.enabled", "false")

@@ -2,12 +2,14 @@
 
 Spark: ``PythonStreamingWrite`` of a ``DataSource`` registered with ``spark.dataSource.register``
 whose ``streamWriter(schema, overwrite)`` gives a ``DataSourceStreamWriter`` (or its Arrow
-variant). As in Spark's engine, the writer is made once per run on the driver, with the query's
-output schema and ``overwrite`` in complete mode (Spark's truncate); each batch, every partition of
-the batch's result is given to ``write(iterator)`` in a Spark task (of rows as ``Row``\\ s, or of
-Arrow record batches for an Arrow writer), and the tasks' ``WriterCommitMessage``\\ s go to
-``commit(messages, batchId)`` on the driver, or to ``abort(messages, batchId)`` when a task failed
-(the messages of the tasks that did not finish are None).
+variant). As in Spark's engine, each batch makes its writers from a fresh instance of the data
+source, with the query's output schema and ``overwrite`` in complete mode (Spark's truncate; update
+mode is refused, as Spark refuses it): every partition of the batch's result is given to
+``write(iterator)`` in a Spark task (rows as ``Row``\\ s, or Arrow record batches for an Arrow
+writer; a batch without partitions is one empty task), and the tasks' ``WriterCommitMessage``\\ s
+go to ``commit(messages, batchId)`` of another writer on the driver, or to
+``abort(messages, batchId)`` when a task failed (statestream gives every message as None there,
+where Spark gives the finished tasks' messages).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Iterator
 
+from statestream.errors import python_sink_update_mode_error
 from statestream.sinks.base import Sink
 from statestream.sources.python_datasource import lookup_python_data_source
 
@@ -39,18 +42,25 @@ class PythonDataSourceSink(Sink):
     >>> q = df.writeStream.format("my_sink").option("checkpointLocation", cp).start()  # doctest: +SKIP
     """
 
-    def __init__(self, data_source: "DataSource", output_mode: str | None) -> None:
-        self.data_source = data_source
-        self.overwrite = (output_mode or "append").lower() == "complete"
-        self._writer: Any = None
+    def __init__(self, data_source_cls: "type[DataSource]", options: dict[str, str], output_mode: str | None) -> None:
+        self.data_source_cls = data_source_cls
+        self.options = options
+        self.output_mode = (output_mode or "append").lower()
+        self.overwrite = self.output_mode == "complete"
+        self._schema: "StructType | None" = None
         self._rows = -1
 
     def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:
-        """Make the writer with the query's output schema (Spark makes it when the query starts)."""
-        from pyspark.errors import PySparkAssertionError
-        from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamWriter
+        self._schema = plan.schema
 
-        writer = self.data_source.streamWriter(schema=plan.schema, overwrite=self.overwrite)
+    def _writer(self) -> Any:
+        """A writer from a fresh instance of the data source, as Spark makes one for a batch's
+        tasks and another for its commit."""
+        from pyspark.errors import PySparkAssertionError
+        from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamArrowWriter, DataSourceStreamWriter
+
+        data_source = self.data_source_cls(options=CaseInsensitiveDict(self.options))
+        writer = data_source.streamWriter(schema=self._schema, overwrite=self.overwrite)
         if not isinstance(writer, (DataSourceStreamWriter, DataSourceStreamArrowWriter)):
             raise PySparkAssertionError(
                 errorClass="DATA_SOURCE_TYPE_MISMATCH",
@@ -59,29 +69,34 @@ class PythonDataSourceSink(Sink):
                     "actual": f"'{type(writer).__name__}'",
                 },
             )
-        self._writer = writer
+        return writer
 
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
-        """``write`` in a task per partition, then ``commit`` (or ``abort``) on the driver."""
+        """``write`` in a task per partition (one task for a batch without partitions, as Spark
+        writes an empty batch), then ``commit`` (or ``abort``) on the driver."""
         from pyspark.serializers import CloudPickleSerializer
 
-        assert self._writer is not None, "on_query_start makes the writer"
-        partitions = df.rdd.getNumPartitions()
-        write = _write_partition_function(self._writer, df.schema, self.data_source.name())
+        if self.output_mode == "update":  # Spark's Python writer supports append and truncate only
+            raise python_sink_update_mode_error(str(self.data_source_cls.name()))
+        assert self._schema is not None, "on_query_start gives the schema"
+        write = _write_partition_function(self._writer(), self._schema, str(self.data_source_cls.name()))
+        if df.rdd.getNumPartitions() == 0:
+            df = df.sparkSession.createDataFrame(df.sparkSession.sparkContext.parallelize([], 1), self._schema)
         try:
             results = df.mapInArrow(write, "message BINARY, rows LONG").collect()
         except Exception:
-            self._writer.abort([None] * partitions, batch_id)
+            # the messages of the tasks that finished are not known here: all are given as None
+            self._writer().abort([None] * max(1, df.rdd.getNumPartitions()), batch_id)
             raise
         messages = [CloudPickleSerializer().loads(bytes(r.message)) for r in results]
         self._rows = sum(int(r.rows) for r in results)
-        self._writer.commit(messages, batch_id)
+        self._writer().commit(messages, batch_id)
 
     def num_output_rows(self) -> int:
         return self._rows
 
     def description(self) -> str:
-        return f"PythonDataSourceSink[{self.data_source.name()}]"
+        return f"PythonDataSourceSink[{self.data_source_cls.name()}]"
 
 
 def _write_partition_function(writer: Any, schema: "StructType", name: str) -> Any:
@@ -129,9 +144,7 @@ def _write_partition_function(writer: Any, schema: "StructType", name: str) -> A
 
 def python_data_source_sink(spark: "SparkSession", name: str, options: dict[str, Any], output_mode: str | None) -> PythonDataSourceSink | None:
     """The sink of the Python data source registered as ``name``, None when there is none."""
-    from pyspark.sql.datasource import CaseInsensitiveDict
-
     cls = lookup_python_data_source(spark, name)
     if cls is None:
         return None
-    return PythonDataSourceSink(cls(options=CaseInsensitiveDict({k: str(v) for k, v in options.items() if v is not None})), output_mode)
+    return PythonDataSourceSink(cls, {k: str(v) for k, v in options.items() if v is not None}, output_mode)

@@ -104,7 +104,7 @@ def create_source(
         return FileStreamSource(spark, path, name, schema, opts, metadata_dir=metadata_dir)
     from statestream.sources.python_datasource import python_data_source
 
-    python_source = python_data_source(spark, fmt, opts, schema)  # registered with spark.dataSource.register
+    python_source = python_data_source(spark, fmt, opts, schema, path)  # registered with spark.dataSource.register
     if python_source is not None:
         return python_source
     from statestream.errors import StatestreamError

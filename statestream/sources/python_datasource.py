@@ -27,7 +27,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from statestream.errors import StatestreamError, python_data_source_error
+from statestream.errors import StatestreamError, python_data_source_error, python_streaming_source_error
 from statestream.jvm_calls import static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 
@@ -89,15 +89,13 @@ def _through_json(offset: Any) -> Any:
     return json.loads(json.dumps(offset))
 
 
-def _checked_offset(offset: Any, method: str) -> Any:
-    if not isinstance(offset, dict):
-        from pyspark.errors import PySparkRuntimeError
-
-        raise PySparkRuntimeError(
-            errorClass="DATA_SOURCE_TYPE_MISMATCH",
-            messageParameters={"expected": f"a dict as the return value of `{method}`", "actual": f"'{type(offset).__name__}'"},
-        )
-    return _through_json(offset)
+def _calling(action: str, method: Any, *args: Any) -> Any:
+    """A call of the reader on the driver; what it raises becomes Spark's
+    ``PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR`` naming the action, as Spark reports it."""
+    try:
+        return method(*args)
+    except Exception as exc:  # noqa: BLE001 - wrapped with the Python traceback
+        raise python_streaming_source_error(action, exc) from exc
 
 
 class PythonMicroBatchStream(Source):
@@ -148,14 +146,16 @@ class PythonMicroBatchStream(Source):
         return self._planner
 
     def initial_offset(self) -> Any:
-        return _checked_offset(self._reader().initialOffset(), "initialOffset")
+        reader = self._reader()
+        return _through_json(_calling("initialOffset", reader.initialOffset))
 
     def set_latest_seen_offset(self, offset: Any) -> None:
         """A restart's last logged end offset: ``partitions(end, end)``, which sets a simple
         reader's prefetching start (Spark's ``setLatestSeenOffset``)."""
         if offset is not None and self._seen_offset is None:
             self._seen_offset = offset
-            self._reader().partitions(_through_json(offset), _through_json(offset))
+            reader = self._reader()
+            _calling("planPartitions", reader.partitions, _through_json(offset), _through_json(offset))
 
     def prepare_for_trigger_available_now(self) -> None:
         self._available_now = True
@@ -164,7 +164,8 @@ class PythonMicroBatchStream(Source):
         """The reader's ``latestOffset()`` (an ``availableNow`` run: its first one, kept)."""
         if self._available_now and self._available_now_end is not None:
             return self._available_now_end
-        end = _checked_offset(self._reader().latestOffset(), "latestOffset")
+        reader = self._reader()
+        end = _through_json(_calling("latestOffset", reader.latestOffset))
         if self._available_now:
             self._available_now_end = end
         return end
@@ -180,7 +181,7 @@ class PythonMicroBatchStream(Source):
         reader = self._reader()
         first = self.initial_offset() if start is None else _through_json(start)
         last = _through_json(end)
-        partitions = list(reader.partitions(first, last))
+        partitions = list(_calling("planPartitions", reader.partitions, first, last))
         if isinstance(reader, _SimpleStreamReaderWrapper):
             cached = reader.getCache(first, last)
             if cached is not None:
@@ -217,7 +218,8 @@ class PythonMicroBatchStream(Source):
         )
 
     def commit(self, end: Any) -> None:
-        self._reader().commit(_through_json(end))
+        reader = self._reader()
+        _calling("commitSource", reader.commit, _through_json(end))
 
     def stop(self) -> None:
         for reader in (self._planner,):
@@ -256,12 +258,14 @@ def _read_partition_function(reader: Any, data_source: Any, schema: "StructType"
     return read
 
 
-def python_data_source(spark: "SparkSession | None", name: str, options: Mapping[str, Any], schema: Any) -> "PythonMicroBatchStream | None":
+def python_data_source(
+    spark: "SparkSession | None", name: str, options: Mapping[str, Any], schema: Any, path: str | None = None
+) -> "PythonMicroBatchStream | None":
     """The stream of the Python data source registered as ``name``, None when there is none
-    (or no session to look in)."""
+    (or no session to look in); ``load(path)`` gives the source the option ``path``, as in Spark."""
     if spark is None:
         return None
     cls = lookup_python_data_source(spark, name)
     if cls is None:
         return None
-    return PythonMicroBatchStream(spark, cls, options, schema)
+    return PythonMicroBatchStream(spark, cls, {**options, "path": path} if path is not None else options, schema)

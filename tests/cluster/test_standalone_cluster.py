@@ -101,13 +101,12 @@ def _wait_for(predicate, what: str, timeout: float, procs: list[subprocess.Popen
         time.sleep(0.5)
 
 
-@pytest.mark.slow
 def _spark_submit_unchanged(master_url: str, tmp_path: Path, env: dict[str, str]) -> None:
     """An unmodified program (``tests/jobs/windowed_word_count.py``) submitted in client mode to
     the cluster (its remaining worker) with spark-submit, once as it is (Spark's engine) and once
     with ``spark.pyspark.driver.python=statestream-python``: every console batch is the same, and
     the second run was statestream's (its log line of the served session)."""
-    from tests.spark.test_run_unchanged import BIN, JOBS, SERVED, _events, console_batches
+    from tests.spark.test_run_unchanged import BIN, JOBS, RAN, SERVED, _events, console_batches
 
     (tmp_path / "unchanged").mkdir()
     events = _events(tmp_path / "unchanged")
@@ -121,13 +120,14 @@ def _spark_submit_unchanged(master_url: str, tmp_path: Path, env: dict[str, str]
         run_env.pop("PYTHONPATH", None)
         runs[engine] = subprocess.run(cmd, env=run_env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, check=False)
         assert runs[engine].returncode == 0, f"{engine}: exit {runs[engine].returncode}\n{runs[engine].stdout[-4000:]}\n{runs[engine].stderr[-4000:]}"
-    assert SERVED in runs["statestream"].stdout + runs["statestream"].stderr
-    assert SERVED not in runs["spark"].stdout + runs["spark"].stderr
+    assert SERVED in runs["statestream"].stdout + runs["statestream"].stderr and RAN in runs["statestream"].stdout
+    assert SERVED not in runs["spark"].stdout + runs["spark"].stderr and RAN not in runs["spark"].stdout
     expected = console_batches(runs["spark"].stdout)
     assert len(expected) == 6, runs["spark"].stdout[-4000:]
     assert console_batches(runs["statestream"].stdout) == expected
 
 
+@pytest.mark.slow
 def test_standalone_cluster_survives_a_killed_worker(tmp_path):
     from statestream._java import ensure_java
 

@@ -43,6 +43,13 @@ def _record(i: int) -> tuple:
     return (i, f"k{i % 3}", T0 + dt.timedelta(seconds=i))
 
 
+def _set_end(control: Path, end: int) -> None:
+    """Move the source's end; atomically, as the query's thread may be reading the file."""
+    part = control.with_suffix(".part")
+    part.write_text(json.dumps({"end": end}))
+    os.replace(part, control)
+
+
 def _available(options: Any) -> int:
     with open(options["path"], encoding="utf-8") as f:
         return int(json.load(f)["end"])
@@ -171,8 +178,9 @@ class JsonLinesWriter(DataSourceStreamWriter):
 
     def commit(self, messages: list, batchId: int) -> None:  # noqa: N803
         rows = sorted(r for m in messages for r in m.rows)
+        record = {"batch": batchId, "overwrite": self.overwrite, "columns": self.columns, "rows": rows, "messages": len(messages)}
         with open(os.path.join(self.target, f"batch-{batchId}.json"), "w", encoding="utf-8") as f:
-            json.dump({"batch": batchId, "overwrite": self.overwrite, "columns": self.columns, "rows": rows}, f)
+            json.dump(record, f)
 
     def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
         open(os.path.join(self.target, f"aborted-{batchId}"), "w").close()
@@ -223,7 +231,7 @@ def _run(engine, name: str, ends: list[int], tmp_path: Path, tag: str, build=_wi
         control.write_text(json.dumps({"end": 0}))
 
     def feed(i: int, _batch: Any) -> None:
-        control.write_text(json.dumps({"end": ends[i]}))
+        _set_end(control, ends[i])
 
     def source(s):
         return s.readStream.format(name).option("path", str(control)).option("partitions", "3").load()
@@ -301,7 +309,7 @@ def _write(engine, tag: str, mode: str, tmp_path: Path) -> dict:
              .option("checkpointLocation", str(tmp_path / f"cp-{tag}")).start())
     try:
         for end in (3, 8, 8, 12):
-            control.write_text(json.dumps({"end": end}))
+            _set_end(control, end)
             query.processAllAvailable()
     finally:
         query.stop()
@@ -335,3 +343,24 @@ def test_a_failing_source_fails_the_query_as_on_spark(spark, served, tmp_path, n
         assert error.getCondition() == "STREAM_FAILED", tag
         assert condition is None or condition in text, (tag, text[:2000])
         assert cause in text, (tag, text[:2000])
+
+
+def test_stream_writer_refuses_update_mode(spark, served, tmp_path):
+    """Spark's Python writer truncates but does not take updates: update mode fails the query
+    (``requirement failed: ... does not support Update mode.``) on both engines."""
+    texts = {}
+    for tag in ("spark", "ours"):
+        control = tmp_path / f"{tag}.json"
+        control.write_text(json.dumps({"end": 3}))
+        (tmp_path / f"out-{tag}").mkdir()
+        with served() if tag == "ours" else contextlib.nullcontext(spark) as engine:
+            df = engine.readStream.format("statestream_counting").option("path", str(control)).load().groupBy("key").count()
+            query = (df.writeStream.format("statestream_json_lines").outputMode("update").option("path", str(tmp_path / f"out-{tag}"))
+                     .option("checkpointLocation", str(tmp_path / f"cp-{tag}")).start())
+            with pytest.raises(Exception) as raised:  # noqa: PT011 - compared below
+                query.processAllAvailable()
+            query.stop()
+        texts[tag] = str(raised.value)
+        assert raised.value.getCondition() == "STREAM_FAILED", tag
+        assert "requirement failed: statestream_json_lines does not support Update mode." in texts[tag], (tag, texts[tag][:1500])
+        assert list((tmp_path / f"out-{tag}").iterdir()) == [], tag

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from tests.differential.harness import run_stream
 from tests.kafka.test_kafka_source import Topic
-from tests.spark.test_run_unchanged import BIN, CONFS, JOBS, _env, console_batches, rows_of
+from tests.spark.test_run_unchanged import BIN, CONFS, JOBS, RAN, _env, console_batches, rows_of
 
 LINES = ["the quick brown fox", "jumps over the lazy dog", "the dog sleeps", "a fox runs",
          "over and over", "the end", "quick quick", "dog"]
@@ -22,10 +22,12 @@ def test_kafka_word_count_runs_unchanged(spark, kafka_bootstrap, tmp_path):
     topic = Topic(kafka_bootstrap, partitions=1)
     rows = topic.produce([(0, None, line.encode(), 1_700_000_000_000 + i) for i, line in enumerate(LINES)])
     env = _env()
+    env["STATESTREAM_LOG_LEVEL"] = "INFO"
     env["PYSPARK_SUBMIT_ARGS"] = " ".join([*(a for k, v in CONFS.items() for a in ("--conf", f"{k}={v}")), "pyspark-shell"])
     run = subprocess.run([str(BIN / "statestream"), "run", str(JOBS / "kafka_word_count.py"), kafka_bootstrap, "subscribe", topic.name],
                          env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
     assert run.returncode == 0, f"{run.stdout[-3000:]}\n{run.stderr[-5000:]}"
+    assert RAN in run.stderr, run.stderr[-3000:]  # statestream's loop ran the batches
     ours = console_batches(run.stdout)
 
     def word_count(df):

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import statestream
+import statestream.errors
 from statestream import StreamingSession
 from statestream.dataframe import DataFrame as StreamingDataFrame
 from statestream.errors import MIXED_ENGINES_CONDITION
@@ -100,3 +101,63 @@ def test_a_new_session_of_an_enabled_one_is_enabled(session):
     assert statestream.is_enabled(other)
     assert other.streams is not session.streams
     assert isinstance(other.readStream.format("rate").load(), StreamingDataFrame)
+
+
+def _grouping_sets(df):
+    return df.groupingSets([["a"], ["b"]], "a", "b").agg(F.count("*").alias("n"))
+
+
+def test_a_query_statestream_cannot_run_is_handed_to_spark(session, spark, tmp_path, caplog):
+    """``groupingSets`` on a stream (statestream: not yet): on an enabled session the query is
+    rebuilt on Spark's engine from its ``readStream``, with one warning naming the reason, and
+    gives what Spark's engine gives; ``spark.streams`` lists it. With
+    ``spark.statestream.handOverToSpark=false`` the refusal stands."""
+    import logging
+
+    src = tmp_path / "in"
+    spark.createDataFrame([(i % 2, i % 3) for i in range(12)], "a INT, b INT").write.json(str(src))
+    reference = _grouping_sets(spark.readStream.schema("a INT, b INT").json(str(src)))
+    ref_query = reference.writeStream.outputMode("complete").format("memory").queryName("handover_reference").start()
+    ref_query.processAllAvailable()
+    ref_query.stop()
+    expected = sorted(map(tuple, spark.sql("SELECT * FROM handover_reference").collect()), key=str)
+
+    statestream.enable(session)
+    stream = session.readStream.schema("a INT, b INT").json(str(src))
+    with caplog.at_level(logging.WARNING, logger="statestream.handover"):
+        handed = _grouping_sets(stream.where("a >= 0"))
+    assert isinstance(handed, SparkDataFrame) and handed.isStreaming
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "statestream.handover"]
+    assert "groupingSets" in warning and "Spark's own engine" in warning
+    query = handed.writeStream.outputMode("complete").format("memory").queryName("handover_ours").start()
+    try:
+        assert [q.id for q in session.streams.active] == [query.id]
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(map(tuple, session.sql("SELECT * FROM handover_ours").collect()), key=str) == expected
+
+    session.conf.set("spark.statestream.handOverToSpark", "false")
+    with pytest.raises(statestream.errors.NotSupportedYetError, match="groupingSets"):
+        _grouping_sets(stream)
+
+
+def test_the_continuous_trigger_is_handed_to_spark(session, tmp_path):
+    """The continuous trigger: the writer's settings so far are replayed on Spark's writer, whose
+    query runs on Spark's engine. (Started here with an ``availableNow`` trigger set after it, on
+    Spark's writer: a continuous query does not stop reliably with two cores.)"""
+    from pyspark.sql.streaming.readwriter import DataStreamWriter as SparkWriter
+
+    statestream.enable(session)
+    src = tmp_path / "in"
+    session.createDataFrame([(1,)], "k INT").write.json(str(src))
+    writer = session.readStream.schema("k INT").json(str(src)).writeStream.format("memory").queryName("handover_continuous")
+    continuous = writer.trigger(continuous="1 second")
+    assert isinstance(continuous, SparkWriter)
+    query = continuous.trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(120)
+        assert query.name == "handover_continuous" and type(query).__module__.startswith("pyspark.")
+    finally:
+        query.stop()
+    assert [tuple(r) for r in session.sql("SELECT * FROM handover_continuous").collect()] == [(1,)]

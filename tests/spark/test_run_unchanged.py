@@ -6,7 +6,8 @@ compared batch by batch, with their closing lines and exit statuses.
 The inputs are files read one per batch (``maxFilesPerTrigger`` 1, ``availableNow``), so the
 batches are the same on both engines. The programs' output does not say which engine ran them,
 so each statestream run is made with ``STATESTREAM_LOG_LEVEL=INFO`` and must log the line of
-``statestream.enable`` naming the session it serves (and Spark's run must not).
+``statestream.enable`` naming the session it serves and the loop's line of each batch it ran
+(and Spark's run neither).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ CONFS = {
 }
 #: a line that statestream logs when it serves a session (session.enable, at INFO)
 SERVED = "statestream serves the streaming entry points"
+#: a line that only statestream's micro-batch loop logs (at INFO), once per batch it ran
+RAN = "statestream.runtime.progress_tracker: progress: batch"
 
 
 def _events(root: Path) -> Path:
@@ -115,8 +118,8 @@ def test_windowed_word_count_complete_mode_ordered(events):
     _check_ran(spark)
     ours = _launch("statestream-run", "windowed_word_count.py", str(events), log_info=True)
     _check_ran(ours)
-    assert SERVED in ours.stderr, ours.stderr[-3000:]
-    assert SERVED not in spark.stderr
+    assert SERVED in ours.stderr and ours.stderr.count(RAN) >= 6, ours.stderr[-3000:]
+    assert SERVED not in spark.stderr and RAN not in spark.stderr
     expected = console_batches(spark.stdout)
     assert len(expected) == 6 and all(rows_of(t) for t in expected.values()), spark.stdout
     assert console_batches(ours.stdout) == expected
@@ -134,7 +137,8 @@ def test_sessionization_append_mode(events):
     for how in ("statestream-run", "spark-submit"):
         ours = _launch(how, "sessionization.py", str(events), "3", log_info=True)
         _check_ran(ours, 3)
-        assert SERVED in ours.stderr + ours.stdout, (how, ours.stderr[-3000:])  # spark-submit sends the driver's stderr to stdout
+        log = ours.stderr + ours.stdout  # spark-submit sends the driver's stderr to stdout
+        assert SERVED in log and RAN in log, (how, ours.stderr[-3000:])
         assert {b: sorted(rows_of(t)) for b, t in console_batches(ours.stdout).items()} == expected, how
         assert closing_lines(ours.stdout) == closing_lines(spark.stdout), how
 
@@ -146,7 +150,7 @@ def test_a_python_data_source_program(tmp_path):
     _check_ran(spark)
     ours = _launch("statestream-run", "python_source_counts.py", "40", "7", log_info=True)
     _check_ran(ours)
-    assert SERVED in ours.stderr
+    assert SERVED in ours.stderr and RAN in ours.stderr
     expected = {b: sorted(rows_of(t)) for b, t in console_batches(spark.stdout).items()}
     assert len(expected) >= 6, spark.stdout
     assert {b: sorted(rows_of(t)) for b, t in console_batches(ours.stdout).items()} == expected
