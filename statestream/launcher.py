@@ -16,13 +16,14 @@ import logging
 import os
 import runpy
 import sys
+import warnings
 from collections.abc import Sequence
 
 from statestream.session import enable_everywhere
 
-__all__ = ["run_path", "run_module", "run_code", "interact", "main", "configure_logging", "LOG_LEVEL_ENV"]
+__all__ = ["run_path", "run_module", "run_code", "run_stdin", "interact", "main", "configure_logging", "LOG_LEVEL_ENV"]
 
-USAGE = """usage: statestream-python [-m MODULE | -c CODE | FILE | -] [ARG ...]
+USAGE = """usage: statestream-python [-W FILTER] [-m MODULE | -c CODE | FILE | -] [ARG ...]
 
 A Python interpreter whose SparkSessions run their streaming queries on statestream
 (spark-submit: --conf spark.pyspark.driver.python=statestream-python). With no FILE, an
@@ -69,7 +70,9 @@ def run_path(path: str, args: Sequence[str] = ()) -> None:
     """
     enable_everywhere()
     sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    # python puts the program's directory first on the path (a directory or zip: itself), where
+    # this launcher's own directory (a console script's) was
+    _set_path_head(os.path.abspath(path) if os.path.isdir(path) or path.endswith(".zip") else os.path.dirname(os.path.abspath(path)))
     runpy.run_path(path, run_name="__main__")
 
 
@@ -81,7 +84,7 @@ def run_module(name: str, args: Sequence[str] = ()) -> None:
     """
     enable_everywhere()
     sys.argv = [name, *args]
-    sys.path.insert(0, os.getcwd())
+    _set_path_head(os.getcwd())
     runpy.run_module(name, run_name="__main__", alter_sys=True)
 
 
@@ -94,8 +97,28 @@ def run_code(source: str, args: Sequence[str] = ()) -> None:
     """
     enable_everywhere()
     sys.argv = ["-c", *args]
-    sys.path.insert(0, "")
+    _set_path_head("")
     exec(compile(source, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
+
+
+def run_stdin(args: Sequence[str] = ()) -> None:
+    """Run the program read from standard input, as ``python - args...`` does, on statestream.
+
+    >>> from statestream.launcher import run_stdin                           # doctest: +SKIP
+    >>> run_stdin(["x"])                                                     # doctest: +SKIP
+    """
+    enable_everywhere()
+    sys.argv = ["-", *args]
+    _set_path_head("")
+    exec(compile(sys.stdin.read(), "<stdin>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
+
+
+def _set_path_head(entry: str) -> None:
+    """``sys.path[0]`` as python sets it for the program, in place of the launcher's."""
+    if sys.path:
+        sys.path[0] = entry
+    else:
+        sys.path.append(entry)
 
 
 def interact() -> None:
@@ -107,13 +130,25 @@ def interact() -> None:
     """
     enable_everywhere()
     sys.argv = [""]
-    sys.path.insert(0, "")
+    _set_path_head("")
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     startup = os.environ.get("PYTHONSTARTUP")
     if startup and os.path.isfile(startup):
         with open(startup, encoding="utf-8") as f:
             exec(compile(f.read(), startup, "exec"), namespace)  # noqa: S102
     code.interact(local=namespace, banner="", exitmsg="")
+
+
+def _warning_filter(option: str) -> tuple:
+    """python's ``-W action:message:category:module:lineno`` as ``warnings.filterwarnings``
+    arguments (action and message; the rest as python reads it, category by name)."""
+    import builtins
+
+    parts = (option.split(":") + [""] * 5)[:5]
+    actions = {"d": "default", "e": "error", "i": "ignore", "a": "always", "m": "module", "o": "once"}
+    action = actions.get(parts[0][:1], parts[0] or "default") if len(parts[0]) <= 1 else parts[0]
+    category = getattr(builtins, parts[2], Warning) if parts[2] else Warning
+    return (action, parts[1], category, parts[3], int(parts[4]) if parts[4].isdigit() else 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -127,10 +162,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     configure_logging()
-    while args and args[0] in ("-u", "-B", "-E", "-s", "-I"):  # flags spark-submit or users add; harmless here
-        args.pop(0)
-    if not args or args[0] == "-":
+    while args:
+        if args[0] in ("-u", "-B", "-E", "-s", "-I", "-O", "-OO", "-q"):  # flags that matter at start-up only
+            args.pop(0)
+        elif args[0] == "-W" and len(args) > 1:  # a warnings filter, as python's -W adds it
+            warnings.filterwarnings(*_warning_filter(args[1]))
+            del args[:2]
+        elif args[0] == "-X" and len(args) > 1:  # an implementation option: too late to take here
+            logging.getLogger(__name__).warning("statestream-python ignores -X %s (set it with PYTHONX... variables)", args[1])
+            del args[:2]
+        else:
+            break
+    if not args:
         interact()
+    elif args[0] == "-":
+        run_stdin(args[1:])
     elif args[0] in ("-h", "--help"):
         print(USAGE)  # noqa: T201 - a command line prints
     elif args[0] == "-m" and len(args) > 1:

@@ -21,6 +21,7 @@ def calls(monkeypatch):
     monkeypatch.setattr(launcher, "run_module", lambda m, a=(): seen.append(("module", m, list(a))))
     monkeypatch.setattr(launcher, "run_code", lambda c, a=(): seen.append(("code", c, list(a))))
     monkeypatch.setattr(launcher, "interact", lambda: seen.append(("console",)))
+    monkeypatch.setattr(launcher, "run_stdin", lambda a=(): seen.append(("stdin", list(a))))
     return seen
 
 
@@ -30,15 +31,48 @@ def test_python_command_line(calls, capsys):
     assert launcher.main(["-c", "print(1)", "z"]) == 0
     assert launcher.main(["-u", "job.py"]) == 0  # an interpreter flag before the program is ignored
     assert launcher.main([]) == 0
+    assert launcher.main(["-", "y"]) == 0
+    assert launcher.main(["-X", "dev", "job.py"]) == 0
     assert calls == [
         ("path", "job.py", ["a", "-m", "--x"]),  # the program's own flags are its own
         ("module", "jobs.count", ["--date", "d"]),
         ("code", "print(1)", ["z"]),
         ("path", "job.py", []),
         ("console",),
+        ("stdin", ["y"]),
+        ("path", "job.py", []),
     ]
     assert launcher.main(["--frobnicate"]) == 2
     assert "unknown option --frobnicate" in capsys.readouterr().err
+
+
+def test_warning_filters_as_python_reads_them(calls):
+    import warnings
+
+    with warnings.catch_warnings():
+        assert launcher.main(["-W", "error::DeprecationWarning", "job.py"]) == 0
+        assert warnings.filters[0][:3] == ("error", None, DeprecationWarning)
+    assert launcher._warning_filter("ignore") == ("ignore", "", Warning, "", 0)  # noqa: SLF001
+    assert launcher._warning_filter("d::UserWarning::3") == ("default", "", UserWarning, "", 3)  # noqa: SLF001
+
+
+def test_the_program_directory_heads_the_path(tmp_path, monkeypatch):
+    """``sys.path[0]`` is the program's directory (a directory program: itself), in place of
+    the launcher's own, as with ``python job.py``; ``sys.argv`` and ``__name__`` are the program's."""
+    import sys
+
+    monkeypatch.setattr(launcher, "enable_everywhere", lambda: None)
+    monkeypatch.setattr(sys, "path", ["/launcher/bin", "/site"])
+    monkeypatch.setattr(sys, "argv", ["statestream-python"])
+    program = tmp_path / "job.py"
+    program.write_text("import sys\nSEEN.extend([sys.path[0], sys.argv, __name__])\n")
+    seen: list = []
+    import builtins
+
+    monkeypatch.setattr(builtins, "SEEN", seen, raising=False)
+    launcher.run_path(str(program), ["a"])
+    assert seen == [str(tmp_path), [str(program), "a"], "__main__"]
+    assert sys.path[1:] == ["/site"]
 
 
 def test_log_level_from_the_environment():
