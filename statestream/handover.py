@@ -38,6 +38,9 @@ HANDOVER_CONF = "spark.statestream.handOverToSpark"
 #: nesting of API calls on this thread: only the outermost call records and hands over
 _DEPTH = threading.local()
 
+#: the API classes whose objects record how they were made (those given to ``hands_over``)
+_RECORDED: set[type] = set()
+
 
 def root(obj: Any, make_twin: Callable[[], Any]) -> Any:
     """Mark ``obj`` (a DataFrame a reader made) as the start of a chain whose twin
@@ -47,19 +50,21 @@ def root(obj: Any, make_twin: Callable[[], Any]) -> Any:
 
 
 def remember(result: Any, parent: Any, name: str, args: tuple, kwargs: dict, attribute: bool = False) -> Any:
-    """Record on ``result`` the call that made it, when it is one of statestream's API objects
-    that has no record of its own yet."""
-    if type(result).__module__.startswith("statestream.") and hasattr(result, "__dict__") and "_handover" not in result.__dict__:
+    """Record on ``result`` the call that made it, when it is an object of one of the API's
+    classes that has no record of its own yet."""
+    if type(result) in _RECORDED and "_handover" not in result.__dict__:
         result.__dict__["_handover"] = ("attr", parent, name) if attribute else ("call", parent, name, args, kwargs)
     return result
 
 
 def _twin_argument(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
+    """An argument of a replayed call: an API object becomes its twin (LookupError when it has
+    none); plain lists, tuples and dicts are looked into; anything else goes as it is."""
+    if type(value) in (list, tuple):
         return type(value)(_twin_argument(v) for v in value)
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: _twin_argument(v) for k, v in value.items()}
-    if type(value).__module__.startswith("statestream.") and "_handover" in getattr(value, "__dict__", {}):
+    if type(value) in _RECORDED:
         return spark_twin(value)
     return value
 
@@ -87,10 +92,18 @@ def spark_twin(obj: Any) -> Any:
     return twin
 
 
-def _allowed(obj: Any) -> bool:
-    session = getattr(obj, "_session", None)
+def _served_spark(obj: Any) -> Any:
+    """The SparkSession of an API object when ``statestream.enable`` serves it, else None (a
+    DataFrame and a writer hold the session; GroupedData, ``na`` and ``stat`` their DataFrame)."""
+    holder = obj.__dict__.get("_df", obj)
+    session = holder.__dict__.get("_session")
     spark = getattr(session, "sparkSession", None)
-    if spark is None or not getattr(type(spark), "_statestream_served", False):
+    return spark if spark is not None and getattr(type(spark), "_statestream_served", False) else None
+
+
+def _allowed(obj: Any) -> bool:
+    spark = _served_spark(obj)
+    if spark is None:
         return False
     try:
         return str(spark.conf.get(HANDOVER_CONF, "true")).strip().lower() != "false"
@@ -101,6 +114,7 @@ def _allowed(obj: Any) -> bool:
 def _hand_over(obj: Any, name: str, args: tuple, kwargs: dict, error: NotSupportedYetError) -> Any:
     try:
         twin = spark_twin(obj)
+        twin_args, twin_kwargs = _twin_argument(args), _twin_argument(kwargs)
     except LookupError as missing:
         logger.debug("no hand-over of %s: %s", name, missing)
         raise error from None
@@ -108,14 +122,19 @@ def _hand_over(obj: Any, name: str, args: tuple, kwargs: dict, error: NotSupport
         "statestream cannot run this query (%s); it runs on Spark's own engine. Set %s=false to make this an error.",
         error, HANDOVER_CONF,
     )
-    return getattr(twin, name)(*_twin_argument(args), **_twin_argument(kwargs))
+    result = getattr(twin, name)(*twin_args, **twin_kwargs)
+    if getattr(type(obj), "_handover_builder", False):  # a writer: its later calls go to Spark's writer too
+        obj.__dict__["_handed_over"] = result if result is not None else twin
+    return result
 
 
 def hands_over(cls: type) -> type:
-    """Class decorator: every public method (and property) of ``cls`` records the call that
-    made its result, and a ``NotSupportedYetError`` it raises on a served session becomes the
+    """Class decorator: on a served session, every public method (and property) of ``cls``
+    records the call that made its result, and a ``NotSupportedYetError`` it raises becomes the
     same call on the object's Spark twin. A builder whose methods return itself (the writer)
-    keeps the calls made on it, in order, as its settings to replay."""
+    keeps the calls made on it, in order, as its settings to replay, and once it has handed over
+    sends every later call to Spark's writer."""
+    _RECORDED.add(cls)
     for name, member in list(vars(cls).items()):
         if name.startswith("_"):
             continue
@@ -129,6 +148,9 @@ def hands_over(cls: type) -> type:
 def _wrapped(function: Callable[..., Any], name: str, attribute: bool = False) -> Callable[..., Any]:
     @functools.wraps(function)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        handed = self.__dict__.get("_handed_over")
+        if handed is not None:  # a writer that handed over: Spark's writer takes the rest
+            return getattr(handed, name) if attribute else getattr(handed, name)(*_twin_argument(args), **_twin_argument(kwargs))
         depth = getattr(_DEPTH, "value", 0)
         _DEPTH.value = depth + 1
         try:
@@ -140,7 +162,7 @@ def _wrapped(function: Callable[..., Any], name: str, attribute: bool = False) -
             return _hand_over(self, name, args, kwargs, error)
         finally:
             _DEPTH.value = depth
-        if depth == 0:
+        if depth == 0 and _served_spark(self) is not None:
             if result is self and not attribute:  # a builder's setting (writer.format(...), ...)
                 self.__dict__.setdefault("_handover_calls", []).append((name, args, kwargs))
                 self.__dict__.pop("_spark_twin", None)

@@ -223,7 +223,11 @@ class StreamingQueryManager:
         from pyspark.sql.session import SparkSession as ClassicSparkSession
 
         # PySpark's own manager (a cached property of its class; the served class overrides it)
-        return list(vars(ClassicSparkSession)["streams"].__get__(self._spark, ClassicSparkSession).active)
+        try:
+            return list(vars(ClassicSparkSession)["streams"].__get__(self._spark, ClassicSparkSession).active)
+        except Exception:  # noqa: BLE001 - a stopped context: statestream's queries alone
+            logger.debug("the queries of Spark's engine cannot be listed", exc_info=True)
+            return []
 
     def get(self, id: str) -> Any:  # noqa: A002 - PySpark's name
         for q in self.active:

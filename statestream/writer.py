@@ -30,6 +30,10 @@ __all__ = ["DataStreamWriter"]
 class DataStreamWriter:
     """``DataFrame.writeStream``."""
 
+    #: its settings return the writer itself; once a setting or ``start`` handed the query over
+    #: to Spark's engine (``handover.py``), the rest of its calls go to Spark's writer
+    _handover_builder = True
+
     def __init__(self, plan: "L.LogicalPlan", session: "StreamingSessionLike") -> None:
         self._plan = plan
         self._session = session

@@ -80,13 +80,17 @@ class PythonDataSourceSink(Sink):
             raise python_sink_update_mode_error(str(self.data_source_cls.name()))
         assert self._schema is not None, "on_query_start gives the schema"
         write = _write_partition_function(self._writer(), self._schema, str(self.data_source_cls.name()))
-        if df.rdd.getNumPartitions() == 0:
-            df = df.sparkSession.createDataFrame(df.sparkSession.sparkContext.parallelize([], 1), self._schema)
+        partitions = df.rdd.getNumPartitions()
+        if partitions == 0:
+            df, partitions = df.sparkSession.createDataFrame(df.sparkSession.sparkContext.parallelize([], 1), self._schema), 1
         try:
             results = df.mapInArrow(write, "message BINARY, rows LONG").collect()
         except Exception:
             # the messages of the tasks that finished are not known here: all are given as None
-            self._writer().abort([None] * max(1, df.rdd.getNumPartitions()), batch_id)
+            try:
+                self._writer().abort([None] * partitions, batch_id)
+            except Exception:  # noqa: BLE001 - the write's own error is the one to raise
+                logger.warning("Python data source %s: abort of batch %s failed", self.data_source_cls.name(), batch_id, exc_info=True)
             raise
         messages = [CloudPickleSerializer().loads(bytes(r.message)) for r in results]
         self._rows = sum(int(r.rows) for r in results)

@@ -147,7 +147,7 @@ class PythonMicroBatchStream(Source):
 
     def initial_offset(self) -> Any:
         reader = self._reader()
-        return _through_json(_calling("initialOffset", reader.initialOffset))
+        return _calling("initialOffset", lambda: _through_json(reader.initialOffset()))
 
     def set_latest_seen_offset(self, offset: Any) -> None:
         """A restart's last logged end offset: ``partitions(end, end)``, which sets a simple
@@ -165,7 +165,7 @@ class PythonMicroBatchStream(Source):
         if self._available_now and self._available_now_end is not None:
             return self._available_now_end
         reader = self._reader()
-        end = _through_json(_calling("latestOffset", reader.latestOffset))
+        end = _calling("latestOffset", lambda: _through_json(reader.latestOffset()))
         if self._available_now:
             self._available_now_end = end
         return end

@@ -116,7 +116,7 @@ def test_a_query_statestream_cannot_run_is_handed_to_spark(session, spark, tmp_p
 
     src = tmp_path / "in"
     spark.createDataFrame([(i % 2, i % 3) for i in range(12)], "a INT, b INT").write.json(str(src))
-    reference = _grouping_sets(spark.readStream.schema("a INT, b INT").json(str(src)))
+    reference = _grouping_sets(spark.readStream.schema("a INT, b INT").json(str(src)).where("b < 2"))
     ref_query = reference.writeStream.outputMode("complete").format("memory").queryName("handover_reference").start()
     ref_query.processAllAvailable()
     ref_query.stop()
@@ -125,7 +125,7 @@ def test_a_query_statestream_cannot_run_is_handed_to_spark(session, spark, tmp_p
     statestream.enable(session)
     stream = session.readStream.schema("a INT, b INT").json(str(src))
     with caplog.at_level(logging.WARNING, logger="statestream.handover"):
-        handed = _grouping_sets(stream.where("a >= 0"))
+        handed = _grouping_sets(stream.where("b < 2"))  # the filter before the refused call is replayed too
     assert isinstance(handed, SparkDataFrame) and handed.isStreaming
     [warning] = [r.getMessage() for r in caplog.records if r.name == "statestream.handover"]
     assert "groupingSets" in warning and "Spark's own engine" in warning
@@ -136,6 +136,7 @@ def test_a_query_statestream_cannot_run_is_handed_to_spark(session, spark, tmp_p
     finally:
         query.stop()
     assert sorted(map(tuple, session.sql("SELECT * FROM handover_ours").collect()), key=str) == expected
+    assert all(row[1] != 2 for row in expected) and any(row[1] == 1 for row in expected)  # b = 2 filtered out
 
     session.conf.set("spark.statestream.handOverToSpark", "false")
     with pytest.raises(statestream.errors.NotSupportedYetError, match="groupingSets"):
