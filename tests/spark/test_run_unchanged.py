@@ -143,6 +143,66 @@ def test_sessionization_append_mode(events):
         assert closing_lines(ours.stdout) == closing_lines(spark.stdout), how
 
 
+class _LineServer:
+    """A socket server on loopback that sends ``lines`` to the one client it accepts, then keeps
+    the connection open until closed (a socket source's input)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        import socket
+        import threading
+
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(1)
+        self.port = self._server.getsockname()[1]
+        self._lines = lines
+        self._done = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self._server.settimeout(120)
+        try:
+            client, _ = self._server.accept()
+        except OSError:
+            return
+        with client:
+            client.sendall("".join(f"{line}\n" for line in self._lines).encode())
+            self._done.wait(300)
+
+    def close(self) -> None:
+        self._done.set()
+        self._server.close()
+
+
+def _word_totals(stdout: str) -> dict[str, int]:
+    """The last complete-mode table's counts, summed over the windows, by word."""
+    batches = console_batches(stdout)
+    totals: dict[str, int] = {}
+    for row in rows_of(batches[max(batches)]) if batches else []:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        totals[cells[1]] = totals.get(cells[1], 0) + int(cells[2])
+    return totals
+
+
+def test_socket_word_count_with_arrival_times():
+    """The windowed network word count over a socket with ``includeTimestamp``: the windows
+    follow each engine's arrival times, so what is compared is every word's total over its
+    sliding windows (each line is in two of them), which must be Spark's."""
+    lines = ["apache spark", "spark streaming state", "state of the stream", "spark"]
+    totals = {}
+    for how in ("python", "statestream-run"):
+        server = _LineServer(lines)
+        try:
+            run = _launch(how, "network_word_count_windowed.py", "127.0.0.1", str(server.port), "10", "5", "25", log_info=how != "python")
+        finally:
+            server.close()
+        _check_ran(run)
+        totals[how] = _word_totals(run.stdout)
+    words = [w for line in lines for w in line.split(" ")]
+    assert totals["python"] == {w: 2 * words.count(w) for w in set(words)}
+    assert totals["statestream-run"] == totals["python"]
+
+
 def test_a_python_data_source_program(tmp_path):
     """A program that defines, registers and reads its own Python data source (rate-limited by
     its reader): every batch's rows and the last progress line are Spark's."""
