@@ -95,10 +95,7 @@ def run_code(source: str, args: Sequence[str] = ()) -> None:
     >>> run_code("import sys; print(sys.argv)", ["x"])                       # doctest: +SKIP
     ['-c', 'x']
     """
-    enable_everywhere()
-    sys.argv = ["-c", *args]
-    _set_path_head("")
-    exec(compile(source, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
+    _run_text(source, "<string>", ["-c", *args])
 
 
 def run_stdin(args: Sequence[str] = ()) -> None:
@@ -107,10 +104,15 @@ def run_stdin(args: Sequence[str] = ()) -> None:
     >>> from statestream.launcher import run_stdin                           # doctest: +SKIP
     >>> run_stdin(["x"])                                                     # doctest: +SKIP
     """
+    _run_text(sys.stdin.read(), "<stdin>", ["-", *args])
+
+
+def _run_text(source: str, filename: str, argv: list[str]) -> None:
+    """A program given as text (``-c``, ``-``): the current directory heads the path, as in python."""
     enable_everywhere()
-    sys.argv = ["-", *args]
+    sys.argv = argv
     _set_path_head("")
-    exec(compile(sys.stdin.read(), "<stdin>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
+    exec(compile(source, filename, "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102
 
 
 def _set_path_head(entry: str) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from statestream.errors import python_sink_update_mode_error
 from statestream.sinks.base import Sink
-from statestream.sources.python_datasource import lookup_python_data_source
+from statestream.sources.python_datasource import data_source_options, lookup_python_data_source
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,7 +42,7 @@ class PythonDataSourceSink(Sink):
     >>> q = df.writeStream.format("my_sink").option("checkpointLocation", cp).start()  # doctest: +SKIP
     """
 
-    def __init__(self, data_source_cls: "type[DataSource]", options: dict[str, str], output_mode: str | None) -> None:
+    def __init__(self, data_source_cls: "type[DataSource]", options: dict[str, Any], output_mode: str | None) -> None:
         self.data_source_cls = data_source_cls
         self.options = options
         self.output_mode = (output_mode or "append").lower()
@@ -57,9 +57,9 @@ class PythonDataSourceSink(Sink):
         """A writer from a fresh instance of the data source, as Spark makes one for a batch's
         tasks and another for its commit."""
         from pyspark.errors import PySparkAssertionError
-        from pyspark.sql.datasource import CaseInsensitiveDict, DataSourceStreamArrowWriter, DataSourceStreamWriter
+        from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamWriter
 
-        data_source = self.data_source_cls(options=CaseInsensitiveDict(self.options))
+        data_source = self.data_source_cls(options=data_source_options(self.options))
         writer = data_source.streamWriter(schema=self._schema, overwrite=self.overwrite)
         if not isinstance(writer, (DataSourceStreamWriter, DataSourceStreamArrowWriter)):
             raise PySparkAssertionError(
@@ -151,4 +151,4 @@ def python_data_source_sink(spark: "SparkSession", name: str, options: dict[str,
     cls = lookup_python_data_source(spark, name)
     if cls is None:
         return None
-    return PythonDataSourceSink(cls, {k: str(v) for k, v in options.items() if v is not None}, output_mode)
+    return PythonDataSourceSink(cls, dict(options), output_mode)

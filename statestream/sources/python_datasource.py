@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSource
     from pyspark.sql.types import StructType
 
-__all__ = ["lookup_python_data_source", "python_data_source", "PythonMicroBatchStream", "data_source_schema"]
+__all__ = ["lookup_python_data_source", "python_data_source", "PythonMicroBatchStream", "data_source_schema", "data_source_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,14 @@ def lookup_python_data_source(spark: "SparkSession", name: str) -> "type[DataSou
         )
     raw = function.command().toArray(static_member(spark._jvm, "scala.reflect.ClassTag", "Byte")())  # noqa: SLF001
     return CloudPickleSerializer().loads(bytes(raw))
+
+
+def data_source_options(options: Mapping[str, Any]) -> Any:
+    """A data source's options as Spark hands them to Python: a case-insensitive dict of strings,
+    without the options set to null."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    return CaseInsensitiveDict({k: str(v) for k, v in options.items() if v is not None})
 
 
 def data_source_schema(data_source: "DataSource", user_schema: "StructType | str | None") -> "StructType":
@@ -119,11 +127,9 @@ class PythonMicroBatchStream(Source):
     """
 
     def __init__(self, spark: "SparkSession | None", data_source_cls: "type[DataSource]", options: Mapping[str, Any], schema: Any) -> None:
-        from pyspark.sql.datasource import CaseInsensitiveDict
-
         self._spark = spark
         self.short_name = str(data_source_cls.name())
-        self.data_source = data_source_cls(options=CaseInsensitiveDict({k: str(v) for k, v in options.items() if v is not None}))
+        self.data_source = data_source_cls(options=data_source_options(options))
         self._schema = data_source_schema(self.data_source, schema)
         self._planner: Any = None  # the driver's reader: offsets, partitions, commit
         self._task_reader: Any = None  # the reader the read tasks get, pickled
