@@ -122,6 +122,8 @@ def _hand_over(obj: Any, name: str, args: tuple, kwargs: dict, error: NotSupport
         "statestream cannot run this query (%s); it runs on Spark's own engine. Set %s=false to make this an error.",
         error, HANDOVER_CONF,
     )
+    # the session's query manager waits for and listens to Spark's engine's queries from now on
+    _served_spark(obj).streams._handed_over()  # noqa: SLF001
     result = getattr(twin, name)(*twin_args, **twin_kwargs)
     if getattr(type(obj), "_handover_builder", False):  # a writer: its later calls go to Spark's writer too
         obj.__dict__["_handed_over"] = result if result is not None else twin

@@ -143,6 +143,10 @@ class StreamingQueryManager:
         self._running: dict[str, StreamingQuery] = {}
         self._lock = threading.Condition()
         self._last_terminated: "MicroBatchExecution | None" = None
+        #: a query of this session was handed to Spark's engine: waiting, resetting and listening
+        #: cover Spark's manager too (the listeners added to it, by identity)
+        self._spark_side = False
+        self._spark_listeners: list[Any] = []
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
@@ -217,17 +221,42 @@ class StreamingQueryManager:
             ours: list[Any] = list(self._running.values())
         return ours + self._spark_engine_queries()
 
-    def _spark_engine_queries(self) -> list[Any]:
+    def _pyspark_manager(self) -> Any:
+        """PySpark's own query manager of a session statestream.enable serves (Spark's engine's
+        queries: those handed over), else None."""
         if self._spark is None or not getattr(type(self._spark), "_statestream_served", False):
-            return []
+            return None
         from pyspark.sql.session import SparkSession as ClassicSparkSession
 
-        # PySpark's own manager (a cached property of its class; the served class overrides it)
+        # a cached property of PySpark's class, which the served class overrides
+        return vars(ClassicSparkSession)["streams"].__get__(self._spark, ClassicSparkSession)
+
+    def _spark_engine_queries(self) -> list[Any]:
         try:
-            return list(vars(ClassicSparkSession)["streams"].__get__(self._spark, ClassicSparkSession).active)
+            manager = self._pyspark_manager()
+            return [] if manager is None else list(manager.active)
         except Exception:  # noqa: BLE001 - a stopped context: statestream's queries alone
             logger.debug("the queries of Spark's engine cannot be listed", exc_info=True)
             return []
+
+    def _handed_over(self) -> None:
+        """A query of this session now runs on Spark's engine (``handover.py``): the listeners
+        added so far hear its events too, and ``awaitAnyTermination`` waits for it as well."""
+        manager = self._pyspark_manager()
+        if manager is None:
+            return
+        with self._lock:
+            if self._spark_side:
+                return
+            self._spark_side = True
+            listeners = self._listeners.listeners
+        for listener in listeners:
+            self._add_spark_listener(manager, listener)
+
+    def _add_spark_listener(self, manager: Any, listener: Any) -> None:
+        manager.addListener(listener)
+        with self._lock:
+            self._spark_listeners.append(listener)
 
     def get(self, id: str) -> Any:  # noqa: A002 - PySpark's name
         for q in self.active:
@@ -238,23 +267,43 @@ class StreamingQueryManager:
     def awaitAnyTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
         """Wait until a query of this session terminates (since the last ``resetTerminated``);
         raise its exception if it failed. Ctrl-C while waiting stops this session's active
-        queries cleanly, as it does in ``query.awaitTermination()``, and the interrupt goes on."""
+        queries cleanly, as it does in ``query.awaitTermination()``, and the interrupt goes on.
+        On a session that statestream.enable serves, a query handed to Spark's engine counts too.
+
+        Examples
+        --------
+        >>> q = ss.readStream.format("rate").load().writeStream.format("noop").start()  # doctest: +SKIP
+        >>> ss.streams.awaitAnyTermination(1.0)                                         # doctest: +SKIP
+        False
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            with self._lock:
-                # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
-                while self._last_terminated is None:
+            while True:
+                with self._lock:
+                    # short waits: a Ctrl-C (KeyboardInterrupt) reaches the waiting thread at once
                     left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-                    if left <= 0:
-                        break
-                    self._lock.wait(left)
-                ex = self._last_terminated
+                    if self._last_terminated is None and left > 0:
+                        self._lock.wait(left)
+                    ex = self._last_terminated
+                    spark_side = self._spark_side
+                if ex is not None:
+                    break
+                if spark_side and self._spark_query_terminated():
+                    return True if timeout is not None else None
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
         except KeyboardInterrupt:
             self._stop_on_interrupt()
             raise
         if ex is not None and ex.exception is not None:
             raise ex.exception
         return (ex is not None) if timeout is not None else None
+
+    def _spark_query_terminated(self) -> bool:
+        """Whether a query of Spark's engine terminated since the last reset (its exception,
+        Spark's ``StreamingQueryException``, raised)."""
+        manager = self._pyspark_manager()
+        return manager is not None and bool(manager.awaitAnyTermination(0.01))
 
     def _stop_on_interrupt(self) -> None:
         """Ctrl-C: every active query of this session stops, its batch in flight cancelled."""
@@ -266,17 +315,31 @@ class StreamingQueryManager:
             logger.info("query %s stopped", q.name or q.id)
 
     def resetTerminated(self) -> None:  # noqa: N802
+        """Forget the queries terminated so far: ``awaitAnyTermination`` waits for the next one."""
         with self._lock:
             self._last_terminated = None
+            spark_side = self._spark_side
+        if spark_side:
+            self._pyspark_manager().resetTerminated()
 
     def addListener(self, listener: Any) -> None:  # noqa: N802
         """A ``pyspark.sql.streaming.StreamingQueryListener`` that hears this session's queries
-        (``runtime/listener_bus.py``). Listeners added to ``spark.streams`` hear only the
-        queries of Spark's engine."""
+        (``runtime/listener_bus.py``); on a session that statestream.enable serves, also the
+        queries handed to Spark's engine."""
         self._listeners.add(listener)
+        with self._lock:
+            spark_side = self._spark_side
+        if spark_side:
+            self._add_spark_listener(self._pyspark_manager(), listener)
 
     def removeListener(self, listener: Any) -> None:  # noqa: N802
+        """Stop ``listener`` hearing this session's queries."""
         self._listeners.remove(listener)
+        with self._lock:
+            on_spark = any(x is listener for x in self._spark_listeners)
+            self._spark_listeners = [x for x in self._spark_listeners if x is not listener]
+        if on_spark:
+            self._pyspark_manager().removeListener(listener)
 
     def _wait_for_listener_bus(self, timeout: float = 30.0) -> bool:
         """Internal (tests): wait until every listener event posted so far has been delivered

@@ -713,7 +713,7 @@ class MicroBatchExecution:
                     limit = ReadLimit.ALL_AVAILABLE if self.trigger.kind == "once" else s.default_read_limit()
                     ends.append(s.latest_offset(st, limit))
                 self.progress.record_duration("latestOffset", t)
-                has_data = any(e is not None and e != st for e, st in zip(ends, start))
+                has_data = any(s.has_new_data(st, e) for s, e, st in zip(self.sources, ends, start))
                 if no_data_enabled and self._last_plan is not None:
                     # Spark asks the last batch's plan whether the new watermark needs another
                     # batch (and simulates its propagation) before it looks at new data
@@ -853,7 +853,7 @@ class MicroBatchExecution:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        if end is None or end == start:
+        if not source.has_new_data(start, end):
             from statestream.sources.base import empty_batch
 
             # made once per run and source: it reads nothing, and a plan may read it again

@@ -8,14 +8,17 @@ mode is refused, as Spark refuses it): every partition of the batch's result is 
 ``write(iterator)`` in a Spark task (rows as ``Row``\\ s, or Arrow record batches for an Arrow
 writer; a batch without partitions is one empty task), and the tasks' ``WriterCommitMessage``\\ s
 go to ``commit(messages, batchId)`` of another writer on the driver, or to
-``abort(messages, batchId)`` when a task failed (statestream gives every message as None there,
-where Spark gives the finished tasks' messages).
+``abort(messages, batchId)`` when a task failed (the messages of the tasks that finished before
+the job failed, None for the others, as Spark gives them).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any, Iterator
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.serializers import CloudPickleSerializer
 
 from statestream.errors import python_sink_update_mode_error
 from statestream.sinks.base import Sink
@@ -74,21 +77,25 @@ class PythonDataSourceSink(Sink):
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
         """``write`` in a task per partition (one task for a batch without partitions, as Spark
         writes an empty batch), then ``commit`` (or ``abort``) on the driver."""
-        from pyspark.serializers import CloudPickleSerializer
-
         if self.output_mode == "update":  # Spark's Python writer supports append and truncate only
             raise python_sink_update_mode_error(str(self.data_source_cls.name()))
         assert self._schema is not None, "on_query_start gives the schema"
-        write = _write_partition_function(self._writer(), self._schema, str(self.data_source_cls.name()))
+        sc = df.sparkSession.sparkContext
+        # the tasks that finish add their message under their partition, so that an abort gets
+        # the messages of the tasks that finished before the job failed (None for the others)
+        finished = sc.accumulator({}, _PartitionMessages())
+        write = _write_partition_function(self._writer(), self._schema, str(self.data_source_cls.name()), finished)
         partitions = df.rdd.getNumPartitions()
         if partitions == 0:
-            df, partitions = df.sparkSession.createDataFrame(df.sparkSession.sparkContext.parallelize([], 1), self._schema), 1
+            df, partitions = df.sparkSession.createDataFrame(sc.parallelize([], 1), self._schema), 1
         try:
             results = df.mapInArrow(write, "message BINARY, rows LONG").collect()
         except Exception:
-            # the messages of the tasks that finished are not known here: all are given as None
+            done = finished.value
+            serializer = CloudPickleSerializer()
+            messages = [serializer.loads(done[p]) if p in done else None for p in range(partitions)]
             try:
-                self._writer().abort([None] * partitions, batch_id)
+                self._writer().abort(messages, batch_id)
             except Exception:  # noqa: BLE001 - the write's own error is the one to raise
                 logger.warning("Python data source %s: abort of batch %s failed", self.data_source_cls.name(), batch_id, exc_info=True)
             raise
@@ -103,13 +110,27 @@ class PythonDataSourceSink(Sink):
         return f"PythonDataSourceSink[{self.data_source_cls.name()}]"
 
 
-def _write_partition_function(writer: Any, schema: "StructType", name: str) -> Any:
+class _PartitionMessages(AccumulatorParam):
+    """An accumulator of the write tasks' pickled commit messages, by partition (a retried
+    task's message replaces its earlier attempt's)."""
+
+    def zero(self, value: dict[int, bytes]) -> dict[int, bytes]:
+        return {}
+
+    def addInPlace(self, value1: dict[int, bytes], value2: dict[int, bytes]) -> dict[int, bytes]:  # noqa: N802 - PySpark's name
+        value1.update(value2)
+        return value1
+
+
+def _write_partition_function(writer: Any, schema: "StructType", name: str, finished: Any) -> Any:
     """The ``mapInArrow`` function of a batch's write tasks: the partition's rows to
     ``writer.write`` (as PySpark's ``Row``\\ s, or the Arrow batches themselves for an Arrow
-    writer), and its commit message back, pickled, with the number of rows written."""
+    writer), and its commit message back, pickled, with the number of rows written; the message
+    also goes to ``finished`` (an accumulator) under the task's partition."""
 
     def write(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
+        from pyspark import TaskContext
         from pyspark.errors import PySparkRuntimeError
         from pyspark.serializers import CloudPickleSerializer
         from pyspark.sql.conversion import ArrowTableToRowsConversion
@@ -141,7 +162,9 @@ def _write_partition_function(writer: Any, schema: "StructType", name: str) -> A
                 errorClass="DATA_SOURCE_TYPE_MISMATCH",
                 messageParameters={"expected": "'WriterCommitMessage' as the return type of the `write` method", "actual": type(result).__name__},
             )
-        yield pa.record_batch([pa.array([CloudPickleSerializer().dumps(result)], pa.binary()), pa.array([counted[0]], pa.int64())], names=["message", "rows"])
+        message = CloudPickleSerializer().dumps(result)
+        finished.add({TaskContext.get().partitionId(): message})
+        yield pa.record_batch([pa.array([message], pa.binary()), pa.array([counted[0]], pa.int64())], names=["message", "rows"])
 
     return write
 

@@ -95,6 +95,11 @@ class Source(ABC):
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit.ALL_AVAILABLE
 
+    def has_new_data(self, start: Offset | None, end: Offset | None) -> bool:
+        """Whether ``(start, end]`` holds data: the offsets differ (a Python data source's
+        offsets are compared as JSON text, as Spark compares them)."""
+        return end is not None and end != start
+
     def prepare_for_trigger_available_now(self) -> None:
         """Called once at the start of an ``availableNow`` run."""
 

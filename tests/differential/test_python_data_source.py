@@ -195,13 +195,46 @@ class JsonLinesSink(DataSource):
         return JsonLinesWriter(self.options, schema, overwrite)
 
 
+class HalfFailingWriter(JsonLinesWriter):
+    """The task of the records from 2 on fails once the other task has finished writing;
+    ``abort`` records the messages it was given (a message: its rows; None: no message)."""
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        import time
+
+        rows = [[str(v) for v in row] for row in iterator]
+        done = os.path.join(self.target, "first-task-done")
+        if any(int(r[0]) >= 2 for r in rows):
+            deadline = time.monotonic() + 60
+            while not os.path.exists(done) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # the other task's result reaches the driver first
+            raise ValueError("cannot write records from 2 on")
+        open(done, "w").close()
+        return FilesMessage(rows)
+
+    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
+        given = [None if m is None else sorted(m.rows) for m in messages]
+        with open(os.path.join(self.target, f"aborted-{batchId}.json"), "w", encoding="utf-8") as f:
+            json.dump(given, f)
+
+
+class HalfFailingSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "statestream_half_failing"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+        return HalfFailingWriter(self.options, schema, overwrite)
+
+
 @pytest.fixture()
 def served(spark):
     """Registers the sources (once) and gives a context in which the shared session is served by
     statestream: each test runs Spark's engine on the session first, then statestream inside
     the context (``statestream.enable`` for the run, ``disable`` after it)."""
     manager = spark._jsparkSession.sessionState().dataSourceManager()  # noqa: SLF001
-    for cls in (CountingSource, SimpleCountingSource, JsonLinesSink, BatchOnlySource, BrokenSource):
+    for cls in (CountingSource, SimpleCountingSource, JsonLinesSink, BatchOnlySource, BrokenSource, HalfFailingSink):
         if not manager.dataSourceExists(cls.name()):
             spark.dataSource.register(cls)
 
@@ -364,3 +397,25 @@ def test_stream_writer_refuses_update_mode(spark, served, tmp_path):
         assert raised.value.getCondition() == "STREAM_FAILED", tag
         assert "requirement failed: statestream_json_lines does not support Update mode." in texts[tag], (tag, texts[tag][:1500])
         assert list((tmp_path / f"out-{tag}").iterdir()) == [], tag
+
+
+def test_abort_gets_the_messages_of_the_tasks_that_finished(spark, served, tmp_path):
+    """A batch whose second write task fails: ``abort`` gets the first task's commit message
+    and None for the failed one, on both engines, and the query fails with the task's error."""
+    aborted = {}
+    for tag in ("spark", "ours"):
+        control = tmp_path / f"{tag}.json"
+        control.write_text(json.dumps({"end": 4}))
+        target = tmp_path / f"out-{tag}"
+        target.mkdir()
+        with served() if tag == "ours" else contextlib.nullcontext(spark) as engine:
+            df = engine.readStream.format("statestream_counting").option("path", str(control)).option("partitions", "2").load()
+            query = (df.writeStream.format("statestream_half_failing").option("path", str(target))
+                     .option("checkpointLocation", str(tmp_path / f"cp-{tag}")).start())
+            with pytest.raises(Exception) as raised:  # noqa: PT011 - compared below
+                query.processAllAvailable()
+            query.stop()
+        assert "ValueError: cannot write records from 2 on" in str(raised.value), (tag, str(raised.value)[:1500])
+        aborted[tag] = json.loads((target / "aborted-0.json").read_text())
+    assert aborted["ours"] == aborted["spark"]
+    assert aborted["spark"] == [[["0", "k0", "2026-01-01 00:00:00"], ["1", "k1", "2026-01-01 00:00:01"]], None]

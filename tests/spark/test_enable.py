@@ -7,6 +7,8 @@ SparkContext), so that the other tests' ``spark`` stays Spark's.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame as SparkDataFrame
@@ -162,3 +164,48 @@ def test_the_continuous_trigger_is_handed_to_spark(session, tmp_path):
     finally:
         query.stop()
     assert [tuple(r) for r in session.sql("SELECT * FROM handover_continuous").collect()] == [(1,)]
+
+
+def test_the_manager_waits_for_and_listens_to_handed_over_queries(session, tmp_path):
+    """One ``spark.streams`` for both engines: a listener added before the hand-over hears the
+    handed-over query's events, ``awaitAnyTermination`` returns when it terminates (after
+    ``resetTerminated``, waits again), and ``removeListener`` takes the listener off Spark's bus."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Heard(StreamingQueryListener):
+        def __init__(self):
+            self.events = []
+
+        def onQueryStarted(self, event):
+            self.events.append(("started", str(event.id)))
+
+        def onQueryProgress(self, event):
+            pass
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            self.events.append(("terminated", str(event.id)))
+
+    statestream.enable(session)
+    heard = Heard()
+    session.streams.addListener(heard)
+    src = tmp_path / "in"
+    session.createDataFrame([(1, 2)], "a INT, b INT").write.json(str(src))
+    try:
+        handed = _grouping_sets(session.readStream.schema("a INT, b INT").json(str(src)))
+        assert isinstance(handed, SparkDataFrame)
+        assert session.streams.awaitAnyTermination(0.1) is False
+        query = handed.writeStream.outputMode("complete").format("noop").trigger(availableNow=True).start()
+        assert session.streams.awaitAnyTermination(120) is True
+        query.awaitTermination()
+        session.streams.resetTerminated()
+        assert session.streams.awaitAnyTermination(0.1) is False
+        deadline = time.monotonic() + 60
+        while len(heard.events) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # Spark's listener bus delivers after the fact
+        assert heard.events == [("started", query.id), ("terminated", query.id)]
+    finally:
+        session.streams.removeListener(heard)
+    assert session.streams._spark_listeners == []  # noqa: SLF001

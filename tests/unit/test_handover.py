@@ -19,11 +19,22 @@ class Conf:
         return self.values.get(key, default)
 
 
+class Streams:
+    """The served session's query manager: told of each hand-over."""
+
+    def __init__(self) -> None:
+        self.handed_over = 0
+
+    def _handed_over(self) -> None:
+        self.handed_over += 1
+
+
 class ServedSpark:
     _statestream_served = True
 
     def __init__(self) -> None:
         self.conf = Conf()
+        self.streams = Streams()
 
 
 class PlainSpark(ServedSpark):
@@ -113,8 +124,10 @@ def _stream(spark: Any, name: str = "rate") -> Frame:
 def test_a_refused_call_is_replayed_on_spark():
     df = _stream(ServedSpark())
     other = _stream(df._session.sparkSession, "other").select("v")
+    assert df._session.sparkSession.streams.handed_over == 0
     result = df.select("k").join(other, on="k").exceptAll(other)
     assert result.path == "readStream(rate).select('k').join(readStream(other).select('v'), on='k').exceptAll(readStream(other).select('v'))"
+    assert df._session.sparkSession.streams.handed_over == 1  # the session's manager now covers Spark's queries
 
 
 def test_grouped_data_hands_over_through_its_frame():
