@@ -61,6 +61,14 @@ def pytest_addoption(parser):
         "--soak", action="store_true", default=False,
         help="also run the soak cases (@pytest.mark.soak: the 200-kill torture, ...); scripts/soak.sh sets it",
     )
+    parser.addoption(
+        "--fuzz-examples", type=int, default=12,
+        help="random queries the randomized differential tester runs (tests/differential/test_random_queries.py)",
+    )
+    parser.addoption(
+        "--fuzz-seed", type=int, default=0,
+        help="the seed of the randomized differential tester's cases (scripts/fuzz.sh draws one and prints it)",
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after the -m selection: a covering slow case must really run

@@ -16,7 +16,11 @@ So the join runs on an *encoding* of the key columns that makes Spark's equality
 * floating-point leaves are normalised (``-0.0 -> 0.0``, any NaN -> the canonical NaN) and then
   reinterpreted as integers of the same width, so the join compares exact bit patterns;
 * booleans, dates and timestamps become plain integers (cheap casts, and every join kernel
-  supports them).
+  supports them);
+* arrays and maps become one binary leaf each: a canonical, length-prefixed encoding of the
+  value in which floats are normalised as above and a map's entries are sorted (Spark compares
+  arrays element-wise and, since 4.0, groups maps by their sorted entries). Built per value in
+  Python: such keys are rare, and no Arrow kernel hashes a nested list.
 
 The encoding is computed per join, for both sides together, because whether a validity flag is
 needed depends on both sides. Only key columns plus a row-index column enter the join; value
@@ -25,8 +29,11 @@ columns never travel through it.
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import logging
-from typing import Sequence
+import math
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +82,13 @@ def check_key_types_supported(schema: pa.Schema, where: str) -> None:
         if pa.types.is_dictionary(t):
             visit(t.value_type, path)
             return
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            visit(t.value_type, f"{path}[]")
+            return
+        if pa.types.is_map(t):
+            visit(t.key_type, f"{path}.key")
+            visit(t.item_type, f"{path}.value")
+            return
         if (
             pa.types.is_integer(t)
             or pa.types.is_floating(t)
@@ -108,7 +122,49 @@ def _leaves(col: pa.ChunkedArray, out: list[tuple[str, pa.ChunkedArray]]) -> Non
         for child in col.flatten():
             _leaves(child, out)
         return
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_map(t):
+        out.append(("leaf", canonical_bytes(col)))
+        return
     out.append(("leaf", col))
+
+
+def canonical_bytes(col: ArrayLike) -> pa.ChunkedArray:
+    """A binary column holding each value of a nested (array or map) column in a canonical
+    encoding: two values encode alike exactly when Spark's grouping equality holds between them
+    (nulls kept as nulls)."""
+    values = [None if v is None else _canonical(v) for v in col.to_pylist()]
+    return pa.chunked_array([pa.array(values, type=pa.binary())])
+
+
+def _canonical(v: Any) -> bytes:
+    """The canonical encoding of one Python value of an Arrow column (see :func:`canonical_bytes`)."""
+    if v is None:
+        return b"N"
+    if isinstance(v, bool):
+        return b"B1" if v else b"B0"
+    if isinstance(v, int):
+        return b"I%d;" % v
+    if isinstance(v, float):
+        if math.isnan(v):
+            return b"Fnan;"
+        return b"F" + repr(v + 0.0).encode() + b";"  # -0.0 + 0.0 is 0.0
+    if isinstance(v, decimal.Decimal):
+        return b"D" + str(v).encode() + b";"
+    if isinstance(v, str):
+        raw = v.encode("utf-8", "surrogatepass")
+        return b"S%d:" % len(raw) + raw
+    if isinstance(v, (bytes, bytearray)):
+        return b"Y%d:" % len(v) + bytes(v)
+    if isinstance(v, (dt.datetime, dt.date, dt.time, dt.timedelta)):
+        return b"T" + repr(v).encode() + b";"
+    if isinstance(v, dict):  # a struct: its fields in order
+        return b"R%d:" % len(v) + b"".join(_canonical(x) for x in v.values())
+    if isinstance(v, list):
+        if v and isinstance(v[0], tuple):  # a map: to_pylist gives its (key, value) entries
+            entries = sorted(_canonical(k) + _canonical(x) for k, x in v)
+            return b"M%d:" % len(entries) + b"".join(entries)
+        return b"L%d:" % len(v) + b"".join(_canonical(x) for x in v)
+    raise StateStoreError(f"statestream cannot encode the key value {v!r} ({type(v).__name__})")
 
 
 def _filled_leaf(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array | None:

@@ -234,6 +234,8 @@ def _arrow_type(dt: Any) -> Any:
         return pa.list_(_arrow_type(dt.elementType))
     if isinstance(dt, T.StructType):
         return pa.struct([pa.field(f.name, _arrow_type(f.dataType), f.nullable) for f in dt.fields])
+    if isinstance(dt, T.MapType):
+        return pa.map_(_arrow_type(dt.keyType), _arrow_type(dt.valueType))
     raise TypeError(f"input files: unsupported column type {dt.simpleString()}")
 
 

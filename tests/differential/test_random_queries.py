@@ -1,0 +1,98 @@
+"""The randomized differential tester: random streaming queries (``random_queries.py``) run on
+Spark's engine and on statestream, compared batch by batch.
+
+For each drawn case both engines get the same input files, one micro-batch each; the harness
+compares every batch's rows, output columns, ``numInputRows``, watermark and event-time stats,
+and each state operator's row counts (``numRowsTotal``, ``numRowsUpdated``, ``numRowsRemoved``,
+``numRowsDroppedByWatermark``). When Spark's engine refuses or fails the query, statestream must
+fail too, with the same error condition.
+
+CI runs a fixed-seed sample (``--fuzz-examples``, default 12, ``--fuzz-seed``, default 0);
+``scripts/fuzz.sh N`` runs N cases from a random seed, which it prints. A failure shrinks to a
+small case (Hypothesis), printed with its input batches; ``--fuzz-seed`` with the printed seed
+replays the run.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from pyspark.errors import PySparkException
+
+from tests.differential.harness import assert_same_batches, error_text, run_stream
+from tests.differential.random_queries import Case, cases
+
+_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
+
+
+def error_conditions(exc: BaseException) -> list[str]:
+    """The error conditions named in a failure's text, outermost first, without the wrappers
+    every failed query has (``STREAM_FAILED``)."""
+    return [c for c in _CONDITION.findall(str(exc)) if c != "STREAM_FAILED"]
+
+
+def _kind(exc: BaseException) -> str:
+    """The PySpark exception class a failure is an instance of (statestream's errors subclass
+    PySpark's), else the exception's own class."""
+    for cls in type(exc).__mro__:
+        if cls.__module__.startswith("pyspark.errors") and issubclass(cls, PySparkException):
+            return cls.__name__
+    return type(exc).__name__
+
+
+def run_case(spark, ours, case: Case, workdir) -> None:
+    """Run ``case`` on both engines and fail on any difference."""
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(case.partitions))
+    try:
+        outcome = {}
+        for name, engine in (("spark", spark), ("statestream", ours())):
+            try:
+                outcome[name] = run_stream(engine, case.build(), case.batches, case.schema, case.mode, workdir / f"{name}-{uuid.uuid4().hex[:8]}")
+            except Exception as exc:  # noqa: BLE001 - a failure is compared with the other engine's
+                outcome[name] = exc
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    expected, actual = outcome["spark"], outcome["statestream"]
+    where = "\n" + case.describe()
+    if isinstance(expected, BaseException) or isinstance(actual, BaseException):
+        if not isinstance(expected, BaseException):
+            raise AssertionError(f"statestream failed where Spark's engine ran the query: {error_text(actual)[:3000]}{where}") from actual
+        if not isinstance(actual, BaseException):
+            raise AssertionError(f"Spark's engine failed where statestream ran the query: {error_text(expected)[:3000]}{where}")
+        spark_conditions, our_conditions = error_conditions(expected), error_conditions(actual)
+        if spark_conditions[:1] != our_conditions[:1] or (not spark_conditions and _kind(expected) != _kind(actual)):
+            raise AssertionError(
+                f"both engines failed, differently:\nspark: {_kind(expected)} {error_text(expected)[:2000]}\n"
+                f"statestream: {_kind(actual)} {error_text(actual)[:2000]}{where}"
+            )
+        return
+    try:
+        assert_same_batches(expected, actual)
+    except AssertionError as diff:
+        raise AssertionError(f"{diff}{where}") from None
+
+
+def test_random_queries_agree_with_spark(spark, ours, tmp_path, request):
+    """The fixed-seed sample of random queries (CI); ``--fuzz-examples``/``--fuzz-seed`` for more."""
+    examples = request.config.getoption("--fuzz-examples")
+    chosen_seed = request.config.getoption("--fuzz-seed")
+    print(f"random queries: {examples} cases from seed {chosen_seed}")
+
+    @seed(chosen_seed)
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        print_blob=True,
+        phases=(Phase.generate, Phase.shrink),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
+    @given(cases())
+    def check(case: Case) -> None:
+        run_case(spark, ours, case, tmp_path / uuid.uuid4().hex[:8])
+
+    check()
+
