@@ -18,6 +18,7 @@ Two entry points:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -81,8 +82,45 @@ def _add(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Arr
     return pc.add_checked(a, b)
 
 
+def is_nested(typ: pa.DataType) -> bool:
+    """Whether Arrow has no ordering kernels for ``typ`` (lists and structs), so that values
+    are ordered through :func:`spark_order_ranks`."""
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ) or pa.types.is_struct(typ)
+
+
+def spark_order_key(v: Any) -> Any:
+    """A Python sort key of one value (``to_pylist``'s) that orders as Spark's ascending order of
+    its type: null first (also inside arrays and structs), NaN above every number, ``-0.0``
+    equal to ``0.0``, arrays element by element (a prefix first), structs field by field,
+    strings by code point (UTF-8's byte order), binary by unsigned bytes."""
+    if v is None:
+        return (0,)
+    if isinstance(v, float):
+        return (1, 1) if math.isnan(v) else (1, 0, v + 0.0)
+    if isinstance(v, list):
+        return (1, tuple(spark_order_key(x) for x in v))
+    if isinstance(v, dict):
+        return (1, tuple(spark_order_key(x) for x in v.values()))
+    return (1, v)
+
+
+def spark_order_ranks(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Dense ranks (int64, 0 the smallest) of ``values`` under Spark's ordering of their type;
+    null stays null. For the types Arrow cannot order (:func:`is_nested`): min, max and the
+    ``*_by`` functions compare the ranks instead."""
+    items = values.to_pylist()
+    keys = sorted({spark_order_key(v) for v in items if v is not None})
+    rank = {k: i for i, k in enumerate(keys)}
+    return pa.array([None if v is None else rank[spark_order_key(v)] for v in items], pa.int64())
+
+
 def _min_max(rule: str, a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> pa.Array:
     typ = a.type
+    if is_nested(typ):
+        ranks = spark_order_ranks(pa.chunked_array([a, b], type=typ) if isinstance(a, pa.Array) else pa.chunked_array(a.chunks + (b.chunks if isinstance(b, pa.ChunkedArray) else [b]), type=typ))
+        ra, rb = ranks.slice(0, len(a)), ranks.slice(len(a))
+        pick_b = pc.or_(pc.is_null(ra), pc.fill_null(pc.less(rb, ra) if rule == MERGE_MIN else pc.greater(rb, ra), False))
+        return pc.if_else(pick_b, b, a)
     if pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ):
         less = pc.less(b, a) if rule == MERGE_MIN else pc.greater(b, a)
         pick_b = pc.or_(pc.is_null(a), pc.fill_null(less, False))
@@ -183,10 +221,18 @@ def _check_integer_segment_sums(filled: np.ndarray, starts: np.ndarray, info: An
 
 def _merge_segments_arrow(rule: str, values: pa.Array, starts: np.ndarray) -> pa.Array:
     """Run-wise merge for types numpy cannot reduce (strings, decimals, booleans): Arrow's hash
-    aggregation keyed by the run number."""
+    aggregation keyed by the run number (arrays and structs: min or max of their ranks)."""
     run = np.zeros(len(values), dtype=np.int64)
     run[starts[1:]] = 1
     run = np.cumsum(run)
+    if is_nested(values.type) and rule in (MERGE_MIN, MERGE_MAX):
+        ranks = spark_order_ranks(values)
+        extreme = _merge_segments_arrow(rule, ranks, starts).to_pylist()
+        where: dict[int, int] = {}  # a rank's first row (equal ranks: equal under Spark's order)
+        for i, r in enumerate(ranks.to_pylist()):
+            if r is not None:
+                where.setdefault(r, i)
+        return values.take(pa.array([None if r is None else where[r] for r in extreme], pa.int64()))
     fn = {MERGE_SUM0: "sum", MERGE_SUM: "sum", MERGE_MIN: "min", MERGE_MAX: "max"}[rule]
     opts = pc.ScalarAggregateOptions(skip_nulls=True, min_count=0 if rule == MERGE_SUM0 else 1)
     t = pa.table({"__run": run, "__v": values})
@@ -355,6 +401,8 @@ def _max_min_by(is_max: bool):
         if len(valid) == 0:
             return [out_value, out_ord]
         ords = ordering.take(pa.array(valid))
+        if is_nested(ords.type):
+            ords = spark_order_ranks(ords)
         columns = {"run": run[valid], "nan": np.zeros(len(valid), dtype=bool), "ord": ords, "pos": valid}
         if pa.types.is_floating(ords.type):
             # Spark orders NaN above every number; Arrow's sort puts it last in either direction

@@ -30,3 +30,29 @@ def test_grouping_by_a_nested_key(spark, ours, tmp_path, key_type):
         batches, f"id BIGINT, ts TIMESTAMP, k {key_type}, v INT", "update", tmp_path, ours=ours,
     )
     assert_same_batches(expected, actual)
+
+
+@pytest.mark.parametrize("value_type", ["array<int>", "struct<a:int,b:string>", "array<struct<a:int,b:string>>"])
+def test_min_max_and_max_by_of_nested_values(spark, ours, tmp_path, value_type):
+    """``min``/``max`` of arrays and structs (no Arrow kernel orders them), over a window in
+    append mode and over plain keys in update mode: Spark's order (null elements first, a prefix
+    first, field by field), across batches."""
+    values = {
+        "array<int>": [[1, 2], [1], None, [None, 5], [1, 2, 0], [3]],
+        "struct<a:int,b:string>": [{"a": 1, "b": "x"}, {"a": None, "b": "y"}, None, {"a": 1, "b": "w"}, {"a": 2, "b": None}, {"a": 0, "b": "z"}],
+        "array<struct<a:int,b:string>>": [[{"a": 1, "b": "x"}], [], None, [{"a": None, "b": "y"}], [{"a": 1, "b": "x"}, None], [{"a": 2, "b": ""}]],
+    }[value_type]
+    rows = [(i, T0 + dt.timedelta(seconds=2 * i), i % 2, v) for i, v in enumerate(values)]
+    batches = [rows[:2], rows[2:4], rows[4:]]
+
+    def windowed(df):
+        return (df.withWatermark("ts", "2 seconds").groupBy(F.window("ts", "5 seconds"))
+                .agg(F.max("v").alias("hi"), F.min("v").alias("lo"), F.max_by("id", "v").alias("id_of_hi")))
+
+    def keyed(df):
+        return df.groupBy("k").agg(F.max("v").alias("hi"), F.min("v").alias("lo"), F.min_by("id", "v").alias("id_of_lo"))
+
+    schema = f"id BIGINT, ts TIMESTAMP, k INT, v {value_type}"
+    for build, mode in ((windowed, "append"), (keyed, "update")):
+        expected, actual = run_both(spark, build, batches, schema, mode, tmp_path / mode, ours=ours)
+        assert_same_batches(expected, actual)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
-from statestream.operators.aggregate_merge import merge_buffers
+from statestream.operators.aggregate_merge import MERGE_MAX, MERGE_MIN, merge_buffer_segments, merge_buffers, spark_order_ranks
 
 UTC = dt.timezone.utc
 
@@ -48,3 +50,25 @@ def test_decimal_averages_round_half_up_once():
     assert decimal_averages([D("999")], [1], 4, 2, ansi=False) == [None]
     with pytest.raises(ArithmeticError, match="NUMERIC_VALUE_OUT_OF_RANGE.WITH_SUGGESTION.*Decimal.4, 2."):
         decimal_averages([D("999")], [1], 4, 2, ansi=True)
+
+
+# ---- nested values (arrays, structs): ordered as Spark orders them, through ranks ---------------
+
+
+def test_min_max_of_arrays_order_as_spark():
+    t = pa.list_(pa.int32())
+    stored = pa.array([[1, 2], None, [1], [None, 5]], t)
+    batch = pa.array([[1, 2, 0], [3], None, [1]], t)
+    # a longer array with the same prefix is larger; a null element is smaller than any number
+    assert merge_buffers(MERGE_MAX, stored, batch).to_pylist() == [[1, 2, 0], [3], [1], [1]]
+    assert merge_buffers(MERGE_MIN, stored, batch).to_pylist() == [[1, 2], [3], [1], [None, 5]]
+
+
+def test_segments_of_arrays_and_struct_ranks():
+    t = pa.list_(pa.float64())
+    values = pa.array([[1.0], [float("nan")], None, [2.0], [-0.0, 1.0]], t)
+    assert merge_buffer_segments(MERGE_MAX, values, np.array([0, 2])).to_pylist()[1] == [2.0]
+    assert math.isnan(merge_buffer_segments(MERGE_MAX, values, np.array([0, 2])).to_pylist()[0][0])  # NaN above numbers
+    assert merge_buffer_segments(MERGE_MIN, values, np.array([0, 2])).to_pylist() == [[1.0], [-0.0, 1.0]]
+    s = pa.array([{"a": 1, "b": "x"}, {"a": None, "b": "y"}, {"a": 1, "b": "w"}, None], pa.struct([("a", pa.int32()), ("b", pa.string())]))
+    assert spark_order_ranks(s).to_pylist() == [2, 0, 1, None]
