@@ -16,7 +16,9 @@ from pyspark.errors import IllegalArgumentException as _PySparkIllegalArgumentEx
 from pyspark.errors import NumberFormatException as _PySparkNumberFormatException
 from pyspark.errors import SparkRuntimeException as _PySparkSparkRuntimeException
 from pyspark.errors import UnsupportedOperationException as _PySparkUnsupportedOperationException
+from pyspark.errors import PySparkValueError as _PySparkValueError
 from pyspark.errors import StreamingQueryException as _PySparkStreamingQueryException
+from pyspark.errors.exceptions.captured import CapturedException as _PySparkCapturedException
 
 __all__ = [
     "StatestreamError",
@@ -79,6 +81,41 @@ def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError
     return AttributeError(f"'{owner}' object has no attribute '{name}'")
 
 
+# -- argument checks PySpark makes in Python, before calling the JVM ---------------------------
+
+
+def value_not_non_empty_str_error(arg_name: str, arg_value: Any) -> _PySparkValueError:
+    """PySpark's ``VALUE_NOT_NON_EMPTY_STR``: ``queryName("")``, ``trigger(processingTime="")``."""
+    return _PySparkValueError(errorClass="VALUE_NOT_NON_EMPTY_STR", messageParameters={"arg_name": arg_name, "arg_value": str(arg_value)})
+
+
+def value_not_true_error(arg_name: str, arg_value: Any) -> _PySparkValueError:
+    """PySpark's ``VALUE_NOT_TRUE``: ``trigger(once=False)``, ``trigger(availableNow=False)``."""
+    return _PySparkValueError(errorClass="VALUE_NOT_TRUE", messageParameters={"arg_name": arg_name, "arg_value": str(arg_value)})
+
+
+def only_allow_single_trigger_error() -> _PySparkValueError:
+    """PySpark's ``ONLY_ALLOW_SINGLE_TRIGGER``: ``trigger()`` with no kind, or with two."""
+    return _PySparkValueError(errorClass="ONLY_ALLOW_SINGLE_TRIGGER", messageParameters={})
+
+
+def value_not_positive_error(arg_name: str, arg_value: Any) -> _PySparkValueError:
+    """PySpark's ``VALUE_NOT_POSITIVE`` for a timeout that is not a positive number
+    (``awaitTermination("hello")``); as in PySpark, the message names the value's type."""
+    return _PySparkValueError(errorClass="VALUE_NOT_POSITIVE", messageParameters={"arg_name": arg_name, "arg_value": type(arg_value).__name__})
+
+
+def checked_timeout(timeout: Any, allow_zero: bool) -> float | None:
+    """A wait's ``timeout`` checked as PySpark checks it before calling the JVM: ``None`` (wait
+    for ever) or an ``int``/``float`` above 0 (``awaitTermination``) or at least 0
+    (``awaitAnyTermination``, ``allow_zero``); anything else raises ``VALUE_NOT_POSITIVE``."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, (int, float)) or timeout < 0 or (timeout == 0 and not allow_zero):
+        raise value_not_positive_error("timeout", timeout)
+    return float(timeout)
+
+
 class _SparkShapedMixin:
     """Carries Spark's error class, SQLSTATE and message parameters."""
 
@@ -89,6 +126,12 @@ class _SparkShapedMixin:
         self._ss_error_class = error_class
         self._ss_params = dict(params or {})
         self._ss_sql_state = sql_state
+        # the fields of PySpark's captured exceptions, which code (PySpark's own tests among it)
+        # reads to walk a failure's chain: its text, the captured cause, no JVM origin
+        self._desc = message
+        self._stackTrace = None
+        self._origin = None
+        self._cause: Any = None
 
     def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
         return self._ss_error_class
@@ -150,6 +193,8 @@ class StatestreamStreamingQueryException(_SparkShapedMixin, _PySparkStreamingQue
         Exception.__init__(self, message)
         self._init_spark_fields(message, error_class, params, "XXKST" if error_class else None)
         self.cause = cause
+        # PySpark chains only captured exceptions (each with its own ``_desc``) through ``_cause``
+        self._cause = cause if isinstance(cause, _PySparkCapturedException) else None
 
 
 def stream_failed_error(query_id: str, run_id: str, cause: BaseException) -> StatestreamStreamingQueryException:

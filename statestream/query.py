@@ -8,6 +8,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
+from statestream.errors import checked_timeout
+
 if TYPE_CHECKING:
     from statestream.runtime.microbatch import MicroBatchExecution
 
@@ -76,6 +78,10 @@ class StreamingQuery:
         return [_progress(p) for p in self._ex.progress.recent()]
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
+        """Wait until the query terminates, or for ``timeout`` seconds (a number above 0, else
+        PySpark's ``VALUE_NOT_POSITIVE``); with a timeout, whether it terminated. A failed
+        query's exception is raised."""
+        timeout = checked_timeout(timeout, allow_zero=False)
         with self._stop_on_interrupt():
             done = self._ex.await_termination(timeout)
         return done if timeout is not None else None
@@ -269,6 +275,8 @@ class StreamingQueryManager:
         raise its exception if it failed. Ctrl-C while waiting stops this session's active
         queries cleanly, as it does in ``query.awaitTermination()``, and the interrupt goes on.
         On a session that statestream.enable serves, a query handed to Spark's engine counts too.
+        ``timeout`` (seconds) must be a number of at least 0, as PySpark checks it (else
+        ``VALUE_NOT_POSITIVE``).
 
         Examples
         --------
@@ -276,6 +284,7 @@ class StreamingQueryManager:
         >>> ss.streams.awaitAnyTermination(1.0)                                         # doctest: +SKIP
         False
         """
+        timeout = checked_timeout(timeout, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:

@@ -13,6 +13,12 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any, Callable
 
+from statestream.errors import (
+    not_supported_yet,
+    only_allow_single_trigger_error,
+    value_not_non_empty_str_error,
+    value_not_true_error,
+)
 from statestream.handover import hands_over
 from statestream.sources.options import option_string
 
@@ -96,7 +102,7 @@ class DataStreamWriter:
 
     def queryName(self, queryName: str) -> "DataStreamWriter":  # noqa: N802,N803
         if not queryName or not isinstance(queryName, str) or not queryName.strip():
-            raise ValueError("[VALUE_NOT_NON_EMPTY_STR] Value for `queryName` must be a non-empty string, got '%s'." % queryName)
+            raise value_not_non_empty_str_error("queryName", queryName)
         self._query_name = queryName
         return self
 
@@ -110,23 +116,28 @@ class DataStreamWriter:
     ) -> "DataStreamWriter":
         from statestream.runtime.microbatch import Trigger
 
+        # PySpark's checks, in its order: exactly one kind, then that kind's value
         given = [x for x in (processingTime, once, continuous, availableNow) if x is not None]
         if len(given) != 1:
-            raise ValueError("[ONLY_ALLOW_SINGLE_TRIGGER] Only a single trigger is allowed.")
-        if continuous is not None:
-            from statestream.errors import not_supported_yet
-
-            raise not_supported_yet("DataStreamWriter", "trigger", "statestream runs micro-batches only, not continuous processing")
+            raise only_allow_single_trigger_error()
         if processingTime is not None:
+            if not isinstance(processingTime, str) or not processingTime.strip():
+                raise value_not_non_empty_str_error("processingTime", processingTime)
             from statestream.runtime.intervals import parse_trigger_interval_ms
 
             self._trigger = Trigger("processingTime", parse_trigger_interval_ms(processingTime))
-        elif once:
+        elif once is not None:
+            if once is not True:
+                raise value_not_true_error("once", once)
             self._trigger = Trigger("once")
-        elif availableNow:
-            self._trigger = Trigger("availableNow")
+        elif continuous is not None:
+            if not isinstance(continuous, str) or not continuous.strip():
+                raise value_not_non_empty_str_error("continuous", continuous)
+            raise not_supported_yet("DataStreamWriter", "trigger", "statestream runs micro-batches only, not continuous processing")
         else:
-            raise ValueError("[VALUE_NOT_TRUE] Value for `once` or `availableNow` must be True.")
+            if availableNow is not True:
+                raise value_not_true_error("availableNow", availableNow)
+            self._trigger = Trigger("availableNow")
         return self
 
     def foreachBatch(self, func: Callable) -> "DataStreamWriter":  # noqa: N802

@@ -128,6 +128,12 @@ KNOWN_GAPS: dict[str, str] = {
         "map ([DATATYPE_MISMATCH.HASH_MAP_TYPE]), so the query fails in its first batch (found by "
         "test_random_queries; the fix: hash array_sort(map_entries(k)), whose Murmur3 equals the sorted map's)"
     ),
+    'tests/spark_suite/test_streaming_foreach_batch.py::test_batch_as_global_view[statestream]': (
+        "foreachBatch's DataFrame read after its batch (a global temporary view of it, read by the test once processAllAvailable() returned): Spark's batch DataFrame is a plan over the batch's input, readable again (2 rows: hello, this); statestream's is the batch's local checkpoint, released when the batch ends, so the read fails with Py4JJavaError [CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND] Checkpoint block rdd_N_0 not found. Reads inside the function are equal"
+    ),
+    'tests/spark_suite/test_streaming_foreach_batch.py::test_batch_temp_view_in_the_batch_session[statestream]': (
+        "foreachBatch's DataFrame read after its batch (a global temporary view of it, read by the test once processAllAvailable() returned): Spark's batch DataFrame is a plan over the batch's input, readable again (2 rows: hello, this); statestream's is the batch's local checkpoint, released when the batch ends, so the read fails with Py4JJavaError [CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND] Checkpoint block rdd_N_0 not found. Reads inside the function are equal"
+    ),
 }
 
 

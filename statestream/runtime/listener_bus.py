@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any
 
+from statestream.errors import StatestreamStreamingQueryException
+
 __all__ = ["StreamingQueryListenerBus"]
 
 logger = logging.getLogger(__name__)
@@ -118,17 +120,29 @@ class StreamingQueryListenerBus:
             self._enqueue("onQueryIdle", QueryIdleEvent.fromJson({"id": query_id, "runId": run_id, "timestamp": timestamp}))
 
     def post_terminated(self, query_id: str, run_id: str, exception: BaseException | None) -> None:
+        """Queue the run's ``QueryTerminatedEvent``. As Spark's, it describes the failure itself,
+        not the ``STREAM_FAILED`` that wraps it: ``exception`` is the failure's text (a sink's
+        ``FOREACH_(BATCH_)USER_FUNCTION_ERROR`` unwrapped to the user's error, as Spark unwraps
+        it) and ``errorClassOnException`` the failure's own error class, ``None`` when it has none
+        (a Spark job that failed in a Python UDF has none)."""
         from pyspark.sql.streaming.listener import QueryTerminatedEvent
 
         if not self._listeners:
             return
-        condition = None
+        text = condition = None
         if exception is not None:
-            get = getattr(exception, "getCondition", None)
-            try:
-                condition = get() if get else None
-            except Exception:  # noqa: BLE001
-                condition = None
-        text = None if exception is None else str(exception)
+            failure = exception.cause if isinstance(exception, StatestreamStreamingQueryException) and exception.cause is not None else exception
+            condition = _error_class(failure)
+            unwrapped = getattr(failure, "unwrapped_message", None)
+            text = unwrapped() if callable(unwrapped) else str(failure)
         event = QueryTerminatedEvent.fromJson({"id": query_id, "runId": run_id, "exception": text, "errorClassOnException": condition})
         self._enqueue("onQueryTerminated", event)
+
+
+def _error_class(failure: BaseException) -> str | None:
+    """The error class of ``failure`` (PySpark's ``getCondition()``), or ``None``."""
+    get = getattr(failure, "getCondition", None)
+    try:
+        return get() if callable(get) else None
+    except Exception:  # noqa: BLE001 - a condition that cannot be read is no condition
+        return None

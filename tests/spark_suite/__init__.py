@@ -1,0 +1,1 @@
+"""PySpark's own streaming tests, adapted to run on both engines (issue 47)."""
