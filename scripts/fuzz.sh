@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The randomized differential tester with a bigger budget than CI's fixed-seed sample:
+#   scripts/fuzz.sh [N [SEED]]   (default: 200 cases from a random seed, printed first)
+# A failure shrinks to a small case and prints it with its input batches; the same N and SEED
+# replay the run. Extra arguments after SEED go to pytest.
+source "$(dirname "${BASH_SOURCE[0]}")/_env.sh"
+N="${1:-200}"
+SEED="${2:-$(( (RANDOM << 15) | RANDOM ))}"
+shift $(( $# > 2 ? 2 : $# ))
+echo "random queries: $N cases, seed $SEED (replay: scripts/fuzz.sh $N $SEED)"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider -q tests/differential/test_random_queries.py \
+  --fuzz-examples "$N" --fuzz-seed "$SEED" "$@"
