@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from statestream.operators.base import ExecutedByParent, PhysicalOperator
 from statestream.operators.context import SKIP_ALL, SKIP_SOURCE_FED
+from statestream.operators.partition_routes import exchange_keys, state_partition_id
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -240,14 +241,11 @@ class StreamingAggregateExec(PhysicalOperator):
                 agg = agg.select(*info.key_columns, *info.partial_names)
             else:
                 agg = agg.toDF(*info.key_columns, *info.partial_names)
-            hashed = info.partition_key_sql
-            if info.key_columns:
-                agg = agg.repartition(int(self.num_partitions or 1), *(F.expr(k) for k in hashed))
-            if info.key_columns:
-                pid = F.expr(f"pmod(hash({', '.join(hashed)}), {int(self.num_partitions or 1)})")
-            else:
-                pid = F.lit(0)
-            return agg.withColumn(PARTITION_ID_COLUMN, pid.cast("int"))
+            if not info.key_columns:
+                return agg.withColumn(PARTITION_ID_COLUMN, F.lit(0).cast("int"))
+            n = int(self.num_partitions or 1)
+            hashed = exchange_keys(agg, [F.expr(k) for k in info.partition_key_sql], info.key_schema_json)
+            return agg.repartition(n, *hashed).withColumn(PARTITION_ID_COLUMN, state_partition_id(hashed, n))
         if self.mode == "Final":
             out_fields = {f.name: f for f in info.output_schema.fields}
             out = final_projection(df, info)
@@ -307,7 +305,7 @@ def shuffled_by_keys(df: "DataFrame", info: AggregationInfo, num_partitions: int
     names = [f"{prefix}{i}" for i in range(len(info.grouping))]
     keyed = df.withColumns({n: F.col(g) if isinstance(g, str) else g for n, g in zip(names, info.grouping)})
     indexes = info.partition_key_indexes if info.partition_key_indexes is not None else range(len(names))
-    keyed = keyed.repartition(num_partitions, *(F.col(names[i]) for i in indexes))
+    keyed = keyed.repartition(num_partitions, *exchange_keys(keyed, [F.col(names[i]) for i in indexes], info.key_schema_json))
     return keyed, tuple(F.col(n).alias(out) for n, out in zip(names, info.grouping_names))
 
 

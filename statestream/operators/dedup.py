@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
+from statestream.operators.partition_routes import exchange_keys, state_partition_id
 from statestream.operators.base import (
     PhysicalOperator,
     StatefulOperatorStateInfo,
@@ -317,8 +318,8 @@ class StatefulShuffleExchangeExec(ShuffleExchangeExec):
         df = self.child.execute(ctx)
         n = int(self.num_partitions or 1)
         cols = [F.col("`" + df.columns[i].replace("`", "``") + "`") for i in self.info.key_indices]
-        pid = F.pmod(F.hash(*cols), F.lit(n)).cast("int")
-        return df.withColumn(PARTITION_ID_COLUMN, pid).repartition(n, *cols)
+        hashed = exchange_keys(df, cols, self.info.key_schema_json)
+        return df.withColumn(PARTITION_ID_COLUMN, state_partition_id(hashed, n)).repartition(n, *hashed)
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from statestream.operators.base import (
 )
 from statestream.operators.stateful import RESTORE_HIT_METRIC, _arrow_schema, older_than_watermark
 from statestream.operators.aggregate_merge import merge_group_segments
+from statestream.operators.partition_routes import exchange_keys, state_partition_id
 from statestream.state.keys import group_ids, match_keys
 
 if TYPE_CHECKING:
@@ -195,9 +196,8 @@ class SessionWindowPartialAggregateExec(PhysicalOperator):
             F.col("__sw.end").alias(SESSION_END_COLUMN),
             *buffers,
         )
-        rows = rows.repartition(n, *keys)
-        quoted = ", ".join(f"`{k}`" for k in keys)
-        return rows.withColumn(PARTITION_ID_COLUMN, F.expr(f"pmod(hash({quoted}), {n})").cast("int"))
+        hashed = exchange_keys(rows, [F.col(f"`{k}`") for k in keys], info.key_schema_json)
+        return rows.repartition(n, *hashed).withColumn(PARTITION_ID_COLUMN, state_partition_id(hashed, n))
 
     def supports_codegen(self) -> bool:
         assert self.info is not None

@@ -83,6 +83,15 @@ def _non_null(t: str) -> st.SearchStrategy[Any]:
     raise ValueError(f"no values for type {t}")
 
 
+def _key_values(t: str) -> st.SearchStrategy[Any]:
+    """Values of a grouping key of type ``t``: a map's entries have no null values."""
+    if t.startswith("map<"):
+        key, value = t[len("map<") : -1].split(",", 1)
+        entries = st.dictionaries(_non_null(key), _non_null(value), max_size=2).map(lambda d: list(d.items()))
+        return st.one_of(st.none(), entries)
+    return values(t)
+
+
 # ---- aggregate functions -----------------------------------------------------------------------
 
 #: name -> (which value types it takes, how it is written over column ``c``; ``F`` is
@@ -185,8 +194,9 @@ class Case:
 def cases(draw: st.DrawFn) -> Case:
     """A random :class:`Case`."""
     family = draw(st.sampled_from(FAMILIES))
-    # map keys: a known gap (test_fuzz_findings.py::test_grouping_by_a_nested_key[map<string,int>])
-    key_types = tuple(draw(st.lists(st.sampled_from(KEY_TYPES), min_size=0 if family != "aggregate" else 1, max_size=2)))
+    # map keys: aggregates only (deduplication's binary-comparable state keys have no map encoding)
+    key_pool = ALL_TYPES if "aggregate" in family else KEY_TYPES
+    key_types = tuple(draw(st.lists(st.sampled_from(key_pool), min_size=0 if family != "aggregate" else 1, max_size=2)))
     value_types: tuple[str, ...] = ()
     aggregates: tuple[tuple[str, int], ...] = ()
     if "aggregate" in family:
@@ -206,7 +216,8 @@ def cases(draw: st.DrawFn) -> Case:
         slide = 0
     mode = draw(st.sampled_from(MODES[family]))
     partitions = draw(st.sampled_from([1, 2, 3]))
-    pools = [draw(st.lists(values(t), min_size=1, max_size=3)) for t in key_types]
+    # a map key's values are never null (known gap: test_fuzz_findings.py, "with a null value")
+    pools = [draw(st.lists(_key_values(t), min_size=1, max_size=3)) for t in key_types]
     batches = []
     next_id = 0
     clock = 0

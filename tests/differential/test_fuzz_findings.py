@@ -14,15 +14,17 @@ from tests.differential.harness import assert_same_batches, run_both
 T0 = dt.datetime(2026, 1, 1)
 
 
-@pytest.mark.parametrize("key_type", ["array<int>", "array<struct<a:int,b:string>>", "map<string,int>"])
+@pytest.mark.parametrize("key_type", ["array<int>", "array<struct<a:int,b:string>>", "map<string,int>", "map<string,int> with a null value"])
 def test_grouping_by_a_nested_key(spark, ours, tmp_path, key_type):
     """Grouping keys of nested types: equal arrays (and maps, whatever their entries' order)
     are one group, null and empty apart, across batches (the state store matches the keys)."""
     values = {
         "array<int>": [[1, 2], [1, 2], None, [], [None], [2, 1]],
         "array<struct<a:int,b:string>>": [[{"a": 1, "b": "x"}], [{"a": 1, "b": "x"}], None, [], [None], [{"a": 1, "b": None}]],
-        "map<string,int>": [[("a", 1), ("b", 2)], [("b", 2), ("a", 1)], None, [], [("a", None)], [("a", 1)]],
+        "map<string,int>": [[("a", 1), ("b", 2)], [("b", 2), ("a", 1)], None, [], [("a", 0)], [("a", 1)]],
+        "map<string,int> with a null value": [[("a", 1), ("b", 2)], [("b", 2), ("a", 1)], None, [], [("a", None)], [("a", 1)]],
     }[key_type]
+    key_type = key_type.split(" ")[0]
     rows = [(i, T0 + dt.timedelta(seconds=i), v, i) for i, v in enumerate(values)]
     batches = [rows[:3], rows[3:], rows[:2]]
     expected, actual = run_both(
