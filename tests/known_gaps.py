@@ -134,6 +134,27 @@ KNOWN_GAPS: dict[str, str] = {
         "key as {'a': 0} (n=1, s=4) and {'a': 1} apart (n=1, s=5); maps without null values agree (found by "
         "test_random_queries)"
     ),
+    "tests/differential/test_fuzz_findings.py::test_state_after_the_query[dedup_on_an_array]": (
+        "the state reader over a deduplication keyed by an array: statestream keeps the key binary comparable and "
+        "has no decoding for arrays, so reading the state raises 'the state reader cannot show the deduplication "
+        "key column of type array ... yet'; Spark shows the key (the query's output is equal; found by "
+        "test_random_queries, which skips the state comparison of such cases for this reason)"
+    ),
+    "tests/differential/test_fuzz_findings.py::test_state_after_the_query[map_key]": (
+        "the state reader over an aggregation grouped by a map: Spark's state key field is named "
+        "'_groupingmapsort' (its analyzer's alias of the sorted map), statestream's is the column's name ('m'); "
+        "the values and the query's output are equal (found by test_random_queries)"
+    ),
+    "tests/differential/test_fuzz_findings.py::test_a_sort_based_aggregate_over_a_map_key_fails_as_on_spark": (
+        "first(array) grouped by a map: Spark's engine plans a sort-based aggregation and fails "
+        "([DATATYPE_MISMATCH.INVALID_ORDERING_TYPE] on '_groupingmapsort ASC NULLS FIRST'); statestream's "
+        "state step groups with Arrow, needs no sort and runs the query (found by test_random_queries)"
+    ),
+    "tests/differential/test_fuzz_findings.py::test_state_after_the_query[collect_list]": (
+        "the state reader over collect_list (and collect_set): Spark's buffer is the serialized array (binary 'buf', "
+        "e.g. b'\\x00...\\x08...' for an empty list), statestream keeps the array itself ('buf': []); the query's output "
+        "is equal (found by test_random_queries, which skips the state comparison of these functions for this reason)"
+    ),
 }
 
 

@@ -275,14 +275,16 @@ def _avg_partial(a: Cols, o: tuple) -> list["Column"]:
     F, d = _F(), _decimal(o)
     if d is not None and d.decimal_avg:
         return [F.coalesce(F.sum(a[0]).cast(d.sum_type), F.lit(0).cast(d.sum_type)), F.count(a[0])]
-    return [F.sum(_dbl(a[0])), F.count(a[0])]
+    # Spark's Average starts its sum at 0 and skips null inputs: the buffer is 0.0, not null,
+    # for a group whose inputs are all null (the state reader shows it)
+    return [F.coalesce(F.sum(_dbl(a[0])), F.lit(0.0)), F.count(a[0])]
 
 
 def _avg_row(a: Cols, o: tuple) -> list["Column"]:
     F, d = _F(), _decimal(o)
     if d is not None and d.decimal_avg:
         return [F.coalesce(a[0].cast(d.sum_type), F.lit(0).cast(d.sum_type)), _ind(a[0].isNotNull())]
-    return [_dbl(a[0]), _ind(a[0].isNotNull())]
+    return [F.coalesce(_dbl(a[0]), F.lit(0.0)), _ind(a[0].isNotNull())]
 
 
 AVG = FunctionSpec("avg", (1, 1), _fixed(("sum", "sum", 0), ("count", "sum0", 1)), _avg_partial, _avg_row, _avg_final)

@@ -623,12 +623,14 @@ def _positional(struct: Any) -> Any:
     return StructType([StructField(f"_{i}", f.dataType, f.nullable) for i, f in enumerate(struct.fields)])
 
 
-def _struct(columns: list[pa.ChunkedArray], names: tuple[str, ...], where: str) -> pa.Array:
+def _struct(columns: list[pa.ChunkedArray], names: tuple[str, ...], where: str, length: int) -> pa.Array:
+    """The stored columns as one struct column of ``length`` rows (a global aggregation's key
+    has no field: an empty struct per row)."""
     if len(columns) != len(names):
         raise ValueError(f"{where}: {len(columns)} stored columns for the {len(names)} fields {list(names)} of the schema file")
     arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
     if not arrays:
-        return pa.array([{}] * 0, pa.struct([]))
+        return pa.array([{}] * length, pa.struct([]))
     return pa.StructArray.from_arrays(arrays, names=list(names))
 
 
@@ -650,8 +652,8 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         values = _value_arrays(plan, keys, [c.combine_chunks() for c in table.columns[nk:nk + nv]])
         keys = keys[: plan.key_take] if plan.key_take is not None else keys
         columns = {
-            "key": _struct(keys, plan.key_names, where),
-            "value": _struct(values, plan.value_names, where),
+            "key": _struct(keys, plan.key_names, where, n),
+            "value": _struct(values, plan.value_names, where, n),
             "partition_id": pa.array([partition] * n, pa.int32()),
         }
         return pa.table(columns).cast(plan.arrow_schema)
@@ -672,7 +674,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         parts.append(pa.table({
             "batch_id": pa.array([version - 1] * n, pa.int64()),
             "change_type": pa.array(["update" if op == OP_PUT else "delete" for op in ops], pa.string()),
-            "key": _struct(keys, plan.key_names, where),
+            "key": _struct(keys, plan.key_names, where, n),
             "value": value,
             "partition_id": pa.array([partition] * n, pa.int32()),
         }).cast(plan.arrow_schema))

@@ -83,6 +83,15 @@ def _non_null(t: str) -> st.SearchStrategy[Any]:
     raise ValueError(f"no values for type {t}")
 
 
+def _python_value(v: Any) -> Any:
+    """A value as ``createDataFrame`` takes it (a map's (key, value) entries as a dict)."""
+    if isinstance(v, list) and v and isinstance(v[0], tuple):
+        return dict(v)
+    if isinstance(v, list):
+        return [_python_value(x) for x in v]
+    return v
+
+
 def _key_values(t: str) -> st.SearchStrategy[Any]:
     """Values of a grouping key of type ``t``: a map's entries have no null values."""
     if t.startswith("map<"):
@@ -118,7 +127,10 @@ AGGREGATES: dict[str, tuple[Callable[[str], bool], Callable[[Any, str], Any]]] =
     "approx_count_distinct": (lambda t: t in ATOMIC, lambda F, c: F.approx_count_distinct(c)),
 }
 
-FAMILIES = ("aggregate", "window_aggregate", "session_window_aggregate", "dedup", "dedup_watermark", "dedup_within_watermark")
+FAMILIES = (
+    "aggregate", "window_aggregate", "session_window_aggregate", "chained_window_aggregate", "union_aggregate",
+    "dedup", "dedup_watermark", "dedup_within_watermark", "limit", "static_join", "static_join_aggregate",
+)
 
 #: output modes each family accepts (Spark refuses the others; the refusal is compared too, rarely)
 MODES = {
@@ -128,7 +140,16 @@ MODES = {
     "dedup": ("append", "update"),
     "dedup_watermark": ("append", "update"),
     "dedup_within_watermark": ("append",),
+    # a window aggregation over another one's output: append only (Spark's multiple stateful operators)
+    "chained_window_aggregate": ("append",),
+    "union_aggregate": ("update", "complete"),
+    "limit": ("append",),
+    "static_join": ("append",),
+    "static_join_aggregate": ("update", "complete"),
 }
+
+#: the families whose query has a watermark on ``ts``
+WATERMARKED = ("window_aggregate", "session_window_aggregate", "chained_window_aggregate", "dedup_watermark", "dedup_within_watermark")
 
 
 @dataclass(frozen=True)
@@ -147,6 +168,11 @@ class Case:
     mode: str
     partitions: int
     batches: tuple[tuple[tuple[Any, ...], ...], ...] = field(repr=False)
+    #: the query stops after this many batches and restarts on its checkpoint (0: runs through)
+    restart_at: int = 0
+    #: a static side joined on ``k0``: its rows ``(k0, s)`` and the join type
+    static_rows: tuple[tuple[Any, int], ...] = ()
+    join_type: str = "inner"
 
     @property
     def schema(self) -> str:
@@ -157,6 +183,13 @@ class Case:
         return ", ".join(cols)
 
     @property
+    def dedup_key_types(self) -> tuple[str, ...]:
+        """The types of a deduplication's key columns (all columns when it names none)."""
+        if not self.key_types:
+            return ("bigint", "timestamp") + self.value_types
+        return self.key_types
+
+    @property
     def keys(self) -> list[str]:
         return [f"k{i}" for i in range(len(self.key_types))]
 
@@ -165,8 +198,19 @@ class Case:
         from pyspark.sql import functions as F
 
         def build(df: Any) -> Any:
-            if self.family in ("window_aggregate", "session_window_aggregate", "dedup_watermark", "dedup_within_watermark"):
+            if self.family in WATERMARKED:
                 df = df.withWatermark("ts", f"{self.delay} seconds")
+            if self.family == "limit":
+                return df.limit(self.size)
+            if self.family == "union_aggregate":
+                df = df.union(df.where(F.col("id") % 2 == 0))  # the even rows twice
+            if self.family.startswith("static_join"):
+                static = df.sparkSession.createDataFrame([(_python_value(k), n) for k, n in self.static_rows], f"k0 {self.key_types[0]}, s INT")
+                df = df.join(static, "k0", self.join_type)
+                if self.family == "static_join":
+                    return df
+                sums = [] if self.join_type in ("left_semi", "left_anti") else [F.sum("s").alias("s")]  # no static columns
+                return df.groupBy("k0").agg(F.count("*").alias("n"), *sums)
             if self.family.startswith("dedup"):
                 subset = self.keys + (["ts"] if self.family == "dedup_watermark" else [])
                 if self.family == "dedup_within_watermark":
@@ -178,8 +222,14 @@ class Case:
                 groups.insert(0, F.window("ts", f"{self.size} seconds", slide))
             elif self.family == "session_window_aggregate":
                 groups.insert(0, F.session_window("ts", f"{self.size} seconds"))
+            elif self.family == "chained_window_aggregate":
+                groups.insert(0, F.window("ts", f"{self.size} seconds"))
             aggs = [AGGREGATES[name][1](F, f"v{i}").alias(f"a{n}_{name}") for n, (name, i) in enumerate(self.aggregates)]
-            return df.groupBy(*groups).agg(*aggs)
+            out = df.groupBy(*groups).agg(*aggs)
+            if self.family == "chained_window_aggregate":
+                # the second aggregation windows the first one's windows by their event time
+                out = out.groupBy(F.window(F.window_time("window"), f"{2 * self.size} seconds")).agg(F.count("*").alias("windows"))
+            return out
 
         return build
 
@@ -194,9 +244,11 @@ class Case:
 def cases(draw: st.DrawFn) -> Case:
     """A random :class:`Case`."""
     family = draw(st.sampled_from(FAMILIES))
-    # map keys: aggregates only (deduplication's binary-comparable state keys have no map encoding)
-    key_pool = ALL_TYPES if "aggregate" in family else KEY_TYPES
-    key_types = tuple(draw(st.lists(st.sampled_from(key_pool), min_size=0 if family != "aggregate" else 1, max_size=2)))
+    # no map keys: the differences they show are declared (test_fuzz_findings.py: the state key's
+    # name, a sort-based aggregation Spark refuses, a null map value); their grouping is tested there
+    key_pool = KEY_TYPES
+    needs_key = family in ("aggregate", "static_join", "static_join_aggregate")
+    key_types = tuple(draw(st.lists(st.sampled_from(key_pool), min_size=1 if needs_key else 0, max_size=2)))
     value_types: tuple[str, ...] = ()
     aggregates: tuple[tuple[str, int], ...] = ()
     if "aggregate" in family:
@@ -216,6 +268,8 @@ def cases(draw: st.DrawFn) -> Case:
         slide = 0
     mode = draw(st.sampled_from(MODES[family]))
     partitions = draw(st.sampled_from([1, 2, 3]))
+    if family == "limit":
+        size = draw(st.integers(1, 6))
     # a map key's values are never null (known gap: test_fuzz_findings.py, "with a null value")
     pools = [draw(st.lists(_key_values(t), min_size=1, max_size=3)) for t in key_types]
     batches = []
@@ -231,4 +285,12 @@ def cases(draw: st.DrawFn) -> Case:
             rows.append((next_id, T0 + dt.timedelta(seconds=seconds), *keys, *vals))
             next_id += 1
         batches.append(tuple(rows))
-    return Case(key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches))
+    restart_at = draw(st.integers(0, len(batches) - 1))
+    static_rows: tuple[tuple[Any, int], ...] = ()
+    join_type = "inner"
+    if family.startswith("static_join"):
+        # some of the stream's keys, some others, some twice
+        static_keys = draw(st.lists(st.one_of(st.sampled_from(pools[0]), _key_values(key_types[0])), max_size=4))
+        static_rows = tuple((k, n) for n, k in enumerate(static_keys))
+        join_type = draw(st.sampled_from(["inner", "left_outer", "left_semi", "left_anti"]))
+    return Case(key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches), restart_at, static_rows, join_type)
