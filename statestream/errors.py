@@ -25,6 +25,7 @@ __all__ = [
     "StatestreamAnalysisException",
     "StatestreamStreamingQueryException",
     "StateStoreError",
+    "schema_must_be_nullable_error",
     "StatestreamIllegalArgumentException",
     "StatestreamIllegalStateException",
     "StatestreamNumberFormatException",
@@ -317,6 +318,18 @@ class StateStoreError(StatestreamError):
 
     def getCondition(self) -> str | None:  # noqa: N802 - PySpark's name
         return self.error_class
+
+
+def schema_must_be_nullable_error(column_family: str, schema_text: str) -> StateStoreError:
+    """Spark's ``TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE``: with the Avro state encoding, a
+    transformWithState variable (``column_family``) whose schema (``schema_text``, as Spark's
+    ``StructType.toString`` prints it) has a field that is not nullable."""
+    return StateStoreError(
+        "[TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE] If Avro encoding is enabled, all the fields in the schema for "
+        f"column family {column_family} must be nullable\nwhen using the TransformWithState operator.\n"
+        f"Please make the schema nullable. Current schema: {schema_text} SQLSTATE: XXKST",
+        "TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE",
+    )
 
 
 class CheckpointError(StatestreamError):

@@ -186,6 +186,11 @@ def _ttl_not_positive(state_name: str) -> str:
     )
 
 
+def _not_initialized(info: Any) -> str:
+    """Spark's state server's answer to a call on a variable that ``deleteIfExists`` dropped."""
+    return f"{info.kind.capitalize()} state {info.name} is not initialized."
+
+
 def _empty_list(state_name: str) -> str:
     return (
         "[ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE] Illegal value provided to the State Store Cannot write "
@@ -257,7 +262,7 @@ class _Codec:
     def to_arrow(self, values: list, what: str) -> pa.Array:
         from statestream.operators.python_state_values import from_session_wall_clock
 
-        rows = [_normalise(v) for v in values]
+        rows = [_normalise(v, len(self.names)) for v in values]
         if self.timestamps:
             rows = [from_session_wall_clock(r, self.type, self.zone) for r in rows]
         try:
@@ -293,19 +298,27 @@ class _Codec:
         return out
 
 
-def _normalise(value: Any) -> Any:
-    """A user's value as pyarrow takes it: a tuple (a ``Row`` or list too), numpy scalars as
-    Python ones."""
+def _normalise(value: Any, width: int | None = None) -> Any:
+    """A user's value as pyarrow takes it: a tuple, numpy scalars as Python ones. As PySpark's
+    state client, any sequence is taken field by field (a ``Row``, a list, a string: ``"0"``
+    is the one-field value ``("0",)``) and zipped with the schema's ``width`` fields, so extra
+    items are dropped."""
     if isinstance(value, dict):
         return value
     if not isinstance(value, (tuple, list)):
-        msg = f"a state value must be a tuple (or Row), got {type(value).__name__}: {value!r}"
-        raise TypeError(msg)
+        try:
+            value = tuple(value)
+        except TypeError:
+            msg = f"a state value must be a tuple (or Row), got {type(value).__name__}: {value!r}"
+            raise TypeError(msg) from None
+    if width is not None and len(value) > width:
+        value = value[:width]
     return tuple(v.item() if isinstance(v, np.generic) else v for v in value)
 
 
 def _as_row(value: Any, t: pa.DataType) -> Any:
-    """A nested struct of ``to_pylist`` as a ``Row`` (PySpark's unpickled state shape)."""
+    """A nested value of ``to_pylist`` in PySpark's unpickled state shape: a struct as a
+    ``Row``, a map as a ``dict``."""
     if value is None:
         return None
     if pa.types.is_struct(t):
@@ -314,6 +327,9 @@ def _as_row(value: Any, t: pa.DataType) -> Any:
         return Row(**{f.name: _as_row(value[f.name], f.type) for f in t})
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return [_as_row(v, t.value_type) for v in value]
+    if pa.types.is_map(t):  # PySpark gives a map as a dict (``to_pylist``: a list of pairs)
+        pairs = value.items() if isinstance(value, dict) else value
+        return {_as_row(k, t.key_type): _as_row(v, t.item_type) for k, v in pairs}
     return value
 
 
@@ -341,6 +357,8 @@ class _Variable:
         self.key_codec = _Codec(info.user_key_schema, task.zone) if info.user_key_schema is not None else None
         self.ttl = info.ttl_ms
         self.provider, self.store = task.open_store(info.name, self.key_schema(), self.value_schema())
+        #: ``deleteIfExists`` dropped the variable: Spark's state server no longer knows it
+        self.deleted = False
         self.reset()
 
     # -- layout --------------------------------------------------------------------------------
@@ -720,12 +738,15 @@ class TaskState:
 
     def delete_if_exists(self, name: str) -> None:
         """``deleteIfExists``: a declared variable's stored values go (all of this partition's),
-        committed with the batch. In a query, a variable only an older run declared was removed
+        committed with the batch, and the variable refuses every later call of the batch (its
+        iterators are empty), as Spark's state server, which forgets it. In a query, a variable only an older run declared was removed
         on the driver before the run's first batch (``operators/transform_with_state.py``), and
         ``delete_store`` is not given; the test kit gives it for its own stores."""
         if name in self.variables:
             variable = self.variables[name]
             variable.store.evict(lambda t: np.ones(t.num_rows, dtype=bool))
+            variable.reset()
+            variable.deleted = True
             self.metrics["numDeletedStateVars"] += 1
         elif self._delete_store is not None and self._delete_store(name):
             self.metrics["numDeletedStateVars"] += 1
@@ -821,27 +842,38 @@ def _make_classes():
             self._variable = variable
             self._stateName = variable.info.name
 
-        def _row(self) -> int:
+        def _row(self, prefix: str) -> int:
+            """The current key's row; refused as Spark's state server refuses a call on a
+            variable ``deleteIfExists`` dropped (PySpark's client puts ``prefix`` before it)."""
+            if self._variable.deleted:
+                raise _runtime_error(prefix, _not_initialized(self._variable.info))
             return self._variable.task.current_row(self._stateName)
+
+        def _value(self, value: Any) -> Any:
+            return _normalise(value, len(self._variable.codec.names))
+
+        def _key(self, key: Any) -> Any:
+            assert self._variable.key_codec is not None
+            return _normalise(key, len(self._variable.key_codec.names))
 
     class ValueStateImpl(_Bound, ValueState):
         """PySpark's ``ValueState`` over the task's state."""
 
         def exists(self) -> bool:
-            return self._variable.value(self._row()) is not None
+            return self._variable.value(self._row("Error checking value state exists: ")) is not None
 
         def get(self) -> Any:
-            return self._variable.value(self._row())
+            return self._variable.value(self._row("Error getting value state: "))
 
         def update(self, newValue: Any) -> None:  # noqa: N803
-            row = self._row()
+            row = self._row("Error updating value state: ")
             if newValue is None:
                 raise _runtime_error("Error updating value state: ", "[ILLEGAL_STATE_STORE_VALUE.NULL_VALUE] Illegal value provided to the State Store Cannot write null values to State Store for StateName " + f"{self._stateName}. SQLSTATE: 42601")
-            self._variable.writes[row] = _normalise(newValue)
+            self._variable.writes[row] = self._value(newValue)
             self._variable.task.updated += 1
 
         def clear(self) -> None:
-            row = self._row()
+            row = self._row("Error clearing value state: ")
             self._variable.writes[row] = _REMOVED
             self._variable.task.removed += 1
 
@@ -849,14 +881,17 @@ def _make_classes():
         """PySpark's ``ListState`` over the task's state."""
 
         def exists(self) -> bool:
-            return self._variable.has_elements(self._row())
+            # PySpark's list client words this one as the value client does
+            return self._variable.has_elements(self._row("Error checking value state exists: "))
 
         def get(self) -> Iterator[tuple]:
-            return iter(self._variable.elements(self._row()))
+            if self._variable.deleted:  # PySpark's client ends an iterator on any error
+                return iter([])
+            return iter(self._variable.elements(self._row("")))
 
         def put(self, newState: list) -> None:  # noqa: N803
-            row = self._row()
-            values = [_normalise(v) for v in (newState or [])]
+            row = self._row("Error updating value state: ")
+            values = [self._value(v) for v in (newState or [])]
             if not values:
                 raise _runtime_error("Error updating value state: ", _empty_list(self._stateName))
             self._variable.cleared.add(row)
@@ -865,20 +900,20 @@ def _make_classes():
             self._variable.task.updated = len(values)
 
         def appendValue(self, newState: Any) -> None:  # noqa: N802,N803
-            row = self._row()
-            self._variable.writes.setdefault(row, []).append(_normalise(newState))
+            row = self._row("Error updating value state: ")
+            self._variable.writes.setdefault(row, []).append(self._value(newState))
             self._variable.task.updated += 1
 
         def appendList(self, newState: list) -> None:  # noqa: N802,N803
-            row = self._row()
-            values = [_normalise(v) for v in (newState or [])]
+            row = self._row("Error updating value state: ")
+            values = [self._value(v) for v in (newState or [])]
             if not values:
                 raise _runtime_error("Error updating value state: ", _empty_list(self._stateName))
             self._variable.writes.setdefault(row, []).extend(values)
             self._variable.task.updated += len(values)
 
         def clear(self) -> None:
-            row = self._row()
+            row = self._row("Error clearing value state: ")
             self._variable.task.removed += len(self._variable.elements(row))  # Spark: the entry count
             self._variable.cleared.add(row)
             self._variable.writes[row] = []
@@ -887,35 +922,40 @@ def _make_classes():
         """PySpark's ``MapState`` over the task's state."""
 
         def exists(self) -> bool:
-            return self._variable.has_elements(self._row())
+            return self._variable.has_elements(self._row("Error checking map state exists: "))
 
         def getValue(self, key: Any) -> Any:  # noqa: N802
-            return self._variable.entry(self._row(), _normalise(key))
+            return self._variable.entry(self._row("Error getting value: "), self._key(key))
 
         def containsKey(self, key: Any) -> bool:  # noqa: N802
-            return self._variable.entry(self._row(), _normalise(key)) is not None
+            return self._variable.entry(self._row("Error checking if map state contains key: "), self._key(key)) is not None
 
         def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
-            row = self._row()
-            self._variable.writes.setdefault(row, {})[_normalise(key)] = _normalise(value)
+            row = self._row("Error updating map state value: ")
+            self._variable.writes.setdefault(row, {})[self._key(key)] = self._value(value)
             self._variable.task.updated += 1
 
+        def _entries(self) -> dict:
+            if self._variable.deleted:  # PySpark's client ends an iterator on any error
+                return {}
+            return self._variable.entries(self._row(""))
+
         def iterator(self) -> Iterator[tuple[tuple, tuple]]:
-            return iter(list(self._variable.entries(self._row()).items()))
+            return iter(list(self._entries().items()))
 
         def keys(self) -> Iterator[tuple]:
-            return iter(list(self._variable.entries(self._row())))
+            return iter(list(self._entries()))
 
         def values(self) -> Iterator[tuple]:
-            return iter(list(self._variable.entries(self._row()).values()))
+            return iter(list(self._entries().values()))
 
         def removeKey(self, key: Any) -> None:  # noqa: N802
-            row = self._row()
-            self._variable.writes.setdefault(row, {})[_normalise(key)] = _REMOVED
+            row = self._row("Error removing key from map state: ")
+            self._variable.writes.setdefault(row, {})[self._key(key)] = _REMOVED
             self._variable.task.removed += 1
 
         def clear(self) -> None:
-            row = self._row()
+            row = self._row("Error clearing map state: ")
             self._variable.task.removed += len(self._variable.entries(row))  # Spark: a removeKey each
             self._variable.cleared.add(row)
             self._variable.writes[row] = {}

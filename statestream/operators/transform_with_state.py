@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors import IncompatibleRestartError
+from statestream.errors import IncompatibleRestartError, schema_must_be_nullable_error
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
@@ -58,7 +60,7 @@ from statestream.operators.stateful_processor_handle import (
     timer_threshold,
     timer_values,
 )
-from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY
+from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY, render_data_type
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,14 +76,70 @@ __all__ = [
     "check_restart",
     "fire_expired_timers",
     "check_pandas_results",
+    "pandas_piece_rows",
+    "not_nullable_variable",
+    "byte_conf_value",
+    "MAX_RECORDS_PER_BATCH",
+    "MAX_BYTES_PER_BATCH",
 ]
 
 log = logging.getLogger(__name__)
+
+#: Spark's state encoding conf (pinned in the offset log); with ``avro`` the variables' schemas
+#: must be nullable
+STATE_ENCODING_FORMAT = "spark.sql.streaming.stateStore.encodingFormat"
+
+#: the confs PySpark's worker cuts a key's rows into pandas DataFrames by (Spark 4.1)
+MAX_RECORDS_PER_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
+MAX_BYTES_PER_BATCH = "spark.sql.execution.arrow.maxBytesPerBatch"
+#: PySpark's worker: no byte limit (``Int.MaxValue``), then the rows' size is not even measured
+_NO_BYTE_LIMIT = 2**31 - 1
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
 
 #: which input a row of the first batch's exchange comes from: 0 data, 1 initial state
 SIDE_COLUMN = "__side"
 DATA_COLUMN = "__data"
 INITIAL_COLUMN = "__initial"
+
+
+def pandas_piece_rows(max_records: int, max_bytes: int, avg_row_bytes: float) -> int:
+    """How many of a key's rows each pandas DataFrame handed to ``handleInputRows`` holds (the
+    last one of a key holds the rest). PySpark 4.1's worker adds a key's rows one by one and
+    ends a DataFrame once it holds ``max_records`` rows (a limit of 0 or less: after every row)
+    or its rows times their average Arrow size reach ``max_bytes``; without a byte limit
+    (``Int.MaxValue``) the size is not measured."""
+    n = max(1, int(max_records))
+    if int(max_bytes) != _NO_BYTE_LIMIT and avg_row_bytes > 0:
+        n = min(n, max(1, math.ceil(int(max_bytes) / avg_row_bytes)))
+    return n
+
+
+def not_nullable_variable(variables: tuple[StateVariableInfo, ...]) -> tuple[str, Any] | None:
+    """The first variable with a field that is not nullable, as (name, the schema holding it:
+    the value's, else a map's user key's), or None. Spark refuses such a variable under the Avro
+    state encoding (``TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE``)."""
+    for v in variables:
+        for schema in (v.value_schema, v.user_key_schema):
+            if schema is not None and any(not f.nullable for f in schema.fields):
+                return v.name, schema
+    return None
+
+
+def byte_conf_value(text: str | None, default: int) -> int:
+    """A byte-size conf as Spark reads it (``2``, ``64m``, ``1g``: a bare number is bytes)."""
+    if text is None or not str(text).strip():
+        return default
+    found = re.fullmatch(r"\s*(-?\d+)\s*([a-zA-Z]*)\s*", str(text))
+    if found is None or found.group(2).lower() not in _BYTE_UNITS:
+        msg = f"Size must be specified as bytes (b), kibibytes (k), mebibytes (m), gibibytes (g), tebibytes (t), or pebibytes(p). E.g. 50b, 100k, or 250m. (got {text!r})"
+        raise ValueError(msg)
+    return int(found.group(1)) * _BYTE_UNITS[found.group(2).lower()]
+
+
+def _arrow_bytes(table: pa.Table) -> int:
+    """The size of ``table``'s Arrow buffers (what PySpark's worker measures its input by)."""
+    return sum(buf.size for col in table.columns for chunk in col.chunks for buf in chunk.buffers() if buf is not None)
 
 
 def emitted_too_old(event_times_ms: np.ndarray, watermark_ms: int) -> int | None:
@@ -426,6 +484,10 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
 
         assert self.child is not None and self.info is not None
         info = self.info
+        if (ctx.spark.conf.get(STATE_ENCODING_FORMAT, None) or "").lower() == "avro":
+            refused = not_nullable_variable(info.variables)
+            if refused is not None:
+                raise schema_must_be_nullable_error(refused[0], render_data_type(refused[1].jsonValue()))
         if info.deleted_variables:
             _delete_dropped_variables(self.get_state_info(), info.deleted_variables)
         with_initial = info.initial_state is not None and self.get_state_info().store_version == 0
@@ -445,6 +507,8 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
             batch_timestamp_ms=self.batch_timestamp_ms,
             timezone=ctx.spark.conf.get("spark.sql.session.timeZone"),
             lineage=_recorded_lineage(self.get_state_info()),
+            max_records_per_batch=int(ctx.spark.conf.get(MAX_RECORDS_PER_BATCH, None) or "10000"),
+            max_bytes_per_batch=byte_conf_value(ctx.spark.conf.get(MAX_BYTES_PER_BATCH, None), _NO_BYTE_LIMIT),
         )
         return df.mapInArrow(step, info.output_schema)
 
@@ -576,6 +640,9 @@ class TransformWithStateStep(StateStep):
     timezone: str | None = None
     store_conf: Any = None
     lineage: StoreLineage = field(default_factory=StoreLineage)
+    #: how PySpark's worker cuts a key's rows into pandas DataFrames (:func:`pandas_piece_rows`)
+    max_records_per_batch: int = 10000
+    max_bytes_per_batch: int = _NO_BYTE_LIMIT
 
     # -- stores ---------------------------------------------------------------------------------
 
@@ -742,6 +809,7 @@ class TransformWithStateStep(StateStep):
         counts = np.add.reduceat(is_data.astype(np.int64), starts) if len(starts) else np.empty(0, np.int64)
         data_bounds = np.concatenate([[0], np.cumsum(counts)])
         rows = Input(self, data.select(list(self.data_names)).take(pa.array(data_order, type=pa.int64())))
+        piece = self._piece_rows(rows.table) if info.use_pandas else 0
         init_rows = None
         if init is not None and init.num_rows:
             init_order = order[~is_data] - n_data
@@ -760,13 +828,21 @@ class TransformWithStateStep(StateStep):
                             processor.handleInitialState(key, r, tv)
             lo, hi = int(data_bounds[g]), int(data_bounds[g + 1])
             if hi > lo:
-                values = iter([rows.frame(lo, hi)]) if info.use_pandas else iter(rows.rows(lo, hi))
+                values = rows.frames(lo, hi, piece) if info.use_pandas else iter(rows.rows(lo, hi))
                 try:
                     out.add(processor.handleInputRows(key, values, tv))
                 except Exception as exc:
                     exc.add_note(f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
                     raise
         task.end_phase()
+
+    def _piece_rows(self, table: pa.Table) -> int:
+        """The rows of one pandas DataFrame of a key (:func:`pandas_piece_rows`), the average
+        row size taken over the task's data rows."""
+        avg = 0.0
+        if self.max_bytes_per_batch != _NO_BYTE_LIMIT and table.num_rows:
+            avg = _arrow_bytes(table) / table.num_rows
+        return pandas_piece_rows(self.max_records_per_batch, self.max_bytes_per_batch, avg)
 
     def _check_output_event_time(self, out: pa.Table) -> None:
         """Spark's check of ``eventTimeColumnName``: no output row older than the watermark."""
@@ -889,6 +965,12 @@ class Input:
         chunk = self._pdf.iloc[lo:hi]
         chunk.index = pd.RangeIndex(hi - lo)
         return chunk
+
+    def frames(self, lo: int, hi: int, piece: int) -> Iterator[Any]:
+        """Rows ``lo:hi`` (one key's) as DataFrames of ``piece`` rows each, the last one with
+        the rest (each indexed from 0), made as the caller iterates."""
+        for start in range(lo, hi, max(1, piece)):
+            yield self.frame(start, min(hi, start + max(1, piece)))
 
     def rows(self, lo: int, hi: int) -> list:
         if self._rows is None:
