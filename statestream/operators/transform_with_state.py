@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from statestream.errors import IncompatibleRestartError, schema_must_be_nullable_error
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
+from statestream.operators.partition_routes import state_partition_id
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
 from statestream.operators.state_step import StateStep, commit_state
 from statestream.operators.stateful import older_than_watermark
@@ -547,7 +548,7 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         )
         both = left.unionByName(right)
         cols = [F.col(k) for k in keys]
-        out = both.withColumn(PARTITION_ID_COLUMN, F.pmod(F.hash(*cols), F.lit(n)).cast("int")).repartition(n, *cols)
+        out = both.withColumn(PARTITION_ID_COLUMN, state_partition_id(cols, n)).repartition(n, *cols)
         return out, list(data.columns)
 
     def simple_string(self) -> str:

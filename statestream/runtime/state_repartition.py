@@ -56,6 +56,7 @@ from statestream.errors import (
     spark_error_text,
 )
 from statestream.faults import crash_point
+from statestream.operators.partition_routes import state_partition_id
 from statestream.state import schema as S
 from statestream.state.schema import SINGLE_PARTITION_OPERATORS
 
@@ -383,8 +384,8 @@ def _split_store(spark: "SparkSession", store: _Store, hashed_schema: pa.Schema)
     ids = spark.range(0, store.old_partitions, 1, store.old_partitions).select(F.col("id").cast("int"))
     shaped = ids.mapInArrow(emit_keys, wire).select(
         "_p", "_i",
-        F.pmod(F.hash(*keys), F.lit(store.new_partitions)).cast("int").alias("_n"),
-        F.pmod(F.hash(*keys), F.lit(store.old_partitions)).cast("int").alias("_c"),
+        state_partition_id(keys, store.new_partitions).alias("_n"),
+        state_partition_id(keys, store.old_partitions).alias("_c"),
     )
     rows = shaped.mapInArrow(write_shares, done).collect()
     return sum(r["rows"] for r in rows)
