@@ -56,7 +56,7 @@ from statestream.operators.base import (
 )
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.local_checkpoint import local_checkpoint
-from statestream.operators.partition_routes import partition_routes
+from statestream.operators.partition_routes import partition_routes, state_partition_id
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.operators.state_step import StateStep
 
@@ -224,8 +224,11 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             (1, self.right, info.right_keys, info.right_only, info.right_event_time, info.right_event_time_is_struct),
         ):
             df = child.execute(ctx)
-            names = [_side_col(side, i) for i in range(len(df.columns))]
-            df = df.toDF(*names)
+            df = df.toDF(*[_side_col(side, i) for i in range(len(df.columns))])
+            kept = info.left_kept if side == 0 else info.right_kept
+            if kept and len(kept) < len(df.columns):  # the columns Spark's column pruning keeps
+                df = df.select(*[F.col(_side_col(side, p)).alias(_side_col(side, q)) for q, p in enumerate(kept)])
+            names = list(df.columns)
             late = F.lit(False)
             if et is not None and self.event_time_watermark_for_late_events is not None:
                 t = F.col(names[et])
@@ -254,7 +257,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
             )
 
         new = tagged(0).unionByName(tagged(1))
-        new = new.withColumn(PID, F.pmod(F.hash(*[F.col(c) for c in kcols]), F.lit(n)).cast("int") if nkeys else F.lit(0))
+        new = new.withColumn(PID, state_partition_id([F.col(c) for c in kcols], n) if nkeys else F.lit(0))
         key_fields = [f for f in new.schema.fields if f.name in kcols]
         step_args = self.state_step_args(ctx)
         arrow_keys = to_arrow_schema(StructType(key_fields), timestamp_utc=True)

@@ -164,7 +164,7 @@ def plan_streaming_query(
         if isinstance(node, L.BatchRelation):
             return BatchRelationExec(df=node.template)
         if isinstance(node, L.Join) and is_stream_stream(node):
-            return plan_stream_stream_join(node, go, num_partitions, store_conf)
+            return plan_stream_stream_join(node, go, num_partitions, store_conf, root=top)
         if isinstance(node, L.Join):
             return plan_join(node, go, for_explain=for_explain)
         msg = f"statestream cannot plan {node.node_name} yet"

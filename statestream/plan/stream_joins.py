@@ -598,14 +598,20 @@ class StreamJoinInfo:
     match_in_tasks: bool = False
     #: ``OUTER_EARLY_EMIT_CONF``: beyond Spark, opt-in
     outer_early_emit: bool = False
+    #: the positions of each side's input columns the join keeps (:func:`kept_side_columns`);
+    #: ``left_schema``/``right_schema`` and the state hold these only
+    left_kept: tuple[int, ...] = ()
+    right_kept: tuple[int, ...] = ()
 
 
 def _ids(attrs: Sequence[Any]) -> list[int]:
     return [int(a.exprId().id()) for a in attrs]
 
 
-def _renamed(expr: Any, names: dict[int, str], jvm: Any) -> Any:
-    """``expr`` with every attribute replaced by the unresolved name ``names[id]``."""
+def _renamed(expr: Any, names: dict[int, str], jvm: Any, pruned: frozenset[int] = frozenset()) -> Any:
+    """``expr`` with every attribute replaced by the unresolved name ``names[id]``; an attribute
+    of ``pruned`` (a column no operator reads, see :func:`kept_side_columns`) becomes a null of
+    its type."""
     from statestream.plan.optimizer import rebuild_expression
 
     def seq(items: list[Any]) -> Any:
@@ -614,6 +620,8 @@ def _renamed(expr: Any, names: dict[int, str], jvm: Any) -> Any:
 
     def fn(e: Any) -> Any:
         if _jname(e) == "AttributeReference":
+            if int(e.exprId().id()) in pruned:
+                return jvm.org.apache.spark.sql.catalyst.expressions.Literal(None, e.dataType())
             n = names.get(int(e.exprId().id()))
             if n is None:
                 msg = f"column {e} of a stream-stream join condition is on neither side"
@@ -645,7 +653,70 @@ def _clean(text: str) -> str:
     return re.sub(r"#\d+L?", "", text)
 
 
-def stream_join_info(node: "L.Join") -> StreamJoinInfo:
+def _joins(plan: Any) -> list[Any]:
+    """The ``Join`` nodes of a Catalyst plan, top first."""
+    out, pending = [], [plan]
+    while pending:
+        p = pending.pop(0)
+        if _jname(p) == "Join":
+            out.append(p)
+        pending.extend(jvm_seq(p.children()))
+    return out
+
+
+def _renames(plan: Any, ids: Sequence[int]) -> list[set[int]]:
+    """For each attribute id of ``plan``'s output, the ids it has further down ``plan`` through
+    bare renames (``k AS lk``) and unary operators, itself included."""
+    seen = [{i} for i in ids]
+    current: list[int] = list(ids)
+    node = plan
+    while True:
+        if _jname(node) == "Project":
+            renames = {
+                int(e.exprId().id()): int(e.child().exprId().id())
+                for e in jvm_seq(node.projectList())
+                if _jname(e) == "Alias" and _jname(e.child()) == "AttributeReference"
+            }
+            current = [renames.get(c, c) for c in current]
+            for names, c in zip(seen, current):
+                names.add(c)
+        children = jvm_seq(node.children())
+        if len(children) != 1:
+            return seen
+        node = children[0]
+
+
+def kept_side_columns(node: "L.Join", root: "L.LogicalPlan | None") -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The positions of each side's columns that reach the join in Spark's optimised plan of the
+    whole query (``root``): Spark's column pruning keeps the columns the join's keys and
+    condition read and those an operator above it (or the sink) reads; a left semi join's right
+    side keeps only the first kind. Each side's state stores those columns only.
+
+    The optimiser may move a side's renaming projection above the join (the plans read here have
+    no watermark node to stop it), so a side's column is matched with the join's inputs through
+    its renames. ``None`` (keep every column) when the plans cannot be read or the join is not
+    found in them."""
+    if root is None:
+        return None
+    try:
+        analyzed = _find(node.template._jdf.queryExecution().analyzed(), "Join")  # noqa: SLF001
+        optimized = root.template._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+        if analyzed is None:
+            return None
+        sides = [_renames(child, _ids(jvm_seq(child.output()))) for child in (analyzed.left(), analyzed.right())]
+        for join in _joins(optimized):
+            outs = (set(_ids(jvm_seq(join.left().output()))), set(_ids(jvm_seq(join.right().output()))))
+            # ours when each input is some of its side's columns; a join inside a side mixes
+            # the columns of the two sides
+            if all(out and out <= set().union(*side) for out, side in zip(outs, sides)):
+                left, right = (tuple(p for p, names in enumerate(side) if names & out) for out, side in zip(outs, sides))
+                return left, right
+    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame, or a plan Spark cannot optimise
+        logger.debug("could not read the pruned columns of a stream-stream join", exc_info=True)
+    return None
+
+
+def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> StreamJoinInfo:
     """Read the keys, condition and output of a stream-stream join from Spark's optimised plan
     of the join over stand-ins (``plan/joins.py``): ``ExtractEquiJoinKeys`` as Spark's planner
     applies it, then each side's event-time column and the solver's description of the rest of
@@ -672,8 +743,10 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
     extract = getattr(jvm.org.apache.spark.sql.catalyst.planning, "ExtractEquiJoinKeys$").__getattr__("MODULE$")
     found = extract.unapply(join)
     left_ids, right_ids = ids[0], ids[1]
-    names = {i: side_column(0, p) for p, i in enumerate(left_ids)}
-    names.update({i: side_column(1, p) for p, i in enumerate(right_ids)})
+    kept = kept_side_columns(node, root) or (tuple(range(len(left_ids))), tuple(range(len(right_ids))))
+    names = {left_ids[p]: side_column(0, q) for q, p in enumerate(kept[0])}
+    names.update({right_ids[p]: side_column(1, q) for q, p in enumerate(kept[1])})
+    pruned = frozenset(set(left_ids) | set(right_ids)) - frozenset(names)
     if found.isDefined():
         t = found.get()
         lkeys, rkeys = jvm_seq(t._2()), jvm_seq(t._3())
@@ -702,8 +775,16 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
         output_exprs = jvm_seq(top.projectList())
     else:
         output_exprs = jvm_seq(top.output())
+    read = [e for e in (*lkeys, *rkeys, other) if e is not None]
+    if pruned and any(set(_ids(jvm_seq(e.references().toSeq()))) & pruned for e in read):
+        # the keys or condition read a column Spark's plan did not keep (not expected): keep all
+        kept = (tuple(range(len(left_ids))), tuple(range(len(right_ids))))
+        names = {i: side_column(0, p) for p, i in enumerate(left_ids)}
+        names.update({i: side_column(1, p) for p, i in enumerate(right_ids)})
+        pruned = frozenset()
     schema = node.template.schema
-    left_schema, right_schema = node.left.schema, node.right.schema
+    left_schema = StructType([node.left.schema.fields[p] for p in kept[0]])
+    right_schema = StructType([node.right.schema.fields[p] for p in kept[1]])
 
     def et_index(s: StructType) -> int | None:
         return next((i for i, f in enumerate(s.fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
@@ -751,7 +832,9 @@ def stream_join_info(node: "L.Join") -> StreamJoinInfo:
         condition=None if other is None else _renamed(other, names, jvm),
         left_only=None if lonly_e is None else _renamed(lonly_e, names, jvm),
         right_only=None if ronly_e is None else _renamed(ronly_e, names, jvm),
-        output=tuple(_renamed(e, names, jvm) for e in output_exprs),
+        output=tuple(_renamed(e, names, jvm, pruned) for e in output_exprs),
+        left_kept=kept[0],
+        right_kept=kept[1],
         output_schema=schema,
         conjuncts=condition_terms(other, left_ids, right_ids),
         key_watermark_ordinal=key_wm,
@@ -798,13 +881,15 @@ def plan_stream_stream_join(
     plan_child: Callable[["L.LogicalPlan"], "PhysicalOperator"],
     num_partitions: int,
     store_conf: Any = None,
+    root: "L.LogicalPlan | None" = None,
 ) -> "PhysicalOperator":
     """Spark's plan of a join of two streams: ``StreamingSymmetricHashJoin`` over one
-    ``Exchange hashpartitioning(keys, N)`` per side."""
+    ``Exchange hashpartitioning(keys, N)`` per side (``root``: the whole query, whose plan says
+    which columns reach the join)."""
     from statestream.operators.stream_join import StreamJoinExchangeExec, StreamingSymmetricHashJoinExec
 
     assert node.left is not None and node.right is not None
-    info = stream_join_info(node)
+    info = stream_join_info(node, root)
     if not info.left_keys:
         from statestream.errors import analysis_error
 
