@@ -66,6 +66,10 @@ def pytest_addoption(parser):
         help="random queries the randomized differential tester runs (tests/differential/test_random_queries.py)",
     )
     parser.addoption(
+        "--fuzz-families", default="",
+        help="comma-separated operator families the randomized differential tester draws from (default: all)",
+    )
+    parser.addoption(
         "--fuzz-seed", type=int, default=0,
         help="the seed of the randomized differential tester's cases (scripts/fuzz.sh draws one and prints it)",
     )

@@ -344,7 +344,6 @@ class _Phase:
     def __init__(self, keys: pa.Table, tuples: list[tuple]) -> None:
         self.keys = keys
         self.tuples = tuples
-        self.index = {t: i for i, t in enumerate(tuples)}
 
 
 class _Variable:

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from statestream.errors import IncompatibleRestartError, schema_must_be_nullable_error
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.aggregate_merge import is_nested, spark_order_ranks
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.partition_routes import state_partition_id
 from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
@@ -915,7 +916,10 @@ def _struct_table(column: Any) -> pa.Table:
 
 
 def _sorted_order(keys: pa.Table) -> np.ndarray:
-    """Row order of ``keys`` sorted ascending, nulls first (Spark's ``ASC NULLS FIRST``)."""
+    """Row order of ``keys`` sorted ascending, nulls first (Spark's ``ASC NULLS FIRST``); arrays
+    and structs, which Arrow cannot sort, through their ranks under Spark's order."""
+    if any(is_nested(t) for t in keys.schema.types):
+        keys = pa.table({n: spark_order_ranks(c) if is_nested(c.type) else c for n, c in zip(keys.column_names, keys.columns)})
     try:  # pyarrow 25+: the null placement goes with each sort key
         order = pc.sort_indices(keys, sort_keys=[(n, "ascending", "at_start") for n in keys.column_names])
     except (TypeError, ValueError, pa.ArrowInvalid):

@@ -546,10 +546,10 @@ def _canon(v: Any, float_tol: float) -> Any:
         return (1, int(v))
     if isinstance(v, float):
         if math.isnan(v):
-            return (2, "nan")
-        return (2, round(v, 6))
+            return (2, 1, 0.0)  # after every number
+        return (2, 0, round(v, 6))
     if isinstance(v, (int, decimal.Decimal)):
-        return (2, float(v))
+        return (2, 0, float(v))
     if isinstance(v, _dt.datetime):
         if v.tzinfo is not None:
             v = v.astimezone(_dt.timezone.utc).replace(tzinfo=None)

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 from hypothesis import strategies as st
 
+from tests.differential import random_processors
+
 T0 = dt.datetime(2026, 1, 1)
 
 # ---- types -------------------------------------------------------------------------------------
@@ -31,8 +33,17 @@ DECIMALS = ("decimal(5,2)", "decimal(38,10)")
 NUMERIC = INTEGRAL + FRACTIONAL + DECIMALS
 ATOMIC = NUMERIC + ("string", "binary", "boolean", "date", "timestamp", "timestamp_ntz")
 NESTED = ("array<int>", "array<string>", "struct<a:int,b:string>", "array<struct<a:int,b:string>>", "map<string,int>")
-ALL_TYPES = ATOMIC + NESTED
+#: ANSI intervals: Parquet input cannot hold them, so the input column is a number (seconds, or
+#: months) and the query makes the interval first (:data:`INTERVAL_STORAGE`)
+INTERVALS = ("interval day to second", "interval year to month")
+ALL_TYPES = ATOMIC + INTERVALS + NESTED
 KEY_TYPES = tuple(t for t in ALL_TYPES if "map<" not in t)
+
+#: interval type -> (the input column's type, the expression that makes the interval of ``{c}``)
+INTERVAL_STORAGE = {
+    "interval day to second": ("bigint", "make_dt_interval(0, 0, 0, {c})"),
+    "interval year to month": ("int", "make_ym_interval(0, {c})"),
+}
 
 _INT_RANGES = {"tinyint": (-128, 127), "smallint": (-32768, 32767), "int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
@@ -50,6 +61,10 @@ def values(t: str) -> st.SearchStrategy[Any]:
 
 
 def _non_null(t: str) -> st.SearchStrategy[Any]:
+    if t == "interval day to second":  # seconds: up to about 30 years, sums stay in range
+        return st.one_of(st.integers(-20, 20), st.integers(-(10**9), 10**9))
+    if t == "interval year to month":  # months
+        return st.one_of(st.integers(-20, 20), st.integers(-(10**5), 10**5))
     if t in _INT_RANGES:
         low, high = _INT_RANGES[t]
         return st.one_of(st.integers(-20, 20), st.sampled_from([low, high]), st.integers(low, high))
@@ -83,6 +98,11 @@ def _non_null(t: str) -> st.SearchStrategy[Any]:
     raise ValueError(f"no values for type {t}")
 
 
+def _stored(t: str) -> str:
+    """The input column's type for a column of type ``t`` (an interval's number)."""
+    return INTERVAL_STORAGE[t][0] if t in INTERVAL_STORAGE else t
+
+
 def _python_value(v: Any) -> Any:
     """A value as ``createDataFrame`` takes it (a map's (key, value) entries as a dict)."""
     if isinstance(v, list) and v and isinstance(v[0], tuple):
@@ -108,8 +128,8 @@ def _key_values(t: str) -> st.SearchStrategy[Any]:
 AGGREGATES: dict[str, tuple[Callable[[str], bool], Callable[[Any, str], Any]]] = {
     "count": (lambda t: True, lambda F, c: F.count(c)),
     "count_star": (lambda t: True, lambda F, c: F.count(F.lit(1))),
-    "sum": (lambda t: t in NUMERIC, lambda F, c: F.sum(c)),
-    "avg": (lambda t: t in NUMERIC, lambda F, c: F.avg(c)),
+    "sum": (lambda t: t in NUMERIC + INTERVALS, lambda F, c: F.sum(c)),
+    "avg": (lambda t: t in NUMERIC + INTERVALS, lambda F, c: F.avg(c)),
     "min": (orderable, lambda F, c: F.min(c)),
     "max": (orderable, lambda F, c: F.max(c)),
     "first": (lambda t: True, lambda F, c: F.first(c)),
@@ -124,12 +144,14 @@ AGGREGATES: dict[str, tuple[Callable[[str], bool], Callable[[Any, str], Any]]] =
     "bool_and": (lambda t: t == "boolean", lambda F, c: F.bool_and(c)),
     "bool_or": (lambda t: t == "boolean", lambda F, c: F.bool_or(c)),
     "bit_xor": (lambda t: t in INTEGRAL, lambda F, c: F.bit_xor(c)),
-    "approx_count_distinct": (lambda t: t in ATOMIC, lambda F, c: F.approx_count_distinct(c)),
+    "approx_count_distinct": (lambda t: t in ATOMIC + INTERVALS, lambda F, c: F.approx_count_distinct(c)),
 }
 
 FAMILIES = (
     "aggregate", "window_aggregate", "session_window_aggregate", "chained_window_aggregate", "union_aggregate",
     "dedup", "dedup_watermark", "dedup_within_watermark", "limit", "static_join", "static_join_aggregate",
+    "stream_join", "stream_join_aggregate",
+    "apply_in_pandas_with_state", "transform_with_state_pandas", "transform_with_state_rows",
 )
 
 #: output modes each family accepts (Spark refuses the others; the refusal is compared too, rarely)
@@ -146,7 +168,23 @@ MODES = {
     "limit": ("append",),
     "static_join": ("append",),
     "static_join_aggregate": ("update", "complete"),
+    "stream_join": ("append",),
+    # a window aggregation over a stream-stream join's output: append only
+    "stream_join_aggregate": ("append",),
+    "apply_in_pandas_with_state": ("append", "update"),
+    "transform_with_state_pandas": ("append", "update"),
+    "transform_with_state_rows": ("append", "update"),
 }
+
+#: the families of a drawn Python state processor (``random_processors.py``)
+PYTHON_STATE = ("apply_in_pandas_with_state", "transform_with_state_pandas", "transform_with_state_rows")
+
+#: stream-stream join types; the outer ones and the semi join need both watermarks and a time range
+STREAM_JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer", "left_semi")
+
+#: how the input is fed: one file a batch with the default trigger or a processing-time one
+#: (no-data batches in between), or every file first and ``availableNow``
+TRIGGERS = ("default", "processing_time", "available_now")
 
 #: the families whose query has a watermark on ``ts``
 WATERMARKED = ("window_aggregate", "session_window_aggregate", "chained_window_aggregate", "dedup_watermark", "dedup_within_watermark")
@@ -173,14 +211,35 @@ class Case:
     #: a static side joined on ``k0``: its rows ``(k0, s)`` and the join type
     static_rows: tuple[tuple[Any, int], ...] = ()
     join_type: str = "inner"
+    #: a stream-stream join: the right side's watermark delay (the left's is ``delay``), whether
+    #: the sides have watermarks, and the time range ``rts BETWEEN lts - low AND lts + high``
+    #: (``low`` < 0: no range)
+    right_delay: int = 0
+    join_watermarks: bool = True
+    low: int = -1
+    high: int = 0
+    trigger: str = "default"
+    #: a Python state processor: its event-time timeout after a key's latest row (seconds, 0:
+    #: none), whether it emits a row per key each batch, whether its input has a watermark
+    gap: int = 0
+    every_batch: bool = True
+    python_watermark: bool = False
 
     @property
     def schema(self) -> str:
-        """The input's DDL schema."""
+        """The input's DDL schema (an interval column is stored as a number)."""
         cols = ["id BIGINT", "ts TIMESTAMP"]
-        cols += [f"k{i} {t}" for i, t in enumerate(self.key_types)]
-        cols += [f"v{i} {t}" for i, t in enumerate(self.value_types)]
+        cols += [f"k{i} {_stored(t)}" for i, t in enumerate(self.key_types)]
+        cols += [f"v{i} {_stored(t)}" for i, t in enumerate(self.value_types)]
         return ", ".join(cols)
+
+    def run_options(self) -> dict[str, Any]:
+        """The harness's ``style`` and ``trigger`` for :attr:`trigger`."""
+        if self.trigger == "available_now":
+            return {"style": "all_at_once"}
+        if self.trigger == "processing_time":
+            return {"trigger": {"processingTime": "100 milliseconds"}}
+        return {}
 
     @property
     def dedup_key_types(self) -> tuple[str, ...]:
@@ -198,6 +257,16 @@ class Case:
         from pyspark.sql import functions as F
 
         def build(df: Any) -> Any:
+            for i, t in enumerate(self.key_types):
+                if t in INTERVAL_STORAGE:
+                    df = df.withColumn(f"k{i}", F.expr(INTERVAL_STORAGE[t][1].format(c=f"k{i}")))
+            for i, t in enumerate(self.value_types):
+                if t in INTERVAL_STORAGE:
+                    df = df.withColumn(f"v{i}", F.expr(INTERVAL_STORAGE[t][1].format(c=f"v{i}")))
+            if self.family.startswith("stream_join"):
+                return self._stream_join(F, df)
+            if self.family in PYTHON_STATE:
+                return self._python_state(df)
             if self.family in WATERMARKED:
                 df = df.withWatermark("ts", f"{self.delay} seconds")
             if self.family == "limit":
@@ -205,7 +274,9 @@ class Case:
             if self.family == "union_aggregate":
                 df = df.union(df.where(F.col("id") % 2 == 0))  # the even rows twice
             if self.family.startswith("static_join"):
-                static = df.sparkSession.createDataFrame([(_python_value(k), n) for k, n in self.static_rows], f"k0 {self.key_types[0]}, s INT")
+                static = df.sparkSession.createDataFrame([(_python_value(k), n) for k, n in self.static_rows], f"k0 {_stored(self.key_types[0])}, s INT")
+                if self.key_types[0] in INTERVAL_STORAGE:
+                    static = static.withColumn("k0", F.expr(INTERVAL_STORAGE[self.key_types[0]][1].format(c="k0")))
                 df = df.join(static, "k0", self.join_type)
                 if self.family == "static_join":
                     return df
@@ -233,6 +304,54 @@ class Case:
 
         return build
 
+    def _stream_join(self, F: Any, df: Any) -> Any:
+        """Even ids are the left side, odd ids the right one (a filter Parquet statistics cannot
+        skip, so both engines read every row), joined on ``k0`` and, when drawn, a time range."""
+        values = [f"v{i}" for i in range(len(self.value_types))]
+        left = df.where(F.col("id") % 2 == 0).select(
+            F.col("id").alias("lid"), F.col("k0").alias("lk"), F.col("ts").alias("lts"), *[F.col(v).alias(f"l{v}") for v in values])
+        right = df.where(F.col("id") % 2 == 1).select(
+            F.col("id").alias("rid"), F.col("k0").alias("rk"), F.col("ts").alias("rts"), *[F.col(v).alias(f"r{v}") for v in values])
+        if self.join_watermarks:
+            left = left.withWatermark("lts", f"{self.delay} seconds")
+            right = right.withWatermark("rts", f"{self.right_delay} seconds")
+        cond = left.lk == right.rk
+        if self.low >= 0:
+            cond = cond & (right.rts >= left.lts - F.expr(f"INTERVAL {self.low} SECONDS")) & (right.rts <= left.lts + F.expr(f"INTERVAL {self.high} SECONDS"))
+        joined = left.join(right, cond, self.join_type)
+        if self.family == "stream_join":
+            return joined
+        return joined.groupBy(F.window("lts", f"{self.size} seconds")).agg(F.count("*").alias("n"), F.max("lid").alias("last"))
+
+    def _python_state(self, df: Any) -> Any:
+        """The drawn processor over the rows grouped by ``k0``."""
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        if self.gap or self.python_watermark:
+            df = df.withWatermark("ts", f"{self.delay} seconds")
+        grouped = df.groupBy("k0")
+        out = f"k {self.key_types[0]}, {random_processors.OUTPUT}"
+        gap_ms = self.gap * 1000
+        if self.family == "apply_in_pandas_with_state":
+            timeout = GroupStateTimeout.EventTimeTimeout if self.gap else GroupStateTimeout.NoTimeout
+            func = random_processors.apply_in_pandas_function(gap_ms, self.every_batch)
+            return grouped.applyInPandasWithState(func, out, random_processors.STATE, self.mode, timeout)
+        time_mode = "EventTime" if self.gap else "None"
+        if self.family == "transform_with_state_pandas":
+            return grouped.transformWithStateInPandas(random_processors.PandasCounter(gap_ms, self.every_batch), out, self.mode, time_mode)
+        return grouped.transformWithState(random_processors.RowCounter(gap_ms, self.every_batch), out, self.mode, time_mode)
+
+    def state_reads(self) -> list[dict[str, str]]:
+        """The ``statestore`` reader's options that read each state store of the query: a join
+        has one per side; over a join, the aggregation is operator 0 and the join operator 1."""
+        if self.family == "stream_join":
+            return [{"joinSide": "left"}, {"joinSide": "right"}]
+        if self.family == "stream_join_aggregate":
+            return [{}, {"operatorId": "1", "joinSide": "left"}, {"operatorId": "1", "joinSide": "right"}]
+        if self.family.startswith("transform_with_state"):
+            return [{"stateVarName": "state"}]
+        return [{}]
+
     def describe(self) -> str:
         """The case in a few lines, for a failure's message."""
         lines = [f"schema: {self.schema}", f"query: {self!r}"]
@@ -241,13 +360,17 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> Case:
-    """A random :class:`Case`."""
-    family = draw(st.sampled_from(FAMILIES))
+def cases(draw: st.DrawFn, families: tuple[str, ...] = FAMILIES) -> Case:
+    """A random :class:`Case` of one of ``families``."""
+    family = draw(st.sampled_from(families))
     # no map keys: the differences they show are declared (test_fuzz_findings.py: the state key's
     # name, a sort-based aggregation Spark refuses, a null map value); their grouping is tested there
     key_pool = KEY_TYPES
-    needs_key = family in ("aggregate", "static_join", "static_join_aggregate")
+    needs_key = family in ("aggregate", "static_join", "static_join_aggregate", "stream_join", "stream_join_aggregate") + PYTHON_STATE
+    if family.startswith("transform_with_state"):
+        # no intervals (Spark's engine fails on them) nor, for pandas, arrays (PySpark's worker
+        # cannot compare them): declared in test_fuzz_findings.py::test_transform_with_state_key_types
+        key_pool = tuple(t for t in key_pool if t not in INTERVALS and not (family.endswith("pandas") and t.startswith("array<")))
     key_types = tuple(draw(st.lists(st.sampled_from(key_pool), min_size=1 if needs_key else 0, max_size=2)))
     value_types: tuple[str, ...] = ()
     aggregates: tuple[tuple[str, int], ...] = ()
@@ -272,6 +395,12 @@ def cases(draw: st.DrawFn) -> Case:
         size = draw(st.integers(1, 6))
     # a map key's values are never null (known gap: test_fuzz_findings.py, "with a null value")
     pools = [draw(st.lists(_key_values(t), min_size=1, max_size=3)) for t in key_types]
+    if family.startswith("transform_with_state"):
+        # a null or NaN key, which PySpark's worker never finds equal to itself, is declared
+        # (test_fuzz_findings.py::test_transform_with_state_over_keys_python_cannot_compare)
+        pools[0] = [k for k in pools[0] if k is not None and k == k] or [draw(_non_null(key_types[0]).filter(lambda k: k == k))]
+    if family.startswith("stream_join") and all(k is None for k in pools[0]):
+        pools[0].append(draw(_non_null(key_types[0])))
     batches = []
     next_id = 0
     clock = 0
@@ -284,6 +413,11 @@ def cases(draw: st.DrawFn) -> Case:
             vals = tuple(draw(values(t)) for t in value_types)
             rows.append((next_id, T0 + dt.timedelta(seconds=seconds), *keys, *vals))
             next_id += 1
+        if family.startswith("stream_join") and rows and all(r[2] is None for r in rows):
+            # a file whose join keys are all null: Spark's scan skips its row group (the join's
+            # inferred IsNotNull filter, pushed to Parquet) and counts no input rows; declared in
+            # test_fuzz_findings.py (test_input_rows_of_a_file_of_null_join_keys)
+            rows[0] = (*rows[0][:2], next(k for k in pools[0] if k is not None), *rows[0][3:])
         batches.append(tuple(rows))
     restart_at = draw(st.integers(0, len(batches) - 1))
     static_rows: tuple[tuple[Any, int], ...] = ()
@@ -293,4 +427,23 @@ def cases(draw: st.DrawFn) -> Case:
         static_keys = draw(st.lists(st.one_of(st.sampled_from(pools[0]), _key_values(key_types[0])), max_size=4))
         static_rows = tuple((k, n) for n, k in enumerate(static_keys))
         join_type = draw(st.sampled_from(["inner", "left_outer", "left_semi", "left_anti"]))
-    return Case(key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches), restart_at, static_rows, join_type)
+    right_delay, join_watermarks, low, high = 0, True, -1, 0
+    if family.startswith("stream_join"):
+        join_type = "inner" if family == "stream_join_aggregate" else draw(st.sampled_from(STREAM_JOIN_TYPES))
+        right_delay = draw(st.sampled_from([0, 2, 5, 10]))
+        # an inner join may go without watermarks or a time range (its state then only grows);
+        # the aggregation over it needs the watermarks
+        bounded = join_type != "inner" or draw(st.booleans())
+        join_watermarks = bounded or family == "stream_join_aggregate" or draw(st.booleans())
+        if bounded or draw(st.booleans()):
+            low, high = draw(st.sampled_from([0, 2, 5])), draw(st.sampled_from([0, 3, 10]))
+    trigger = draw(st.sampled_from(TRIGGERS))
+    gap, every_batch, python_watermark = 0, True, False
+    if family in PYTHON_STATE:
+        gap = draw(st.sampled_from([0, 0, 3, 10]))
+        every_batch = not gap or draw(st.booleans())
+        python_watermark = bool(gap) or draw(st.booleans())
+    return Case(
+        key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches), restart_at,
+        static_rows, join_type, right_delay, join_watermarks, low, high, trigger, gap, every_batch, python_watermark,
+    )

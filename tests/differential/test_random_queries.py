@@ -18,11 +18,16 @@ from __future__ import annotations
 import re
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from pyspark.errors import PySparkException
 
 from tests.differential.harness import StreamRun, assert_same_batches, error_text, rows_match, run_stream
-from tests.differential.random_queries import Case, cases
+from tests.differential.random_queries import FAMILIES, Case, cases
+from tests.spark_confs import session_confs
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 _CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\]")
 
@@ -47,30 +52,29 @@ def _run(engine, case: Case, root) -> StreamRun:
     parts = [case.batches[: case.restart_at], case.batches[case.restart_at :]] if case.restart_at else [case.batches]
     got: list = []
     for part in parts:
-        run = run_stream(engine, case.build(), part, case.schema, case.mode, root, workdir=root / "w")
+        run = run_stream(engine, case.build(), part, case.schema, case.mode, root, workdir=root / "w", **case.run_options())
         got += run.batches
     return StreamRun(run.engine, got, checkpoint=run.checkpoint)
 
 
-def _state_rows(reader, checkpoint: str) -> list[dict]:
-    """The first operator's state as of the last batch, through the ``statestore`` reader."""
-    return [r.asDict(recursive=True) for r in reader.format("statestore").load(checkpoint).collect()]
+def _state_rows(reader, checkpoint: str, options: dict[str, str]) -> list[dict]:
+    """A state store's rows as of the last batch, through the ``statestore`` reader."""
+    return [r.asDict(recursive=True) for r in reader.format("statestore").options(**options).load(checkpoint).collect()]
 
 
 def run_case(spark, ours, case: Case, workdir) -> None:
     """Run ``case`` on both engines and fail on any difference: the batches, then the state."""
-    previous = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", str(case.partitions))
+    confs = {"spark.sql.shuffle.partitions": str(case.partitions)}
+    if case.family.startswith("transform_with_state"):
+        confs[PROVIDER] = ROCKSDB  # Spark's transformWithState needs it
     engines = {"spark": spark, "statestream": ours()}
-    try:
-        outcome = {}
+    outcome = {}
+    with session_confs(spark, confs):
         for name, engine in engines.items():
             try:
                 outcome[name] = _run(engine, case, workdir / f"{name}-{uuid.uuid4().hex[:8]}")
             except Exception as exc:  # noqa: BLE001 - a failure is compared with the other engine's
                 outcome[name] = exc
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", previous)
     expected, actual = outcome["spark"], outcome["statestream"]
     where = "\n" + case.describe()
     if isinstance(expected, BaseException) or isinstance(actual, BaseException):
@@ -97,17 +101,25 @@ def run_case(spark, ours, case: Case, workdir) -> None:
     if any(name.startswith("sorted_collect") for name, _ in case.aggregates):
         # declared: test_fuzz_findings.py::test_state_after_the_query[collect_list]
         return
-    theirs = _state_rows(spark.read, expected.checkpoint)
-    ours_rows = _state_rows(engines["statestream"].read, actual.checkpoint)
-    if not rows_match(theirs, ours_rows):
-        raise AssertionError(f"the state differs after the last batch:\nspark: {sorted(map(repr, theirs))}\nstatestream: {sorted(map(repr, ours_rows))}{where}")
+    for options in case.state_reads():
+        theirs = _state_rows(spark.read, expected.checkpoint, options)
+        ours_rows = _state_rows(engines["statestream"].read, actual.checkpoint, options)
+        if not rows_match(theirs, ours_rows):
+            raise AssertionError(
+                f"the state ({options or 'operator 0'}) differs after the last batch:\n"
+                f"spark: {sorted(map(repr, theirs))}\nstatestream: {sorted(map(repr, ours_rows))}{where}"
+            )
 
 
 def test_random_queries_agree_with_spark(spark, ours, tmp_path, request):
     """The fixed-seed sample of random queries (CI); ``--fuzz-examples``/``--fuzz-seed`` for more."""
     examples = request.config.getoption("--fuzz-examples")
     chosen_seed = request.config.getoption("--fuzz-seed")
-    print(f"random queries: {examples} cases from seed {chosen_seed}")
+    families = tuple(f for f in request.config.getoption("--fuzz-families").split(",") if f) or FAMILIES
+    unknown = set(families) - set(FAMILIES)
+    if unknown:
+        raise pytest.UsageError(f"--fuzz-families: no family {sorted(unknown)}; the families are {', '.join(FAMILIES)}")
+    print(f"random queries: {examples} cases from seed {chosen_seed}, families {', '.join(families)}")
 
     @seed(chosen_seed)
     @settings(
@@ -118,7 +130,7 @@ def test_random_queries_agree_with_spark(spark, ours, tmp_path, request):
         phases=(Phase.generate, Phase.shrink),
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
     )
-    @given(cases())
+    @given(cases(families))
     def check(case: Case) -> None:
         run_case(spark, ours, case, tmp_path / uuid.uuid4().hex[:8])
 
