@@ -106,12 +106,15 @@ def test_a_sort_based_aggregate_over_a_map_key_fails_as_on_spark(spark, ours, tm
     assert "INVALID_ORDERING_TYPE" in failures["statestream"], failures["statestream"][:2000]
 
 
-def test_input_rows_of_a_file_of_null_join_keys(spark, ours, tmp_path):
-    """A stream-stream join over a file whose join keys are all null: Spark's engine infers
-    ``isnotnull(k)`` from the join's condition and pushes it to the Parquet scan, which skips
-    the file's one row group, so the batch counts no input rows; the joined rows are equal."""
+@pytest.mark.parametrize("kind", ["stream_stream", "stream_static"])
+def test_input_rows_of_a_file_of_null_join_keys(spark, ours, tmp_path, kind):
+    """A join over a file whose join keys are all null: Spark's engine infers ``isnotnull(k)``
+    from the join's condition and pushes it to the Parquet scan, which skips the file's one row
+    group, so the batch counts no input rows; the joined rows are equal."""
 
     def build(df):
+        if kind == "stream_static":
+            return df.join(df.sparkSession.createDataFrame([(1, 5)], "k INT, s INT"), "k")
         left = df.where(F.col("id") % 2 == 0).select(F.col("k").alias("lk"), F.col("id").alias("lid"))
         right = df.where(F.col("id") % 2 == 1).select(F.col("k").alias("rk"), F.col("id").alias("rid"))
         return left.join(right, F.col("lk") == F.col("rk"))
@@ -201,3 +204,15 @@ def test_transform_with_state_key_types(spark, ours, tmp_path, name):
     family, key_type, key = TWS_KEY_CASES[name]
     case = Case((key_type,), (), family, (), 0, 3, 0, "update", 2, (((0, start, key), (1, start, key)),))
     run_case(spark, ours, case, tmp_path)
+
+
+def test_year_month_interval_through_the_state(spark, ours, tmp_path):
+    """A year-month interval column through a stateful operator (a deduplication keyed by it):
+    Spark's engine runs it; PySpark's Arrow conversion has no year-month intervals."""
+
+    def build(df):
+        return df.withColumn("m", F.expr("make_ym_interval(0, v)")).dropDuplicates(["m"]).select("id", F.col("m").cast("string").alias("m"))
+
+    batches = [[(0, T0, 1), (1, T0, 1)], [(2, T0, 2)]]
+    expected, actual = run_both(spark, build, batches, "id BIGINT, ts TIMESTAMP, v INT", "append", tmp_path, ours=ours)
+    assert_same_batches(expected, actual)
