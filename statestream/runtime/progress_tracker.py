@@ -179,7 +179,7 @@ class ProgressTracker:
                 "description": s.description(),
                 "startOffset": record.start[i],
                 "endOffset": record.end[i],
-                "latestOffset": record.end[i] if latest is None else latest,
+                "latestOffset": record.end[i] if latest is None and not s.admission_controlled else latest,
                 "numInputRows": n,
             }
             if elapsed_s:

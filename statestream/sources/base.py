@@ -118,9 +118,15 @@ class Source(ABC):
         ``ReportsSourceMetrics``; e.g. Kafka's offsets behind latest)."""
         return {}
 
+    #: Spark's ``SupportsAdmissionControl``: a batch's progress shows the source's
+    #: :meth:`reported_latest_offset` as ``latestOffset``, null when it reports none; for the
+    #: other sources it shows the batch's end offset
+    admission_controlled: bool = False
+
     def reported_latest_offset(self) -> Offset | None:
         """``latestOffset`` in progress: the latest offset seen before rate limits, where the
-        source knows it (None: the batch's end offset is shown)."""
+        source knows it (None: null for an admission-controlled source, else the batch's end
+        offset)."""
         return None
 
     def description(self) -> str:

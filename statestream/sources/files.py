@@ -298,6 +298,8 @@ class FileStreamSource(Source):
         No schema, no path, or an invalid option value (Spark's texts).
     """
 
+    admission_controlled = True
+
     def __init__(
         self,
         spark: "SparkSession | None",

@@ -65,6 +65,8 @@ class RatePerMicroBatchSource(Source):
         An option out of range, with Spark's texts.
     """
 
+    admission_controlled = True
+
     short_name = "rate-micro-batch"
 
     def __init__(self, spark: "SparkSession | None", options: Mapping[str, Any] | None = None) -> None:

@@ -30,6 +30,7 @@ class _Plain:
 
     metrics = Source.metrics
     reported_latest_offset = Source.reported_latest_offset
+    admission_controlled = Source.admission_controlled
 
     def description(self) -> str:
         return "Plain"
@@ -56,3 +57,31 @@ def test_an_idle_trigger_reports_the_fetched_latest_offset_and_the_metrics_at_th
     assert list(behind["metrics"].items()) == [("avgOffsetsBehindLatest", "x"), ("maxOffsetsBehindLatest", "2")]
     assert plain["latestOffset"] is None and "metrics" not in plain
     assert plain["startOffset"] == plain["endOffset"] == "12"
+
+
+class _Controlled(_Plain):
+    """An admission-controlled source (a file source) that reports no latest offset."""
+
+    admission_controlled = True
+
+
+class _ControlledBehind(_Behind):
+    admission_controlled = True
+
+
+def test_a_batch_shows_the_end_offset_only_for_sources_without_admission_control() -> None:
+    """A batch's ``latestOffset``: Spark 4.1 takes ``reportLatestOffset()`` from every
+    admission-controlled source (null when it reports none: the file source, rate-micro-batch)
+    and the batch's end offset from the others (rate, socket)."""
+    t = _tracker([_Plain(), _Controlled(), _ControlledBehind()])
+    t.ex.has_watermark = False
+    t.ex.sink.num_output_rows = lambda: -1
+    t.ex.listeners.post_progress = lambda prog: None
+    ends = ["12", '{"logOffset":0}', '{"t":{"0":5}}']
+    record = SimpleNamespace(batch_id=0, start=[None, None, None], end=ends, watermark_ms=0)
+    t._pending = {"record": record, "ops": [], "stats": {}, "num_input": [1, 2, 3]}  # noqa: SLF001 - record_batch's result without a plan
+    t.finish_batch(record)
+    plain, controlled, behind = t.last()["sources"]
+    assert plain["latestOffset"] == "12"
+    assert controlled["latestOffset"] is None
+    assert behind["latestOffset"] == '{"t":{"0":7}}'

@@ -103,6 +103,8 @@ class KafkaMicroBatchStream(Source):
         Epoch milliseconds, for ``maxTriggerDelay`` (tests replace it).
     """
 
+    admission_controlled = True
+
     short_name = "kafka"
 
     def __init__(self, options: Mapping[str, Any], metadata_dir: str | None = None, clock: Callable[[], float] | None = None) -> None:
@@ -301,7 +303,7 @@ class KafkaMicroBatchStream(Source):
         }
 
     def reported_latest_offset(self) -> Any:
-        return None if self._latest is None else offset_json(self._latest)
+        return offset_json(self._latest) if self._latest else None  # Spark: null for no partitions
 
     def stop(self) -> None:
         if self._reader is not None:
