@@ -204,23 +204,15 @@ KNOWN_GAPS: dict[str, str] = {
         "convert: [UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION] YearMonthIntervalType(0, 1) is not supported in "
         "conversion to Arrow. The random tester draws day-time intervals only"
     ),
-    "tests/differential/test_fuzz_findings.py::test_transform_with_state_over_keys_python_cannot_compare[pandas_null_int]": (
-        "transformWithState grouped by a null INT key (NaN in pandas): PySpark's worker groups consecutive rows by == on the key tuples, and such "
-        "a key never equals another, so Spark's engine calls handleInputRows once per row (two rows of the key: rows "
-        "n=1 then n=2, transformWithStateInPandasExec numRowsUpdated=3 with the other key); statestream groups the key's rows "
-        "into one call (one row n=2, numRowsUpdated=2). The random tester draws no such key for transformWithState"
+    "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-null_timestamp]": (
+        "transformWithStateInPandas grouped by a null TIMESTAMP key (two rows): Spark's engine fails (pandas holds the "
+        "key as NaT, and PySpark's worker cannot set it as the implicit key: PythonException 'ValueError: NaTType does "
+        "not support timetuple'); statestream runs the query (k=None, n=1 then n=2: a NaT key is unequal to itself, so "
+        "one call per row). The random tester draws no null timestamp key for this family"
     ),
-    "tests/differential/test_fuzz_findings.py::test_transform_with_state_over_keys_python_cannot_compare[pandas_nan]": (
-        "transformWithState grouped by a NaN DOUBLE key: PySpark's worker groups consecutive rows by == on the key tuples, and such "
-        "a key never equals another, so Spark's engine calls handleInputRows once per row (two rows of the key: rows "
-        "n=1 then n=2, transformWithStateInPandasExec numRowsUpdated=3 with the other key); statestream groups the key's rows "
-        "into one call (one row n=2, numRowsUpdated=2). The random tester draws no such key for transformWithState"
-    ),
-    "tests/differential/test_fuzz_findings.py::test_transform_with_state_over_keys_python_cannot_compare[rows_nan]": (
-        "transformWithState grouped by a NaN DOUBLE key in transformWithState's rows: PySpark's worker groups consecutive rows by == on the key tuples, and such "
-        "a key never equals another, so Spark's engine calls handleInputRows once per row (two rows of the key: rows "
-        "n=1 then n=2, transformWithStateInPySparkExec numRowsUpdated=3 with the other key); statestream groups the key's rows "
-        "into one call (one row n=2, numRowsUpdated=2). The random tester draws no such key for transformWithState"
+    "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-null_timestamp_ntz]": (
+        "transformWithStateInPandas grouped by a null TIMESTAMP_NTZ key (two rows): Spark's engine fails as for a null "
+        "TIMESTAMP key (PythonException 'ValueError: NaTType does not support timetuple'); statestream runs the query"
     ),
     "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-array]": (
         "transformWithStateInPandas grouped by an array key ([1, 2], two rows): Spark's engine fails (PySpark's worker "

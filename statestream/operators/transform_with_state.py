@@ -803,7 +803,12 @@ class TransformWithStateStep(StateStep):
         offsets = np.concatenate([[0], np.cumsum(sizes[by_key])]).astype(np.int64)
         starts = offsets[:-1]
         unique = keys.take(pa.array(order[starts], type=pa.int64()))
-        tuples = _key_tuples(unique)
+        if info.use_pandas:
+            # the key pandas gives (NaN for a null number), stored as the worker sets it
+            tuples = list(to_pandas(unique, self.timezone).itertuples(index=False, name=None))
+            unique = pandas_state_keys(unique)
+        else:
+            tuples = _key_tuples(unique)
         task.begin_phase(unique, tuples)
         # the data rows in group order, converted once; each key's slice of them
         is_data = order < n_data
@@ -818,6 +823,12 @@ class TransformWithStateStep(StateStep):
             init_counts = np.add.reduceat((~is_data).astype(np.int64), starts)
             init_bounds = np.concatenate([[0], np.cumsum(init_counts)])
             init_rows = Input(self, init.take(pa.array(init_order, type=pa.int64())))
+        # PySpark's worker groups a key's rows by == on the key tuples: a key it finds unequal to
+        # itself (self_unequal_keys) gets one handleInputRows call per row, each in a phase of
+        # its own after this one, seeing the state the previous call left (a null and a NaN
+        # float key are then one state key in pandas, as on Spark)
+        alone = self_unequal_keys(keys.take(pa.array(order[starts], type=pa.int64())), info.use_pandas)
+        later: list[tuple[int, int]] = []
         for g, key in enumerate(tuples):
             task.set_key(g)
             if init_rows is not None:
@@ -829,14 +840,26 @@ class TransformWithStateStep(StateStep):
                         for r in init_rows.rows(lo, hi):
                             processor.handleInitialState(key, r, tv)
             lo, hi = int(data_bounds[g]), int(data_bounds[g + 1])
+            if alone[g]:
+                later += [(g, r) for r in range(lo, hi)]
+                hi = lo
             if hi > lo:
-                values = rows.frames(lo, hi, piece) if info.use_pandas else iter(rows.rows(lo, hi))
-                try:
-                    out.add(processor.handleInputRows(key, values, tv))
-                except Exception as exc:
-                    exc.add_note(f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
-                    raise
+                self._handle_rows(processor, key, rows, lo, hi, piece, tv, out)
         task.end_phase()
+        for g, r in later:
+            task.begin_phase(unique.slice(g, 1), [tuples[g]])
+            task.set_key(0)
+            self._handle_rows(processor, tuples[g], rows, r, r + 1, piece, tv, out)
+            task.end_phase()
+
+    def _handle_rows(self, processor: Any, key: tuple, rows: "Input", lo: int, hi: int, piece: int, tv: Any, out: "Output") -> None:
+        """``handleInputRows`` of ``key`` over the phase's rows ``lo:hi``."""
+        values = rows.frames(lo, hi, piece) if self.info.use_pandas else iter(rows.rows(lo, hi))
+        try:
+            out.add(processor.handleInputRows(key, values, tv))
+        except Exception as exc:
+            exc.add_note(f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
+            raise
 
     def _piece_rows(self, table: pa.Table) -> int:
         """The rows of one pandas DataFrame of a key (:func:`pandas_piece_rows`), the average
@@ -915,6 +938,30 @@ def _struct_table(column: Any) -> pa.Table:
     return pa.Table.from_batches([pa.RecordBatch.from_struct_array(arr)]) if len(arr) else pa.schema(list(arr.type)).empty_table()
 
 
+def self_unequal_keys(keys: pa.Table, pandas: bool) -> np.ndarray:
+    """For each key row, whether PySpark's worker finds the key unequal to itself: a NaN in a
+    float column; with pandas also a null where pandas holds NaN or NaT (integral, floating,
+    timestamp and day-time interval columns). Its rows are never grouped: each is a call.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = pa.table({"k": pa.array([1, None], pa.int32()), "f": pa.array([float("nan"), 1.0])})
+    >>> self_unequal_keys(t, pandas=True).tolist(), self_unequal_keys(t, pandas=False).tolist()
+    ([True, True], [True, False])
+    """
+    out = np.zeros(keys.num_rows, dtype=bool)
+    for column in keys.columns:
+        t = column.type
+        floating = pa.types.is_floating(t)
+        if floating:
+            out |= pc.fill_null(pc.is_nan(column), False).to_numpy(zero_copy_only=False)
+        nan_like = floating or pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_duration(t)
+        if pandas and nan_like:
+            out |= pc.is_null(column).to_numpy(zero_copy_only=False)
+    return out
+
+
 def _sorted_order(keys: pa.Table) -> np.ndarray:
     """Row order of ``keys`` sorted ascending, nulls first (Spark's ``ASC NULLS FIRST``); arrays
     and structs, which Arrow cannot sort, through their ranks under Spark's order."""
@@ -928,10 +975,43 @@ def _sorted_order(keys: pa.Table) -> np.ndarray:
 
 
 def _key_tuples(keys: pa.Table) -> list[tuple]:
-    """Each key row as the tuple PySpark passes: Python scalars, as ``itertuples`` and
-    ``as_py`` give them."""
+    """Each key row as the tuple PySpark passes to ``handleInputRows`` of ``transformWithState``
+    and to ``handleExpiredTimer``: Python scalars, as ``as_py`` gives them."""
     columns = [c.to_pylist() for c in keys.columns]
     return list(zip(*columns)) if columns else [()] * keys.num_rows
+
+
+def to_pandas(table: pa.Table, timezone: str | None) -> Any:
+    """``table`` as PySpark's worker converts Arrow for a pandas processor (a null integer or
+    float becomes NaN, a null timestamp NaT)."""
+    import pandas as pd
+    from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
+
+    ser = ArrowStreamPandasUDFSerializer(timezone, False, True, arrow_cast=True)
+    cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(table.columns)]
+    if not cols:
+        return pd.DataFrame(index=range(table.num_rows))
+    pdf = pd.concat(cols, axis=1)
+    pdf.columns = table.column_names
+    return pdf
+
+
+def pandas_state_keys(keys: pa.Table) -> pa.Table:
+    """The state keys of ``transformWithStateInPandas``: the key PySpark's worker sets is the
+    pandas one, so a null float key is stored as NaN (a null integer stays null: the JVM makes
+    null of a NaN for an integral field).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> pandas_state_keys(pa.table({"k": pa.array([None, 1.5])})).column("k").to_pylist()
+    [nan, 1.5]
+    """
+    columns = [
+        pc.fill_null(c, pa.scalar(float("nan"), c.type)) if pa.types.is_floating(c.type) and c.null_count else c
+        for c in keys.columns
+    ]
+    return pa.Table.from_arrays(columns, schema=keys.schema)
 
 
 def _row_index(rows: pa.Table, unique: pa.Table) -> np.ndarray:
@@ -957,16 +1037,7 @@ class Input:
         import pandas as pd
 
         if self._pdf is None:
-            from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
-
-            ser = ArrowStreamPandasUDFSerializer(self.step.timezone, False, True, arrow_cast=True)
-            cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(self.table.columns)]
-            if cols:
-                pdf = pd.concat(cols, axis=1)
-                pdf.columns = self.table.column_names
-            else:
-                pdf = pd.DataFrame(index=range(self.table.num_rows))
-            self._pdf = pdf
+            self._pdf = to_pandas(self.table, self.step.timezone)
         chunk = self._pdf.iloc[lo:hi]
         chunk.index = pd.RangeIndex(hi - lo)
         return chunk

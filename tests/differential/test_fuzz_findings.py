@@ -152,17 +152,31 @@ def test_join_state_columns(spark, ours, tmp_path, name, side):
     assert sorted(map(repr, got)) == sorted(map(repr, theirs))
 
 
-@pytest.mark.parametrize("form", ["pandas_null_int", "pandas_nan", "rows_nan"])
+PYTHON_UNEQUAL_KEYS = {
+    # form: (key type, the keys of the two rows of one group, the row of another key)
+    "pandas_null_int": ("INT", [None, None], 1),
+    "pandas_nan": ("DOUBLE", [float("nan"), float("nan")], 1.0),
+    "rows_nan": ("DOUBLE", [float("nan"), float("nan")], 1.0),
+    # pandas holds a null DOUBLE as NaN, and Spark's state key is what the worker sets: NaN
+    "pandas_null_double": ("DOUBLE", [None, None], 1.0),
+    # a null and a NaN key are two groups on the JVM but one state key (NaN) for the worker
+    "pandas_null_and_nan": ("DOUBLE", [None, float("nan")], 1.0),
+    "rows_null_double": ("DOUBLE", [None, None], 1.0),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PYTHON_UNEQUAL_KEYS))
 def test_transform_with_state_over_keys_python_cannot_compare(spark, ours, tmp_path, form):
     """transformWithState over keys that are not equal to themselves in Python: PySpark's
     worker groups consecutive rows by ``==`` on the key tuples, and a null integer (NaN in
     pandas) or a NaN float is never equal to another one, so Spark's engine calls
-    ``handleInputRows`` once per row of such a key, each call seeing the previous one's state."""
+    ``handleInputRows`` once per row of such a key, each call seeing the previous one's state.
+    The state store holds the key the worker set (a NaN where pandas made one of a null)."""
     from tests.differential import random_processors
     from tests.differential.test_random_queries import PROVIDER, ROCKSDB
     from tests.spark_confs import session_confs
 
-    key_type, key = {"pandas_null_int": ("INT", None), "pandas_nan": ("DOUBLE", float("nan")), "rows_nan": ("DOUBLE", float("nan"))}[form]
+    key_type, keys, other = PYTHON_UNEQUAL_KEYS[form]
     processor = random_processors.RowCounter if form.startswith("rows") else random_processors.PandasCounter
 
     def build(df):
@@ -172,10 +186,13 @@ def test_transform_with_state_over_keys_python_cannot_compare(spark, ours, tmp_p
             return grouped.transformWithState(processor(0, True), out, "update", "None")
         return grouped.transformWithStateInPandas(processor(0, True), out, "update", "None")
 
-    batches = [[(0, T0, key), (1, T0, key), (2, T0, 1)]]
+    batches = [[(0, T0, keys[0]), (1, T0, keys[1]), (2, T0, other)], [(3, T0, keys[0])]]
     with session_confs(spark, {PROVIDER: ROCKSDB}):
         expected, actual = run_both(spark, build, batches, f"id BIGINT, ts TIMESTAMP, k {key_type}", "update", tmp_path, ours=ours)
     assert_same_batches(expected, actual)
+    theirs = [r.asDict(recursive=True) for r in spark.read.format("statestore").option("stateVarName", "state").load(expected.checkpoint).collect()]
+    got = [r.asDict(recursive=True) for r in ours().read.format("statestore").option("stateVarName", "state").load(actual.checkpoint).collect()]
+    assert sorted(map(repr, got)) == sorted(map(repr, theirs))
 
 
 TWS_KEY_CASES = {
@@ -190,6 +207,9 @@ TWS_KEY_CASES = {
     "pandas-interval": ("transform_with_state_pandas", "interval day to second", 5),
     "rows-interval": ("transform_with_state_rows", "interval day to second", 5),
     "rows-year_month_interval": ("transform_with_state_rows", "interval year to month", 5),
+    # pandas holds a null timestamp as NaT, which PySpark's worker cannot set as the key
+    "pandas-null_timestamp": ("transform_with_state_pandas", "timestamp", None),
+    "pandas-null_timestamp_ntz": ("transform_with_state_pandas", "timestamp_ntz", None),
 }
 
 
