@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.state.keys import match_keys
+from statestream.state.keys import group_ids, match_keys
 
 __all__ = [
     "NO_TIME",
@@ -763,8 +763,8 @@ class TaskState:
         for v in self.variables.values():
             table = v.store.table()
             if v.info.kind == LIST and table.num_rows:
-                keys = table.select(list(range(self.num_key_columns)))
-                total += keys.group_by(keys.column_names, use_threads=False).aggregate([]).num_rows
+                ids = group_ids(list(table.select(list(range(self.num_key_columns))).columns), table.num_rows)
+                total += int(ids.max()) + 1  # the distinct grouping keys (nested ones too)
             else:
                 total += table.num_rows
         return total

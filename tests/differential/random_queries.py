@@ -224,6 +224,8 @@ class Case:
     gap: int = 0
     every_batch: bool = True
     python_watermark: bool = False
+    #: transformWithState: the kind of state variable its processor counts in
+    state_kind: str = "value"
 
     @property
     def schema(self) -> str:
@@ -338,8 +340,10 @@ class Case:
             return grouped.applyInPandasWithState(func, out, random_processors.STATE, self.mode, timeout)
         time_mode = "EventTime" if self.gap else "None"
         if self.family == "transform_with_state_pandas":
-            return grouped.transformWithStateInPandas(random_processors.PandasCounter(gap_ms, self.every_batch), out, self.mode, time_mode)
-        return grouped.transformWithState(random_processors.RowCounter(gap_ms, self.every_batch), out, self.mode, time_mode)
+            processor = random_processors.PandasCounter(gap_ms, self.every_batch, self.state_kind)
+            return grouped.transformWithStateInPandas(processor, out, self.mode, time_mode)
+        processor = random_processors.RowCounter(gap_ms, self.every_batch, self.state_kind)
+        return grouped.transformWithState(processor, out, self.mode, time_mode)
 
     def state_reads(self) -> list[dict[str, str]]:
         """The ``statestore`` reader's options that read each state store of the query: a join
@@ -444,7 +448,9 @@ def cases(draw: st.DrawFn, families: tuple[str, ...] = FAMILIES) -> Case:
         gap = draw(st.sampled_from([0, 0, 3, 10]))
         every_batch = not gap or draw(st.booleans())
         python_watermark = bool(gap) or draw(st.booleans())
+    state_kind = draw(st.sampled_from(random_processors.STATE_KINDS)) if family.startswith("transform_with_state") else "value"
     return Case(
         key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches), restart_at,
         static_rows, join_type, right_delay, join_watermarks, low, high, trigger, gap, every_batch, python_watermark,
+        state_kind,
     )

@@ -202,6 +202,10 @@ TWS_KEY_CASES = {
     # the handle's index of the phase's key tuples hashed them (a struct is a dict: unhashable)
     "pandas-struct": ("transform_with_state_pandas", "struct<a:int,b:string>", {"a": 1, "b": "x"}),
     "rows-struct": ("transform_with_state_rows", "struct<a:int,b:string>", {"a": 1, "b": "x"}),
+    # a list state's row count grouped its keys with Arrow's group_by, which takes no structs
+    "pandas-struct-list_state": ("transform_with_state_pandas", "struct<a:int,b:string>", {"a": 1, "b": "x"}, "list"),
+    "rows-struct-list_state": ("transform_with_state_rows", "struct<a:int,b:string>", None, "list"),
+    "rows-array-map_state": ("transform_with_state_rows", "array<int>", [1, 2], "map"),
     # Spark's engine fails on these (declared in known_gaps.py)
     "pandas-array": ("transform_with_state_pandas", "array<int>", [1, 2]),
     "pandas-interval": ("transform_with_state_pandas", "interval day to second", 5),
@@ -215,14 +219,14 @@ TWS_KEY_CASES = {
 
 @pytest.mark.parametrize("name", sorted(TWS_KEY_CASES))
 def test_transform_with_state_key_types(spark, ours, tmp_path, name):
-    """transformWithState grouped by nested and interval keys: the same rows on both engines,
-    or the same failure."""
+    """transformWithState grouped by nested and interval keys, its count in a value (or a list
+    or map state): the same rows and state on both engines, or the same failure."""
     from tests.differential.random_queries import T0 as start
     from tests.differential.random_queries import Case
     from tests.differential.test_random_queries import run_case
 
-    family, key_type, key = TWS_KEY_CASES[name]
-    case = Case((key_type,), (), family, (), 0, 3, 0, "update", 2, (((0, start, key), (1, start, key)),))
+    family, key_type, key, *state_kind = TWS_KEY_CASES[name]
+    case = Case((key_type,), (), family, (), 0, 3, 0, "update", 2, (((0, start, key), (1, start, key)),), state_kind=(state_kind or ["value"])[0])
     run_case(spark, ours, case, tmp_path)
 
 
