@@ -653,12 +653,12 @@ def _clean(text: str) -> str:
     return re.sub(r"#\d+L?", "", text)
 
 
-def _joins(plan: Any) -> list[Any]:
-    """The ``Join`` nodes of a Catalyst plan, top first."""
+def _nodes(plan: Any, name: str) -> list[Any]:
+    """The nodes of a Catalyst plan whose class is ``name``, top first (breadth first)."""
     out, pending = [], [plan]
     while pending:
         p = pending.pop(0)
-        if _jname(p) == "Join":
+        if _jname(p) == name:
             out.append(p)
         pending.extend(jvm_seq(p.children()))
     return out
@@ -699,12 +699,12 @@ def kept_side_columns(node: "L.Join", root: "L.LogicalPlan | None") -> tuple[tup
     if root is None:
         return None
     try:
-        analyzed = _find(node.template._jdf.queryExecution().analyzed(), "Join")  # noqa: SLF001
+        analyzed = next(iter(_nodes(node.template._jdf.queryExecution().analyzed(), "Join")), None)  # noqa: SLF001
         optimized = root.template._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
         if analyzed is None:
             return None
         sides = [_renames(child, _ids(jvm_seq(child.output()))) for child in (analyzed.left(), analyzed.right())]
-        for join in _joins(optimized):
+        for join in _nodes(optimized, "Join"):
             outs = (set(_ids(jvm_seq(join.left().output()))), set(_ids(jvm_seq(join.right().output()))))
             # ours when each input is some of its side's columns; a join inside a side mixes
             # the columns of the two sides
@@ -736,7 +736,7 @@ def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> Str
     qe = joined._jdf.queryExecution()  # noqa: SLF001
     optimized = qe.optimizedPlan()
     analyzed = qe.analyzed()
-    join = _find(optimized, "Join")
+    join = next(iter(_nodes(optimized, "Join")), None)
     if join is None:
         msg = "statestream cannot find the join in Spark's plan of a stream-stream join"
         raise RuntimeError(msg)
@@ -864,16 +864,6 @@ def _fixed_offset_zone(session: Any) -> bool:
         return bool(zone.getRules().isFixedOffset())
     except Exception:  # noqa: BLE001 - a zone Java does not parse is not known to be fixed
         return False
-
-
-def _find(plan: Any, name: str) -> Any | None:
-    pending = [plan]
-    while pending:
-        p = pending.pop(0)
-        if _jname(p) == name:
-            return p
-        pending.extend(jvm_seq(p.children()))
-    return None
 
 
 def plan_stream_stream_join(
