@@ -370,7 +370,7 @@ class FlatMapGroupsWithStateStep(StateStep):
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numUpdatedStateRows"] = counts["put"]
             m["numRemovedStateRows"] = counts["remove"]
-            out = pandas_frames_to_arrow(ser, frames, out_type)
+            out = pandas_frames_to_arrow(ser, frames, out_type, padded=True)
             commit_ms = commit_state(store, provider, self.version, partition)
         except BaseException:
             store.abort()

@@ -84,10 +84,16 @@ def from_session_wall_clock(value: Any, t: pa.DataType, zone: Any) -> Any:
     return value
 
 
-def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.Table:
+def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType, padded: bool = False) -> pa.Table:
     """The function's DataFrames as one Arrow table, converted by PySpark's own code; frames
     with the same columns are concatenated first, so the conversion runs a few times, not
-    once per key."""
+    once per key.
+
+    ``padded``: convert as PySpark's ``applyInPandasWithState`` worker does, which concatenates
+    the frames of a batch with an empty frame of ``None`` columns, so every column reaches the
+    conversion as objects. A column whose dtype the typed conversion cannot take to its Arrow
+    type (a float NaN for a null string, as pandas 3 gives a null string key) is then
+    converted as objects; the typed conversion stays the fast path."""
     import pandas as pd
 
     schema = pa.schema(list(out_type))
@@ -108,7 +114,13 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType) -> pa.
             back = {c: object for c in pdf.columns if isinstance(pdf[c].dtype, pd.StringDtype)}
             if back:
                 pdf = pdf.astype(back)
-        batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+        try:
+            batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
+        except Exception:
+            if not padded:
+                raise
+            as_objects = pd.concat([pdf, pd.DataFrame(dict.fromkeys(pdf.columns), index=[])], ignore_index=True)
+            batch = ser._create_batch([(as_objects, out_type)])  # noqa: SLF001
         tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
         i = j
     return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -240,3 +240,18 @@ def test_year_month_interval_through_the_state(spark, ours, tmp_path):
     batches = [[(0, T0, 1), (1, T0, 1)], [(2, T0, 2)]]
     expected, actual = run_both(spark, build, batches, "id BIGINT, ts TIMESTAMP, v INT", "append", tmp_path, ours=ours)
     assert_same_batches(expected, actual)
+
+
+@pytest.mark.parametrize("keys", [[None], [None, "a", None]], ids=["null", "null_and_other"])
+def test_apply_in_pandas_with_state_over_a_null_string_key(spark, ours, tmp_path, keys):
+    """applyInPandasWithState over a null string key: pandas 3 gives the key as a float NaN, and a
+    function that writes it back to a string column gives a float column. PySpark's worker
+    converts its output as objects (it pads the frames with an empty one of ``None`` columns),
+    so Spark's engine ran it; statestream's typed conversion failed."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    rows = tuple((i, start, k) for i, k in enumerate(keys))
+    case = Case(("string",), (), "apply_in_pandas_with_state", (), 0, 3, 0, "append", 1, (rows,))
+    run_case(spark, ours, case, tmp_path)
