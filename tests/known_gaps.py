@@ -231,6 +231,13 @@ KNOWN_GAPS: dict[str, Gap] = {
         "transformWithStateInPandas grouped by a null TIMESTAMP_NTZ key (two rows): Spark's engine fails as for a null "
         "TIMESTAMP key (PythonException 'ValueError: NaTType does not support timetuple'); statestream runs the query"
     ),
+    "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-null_string]": Gap(AssertionError,
+        "transformWithStateInPandas grouped by a null STRING key, the processor writing the key back: pandas 3 gives the "
+        "key as a float NaN, and both engines fail converting the output (TypeError: Expected Array, got ChunkedArray). "
+        "Spark's error carries FOREACH_BATCH_USER_FUNCTION_ERROR, because its operator runs lazily inside the test's "
+        "foreachBatch collect; statestream's state step runs before the sink, so its error is the Python worker's alone. "
+        "The random tester draws no null string key for this family"
+    ),
     "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-array]": Gap(AssertionError,
         "transformWithStateInPandas grouped by an array key ([1, 2], two rows): Spark's engine fails (PySpark's worker "
         "compares the numpy arrays pandas gives for the key: ValueError: The truth value of an array with more than "

@@ -90,10 +90,10 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType, padded
     once per key.
 
     ``padded``: convert as PySpark's ``applyInPandasWithState`` worker does, which concatenates
-    the frames of a batch with an empty frame of ``None`` columns, so every column reaches the
-    conversion as objects. A column whose dtype the typed conversion cannot take to its Arrow
-    type (a float NaN for a null string, as pandas 3 gives a null string key) is then
-    converted as objects; the typed conversion stays the fast path."""
+    the frames of a batch with an empty frame of ``None`` columns. With pandas 3 every column
+    then reaches the conversion as objects: a float NaN written to a string column (pandas 3
+    gives a null string key as NaN) is a null, and a naive ``datetime64`` column is read as
+    the objects' UTC time, not as the session zone's wall clock."""
     import pandas as pd
 
     schema = pa.schema(list(out_type))
@@ -114,13 +114,9 @@ def pandas_frames_to_arrow(ser: Any, frames: list, out_type: pa.DataType, padded
             back = {c: object for c in pdf.columns if isinstance(pdf[c].dtype, pd.StringDtype)}
             if back:
                 pdf = pdf.astype(back)
-        try:
-            batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
-        except Exception:
-            if not padded:
-                raise
-            as_objects = pd.concat([pdf, pd.DataFrame(dict.fromkeys(pdf.columns), index=[])], ignore_index=True)
-            batch = ser._create_batch([(as_objects, out_type)])  # noqa: SLF001
+        if padded:
+            pdf = pd.concat([pdf, pd.DataFrame(dict.fromkeys(pdf.columns), index=[])], ignore_index=True)
+        batch = ser._create_batch([(pdf, out_type)])  # noqa: SLF001 - PySpark's own conversion
         tables.append(pa.Table.from_batches([pa.RecordBatch.from_struct_array(batch.column(0))]))
         i = j
     return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -803,13 +803,28 @@ class TransformWithStateStep(StateStep):
         offsets = np.concatenate([[0], np.cumsum(sizes[by_key])]).astype(np.int64)
         starts = offsets[:-1]
         unique = keys.take(pa.array(order[starts], type=pa.int64()))
+        # PySpark's worker groups a key's rows by == on the key tuples: a key it finds unequal to
+        # itself (self_unequal_keys) gets one handleInputRows call per row, at the key's place,
+        # each seeing the state the previous call left. With an initial state, Spark's first
+        # batch groups the rows on the JVM instead: one call per key
+        alone = self_unequal_keys(unique, info.use_pandas) if init is None else np.zeros(unique.num_rows, dtype=bool)
+        split = bool(alone.any())
+        phase_row = np.arange(unique.num_rows, dtype=np.int64)
         if info.use_pandas:
-            # the key pandas gives (NaN for a null number), stored as the worker sets it
-            tuples = list(to_pandas(unique, self.timezone).itertuples(index=False, name=None))
-            unique = pandas_state_keys(unique)
+            # the key pandas gives (NaN for a null number), stored as the worker sets it: a null
+            # and a NaN float key are then one state key, one phase row
+            tuples = pandas_key_tuples(unique, self.timezone)
+            state_keys = pandas_state_keys(unique)
+            if state_keys is not unique:
+                key_order, key_offsets = group_rows_by_key(state_keys)
+                firsts = np.sort(key_order[key_offsets[:-1]])
+                phase_row = _row_index(state_keys, state_keys.take(pa.array(firsts, type=pa.int64())))
+                task.begin_phase(state_keys.take(pa.array(firsts, type=pa.int64())), [tuples[i] for i in firsts])
+            else:
+                task.begin_phase(unique, tuples)
         else:
             tuples = _key_tuples(unique)
-        task.begin_phase(unique, tuples)
+            task.begin_phase(unique, tuples)
         # the data rows in group order, converted once; each key's slice of them
         is_data = order < n_data
         data_order = order[is_data]
@@ -823,14 +838,8 @@ class TransformWithStateStep(StateStep):
             init_counts = np.add.reduceat((~is_data).astype(np.int64), starts)
             init_bounds = np.concatenate([[0], np.cumsum(init_counts)])
             init_rows = Input(self, init.take(pa.array(init_order, type=pa.int64())))
-        # PySpark's worker groups a key's rows by == on the key tuples: a key it finds unequal to
-        # itself (self_unequal_keys) gets one handleInputRows call per row, each in a phase of
-        # its own after this one, seeing the state the previous call left (a null and a NaN
-        # float key are then one state key in pandas, as on Spark)
-        alone = self_unequal_keys(keys.take(pa.array(order[starts], type=pa.int64())), info.use_pandas)
-        later: list[tuple[int, int]] = []
         for g, key in enumerate(tuples):
-            task.set_key(g)
+            task.set_key(int(phase_row[g]))
             if init_rows is not None:
                 lo, hi = int(init_bounds[g]), int(init_bounds[g + 1])
                 if hi > lo:
@@ -840,17 +849,12 @@ class TransformWithStateStep(StateStep):
                         for r in init_rows.rows(lo, hi):
                             processor.handleInitialState(key, r, tv)
             lo, hi = int(data_bounds[g]), int(data_bounds[g + 1])
-            if alone[g]:
-                later += [(g, r) for r in range(lo, hi)]
-                hi = lo
-            if hi > lo:
+            if split and alone[g]:
+                for r in range(lo, hi):
+                    self._handle_rows(processor, key, rows, r, r + 1, piece, tv, out)
+            elif hi > lo:
                 self._handle_rows(processor, key, rows, lo, hi, piece, tv, out)
         task.end_phase()
-        for g, r in later:
-            task.begin_phase(unique.slice(g, 1), [tuples[g]])
-            task.set_key(0)
-            self._handle_rows(processor, tuples[g], rows, r, r + 1, piece, tv, out)
-            task.end_phase()
 
     def _handle_rows(self, processor: Any, key: tuple, rows: "Input", lo: int, hi: int, piece: int, tv: Any, out: "Output") -> None:
         """``handleInputRows`` of ``key`` over the phase's rows ``lo:hi``."""
@@ -996,10 +1000,36 @@ def to_pandas(table: pa.Table, timezone: str | None) -> Any:
     return pdf
 
 
+def pandas_key_tuples(keys: pa.Table, timezone: str | None) -> list[tuple]:
+    """Each key row as the tuple PySpark's worker passes a pandas processor: the values pandas
+    gives (NaN for a null number, ``Timestamp`` for a timestamp, NumPy arrays for arrays).
+    Columns of plain types without nulls, which pandas hands out as the same Python scalars,
+    skip the conversion.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> pandas_key_tuples(pa.table({"k": [1, None], "s": ["a", "b"]}), "UTC")
+    [(1.0, 'a'), (nan, 'b')]
+    """
+    columns = []
+    for i, column in enumerate(keys.columns):
+        t = column.type
+        plain = (
+            pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_decimal(t) or pa.types.is_date(t)
+        )
+        if plain and column.null_count == 0:
+            columns.append(column.to_pylist())
+        else:
+            columns.append(list(to_pandas(keys.select([i]), timezone).iloc[:, 0]))
+    return list(zip(*columns)) if columns else [()] * keys.num_rows
+
+
 def pandas_state_keys(keys: pa.Table) -> pa.Table:
     """The state keys of ``transformWithStateInPandas``: the key PySpark's worker sets is the
     pandas one, so a null float key is stored as NaN (a null integer stays null: the JVM makes
-    null of a NaN for an integral field).
+    null of a NaN for an integral field). ``keys`` itself when no float key is null.
 
     Examples
     --------
@@ -1007,6 +1037,8 @@ def pandas_state_keys(keys: pa.Table) -> pa.Table:
     >>> pandas_state_keys(pa.table({"k": pa.array([None, 1.5])})).column("k").to_pylist()
     [nan, 1.5]
     """
+    if not any(pa.types.is_floating(c.type) and c.null_count for c in keys.columns):
+        return keys
     columns = [
         pc.fill_null(c, pa.scalar(float("nan"), c.type)) if pa.types.is_floating(c.type) and c.null_count else c
         for c in keys.columns
