@@ -43,6 +43,7 @@ from statestream.operators.python_state_values import (
     group_rows_by_key,
     has_timestamp,
     pandas_frames_to_arrow,
+    to_pandas,
     session_zone,
     to_session_wall_clock,
 )
@@ -270,17 +271,9 @@ class FlatMapGroupsWithStateStep(StateStep):
         remove_rows: list[int] = []
         counts = {"put": 0, "remove": 0}
 
-        def to_pandas(t: pa.Table):
-            cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(t.columns)]
-            if not cols:
-                return pd.DataFrame(index=range(t.num_rows))
-            frame = pd.concat(cols, axis=1)
-            frame.columns = t.column_names
-            return frame
-
         def key_tuples(t: pa.Table) -> list[tuple]:
             """Each key row as the tuple PySpark passes (the first value of each key Series)."""
-            kp = to_pandas(t)
+            kp = to_pandas(t, self.timezone)
             columns = [kp[c].values for c in kp.columns]
             return list(zip(*columns)) if columns else [()] * t.num_rows
 
@@ -335,7 +328,7 @@ class FlatMapGroupsWithStateStep(StateStep):
             order, offsets = group_rows_by_key(keys)
             sorted_table = table.take(pa.array(order, type=pa.int64())) if table.num_rows else table
             data = sorted_table.select(list(self.data_names))
-            pdf_all = to_pandas(data)
+            pdf_all = to_pandas(data, self.timezone)
             starts = offsets[:-1]
             group_keys = keys.take(pa.array(order[starts] if len(starts) else np.empty(0, np.int64), type=pa.int64()))
             if group_keys.num_rows:
@@ -363,7 +356,7 @@ class FlatMapGroupsWithStateStep(StateStep):
                         due_keys = due.select(key_names)
                         due_states = stored_values(due.column(GROUP_STATE_FIELD))
                         tuples = key_tuples(due_keys)
-                        empty = to_pandas(data.schema.empty_table())
+                        empty = to_pandas(data.schema.empty_table(), self.timezone)
                         for i in range(due.num_rows):
                             call(tuples[i], iter([empty.copy()]), due_states[i], True, i)
                         self._apply(store, due_keys, puts, put_rows, remove_rows, value_schema)

@@ -44,7 +44,13 @@ from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.aggregate_merge import is_nested, spark_order_ranks
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.partition_routes import state_partition_id
-from statestream.operators.python_state_values import group_rows_by_key, pandas_frames_to_arrow, session_zone
+from statestream.operators.python_state_values import (
+    group_rows_by_key,
+    pandas_frames_to_arrow,
+    pandas_key_tuples,
+    session_zone,
+    to_pandas,
+)
 from statestream.operators.state_step import StateStep, commit_state
 from statestream.operators.stateful import older_than_watermark
 from statestream.operators.stateful_processor_handle import (
@@ -982,47 +988,6 @@ def _key_tuples(keys: pa.Table) -> list[tuple]:
     """Each key row as the tuple PySpark passes to ``handleInputRows`` of ``transformWithState``
     and to ``handleExpiredTimer``: Python scalars, as ``as_py`` gives them."""
     columns = [c.to_pylist() for c in keys.columns]
-    return list(zip(*columns)) if columns else [()] * keys.num_rows
-
-
-def to_pandas(table: pa.Table, timezone: str | None) -> Any:
-    """``table`` as PySpark's worker converts Arrow for a pandas processor (a null integer or
-    float becomes NaN, a null timestamp NaT)."""
-    import pandas as pd
-    from pyspark.sql.pandas.serializers import ArrowStreamPandasUDFSerializer
-
-    ser = ArrowStreamPandasUDFSerializer(timezone, False, True, arrow_cast=True)
-    cols = [ser.arrow_to_pandas(c, i) for i, c in enumerate(table.columns)]
-    if not cols:
-        return pd.DataFrame(index=range(table.num_rows))
-    pdf = pd.concat(cols, axis=1)
-    pdf.columns = table.column_names
-    return pdf
-
-
-def pandas_key_tuples(keys: pa.Table, timezone: str | None) -> list[tuple]:
-    """Each key row as the tuple PySpark's worker passes a pandas processor: the values pandas
-    gives (NaN for a null number, ``Timestamp`` for a timestamp, NumPy arrays for arrays).
-    Columns of plain types without nulls, which pandas hands out as the same Python scalars,
-    skip the conversion.
-
-    Examples
-    --------
-    >>> import pyarrow as pa
-    >>> pandas_key_tuples(pa.table({"k": [1, None], "s": ["a", "b"]}), "UTC")
-    [(1.0, 'a'), (nan, 'b')]
-    """
-    columns = []
-    for i, column in enumerate(keys.columns):
-        t = column.type
-        plain = (
-            pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
-            or pa.types.is_large_string(t) or pa.types.is_decimal(t) or pa.types.is_date(t)
-        )
-        if plain and column.null_count == 0:
-            columns.append(column.to_pylist())
-        else:
-            columns.append(list(to_pandas(keys.select([i]), timezone).iloc[:, 0]))
     return list(zip(*columns)) if columns else [()] * keys.num_rows
 
 
