@@ -10,13 +10,18 @@ fail too, with the same error condition.
 CI runs a fixed-seed sample (``--fuzz-examples``, default 12, ``--fuzz-seed``, default 0);
 ``scripts/fuzz.sh N`` runs N cases from a random seed, which it prints. A failure shrinks to a
 small case (Hypothesis), printed with its input batches; ``--fuzz-seed`` with the printed seed
-replays the run.
+replays the run. With ``STATESTREAM_FUZZ_LEDGER`` set (``scripts/fuzz.sh`` sets it), a run
+without a difference is appended to that ledger (:func:`record_run`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import re
+import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -132,7 +137,36 @@ def test_random_queries_agree_with_spark(spark, ours, tmp_path, request):
     )
     @given(cases(families))
     def check(case: Case) -> None:
+        ran[0] += 1
         run_case(spark, ours, case, tmp_path / uuid.uuid4().hex[:8])
 
+    ran = [0]
     check()
+    print(f"random queries: {ran[0]} cases ran, none differed")
+    ledger = os.environ.get("STATESTREAM_FUZZ_LEDGER")
+    if ledger:
+        record_run(Path(ledger), chosen_seed, ran[0], families)
+
+
+def record_run(ledger: Path, seed_value: int, cases_run: int, families: tuple[str, ...]) -> None:
+    """Append a passed run to the ledger (``scripts/fuzz.sh`` keeps ``fuzz-ledger.tsv``): the
+    date, the commit it ran on (``+`` when the tree had changes), the seed, the cases and the
+    families, so that runs of many sessions add up to a count of cases without a difference."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+"
+    new = not ledger.exists()
+    with ledger.open("a", encoding="utf-8") as out:
+        if new:
+            out.write("date\tcommit\tseed\tcases\tfamilies\n")
+        when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+        out.write(f"{when}\t{commit}\t{seed_value}\t{cases_run}\t{','.join(families) if set(families) != set(FAMILIES) else 'all'}\n")
 
