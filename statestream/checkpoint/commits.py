@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 
 from statestream.checkpoint.log import MetadataLog, parse_log_version, split_lines
-from statestream.errors import CheckpointError
+from statestream.errors.checkpoint import CheckpointError
 
 __all__ = ["CommitMetadata", "CommitLog"]
 

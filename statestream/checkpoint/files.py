@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
+
 if TYPE_CHECKING:
     from statestream.checkpoint.object_store import S3ConditionalWrites
 
-__all__ = ["CheckpointFileManager", "FileAlreadyExistsError"]
+__all__ = ["CheckpointFileManager"]
 
-
-class FileAlreadyExistsError(FileExistsError):
-    """``write_atomic(..., overwrite=False)`` found the target already there."""
 
 
 def _split_uri(root: str) -> tuple[pafs.FileSystem, str]:
@@ -122,8 +121,6 @@ class CheckpointFileManager:
     def check_root_is_directory(self) -> None:
         """Refuse a root that is a file, or lies under one, with the texts of Hadoop's errors
         that Spark's ``start()`` fails with (a missing root is fine: it is created)."""
-        from statestream.errors import CheckpointError
-
         path = self._base.rstrip("/") or "/"
         while True:
             info = self.fs.get_file_info(path)

@@ -21,8 +21,8 @@ import logging
 from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
-from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
-from statestream.errors import CheckpointError
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
 
 __all__ = [
     "MetadataLog",

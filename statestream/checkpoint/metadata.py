@@ -14,8 +14,8 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
-from statestream.errors import CheckpointError
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
 
 __all__ = ["StreamMetadata", "METADATA_FILE"]
 

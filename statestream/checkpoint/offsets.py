@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from statestream.checkpoint.commits import CommitLog, CommitMetadata
 from statestream.checkpoint.log import MetadataLog, parse_log_version, split_lines
-from statestream.errors import CheckpointError
+from statestream.errors.checkpoint import CheckpointError
 
 if TYPE_CHECKING:
     from statestream.checkpoint.files import CheckpointFileManager

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import CheckpointError
+from statestream.errors.checkpoint import CheckpointError
 
 __all__ = ["ROLLBACK_MARKER", "check_no_interrupted_rollback"]
 

@@ -44,8 +44,9 @@ from typing import Any, Callable
 import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors.checkpoint import CheckpointLockedError, WriterLeaseLostError
 
-__all__ = ["LEASE_DIR", "LOCK_FILE", "CheckpointLockedError", "CheckpointWriterLock", "ObjectStoreLease", "WriterLeaseLostError"]
+__all__ = ["LEASE_DIR", "LOCK_FILE", "CheckpointWriterLock", "ObjectStoreLease"]
 
 log = logging.getLogger(__name__)
 
@@ -53,34 +54,6 @@ LOCK_FILE = ".statestream-writer.lock"
 LEASE_DIR = ".statestream-writer-lease"
 #: how long a lease's beat may stand still before its holder counts as dead
 DEFAULT_LEASE_MS = 30_000
-
-
-class CheckpointLockedError(RuntimeError):
-    """Another live process holds the checkpoint's writer lock; ``holder`` is what it wrote
-    about itself (empty if it had not written yet)."""
-
-    def __init__(self, path: str, holder: dict[str, Any]) -> None:
-        self.path = path
-        self.holder = holder
-        who = (
-            f"run {holder.get('runId')} of query {holder.get('id')} in process {holder.get('pid')} on host {holder.get('host')}, "
-            f"since {holder.get('since')}"
-            if holder
-            else "another process"
-        )
-        super().__init__(f"the checkpoint is in use by {who} (it holds the lock {path})")
-
-
-class WriterLeaseLostError(CheckpointLockedError):
-    """This run's object-store lease was taken over by another run (this one had stood still for
-    longer than the lease): it stops before it writes the checkpoint's logs again."""
-
-    def __init__(self, path: str, holder: dict[str, Any]) -> None:
-        super().__init__(path, holder)
-        self.args = (
-            f"this run lost the checkpoint's writer lease ({path}) to run {holder.get('runId')}, which took it over after "
-            "this run's lease stood still for the whole lease timeout; the run stops before it writes the logs again",
-        )
 
 
 class CheckpointWriterLock:

@@ -39,7 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors import IncompatibleRestartError, schema_must_be_nullable_error
+from statestream.errors import (
+    IncompatibleRestartError,
+    OperatorConfigChangedError,
+    StateSchemaNotCompatibleError,
+    StateVariableTypeChangedError,
+    schema_must_be_nullable_error,
+)
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.aggregate_merge import is_nested, spark_order_ranks
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
@@ -68,7 +74,8 @@ from statestream.operators.stateful_processor_handle import (
     timer_threshold,
     timer_values,
 )
-from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY, render_data_type
+from statestream.state import schema as S
+from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY, render_data_type, schemas_compatible
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -186,12 +193,10 @@ def check_restart(
     """Spark's restart checks of a transformWithState, variable by variable: the time and output
     modes must not change; a variable declared in both runs must keep its kind (value, list, map) and a
     value schema that can read its stored rows. New and dropped variables are allowed."""
-    from statestream.state import schema as S
-
     for name in ("timeMode", "outputMode"):
         old, new = (stored_properties or {}).get(name), new_properties.get(name)
         if old is not None and new is not None and old != new:
-            raise S.OperatorConfigChangedError(
+            raise OperatorConfigChangedError(
                 "STATE_STORE_INVALID_CONFIG_AFTER_RESTART", {"configName": name, "oldConfig": old, "newConfig": new}
             )
     stored = _variables_of(stored_value_schema)
@@ -200,24 +205,24 @@ def check_restart(
             continue
         old_kind, old_value, old_user_key = stored[name]
         if old_kind != kind:
-            raise S.StateVariableTypeChangedError(
+            raise StateVariableTypeChangedError(
                 "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE",
                 {"stateVarName": name, "oldType": _KIND_NAMES[old_kind], "newType": _KIND_NAMES[kind]},
             )
-        if user_key is not None and not S.schemas_compatible(old_user_key, user_key):
+        if user_key is not None and not schemas_compatible(old_user_key, user_key):
 
             def map_key(user: Any) -> dict:  # Spark shows a map entry's key as (key, userKey)
                 fields = [("key", grouping_key_schema), ("userKey", user)]
                 return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
 
-            raise S.StateSchemaNotCompatibleError(
+            raise StateSchemaNotCompatibleError(
                 "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
-                {"storedKeySchema": S.render_data_type(map_key(old_user_key)), "newKeySchema": S.render_data_type(map_key(user_key))},
+                {"storedKeySchema": render_data_type(map_key(old_user_key)), "newKeySchema": render_data_type(map_key(user_key))},
             )
-        if not S.schemas_compatible(old_value, value):
-            raise S.StateSchemaNotCompatibleError(
+        if not schemas_compatible(old_value, value):
+            raise StateSchemaNotCompatibleError(
                 "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
-                {"storedValueSchema": S.render_data_type(old_value), "newValueSchema": S.render_data_type(value)},
+                {"storedValueSchema": render_data_type(old_value), "newValueSchema": render_data_type(value)},
             )
 
 
@@ -422,8 +427,6 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         """Raise Spark's error if this processor cannot continue the stored state (the key
         schema as for every operator, then :func:`check_restart`); writes nothing (the
         compatibility check calls it too)."""
-        from statestream.state import schema as S
-
         stored = S.read_state_schema(state_root, operator_id)
         if stored is None:
             return
@@ -436,8 +439,6 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         :func:`check_restart` against what the last run recorded, then the files are rewritten
         with this run's variables, its modes and the batch each store was first declared in
         (so that a task tells a store added in this run from a lost one)."""
-        from statestream.state import schema as S
-
         assert self.info is not None
         key_json, value_json = self.state_schemas()
         props = self._restart_properties()
@@ -610,8 +611,6 @@ class StoreLineage:
 def _recorded_lineage(si: StatefulOperatorStateInfo) -> StoreLineage:
     """The stores' lineage that the run's first batch recorded in the operator properties, read
     once per run."""
-    from statestream.state import schema as S
-
     key = (si.checkpoint_location, si.operator_id, si.query_run_id)
     with _DELETED_LOCK:
         if key in _FIRST_BATCH:

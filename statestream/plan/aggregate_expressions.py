@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, FilterCondition, WithinGroup
-from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node, decompose_aggregate
+from statestream.errors import UnsupportedAggregateError
+from statestream.plan.aggregates import AggregateCall, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
 from statestream.jvm_calls import jvm_seq
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of

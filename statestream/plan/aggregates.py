@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from statestream.errors import StatestreamError
+from statestream.errors import UnsupportedAggregateError
 from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
 from statestream.jvm_calls import jvm_seq
 
@@ -33,14 +33,9 @@ __all__ = [
     "decompose_aggregate",
     "column_node",
     "SUPPORTED_FUNCTIONS",
-    "UnsupportedAggregateError",
 ]
 
 SUPPORTED_FUNCTIONS = tuple(sorted(FUNCTIONS))
-
-
-class UnsupportedAggregateError(StatestreamError, ValueError):
-    """An aggregate expression statestream cannot decompose yet (raised from ``start()``)."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from statestream.operators.hyperloglog import (
 )
 from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
-from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError
+from statestream.errors import UnsupportedAggregateError
+from statestream.plan.aggregates import AggregateCall
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

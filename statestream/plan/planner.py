@@ -272,7 +272,8 @@ class GroupingCall(AggregateCall):
 def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ...]) -> GroupingCall | None:
     """A ``GroupingCall`` if ``col`` is ``grouping_id()``/``grouping(c)`` of a cube/rollup, else
     ``None`` (then it is an aggregate function)."""
-    from statestream.plan.aggregates import UnsupportedAggregateError, column_node
+    from statestream.errors import UnsupportedAggregateError
+    from statestream.plan.aggregates import column_node
 
     if not node.grouping_sets:
         return None

@@ -19,7 +19,8 @@ import pyarrow as pa
 from statestream.operators.python_aggregate import PythonAggregateRule, finish_buffers
 from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
-from statestream.plan.aggregates import AggregateCall, UnsupportedAggregateError, column_node
+from statestream.errors import UnsupportedAggregateError
+from statestream.plan.aggregates import AggregateCall, column_node
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

@@ -30,12 +30,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from statestream.errors import StatestreamArithmeticException, StatestreamIllegalArgumentException, analysis_error
+from statestream.errors import IntervalArithmeticError, StatestreamIllegalArgumentException, analysis_error
 
 __all__ = [
     "CalendarInterval",
     "IllegalArgumentError",
-    "IntervalArithmeticError",
     "parse_interval",
     "interval_duration_ms",
     "interval_duration_us",
@@ -62,17 +61,6 @@ _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 #: Spark's ``IllegalArgumentException``; carries Spark's error class and parameters when Spark's
 #: error has them.
 IllegalArgumentError = StatestreamIllegalArgumentException
-
-
-class IntervalArithmeticError(StatestreamArithmeticException):
-    """Spark's ``ArithmeticException`` for an interval whose duration overflows 64 bits."""
-
-    def __init__(self, message: str | None = None) -> None:
-        message = message or (
-            "[INTERVAL_ARITHMETIC_OVERFLOW.WITHOUT_SUGGESTION] Integer overflow while operating with "
-            "intervals. Try devising appropriate values for the interval parameters. SQLSTATE: 22015"
-        )
-        super().__init__(message, "INTERVAL_ARITHMETIC_OVERFLOW.WITHOUT_SUGGESTION", {}, "22015")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,15 @@ from typing import TYPE_CHECKING, Any
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
-from statestream.errors import StatestreamStreamingQueryException, concurrent_stream_log_update_error, stream_failed_error
+from statestream.errors import (
+    ALLOW_MULTIPLE_CONF,
+    CheckpointLockedError,
+    StatestreamAnalysisException,
+    StatestreamStreamingQueryException,
+    checkpoint_in_use_error,
+    concurrent_stream_log_update_error,
+    stream_failed_error,
+)
 from statestream.faults import crash_point
 from statestream.jvm_calls import clone_session
 from statestream.operators.aggregate import StreamingAggregateExec
@@ -272,10 +280,8 @@ class MicroBatchExecution:
         the checkpoint's metadata is read or written, which gives the query its id (the
         manager refuses a second active run of the same id, as Spark does). Nothing runs yet."""
         from statestream.checkpoint.metadata import StreamMetadata
-        from statestream.plan.planner import aggregation_info
-
-        from statestream.errors import StatestreamAnalysisException
         from statestream.plan.joins import check_joins_supported
+        from statestream.plan.planner import aggregation_info
 
         check_joins_supported(self.plan)
         # statestream's own confs of a run, refused from start() when they make no sense (the
@@ -303,9 +309,6 @@ class MicroBatchExecution:
         """Take the checkpoint's writer lock (see ``checkpoint.writer_lock``), once the manager
         has stopped an earlier run of this query in this process: a run in another process that
         holds it is refused here, before anything of this run writes."""
-        from statestream.checkpoint.writer_lock import CheckpointLockedError
-        from statestream.errors import checkpoint_in_use_error
-
         try:
             self.writer_lock.acquire(self.query_id, self.run_id)
         except CheckpointLockedError as exc:
@@ -684,7 +687,6 @@ class MicroBatchExecution:
             if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
                 preloading_daemon()
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
-        from statestream.errors import ALLOW_MULTIPLE_CONF
         from statestream.plan.analysis import redefines_watermark
 
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
@@ -895,7 +897,7 @@ class MicroBatchExecution:
                     if not lost_local_checkpoint_block(exc, made):
                         raise
                     if self._stop.is_set():
-                        raise StoppedDuringBatch(f"batch {record.batch_id} lost a block while the query was stopping") from exc
+                        raise _StoppedDuringBatch(f"batch {record.batch_id} lost a block while the query was stopping") from exc
                     if attempt == MAX_BATCH_RERUNS_ON_LOST_BLOCKS:
                         raise
                     # the failed attempt's whole time shows where Spark's recompute would: in
@@ -1064,7 +1066,7 @@ def _cancelled_by_interrupt(exc: BaseException) -> bool:
     return "cancellation of all jobs" in str(exc)
 
 
-class StoppedDuringBatch(Exception):
+class _StoppedDuringBatch(Exception):
     """A batch that lost a block of its materialised rows while the query was stopping: not run
     again, and the query stopped rather than failed (``stop()`` may be what took the block)."""
 
@@ -1072,7 +1074,7 @@ class StoppedDuringBatch(Exception):
 def _is_cancellation(exc: BaseException) -> bool:
     """Whether ``exc`` is what a cancelled Spark job (or an interrupted thread) raises, as opposed
     to a real failure of the batch."""
-    if isinstance(exc, StoppedDuringBatch):
+    if isinstance(exc, _StoppedDuringBatch):
         return True
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))

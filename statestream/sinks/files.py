@@ -36,7 +36,8 @@ from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
-from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import FileAlreadyExistsError
 from statestream.errors import CheckpointError, analysis_error
 from statestream.faults import crash_point
 from statestream.sinks.base import Sink

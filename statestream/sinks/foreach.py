@@ -23,57 +23,18 @@ from __future__ import annotations
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from statestream.errors import StatestreamError
+from statestream.errors import foreach_user_function_error
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.sinks.base import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ForeachSink", "ForeachUserFuncError", "partition_task", "user_function_error"]
+__all__ = ["ForeachSink", "partition_task"]
 
 #: What ``foreach`` starts from; PySpark's JVM writer class, shown in ``sink.description``.
 _PYTHON_WRITER = "org.apache.spark.sql.execution.python.streaming.PythonForeachWriter"
 _TABLE = "org.apache.spark.sql.execution.streaming.sources.ForeachWriterTable"
-
-
-class ForeachUserFuncError(StatestreamError):
-    """Spark's ``FOREACH_USER_FUNCTION_ERROR`` / ``FOREACH_BATCH_USER_FUNCTION_ERROR``: the user's
-    sink code raised. ``reason`` is the user's failure as Spark shows it; the query's
-    ``exception()`` shows the reason alone, as Spark unwraps these two errors there."""
-
-    def __init__(self, error_class: str, sink: str, reason: str) -> None:
-        message = (
-            f"[{error_class}] An error occurred in the user provided function in {sink}. "
-            f"Reason: {reason} SQLSTATE: 39000"
-        )
-        super().__init__(message)
-        self.error_class = error_class
-        self.reason = reason
-        self._message = message
-
-    def getCondition(self) -> str:  # noqa: N802 - PySpark's name
-        return self.error_class
-
-    getErrorClass = getCondition  # noqa: N815 - PySpark's name
-
-    def getMessageParameters(self) -> dict[str, str]:  # noqa: N802 - PySpark's name
-        return {"reason": self.reason}
-
-    def getSqlState(self) -> str:  # noqa: N802 - PySpark's name
-        return "39000"
-
-    def unwrapped_message(self) -> str:
-        """What ``query.exception()`` shows: Spark reports the cause of these errors."""
-        return self.reason
-
-    def __str__(self) -> str:
-        return self._message
-
-
-def user_function_error(reason: str) -> ForeachUserFuncError:
-    """``FOREACH_USER_FUNCTION_ERROR`` with ``reason`` (a task's Python traceback)."""
-    return ForeachUserFuncError("FOREACH_USER_FUNCTION_ERROR", "foreach sink", reason)
 
 
 def _not_callable(attr: str) -> Exception:
@@ -181,7 +142,7 @@ class ForeachSink(Sink):
         failures = [text for _, text in results if text is not None]
         self._last_rows = sum(n for n, _ in results)
         if failures:
-            raise user_function_error(failures[0])
+            raise foreach_user_function_error(failures[0])
 
     def num_output_rows(self) -> int:
         return self._last_rows

@@ -12,22 +12,15 @@ original exception is the error's ``__cause__``.
 
 from __future__ import annotations
 
-import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.sinks.base import Sink
-from statestream.sinks.foreach import ForeachUserFuncError
+from statestream.errors import foreach_batch_user_function_error
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["ForeachBatchSink", "user_function_error"]
-
-
-def user_function_error(exc: BaseException) -> ForeachUserFuncError:
-    """``FOREACH_BATCH_USER_FUNCTION_ERROR`` for ``exc`` raised by the user's function."""
-    reason = "An exception was raised by the Python Proxy. Return Message: " + "".join(traceback.format_exception(exc))
-    return ForeachUserFuncError("FOREACH_BATCH_USER_FUNCTION_ERROR", "foreach batch sink", reason)
+__all__ = ["ForeachBatchSink"]
 
 
 class ForeachBatchSink(Sink):
@@ -49,7 +42,7 @@ class ForeachBatchSink(Sink):
         try:
             self.func(df, batch_id)
         except Exception as exc:  # noqa: BLE001 - any user failure, as Spark wraps any
-            raise user_function_error(exc) from exc
+            raise foreach_batch_user_function_error(exc) from exc
 
     def num_output_rows(self) -> int:
         return -1  # Spark cannot know what the function wrote

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors import StateStoreError
+from statestream.errors.state import StateStoreError
 
 __all__ = ["match_keys", "group_ids", "check_key_types_supported", "KEY_TYPE_UNSUPPORTED"]
 

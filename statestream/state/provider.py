@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import StateStoreError
+from statestream.errors.state import StateStoreError
 from statestream.state.keys import check_key_types_supported, match_keys
 from statestream.state.local_disk import find_mapped, mapped_file_name, read_mapped, remove_mapped, store_dir, write_mapped
 from statestream.state.store import (

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import IncompatibleRestartError, StateStoreError
+from statestream.errors.state import OperatorNotMatchError, StateSchemaNotCompatibleError, StateStoreError
 
 __all__ = [
     "SCHEMA_FILE_VERSION",
@@ -29,10 +29,6 @@ __all__ = [
     "StateSchema",
     "StateStoreMetadata",
     "OperatorStateMetadata",
-    "StateSchemaNotCompatibleError",
-    "OperatorNotMatchError",
-    "StateVariableTypeChangedError",
-    "OperatorConfigChangedError",
     "operator_properties_path",
     "FIRST_BATCH_PROPERTY",
     "read_operator_properties",
@@ -67,97 +63,6 @@ _READABLE_SCHEMA_VERSIONS = (1, 2)
 OPERATOR_METADATA_VERSION = 1
 #: Longest piece of encoded text one Java ``writeUTF`` call accepts.
 _MAX_UTF_BYTES = 65535
-
-# -- Spark's error texts (error class, SQLSTATE and message template, reused as facts) ---------------
-
-_SPARK_ERRORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE": (
-        "XXKST",
-        (
-            "Provided key schema does not match existing state key schema.",
-            "Please check number and type of fields.",
-            "Existing key_schema={storedKeySchema} and new key_schema={newKeySchema}.",
-            "If you want to force running the query without schema validation, please set "
-            "spark.sql.streaming.stateStore.stateSchemaCheck to false.",
-            "However, please note that running the query with incompatible schema could cause "
-            "non-deterministic behavior.",
-        ),
-    ),
-    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE": (
-        "XXKST",
-        (
-            "Provided value schema does not match existing state value schema.",
-            "Please check number and type of fields.",
-            "Existing value_schema={storedValueSchema} and new value_schema={newValueSchema}.",
-            "If you want to force running the query without schema validation, please set "
-            "spark.sql.streaming.stateStore.stateSchemaCheck to false.",
-            "However, please note that running the query with incompatible schema could cause "
-            "non-deterministic behavior.",
-        ),
-    ),
-    "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE": (
-        "42K06",
-        (
-            "Cannot change {stateVarName} to {newType} between query restarts. Please set {stateVarName} to {oldType}, "
-            "or restart with a new checkpoint directory.",
-        ),
-    ),
-    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART": (
-        "42K06",
-        (
-            "Cannot change {configName} from {oldConfig} to {newConfig} between restarts. Please set {configName} to "
-            "{oldConfig}, or restart with a new checkpoint directory.",
-        ),
-    ),
-    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA": (
-        "42K03",
-        (
-            "Streaming stateful operator name does not match with the operator in state metadata. "
-            "This likely to happen when user adds/removes/changes stateful operator of existing streaming query.",
-            "Stateful operators in the metadata: [{OpsInMetadataSeq}]; "
-            "Stateful operators in current batch: [{OpsInCurBatchSeq}].",
-        ),
-    ),
-}
-
-
-def _spark_message(error_class: str, params: Mapping[str, str]) -> str:
-    """Spark's rendering of an error: ``[CLASS] line1\\nline2... SQLSTATE: xxxxx``."""
-    sql_state, lines = _SPARK_ERRORS[error_class]
-    body = "\n".join(lines).format(**params)
-    return f"[{error_class}] {body} SQLSTATE: {sql_state}"
-
-
-class _SparkClassedRestartError(IncompatibleRestartError):
-    """An ``IncompatibleRestartError`` that also carries Spark's SQLSTATE and message parameters."""
-
-    def __init__(self, error_class: str, params: Mapping[str, str]) -> None:
-        super().__init__(_spark_message(error_class, params), error_class)
-        self.message_parameters = dict(params)
-        self.sql_state = _SPARK_ERRORS[error_class][0]
-
-    def getMessageParameters(self) -> dict[str, str]:  # noqa: N802 - PySpark's name
-        return dict(self.message_parameters)
-
-    def getSqlState(self) -> str:  # noqa: N802 - PySpark's name
-        return self.sql_state
-
-
-class StateSchemaNotCompatibleError(_SparkClassedRestartError):
-    """The stored key or value schema cannot hold the new query's state."""
-
-
-class StateVariableTypeChangedError(_SparkClassedRestartError):
-    """A transformWithState variable changed kind (value, list, map) between runs."""
-
-
-class OperatorConfigChangedError(_SparkClassedRestartError):
-    """An operator setting that the state depends on (a time mode) changed between runs."""
-
-
-class OperatorNotMatchError(_SparkClassedRestartError):
-    """The stateful operators of the new plan differ from those recorded in the checkpoint."""
-
 
 # -- Java modified UTF-8 (DataOutputStream.writeUTF / DataInputStream.readUTF) -----------------------
 

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors import StateStoreError
+from statestream.errors.state import StateStoreError
 from statestream.state.keys import match_keys
 from statestream.state.local_disk import ON_LOCAL_DISK_CONF
 

@@ -193,11 +193,11 @@ def test_a_loss_while_stopping_is_a_stop_not_a_failure():
 
     import pytest
 
-    from statestream.runtime.microbatch import StoppedDuringBatch, _is_cancellation
+    from statestream.runtime.microbatch import _StoppedDuringBatch, _is_cancellation
 
     ex, made, _ = _loop([_lost, None])
     ex._stop.set()
-    with pytest.raises(StoppedDuringBatch) as info:
+    with pytest.raises(_StoppedDuringBatch) as info:
         ex._run_batch_surviving_lost_blocks(SimpleNamespace(batch_id=7), 0, False)
     assert len(made) == 1
     assert _is_cancellation(info.value)

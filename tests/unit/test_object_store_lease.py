@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from statestream.checkpoint.commits import CommitLog, CommitMetadata
-from statestream.checkpoint.files import CheckpointFileManager, FileAlreadyExistsError
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors import FileAlreadyExistsError
 from statestream.checkpoint.writer_lock import (
     CheckpointLockedError,
     CheckpointWriterLock,

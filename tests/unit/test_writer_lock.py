@@ -12,7 +12,8 @@ import textwrap
 import pytest
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.checkpoint.writer_lock import LOCK_FILE, CheckpointLockedError, CheckpointWriterLock
+from statestream.checkpoint.writer_lock import LOCK_FILE, CheckpointWriterLock
+from statestream.errors import CheckpointLockedError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,7 +21,8 @@ _HOLDER = textwrap.dedent(
     """
     import sys, time
     from statestream.checkpoint.files import CheckpointFileManager
-    from statestream.checkpoint.writer_lock import CheckpointLockedError, CheckpointWriterLock
+    from statestream.checkpoint.writer_lock import CheckpointWriterLock
+    from statestream.errors import CheckpointLockedError
     sys.stdin.readline()  # all children start trying together
     try:
         CheckpointWriterLock(CheckpointFileManager(sys.argv[1])).acquire("q", sys.argv[2])

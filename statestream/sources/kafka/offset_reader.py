@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from statestream.errors import StatestreamIllegalStateException
+from statestream.errors import KafkaUnreachableError, StatestreamIllegalStateException
 from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.options import EARLIEST, LATEST, ConsumerStrategy, KafkaSourceOptions, OffsetRangeLimit, TopicPartition, tp_text
 
@@ -19,11 +19,6 @@ log = logging.getLogger(__name__)
 #: Kafka's own topics, never matched by a subscribePattern (as Spark's Admin-based reader lists
 #: topics without internal ones)
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-
-
-class KafkaUnreachableError(StatestreamIllegalStateException):
-    """The brokers did not answer a metadata or offset request in time, or refused the
-    client's login or TLS handshake."""
 
 
 class KafkaOffsetReader:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from statestream.errors import StatestreamIllegalStateException
+from statestream.errors import KafkaDataLossError
 from statestream.sources.kafka.options import TopicPartition, parse_partition_offsets_json, tp_text
 
 __all__ = [
@@ -35,13 +35,6 @@ log = logging.getLogger(__name__)
 _LONG_MAX = 2**63 - 1
 INITIAL_OFFSETS_VERSION = 1
 
-_DATA_LOSS_HEAD = (
-    "Some data may have been lost because they are not available in Kafka any more;\n"
-    "either the data was aged out by Kafka or the topic may have been deleted before all the data in the\n"
-    "topic was processed.\n"
-    "If you don't want your streaming query to fail on such cases, set the source option failOnDataLoss to false.\n"
-    "Reason:"
-)
 _DATA_LOSS_ADVICE = (
     "Some data may have been lost because they are not available in Kafka any more; either the data was aged out "
     "by Kafka or the topic may have been deleted before all the data in the topic was processed. If you want your "
@@ -58,22 +51,6 @@ _GROUP_ID_WARNING = (
     "consumers from the previous query are marked dead by the Kafka group coordinator before the\n"
     "restarted query starts running."
 )
-
-
-class KafkaDataLossError(StatestreamIllegalStateException):
-    """Spark's ``KAFKA_DATA_LOSS`` condition: the message has no ``[CLASS]`` prefix (Kafka's
-    exceptions carry the plain text), the condition is ``condition`` and ``getCondition()``."""
-
-    def __init__(self, sub: str, reason: str) -> None:
-        self.condition = f"KAFKA_DATA_LOSS.{sub}"
-        self.reason = reason
-        super().__init__(f"{_DATA_LOSS_HEAD} {reason}")
-
-    def getCondition(self) -> str:  # noqa: N802 - PySpark's name
-        return self.condition
-
-    def getSqlState(self) -> str:  # noqa: N802 - PySpark's name
-        return "22000"
 
 
 def set_text(tps: "list[TopicPartition] | set[TopicPartition]") -> str:

@@ -17,9 +17,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from statestream.errors import KafkaDataLossError
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.sources.kafka.client import ClientErrors, consumer_config
-from statestream.sources.kafka.offsets import KafkaDataLossError, OffsetRange
+from statestream.sources.kafka.offsets import OffsetRange
 from statestream.sources.kafka.options import tp_text
 
 __all__ = ["KafkaRangeReader", "arrow_schema"]
