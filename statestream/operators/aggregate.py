@@ -13,7 +13,7 @@ that ``explain()`` has Spark's shape and each step has one place in the code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statestream.operators.base import ExecutedByParent, PhysicalOperator
 from statestream.operators.context import SKIP_ALL, SKIP_SOURCE_FED
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from statestream.operators.context import BatchContext
-    from statestream.plan.aggregates import AggregateCall
 
 __all__ = [
+    "AggregateCallLike",
     "AggregationInfo",
     "AggregateExplainText",
     "StreamingAggregateExec",
@@ -109,6 +109,22 @@ class AggregateExplainText:
     session: dict[str, str] = field(default_factory=dict)
 
 
+class AggregateCallLike(Protocol):
+    """What the aggregation's operators read of one planned aggregate call (the planner's
+    ``AggregateCall`` of ``plan/aggregates.py`` and its kin): the output column's name, the state
+    buffers, how they merge (``spec``), and the final value's column. Some calls also have
+    ``hidden``, ``finished_column``, ``final_over``/``inner`` (an expression over aggregates) or
+    ``recomputed_column`` (a ``spec.recompute`` call), read with ``getattr``."""
+
+    output_name: str
+    buffers: tuple[Any, ...]
+    spec: Any
+
+    def final_column(self) -> "Column":
+        """The call's final value, from its buffer columns."""
+        ...
+
+
 @dataclass(frozen=True)
 class AggregationInfo:
     """Everything about one streaming aggregation that its operators share."""
@@ -116,7 +132,7 @@ class AggregationInfo:
     grouping: tuple[Any, ...] = field(repr=False)  # user grouping Columns (unresolved)
     grouping_names: tuple[str, ...]  # output names of the grouping columns
     key_columns: tuple[str, ...]  # internal names of the keys in state (__k0, __k1, ...)
-    calls: tuple["AggregateCall", ...]
+    calls: tuple["AggregateCallLike", ...]
     output_schema: Any = field(repr=False)  # the template's StructType (final output)
     event_time_key: str | None = None  # internal key name carrying the event-time marker
     event_time_is_struct: bool = False  # a window struct: compare its `end` field
@@ -369,7 +385,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
     out_keys = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
     present = set(df.columns)
 
-    def final(c: "AggregateCall") -> "Column":
+    def final(c: "AggregateCallLike") -> "Column":
         # a call the state step already finished (its buffers were not emitted)
         finished = getattr(c, "finished_column", None)
         return F.col(finished) if finished in present else c.final_column()
@@ -397,7 +413,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         done = df
         value = {id(c): final(c) for c in leaves}
 
-    def result(c: "AggregateCall") -> "Column":
+    def result(c: "AggregateCallLike") -> "Column":
         if hasattr(c, "final_over"):
             return c.final_over([result(i) for i in c.inner])
         return value[id(c)]

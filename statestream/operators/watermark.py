@@ -19,14 +19,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from statestream.operators.base import PhysicalOperator
-from statestream.plan.logical import WATERMARK_DELAY_KEY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["SUM_PARTS", "EventTimeWatermarkExec", "event_time_sum", "sources_counted_by_watermark", "mark_event_time", "observed_values", "stats_from_observation"]
+__all__ = ["WATERMARK_DELAY_KEY", "SUM_PARTS", "EventTimeWatermarkExec", "event_time_sum", "sources_counted_by_watermark", "mark_event_time", "observed_values", "stats_from_observation"]
+
+#: the metadata key that marks a relation's event-time column with its watermark delay (ms), as
+#: Spark's ``withWatermark`` marks it (``EventTimeWatermark.delayKey``)
+WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 
 #: the event time's sum is observed as one long sum per bit range, (name, shift, mask): bits 40
 #: and up (with the sign), 20 to 39, 0 to 19; no part can overflow below 2^40 rows

@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable
 
+from statestream.operators.watermark import WATERMARK_DELAY_KEY
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
@@ -41,7 +43,6 @@ __all__ = [
     "SESSION_WINDOW_KEY",
 ]
 
-WATERMARK_DELAY_KEY = "spark.watermarkDelayMs"
 TIME_WINDOW_KEY = "spark.timeWindow"
 SESSION_WINDOW_KEY = "spark.sessionWindow"
 
