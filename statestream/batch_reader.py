@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
+from statestream.errors import schema_not_supported_error
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -72,12 +74,7 @@ class DataFrameReader:
         from statestream.tools.state_reader import STATE_METADATA_FORMAT, read_state_metadata, read_state_store
 
         if self._schema is not None:
-            from statestream.errors import StatestreamAnalysisException
-
-            raise StatestreamAnalysisException(
-                f"[UNSUPPORTED_FEATURE.SCHEMA_NOT_SUPPORTED] The {ours} source does not take a user-specified schema.",
-                error_class="UNSUPPORTED_FEATURE.SCHEMA_NOT_SUPPORTED",
-            )
+            raise schema_not_supported_error(ours)
         path = path if path is not None else self._options.get("path")
         if ours == STATE_METADATA_FORMAT:
             return read_state_metadata(self._spark, path)

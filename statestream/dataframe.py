@@ -15,7 +15,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
 from pyspark.sql.types import TimestampNTZType, TimestampType
 
-from statestream.errors import analysis_error
+from statestream.errors import (
+    call_on_streaming_dataset_unsupported_error,
+    event_time_not_timestamp_error,
+    event_time_without_watermark_error,
+    missing_member,
+    not_supported_yet,
+    not_supported_yet_attribute,
+    pivot_on_stream_error,
+)
 from statestream.handover import hands_over
 from statestream.plan import logical as L
 from statestream.jvm_calls import jvm_seq
@@ -231,9 +239,7 @@ class DataFrame:
         if name not in self.columns:
             if _is_pyspark_member("DataFrame", name):
                 # a member a future PySpark added: say so by name (an AttributeError too, for hasattr)
-                from statestream.errors import NotSupportedYetAttributeError
-
-                raise NotSupportedYetAttributeError(f"DataFrame.{name}() is not supported by statestream yet")
+                raise not_supported_yet_attribute("DataFrame", name)
             msg = f"'DataFrame' object has no attribute '{name}'"
             raise AttributeError(msg)
         return self._bound_name(name)
@@ -389,8 +395,6 @@ class DataFrame:
         from pyspark.sql import Observation
 
         if isinstance(observation, Observation):
-            from statestream.errors import not_supported_yet
-
             raise not_supported_yet("DataFrame", "observe", "observe an Observation object on a stream; give a name and read observedMetrics")
         template = self._plan.template.observe(observation, *exprs)  # Spark's checks of the metrics
         node = L.CollectMetrics(template=template, child=self._plan, name=str(observation), exprs=tuple(exprs))
@@ -538,14 +542,7 @@ class DataFrame:
         template = self._plan.template
         field = template.select(eventTime).schema.fields[0]  # Spark's error for an unknown column
         if not isinstance(field.dataType, (TimestampType, TimestampNTZType)):
-            raise analysis_error(
-                "EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE",
-                f'[EVENT_TIME_IS_NOT_ON_TIMESTAMP_TYPE] The event time `{field.name}` has the invalid type '
-                f'"{field.dataType.simpleString().upper()}", but expected "TIMESTAMP". SQLSTATE: 42K09',
-                "42K09",
-                eventName=f"`{field.name}`",
-                eventType=f'"{field.dataType.simpleString().upper()}"',
-            )
+            raise event_time_not_timestamp_error(field.name, field.dataType.simpleString().upper())
         delay_ms = parse_watermark_delay_ms(delayThreshold)
         # Spark's EventTimeWatermark keeps its input's attributes (ids) and changes only their
         # metadata, so a column taken from the DataFrame below still resolves, unmarked, above it
@@ -567,8 +564,6 @@ class DataFrame:
 
         for c in cols:
             if isinstance(c, Column) and ambiguous_references(c, self._plan):
-                from statestream.errors import not_supported_yet
-
                 raise not_supported_yet(
                     "DataFrame",
                     member,
@@ -707,23 +702,15 @@ class DataFrame:
 
     @property
     def write(self) -> Any:
-        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
-
-        raise call_on_streaming_dataset_unsupported("write")
+        raise call_on_streaming_dataset_unsupported_error("write")
 
     def writeTo(self, table: str) -> Any:  # noqa: N802
-        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
-
-        raise call_on_streaming_dataset_unsupported("writeTo")
+        raise call_on_streaming_dataset_unsupported_error("writeTo")
 
     def mergeInto(self, table: str, condition: Any) -> Any:  # noqa: N802
-        from statestream.plan.analysis import call_on_streaming_dataset_unsupported
-
-        raise call_on_streaming_dataset_unsupported("mergeInto")
+        raise call_on_streaming_dataset_unsupported_error("mergeInto")
 
     def crosstab(self, col1: str, col2: str) -> Any:
-        from statestream.plan.analysis import pivot_on_stream_error
-
         raise pivot_on_stream_error()
 
     # ------------------------------------------------------------------ not yet
@@ -749,8 +736,6 @@ class DataFrame:
 
     def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
         def method(self: "DataFrame", *args: Any, **kwargs: Any) -> Any:
-            from statestream.errors import not_supported_yet
-
             if name not in _NOT_PROBED:
                 _same_on_template(getattr(self._plan.template, name), args, kwargs)  # Spark's own argument errors first
             raise not_supported_yet("DataFrame", name, hint)
@@ -879,14 +864,10 @@ class GroupedData:
         return self._numeric("max", cols)
 
     def pivot(self, pivot_col: str, values: Any = None) -> Any:
-        from statestream.plan.analysis import pivot_on_stream_error
-
         raise pivot_on_stream_error()
 
     def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
         def method(self: "GroupedData", *args: Any, **kwargs: Any) -> Any:
-            from statestream.errors import not_supported_yet
-
             if name in ("apply", "applyInArrow", "applyInPandas"):
                 _same_on_template(getattr(self._template(), name), args, kwargs)  # PySpark's UDF-type checks
             raise not_supported_yet("GroupedData", name, hint)
@@ -910,8 +891,6 @@ class GroupedData:
             stateStructType = self._df._plan.template.sparkSession._parse_ddl(stateStructType)  # noqa: SLF001
         keys = _grouping_attribute_names(template)
         if keys is None:
-            from statestream.errors import not_supported_yet
-
             raise not_supported_yet("GroupedData", "applyInPandasWithState", "grouping by expressions (group by column names)")
         node = L.FlatMapGroupsWithState(
             template=template,
@@ -966,8 +945,6 @@ class GroupedData:
         from pyspark.sql.group import GroupedData as SparkGroupedData
 
         if initial is not None and isinstance(initial, GroupedData):
-            from statestream.errors import not_supported_yet
-
             raise not_supported_yet("GroupedData", method, "a streaming initial state (give a batch DataFrame's groupBy)")
         # the event-time column is marked here: Spark finds the watermark it reassigns in the
         # query's EventTimeWatermark node, which a template has only as column metadata
@@ -976,8 +953,6 @@ class GroupedData:
             template = self._mark_output_event_time(template, event_time)
         keys = _grouping_attribute_names(template, "TransformWithStateInPySpark")
         if keys is None:
-            from statestream.errors import not_supported_yet
-
             raise not_supported_yet("GroupedData", method, "grouping by expressions (group by column names)")
         initial_keys: tuple[str, ...] = ()
         if initial is not None:
@@ -986,8 +961,6 @@ class GroupedData:
                 raise TypeError(msg)
             found = _grouping_attribute_names(template, "TransformWithStateInPySpark", initial=True)
             if found is None:
-                from statestream.errors import not_supported_yet
-
                 raise not_supported_yet("GroupedData", method, "an initial state grouped by expressions (group by column names)")
             initial_keys = tuple(found)
         node = L.TransformWithState(
@@ -1013,12 +986,7 @@ class GroupedData:
         plan = self._df._plan  # noqa: SLF001
         marked = [f for f in plan.schema.fields if L.WATERMARK_DELAY_KEY in (f.metadata or {})]
         if not marked:
-            raise analysis_error(
-                "CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK",
-                "[CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK] Watermark needs to be defined to reassign event "
-                "time column. Failed to find watermark definition in the streaming query. SQLSTATE: 42611",
-                "42611",
-            )
+            raise event_time_without_watermark_error()
         name = template.select(column).columns[0]  # Spark's error for an unknown column
         return mark_event_time(template, name, int(marked[0].metadata[L.WATERMARK_DELAY_KEY]))
 
@@ -1029,9 +997,7 @@ class GroupedData:
 
     def __getattr__(self, name: str) -> Any:
         if _is_pyspark_member("GroupedData", name):
-            from statestream.errors import NotSupportedYetAttributeError
-
-            raise NotSupportedYetAttributeError(f"GroupedData.{name}() is not supported by statestream yet")
+            raise not_supported_yet_attribute("GroupedData", name)
         raise AttributeError(f"'GroupedData' object has no attribute '{name}'")
 
 
@@ -1099,8 +1065,6 @@ class DataFrameNaFunctions:
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.dataframe import DataFrameNaFunctions as _PySpark
 
-        from statestream.errors import missing_member
-
         raise missing_member("DataFrameNaFunctions", _PySpark, name)
 
 
@@ -1132,7 +1096,5 @@ class DataFrameStatFunctions:
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.dataframe import DataFrameStatFunctions as _PySpark
-
-        from statestream.errors import missing_member
 
         raise missing_member("DataFrameStatFunctions", _PySpark, name)

@@ -14,7 +14,14 @@ import tempfile
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.errors import (
+    checkpoint_location_required_error,
+    cluster_by_with_partition_by_error,
+    clustering_column_not_found_error,
+    invalid_output_mode_error,
+    missing_member,
+    mixed_engines_error,
     not_supported_yet,
+    null_path_error,
     only_allow_single_trigger_error,
     value_not_non_empty_str_error,
     value_not_true_error,
@@ -58,19 +65,12 @@ class DataStreamWriter:
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.readwriter import DataStreamWriter as _PySpark
 
-        from statestream.errors import missing_member
-
         raise missing_member("DataStreamWriter", _PySpark, name)
 
     def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
         mode = outputMode.lower() if isinstance(outputMode, str) else outputMode
         if mode not in ("append", "update", "complete"):
-            msg = (
-                f"[STREAMING_OUTPUT_MODE.INVALID] Invalid streaming output mode: {outputMode}. SQLSTATE: 42KDE"
-            )
-            from statestream.errors import analysis_error
-
-            raise analysis_error("STREAMING_OUTPUT_MODE.INVALID", msg, "42KDE", outputMode=str(outputMode))
+            raise invalid_output_mode_error(outputMode)
         self._mode = mode
         return self
 
@@ -190,14 +190,8 @@ class DataStreamWriter:
         """The ``clusterBy`` columns; Spark refuses them together with ``partitionBy``, and
         where it uses them (file sinks, tables) each must name a top-level column of the stream
         (case-insensitively; the stream's spelling is kept)."""
-        from statestream.errors import analysis_error
-
         if self._cluster_by and self._partition_by:
-            raise analysis_error(
-                "SPECIFY_CLUSTER_BY_WITH_PARTITIONED_BY_IS_NOT_ALLOWED",
-                "[SPECIFY_CLUSTER_BY_WITH_PARTITIONED_BY_IS_NOT_ALLOWED] Cannot specify both CLUSTER BY and PARTITIONED BY. SQLSTATE: 42908",
-                "42908",
-            )
+            raise cluster_by_with_partition_by_error()
         if not check_names:
             return list(self._cluster_by)
         names = list(self._plan.schema.names)
@@ -205,13 +199,7 @@ class DataStreamWriter:
         for col in self._cluster_by:
             match = [n for n in names if n.lower() == str(col).lower()]
             if not match:
-                raise analysis_error(
-                    "_LEGACY_ERROR_TEMP_1196",
-                    f"Clustering column {col} not found in existing columns ({', '.join(names)}).",
-                    colType="Clustering",
-                    colName=str(col),
-                    validColumnNames=", ".join(names),
-                )
+                raise clustering_column_not_found_error(col, names)
             resolved.append(match[0])
         return resolved
 
@@ -231,12 +219,11 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
-        from statestream.errors import mixed_engines_error
         from statestream.plan.analysis import check_for_streaming, inputs_from_spark_engine, spark_stream_sources
         from statestream.query import StreamingQuery
         from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
         from statestream.sinks import FILE_FORMATS, create_sink
-        from statestream.sources.options import default_source, illegal_argument
+        from statestream.sources.options import default_source
 
         self._set(format, outputMode, partitionBy, queryName, options)
         if path is not None:
@@ -261,7 +248,7 @@ class DataStreamWriter:
         )
         given, checkpoint = self._option_set("checkpointLocation")
         if given and checkpoint is None:
-            raise illegal_argument("Can not create a Path from a null string")  # Hadoop's Path, as in Spark
+            raise null_path_error()  # Hadoop's Path, as in Spark
         temporary_checkpoint = False
         if checkpoint is None:
             root = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
@@ -269,13 +256,7 @@ class DataStreamWriter:
                 checkpoint = os.path.join(root, self._query_name or __import__("uuid").uuid4().hex)
         if checkpoint is None:
             if fmt in FILE_FORMATS:
-                from statestream.errors import analysis_error
-
-                raise analysis_error(
-                    "_LEGACY_ERROR_TEMP_1298",
-                    "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or "
-                    "SparkSession.conf.set(\"spark.sql.streaming.checkpointLocation\", ...).",
-                )
+                raise checkpoint_location_required_error()
             checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
             temporary_checkpoint = True
             logger.info("using temporary checkpoint location %s", checkpoint)

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 
 from statestream.checkpoint.log import MetadataLog, parse_log_version, split_lines
-from statestream.errors.checkpoint import CheckpointError
+from statestream.errors.checkpoint import commit_metadata_corrupt_error, incomplete_commit_log_file_error
 
 __all__ = ["CommitMetadata", "CommitLog"]
 
@@ -57,10 +57,10 @@ class CommitLog(MetadataLog[CommitMetadata]):
     def deserialize(self, data: bytes, file: str) -> CommitMetadata:
         lines = split_lines(data, file)
         if not lines:
-            raise CheckpointError(f"Cannot read log file {file}: Incomplete log file in the offset commit log")
+            raise incomplete_commit_log_file_error(file)
         parse_log_version(lines[0], self.VERSION, file)
         text = lines[1].strip() if len(lines) > 1 else "{}"
         try:
             return CommitMetadata.from_json(text or "{}")
         except ValueError as exc:
-            raise CheckpointError(f"Cannot read log file {file}: corrupt commit metadata ({exc})") from exc
+            raise commit_metadata_corrupt_error(file, exc) from exc

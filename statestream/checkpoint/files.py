@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
+from statestream.errors.checkpoint import FileAlreadyExistsError, checkpoint_location_not_directory_error
 
 if TYPE_CHECKING:
     from statestream.checkpoint.object_store import S3ConditionalWrites
@@ -125,9 +125,8 @@ class CheckpointFileManager:
         while True:
             info = self.fs.get_file_info(path)
             if info.type == pafs.FileType.File:
-                shown = self.display() if path == self._base.rstrip("/") else path
-                text = "Destination exists and is not a directory" if path == self._base.rstrip("/") else "Parent path is not a directory"
-                raise CheckpointError(f"checkpoint location: {text}: {shown}")
+                is_root = path == self._base.rstrip("/")
+                raise checkpoint_location_not_directory_error(self.display() if is_root else path, is_root)
             if info.type == pafs.FileType.Directory or "/" not in path.strip("/"):
                 return
             path = path.rsplit("/", 1)[0] or "/"

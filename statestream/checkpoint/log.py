@@ -22,33 +22,26 @@ from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
+from statestream.errors.checkpoint import (
+    CheckpointError,
+    FileAlreadyExistsError,
+    log_batches_missing_error,
+    log_file_corrupt_error,
+    log_file_not_utf8_error,
+    log_file_read_error,
+    malformed_log_version_error,
+    unsupported_log_version_error,
+)
 
 __all__ = [
     "MetadataLog",
     "parse_log_version",
-    "malformed_version_message",
-    "unsupported_version_message",
     "split_lines",
 ]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def malformed_version_message(text: str) -> str:
-    """Spark's wording for a first line that is not ``v<positive int>``."""
-    return f"Log file was malformed: failed to read correct log version from {text}."
-
-
-def unsupported_version_message(max_supported: int, found: int) -> str:
-    """Spark's wording (``UnsupportedLogVersion``) for a log written by a newer version."""
-    return (
-        f"UnsupportedLogVersion: maximum supported log version is v{max_supported}, but "
-        f"encountered v{found}. The log file was produced by a newer version of Spark and "
-        "cannot be read by this version. Please upgrade."
-    )
 
 
 def parse_log_version(text: str, max_supported: int, file: str) -> int:
@@ -79,11 +72,9 @@ def parse_log_version(text: str, max_supported: int, file: str) -> int:
     if len(line) > 1 and line[0] == "v" and line[1:].isdigit() and line[1:].isascii():
         version = int(line[1:])
     if version <= 0:
-        raise CheckpointError(f"Cannot read log file {file}: {malformed_version_message(line)}")
+        raise malformed_log_version_error(file, line)
     if version > max_supported:
-        raise CheckpointError(
-            f"Cannot read log file {file}: {unsupported_version_message(max_supported, version)}"
-        )
+        raise unsupported_log_version_error(file, max_supported, version)
     return version
 
 
@@ -181,13 +172,13 @@ class MetadataLog(ABC, Generic[T]):
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise CheckpointError(f"Cannot read log file {file}: {exc}") from exc
+            raise log_file_read_error(file, exc) from exc
         try:
             return self.deserialize(data, file)
         except CheckpointError:
             raise
         except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"Cannot read log file {file}: it is corrupt ({exc})") from exc
+            raise log_file_corrupt_error(file, exc) from exc
 
     def list_batch_ids(self) -> list[int]:
         """All batch ids that have a file, ascending. Files whose name is not a decimal number
@@ -245,11 +236,7 @@ class MetadataLog(ABC, Generic[T]):
                 missing = sorted({b for b in (start, end) if b is not None})
             if missing:
                 shown = ", ".join(str(m) for m in missing[:20]) + (", ..." if len(missing) > 20 else "")
-                msg = (
-                    f"batches ({shown}) don't exist in {self.files.display()} "
-                    f"(startId: {start}, endId: {end})"
-                )
-                raise CheckpointError(msg)
+                raise log_batches_missing_error(shown, self.files.display(), start, end)
         return result
 
     def purge(self, threshold_batch_id: int) -> None:
@@ -284,7 +271,7 @@ def split_lines(data: bytes, file: str) -> list[str]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CheckpointError(f"Cannot read log file {file}: it is not UTF-8 text ({exc})") from exc
+        raise log_file_not_utf8_error(file, exc) from exc
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()

@@ -15,7 +15,13 @@ import uuid
 from dataclasses import dataclass
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors.checkpoint import CheckpointError, FileAlreadyExistsError
+from statestream.errors.checkpoint import (
+    CheckpointError,
+    FileAlreadyExistsError,
+    query_metadata_corrupt_error,
+    query_metadata_exists_error,
+    query_metadata_without_id_error,
+)
 
 __all__ = ["StreamMetadata", "METADATA_FILE"]
 
@@ -49,9 +55,9 @@ class StreamMetadata:
         try:
             obj = json.loads(files.read_bytes(METADATA_FILE).decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"Cannot read query metadata file {where}: it is corrupt ({exc})") from exc
+            raise query_metadata_corrupt_error(where, exc) from exc
         if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-            raise CheckpointError(f"Cannot read query metadata file {where}: no string \"id\" field")
+            raise query_metadata_without_id_error(where)
         return cls(obj["id"])
 
     def write(self, checkpoint: str | CheckpointFileManager) -> None:
@@ -60,8 +66,7 @@ class StreamMetadata:
         try:
             files.write_atomic(METADATA_FILE, self.to_json().encode("utf-8"), overwrite=False)
         except FileAlreadyExistsError as exc:
-            msg = f"Query metadata file {files.display(METADATA_FILE)} already exists"
-            raise CheckpointError(msg) from exc
+            raise query_metadata_exists_error(files.display(METADATA_FILE)) from exc
 
     @classmethod
     def get_or_create(cls, checkpoint: str | CheckpointFileManager) -> "StreamMetadata":

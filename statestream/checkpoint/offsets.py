@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from statestream.checkpoint.commits import CommitLog, CommitMetadata
 from statestream.checkpoint.log import MetadataLog, parse_log_version, split_lines
-from statestream.errors.checkpoint import CheckpointError
+from statestream.errors.checkpoint import (
+    incomplete_offset_log_file_error,
+    offset_corrupt_error,
+    offset_log_file_without_metadata_error,
+    offset_metadata_corrupt_error,
+    previous_batch_missing_error,
+)
 
 if TYPE_CHECKING:
     from statestream.checkpoint.files import CheckpointFileManager
@@ -209,15 +215,15 @@ class OffsetSeqLog(MetadataLog[OffsetSeq]):
     def deserialize(self, data: bytes, file: str) -> OffsetSeq:
         lines = split_lines(data, file)
         if not lines:
-            raise CheckpointError(f"Cannot read log file {file}: Incomplete log file")
+            raise incomplete_offset_log_file_error(file)
         parse_log_version(lines[0], self.VERSION, file)
         if len(lines) < 2:
-            raise CheckpointError(f"Cannot read log file {file}: Incomplete log file (no metadata line)")
+            raise offset_log_file_without_metadata_error(file)
         meta_text = lines[1].strip()
         try:
             metadata = OffsetSeqMetadata.from_json(meta_text) if meta_text else None
         except ValueError as exc:
-            raise CheckpointError(f"Cannot read log file {file}: corrupt metadata line ({exc})") from exc
+            raise offset_metadata_corrupt_error(file, exc) from exc
         offsets: list[Any | None] = []
         for i, line in enumerate(lines[2:]):
             text = line.strip()
@@ -227,9 +233,7 @@ class OffsetSeqLog(MetadataLog[OffsetSeq]):
             try:
                 offsets.append(json.loads(text))
             except ValueError as exc:
-                raise CheckpointError(
-                    f"Cannot read log file {file}: corrupt offset of source {i} ({text!r}: {exc})"
-                ) from exc
+                raise offset_corrupt_error(file, i, text, exc) from exc
         return OffsetSeq(offsets, metadata)
 
 
@@ -404,7 +408,7 @@ def plan_recovery(
         return RecoveryPlan("fresh", 0)
     latest_id, latest = latest_offsets
     if latest_id > 0 and previous_offsets is None:
-        raise CheckpointError(f"batch {latest_id - 1} doesn't exist")
+        raise previous_batch_missing_error(latest_id - 1)
     metadata = latest.metadata or OffsetSeqMetadata()
     watermark = metadata.batch_watermark_ms
     conf = dict(metadata.conf)

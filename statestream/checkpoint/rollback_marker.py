@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors.checkpoint import CheckpointError
+from statestream.errors.checkpoint import interrupted_rollback_error
 
 __all__ = ["ROLLBACK_MARKER", "check_no_interrupted_rollback"]
 
@@ -26,8 +26,4 @@ def check_no_interrupted_rollback(fm: CheckpointFileManager) -> None:
         target = json.loads(fm.read_bytes(ROLLBACK_MARKER)).get("toBatch")
     except (ValueError, OSError):
         target = "N"
-    raise CheckpointError(
-        f"A rollback of the checkpoint {fm.display()} to batch {target} was interrupted ({fm.display(ROLLBACK_MARKER)} "
-        f"is there): run `statestream checkpoint rollback {fm.display()} --to-batch {target}` again to finish it before "
-        "starting the query"
-    )
+    raise interrupted_rollback_error(fm.display(), target, fm.display(ROLLBACK_MARKER))

@@ -8,18 +8,27 @@ factories in the module of its area:
 
 ========================  ===============================================================
 ``base``                  the root ``StatestreamError``; what statestream does not run yet
-``state``                 the state store's files; restarts the stored state refuses
+``state``                 the state store: its files, keys and settings; restarts the
+                          stored state refuses
 ``checkpoint``            the checkpoint's logs, files and writer lock
 ``spark_shaped``          PySpark's exception classes for Spark's JVM errors
 ``arguments``             PySpark's argument checks, made in Python before the JVM
 ``query``                 a query's start next to another run; its failure
-``analysis``              what Spark's analyzer refuses; what statestream cannot plan
-``sources_sinks``         Python data sources, Kafka, foreach and foreachBatch
+``analysis``              what Spark's analyzer refuses (the writer's settings,
+                          intervals, watermarks); what statestream cannot plan
+``sources_sinks``         the sources' and sinks' options, logs and failures: files, rate,
+                          socket, tables, memory, Python data sources, Kafka, foreach
+                          and foreachBatch
+``tools``                 the checkpoint tools: rollback, state tables, compatibility,
+                          the repartition's own checks
+``spark_tools``           the tools Spark has too: the state data sources (``STDS_*``),
+                          the state repartition (``STATE_REPARTITION_INVALID_*``)
 ========================  ===============================================================
 
-``state``, ``checkpoint`` and ``base`` import no PySpark (the storage layers raise them), and
-this front door imports a name's module only when the name is first used (PEP 562), so that
-``statestream.state`` and ``statestream.checkpoint`` stay free of PySpark.
+``state``, ``checkpoint``, ``tools`` and ``base`` import no PySpark (the storage layers and the
+checkpoint tools raise them), and this front door imports a name's module only when the name is
+first used (PEP 562), looking through the modules that import no PySpark first, so that ``statestream.state``, ``statestream.checkpoint`` and the
+checkpoint tools stay free of PySpark.
 
 Examples
 --------
@@ -31,207 +40,41 @@ True
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from statestream.errors.base import (
-        StatestreamError,
-        NotSupportedYetError,
-        NotSupportedYetAttributeError,
-        not_supported_yet,
-        spark_connect_session_error,
-        missing_member,
-    )
-    from statestream.errors.state import (
-        StateStoreError,
-        schema_must_be_nullable_error,
-        IncompatibleRestartError,
-        StateSchemaNotCompatibleError,
-        StateVariableTypeChangedError,
-        OperatorConfigChangedError,
-        OperatorNotMatchError,
-    )
-    from statestream.errors.checkpoint import (
-        CheckpointError,
-        ConcurrentStreamLogUpdateError,
-        concurrent_stream_log_update_error,
-        FileAlreadyExistsError,
-        CheckpointLockedError,
-        WriterLeaseLostError,
-    )
-    from statestream.errors.spark_shaped import (
-        StatestreamAnalysisException,
-        StatestreamStreamingQueryException,
-        StatestreamIllegalArgumentException,
-        StatestreamIllegalStateException,
-        StatestreamNumberFormatException,
-        StatestreamSparkRuntimeException,
-        StatestreamUnsupportedOperationException,
-        StatestreamArithmeticException,
-        spark_error_text,
-        analysis_error,
-    )
-    from statestream.errors.arguments import (
-        value_not_non_empty_str_error,
-        value_not_true_error,
-        only_allow_single_trigger_error,
-        value_not_positive_error,
-        checked_timeout,
-        number_format_error,
-    )
-    from statestream.errors.query import (
-        stream_failed_error,
-        query_exception_view,
-        duplicate_query_name_error,
-        duplicate_query_id_error,
-        checkpoint_in_use_error,
-        concurrent_query_error,
-    )
-    from statestream.errors.analysis import (
-        ALLOW_MULTIPLE_CONF,
-        MIXED_ENGINES_CONDITION,
-        UnsupportedAggregateError,
-        IntervalArithmeticError,
-        python_data_source_error,
-        mixed_engines_error,
-        redefined_watermark_error,
-    )
-    from statestream.errors.sources_sinks import (
-        python_streaming_source_error,
-        python_sink_update_mode_error,
-        KafkaUnreachableError,
-        KafkaDataLossError,
-        ForeachUserFuncError,
-        foreach_user_function_error,
-        foreach_batch_user_function_error,
-    )
+    from statestream.errors.analysis import *  # noqa: F403
+    from statestream.errors.arguments import *  # noqa: F403
+    from statestream.errors.base import *  # noqa: F403
+    from statestream.errors.checkpoint import *  # noqa: F403
+    from statestream.errors.query import *  # noqa: F403
+    from statestream.errors.sources_sinks import *  # noqa: F403
+    from statestream.errors.spark_shaped import *  # noqa: F403
+    from statestream.errors.spark_tools import *  # noqa: F403
+    from statestream.errors.state import *  # noqa: F403
+    from statestream.errors.tools import *  # noqa: F403
 
-#: each public name and the module of this package it lives in
-_HOMES = {
-    "StatestreamError": "base",
-    "NotSupportedYetError": "base",
-    "NotSupportedYetAttributeError": "base",
-    "not_supported_yet": "base",
-    "spark_connect_session_error": "base",
-    "missing_member": "base",
-    "StateStoreError": "state",
-    "schema_must_be_nullable_error": "state",
-    "IncompatibleRestartError": "state",
-    "StateSchemaNotCompatibleError": "state",
-    "StateVariableTypeChangedError": "state",
-    "OperatorConfigChangedError": "state",
-    "OperatorNotMatchError": "state",
-    "CheckpointError": "checkpoint",
-    "ConcurrentStreamLogUpdateError": "checkpoint",
-    "concurrent_stream_log_update_error": "checkpoint",
-    "FileAlreadyExistsError": "checkpoint",
-    "CheckpointLockedError": "checkpoint",
-    "WriterLeaseLostError": "checkpoint",
-    "StatestreamAnalysisException": "spark_shaped",
-    "StatestreamStreamingQueryException": "spark_shaped",
-    "StatestreamIllegalArgumentException": "spark_shaped",
-    "StatestreamIllegalStateException": "spark_shaped",
-    "StatestreamNumberFormatException": "spark_shaped",
-    "StatestreamSparkRuntimeException": "spark_shaped",
-    "StatestreamUnsupportedOperationException": "spark_shaped",
-    "StatestreamArithmeticException": "spark_shaped",
-    "spark_error_text": "spark_shaped",
-    "analysis_error": "spark_shaped",
-    "value_not_non_empty_str_error": "arguments",
-    "value_not_true_error": "arguments",
-    "only_allow_single_trigger_error": "arguments",
-    "value_not_positive_error": "arguments",
-    "checked_timeout": "arguments",
-    "number_format_error": "arguments",
-    "stream_failed_error": "query",
-    "query_exception_view": "query",
-    "duplicate_query_name_error": "query",
-    "duplicate_query_id_error": "query",
-    "checkpoint_in_use_error": "query",
-    "concurrent_query_error": "query",
-    "ALLOW_MULTIPLE_CONF": "analysis",
-    "MIXED_ENGINES_CONDITION": "analysis",
-    "UnsupportedAggregateError": "analysis",
-    "IntervalArithmeticError": "analysis",
-    "python_data_source_error": "analysis",
-    "mixed_engines_error": "analysis",
-    "redefined_watermark_error": "analysis",
-    "python_streaming_source_error": "sources_sinks",
-    "python_sink_update_mode_error": "sources_sinks",
-    "KafkaUnreachableError": "sources_sinks",
-    "KafkaDataLossError": "sources_sinks",
-    "ForeachUserFuncError": "sources_sinks",
-    "foreach_user_function_error": "sources_sinks",
-    "foreach_batch_user_function_error": "sources_sinks",
-}
+#: the area modules, in the order a name is looked up: those that import no PySpark first, so
+#: that a name of theirs never brings PySpark in
+AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "sources_sinks", "spark_tools")
 
-__all__ = [
-    "StatestreamError",
-    "NotSupportedYetError",
-    "NotSupportedYetAttributeError",
-    "not_supported_yet",
-    "spark_connect_session_error",
-    "missing_member",
-    "StateStoreError",
-    "schema_must_be_nullable_error",
-    "IncompatibleRestartError",
-    "StateSchemaNotCompatibleError",
-    "StateVariableTypeChangedError",
-    "OperatorConfigChangedError",
-    "OperatorNotMatchError",
-    "CheckpointError",
-    "ConcurrentStreamLogUpdateError",
-    "concurrent_stream_log_update_error",
-    "FileAlreadyExistsError",
-    "CheckpointLockedError",
-    "WriterLeaseLostError",
-    "StatestreamAnalysisException",
-    "StatestreamStreamingQueryException",
-    "StatestreamIllegalArgumentException",
-    "StatestreamIllegalStateException",
-    "StatestreamNumberFormatException",
-    "StatestreamSparkRuntimeException",
-    "StatestreamUnsupportedOperationException",
-    "StatestreamArithmeticException",
-    "spark_error_text",
-    "analysis_error",
-    "value_not_non_empty_str_error",
-    "value_not_true_error",
-    "only_allow_single_trigger_error",
-    "value_not_positive_error",
-    "checked_timeout",
-    "number_format_error",
-    "stream_failed_error",
-    "query_exception_view",
-    "duplicate_query_name_error",
-    "duplicate_query_id_error",
-    "checkpoint_in_use_error",
-    "concurrent_query_error",
-    "ALLOW_MULTIPLE_CONF",
-    "MIXED_ENGINES_CONDITION",
-    "UnsupportedAggregateError",
-    "IntervalArithmeticError",
-    "python_data_source_error",
-    "mixed_engines_error",
-    "redefined_watermark_error",
-    "python_streaming_source_error",
-    "python_sink_update_mode_error",
-    "KafkaUnreachableError",
-    "KafkaDataLossError",
-    "ForeachUserFuncError",
-    "foreach_user_function_error",
-    "foreach_batch_user_function_error",
-]
+
+def area_module(area: str) -> ModuleType:
+    """The module of one of :data:`AREAS` (imported on first use)."""
+    return importlib.import_module(f"statestream.errors.{area}")
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'statestream.errors' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"statestream.errors.{home}"), name)
-    globals()[name] = value
-    return value
+    if not name.startswith("_"):
+        for area in AREAS:
+            module = area_module(area)
+            if name in module.__all__:
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module 'statestream.errors' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | {name for area in AREAS for name in area_module(area).__all__})

@@ -1,5 +1,5 @@
 """The checks PySpark makes of a method's arguments in Python, before it calls the JVM, and
-Java's refusal of a number that does not parse.
+Java's and Scala's refusals of a number or a boolean that does not parse.
 
 >>> checked_timeout(2, allow_zero=False)
 2.0
@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.errors import PySparkValueError as _PySparkValueError
 
-from statestream.errors.spark_shaped import StatestreamNumberFormatException
+from statestream.errors.spark_shaped import StatestreamIllegalArgumentException, StatestreamNumberFormatException
 
 __all__ = [
     "value_not_non_empty_str_error",
@@ -24,6 +24,7 @@ __all__ = [
     "value_not_positive_error",
     "checked_timeout",
     "number_format_error",
+    "boolean_format_error",
 ]
 
 
@@ -62,3 +63,10 @@ def checked_timeout(timeout: Any, allow_zero: bool) -> float | None:
 def number_format_error(raw: Any) -> StatestreamNumberFormatException:
     """Java's text for a string that does not parse as a number."""
     return StatestreamNumberFormatException(f'For input string: "{raw}"')
+
+
+def boolean_format_error(raw: Any) -> StatestreamIllegalArgumentException:
+    """Scala's ``toBoolean`` refusal of a string that is neither true nor false (a boolean
+    option Spark reads that way: the Kafka source's ``includeHeaders``, the state source's
+    ``readChangeFeed``)."""
+    return StatestreamIllegalArgumentException(f'For input string: "{raw}"')

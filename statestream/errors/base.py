@@ -10,6 +10,8 @@ __all__ = [
     "NotSupportedYetError",
     "NotSupportedYetAttributeError",
     "not_supported_yet",
+    "not_supported_yet_attribute",
+    "stream_stream_join_not_supported_error",
     "spark_connect_session_error",
     "missing_member",
 ]
@@ -45,7 +47,33 @@ def not_supported_yet(owner: str, name: str, hint: str = "") -> NotSupportedYetE
     >>> str(not_supported_yet("DataStreamWriter", "clusterBy", "partitionBy works"))
     'DataStreamWriter.clusterBy() is not supported by statestream yet; partitionBy works'
     """
-    return NotSupportedYetError(f"{owner}.{name}() is not supported by statestream yet" + (f"; {hint}" if hint else ""))
+    return NotSupportedYetError(_not_yet_text(owner, name) + (f"; {hint}" if hint else ""))
+
+
+def _not_yet_text(owner: str, name: str) -> str:
+    return f"{owner}.{name}() is not supported by statestream yet"
+
+
+def not_supported_yet_attribute(owner: str, name: str) -> NotSupportedYetAttributeError:
+    """The error of ``obj.name`` when PySpark's ``owner`` class has the member (one a newer
+    PySpark added) and statestream's has not: a ``NotSupportedYetError`` that is an
+    ``AttributeError`` too.
+
+    Examples
+    --------
+    >>> str(not_supported_yet_attribute("DataFrame", "mergeInto"))
+    'DataFrame.mergeInto() is not supported by statestream yet'
+    """
+    return NotSupportedYetAttributeError(_not_yet_text(owner, name))
+
+
+def stream_stream_join_not_supported_error(join_type: str) -> NotSupportedYetError:
+    """A join of two streaming DataFrames reaching the stream-static join's planner (the planner
+    sends these to the stream-stream join)."""
+    return NotSupportedYetError(
+        f"{join_type} join: joins of two streaming DataFrames (stream-stream joins) are not supported by statestream yet; "
+        "join a stream with a static DataFrame, or run this query on Spark's engine"
+    )
 
 
 def spark_connect_session_error(spark: object) -> NotSupportedYetError:
@@ -78,5 +106,5 @@ def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError
     "'DataStreamWriter' object has no attribute 'clusterby'"
     """
     if not name.startswith("_") and hasattr(pyspark_class, name):
-        return NotSupportedYetAttributeError(f"{owner}.{name}() is not supported by statestream yet")
+        return not_supported_yet_attribute(owner, name)
     return AttributeError(f"'{owner}' object has no attribute '{name}'")

@@ -16,6 +16,24 @@ __all__ = [
     "FileAlreadyExistsError",
     "CheckpointLockedError",
     "WriterLeaseLostError",
+    "checkpoint_location_not_directory_error",
+    "malformed_log_version_error",
+    "unsupported_log_version_error",
+    "log_file_read_error",
+    "log_file_corrupt_error",
+    "log_file_not_utf8_error",
+    "log_batches_missing_error",
+    "incomplete_commit_log_file_error",
+    "commit_metadata_corrupt_error",
+    "incomplete_offset_log_file_error",
+    "offset_log_file_without_metadata_error",
+    "offset_metadata_corrupt_error",
+    "offset_corrupt_error",
+    "previous_batch_missing_error",
+    "query_metadata_corrupt_error",
+    "query_metadata_without_id_error",
+    "query_metadata_exists_error",
+    "interrupted_rollback_error",
 ]
 
 
@@ -87,3 +105,105 @@ class WriterLeaseLostError(CheckpointLockedError):
             f"this run lost the checkpoint's writer lease ({path}) to run {holder.get('runId')}, which took it over after "
             "this run's lease stood still for the whole lease timeout; the run stops before it writes the logs again",
         )
+
+
+def checkpoint_location_not_directory_error(shown: str, is_root: bool) -> CheckpointError:
+    """The checkpoint location (``is_root``) or one of its parents (``shown``) is a file: the
+    texts of Hadoop's errors that Spark's ``start()`` fails with."""
+    text = "Destination exists and is not a directory" if is_root else "Parent path is not a directory"
+    return CheckpointError(f"checkpoint location: {text}: {shown}")
+
+
+def malformed_log_version_error(file: str, line: str) -> CheckpointError:
+    """A log file whose first line is not ``v<positive int>`` (Spark's wording)."""
+    return CheckpointError(f"Cannot read log file {file}: Log file was malformed: failed to read correct log version from {line}.")
+
+
+def unsupported_log_version_error(file: str, max_supported: int, found: int) -> CheckpointError:
+    """A log file written by a newer version (Spark's ``UnsupportedLogVersion`` wording)."""
+    return CheckpointError(
+        f"Cannot read log file {file}: UnsupportedLogVersion: maximum supported log version is v{max_supported}, but "
+        f"encountered v{found}. The log file was produced by a newer version of Spark and "
+        "cannot be read by this version. Please upgrade."
+    )
+
+
+def log_file_read_error(file: str, cause: BaseException) -> CheckpointError:
+    """Reading a log file failed (``cause``: the file system's error)."""
+    return CheckpointError(f"Cannot read log file {file}: {cause}")
+
+
+def log_file_corrupt_error(file: str, cause: BaseException) -> CheckpointError:
+    """A log file whose content does not parse."""
+    return CheckpointError(f"Cannot read log file {file}: it is corrupt ({cause})")
+
+
+def log_file_not_utf8_error(file: str, cause: BaseException) -> CheckpointError:
+    """A log file that is not UTF-8 text."""
+    return CheckpointError(f"Cannot read log file {file}: it is not UTF-8 text ({cause})")
+
+
+def log_batches_missing_error(shown: str, log: str, start: int | None, end: int | None) -> CheckpointError:
+    """A range read of a log (``log``) that misses batches (``shown``: their ids) between
+    ``start`` and ``end``."""
+    return CheckpointError(f"batches ({shown}) don't exist in {log} (startId: {start}, endId: {end})")
+
+
+def incomplete_commit_log_file_error(file: str) -> CheckpointError:
+    """An empty commit log file."""
+    return CheckpointError(f"Cannot read log file {file}: Incomplete log file in the offset commit log")
+
+
+def commit_metadata_corrupt_error(file: str, cause: BaseException) -> CheckpointError:
+    """A commit log file whose JSON does not parse."""
+    return CheckpointError(f"Cannot read log file {file}: corrupt commit metadata ({cause})")
+
+
+def incomplete_offset_log_file_error(file: str) -> CheckpointError:
+    """An empty offset log file."""
+    return CheckpointError(f"Cannot read log file {file}: Incomplete log file")
+
+
+def offset_log_file_without_metadata_error(file: str) -> CheckpointError:
+    """An offset log file that has its version line and nothing else."""
+    return CheckpointError(f"Cannot read log file {file}: Incomplete log file (no metadata line)")
+
+
+def offset_metadata_corrupt_error(file: str, cause: BaseException) -> CheckpointError:
+    """An offset log file whose metadata line does not parse."""
+    return CheckpointError(f"Cannot read log file {file}: corrupt metadata line ({cause})")
+
+
+def offset_corrupt_error(file: str, source: int, text: str, cause: BaseException) -> CheckpointError:
+    """An offset log file whose offset of ``source`` (``text``) is not JSON."""
+    return CheckpointError(f"Cannot read log file {file}: corrupt offset of source {source} ({text!r}: {cause})")
+
+
+def previous_batch_missing_error(batch_id: int) -> CheckpointError:
+    """A restart whose offset log lacks the batch before the last one (Spark's text)."""
+    return CheckpointError(f"batch {batch_id} doesn't exist")
+
+
+def query_metadata_corrupt_error(where: str, cause: BaseException) -> CheckpointError:
+    """The checkpoint's ``metadata`` file (the query id) is not JSON."""
+    return CheckpointError(f"Cannot read query metadata file {where}: it is corrupt ({cause})")
+
+
+def query_metadata_without_id_error(where: str) -> CheckpointError:
+    """The checkpoint's ``metadata`` file has no string ``id``."""
+    return CheckpointError(f'Cannot read query metadata file {where}: no string "id" field')
+
+
+def query_metadata_exists_error(where: str) -> CheckpointError:
+    """The checkpoint's ``metadata`` file was written by another run first (the id never changes)."""
+    return CheckpointError(f"Query metadata file {where} already exists")
+
+
+def interrupted_rollback_error(checkpoint: str, target: object, marker: str) -> CheckpointError:
+    """A start on a checkpoint whose rollback (to batch ``target``) was interrupted: its
+    ``marker`` file is still there."""
+    return CheckpointError(
+        f"A rollback of the checkpoint {checkpoint} to batch {target} was interrupted ({marker} "
+        f"is there): run `statestream checkpoint rollback {checkpoint} --to-batch {target}` again to finish it before "
+        "starting the query"
+    )

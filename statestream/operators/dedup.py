@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.errors import dedup_key_list_type_error
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.partition_routes import exchange_keys, state_partition_id
@@ -116,8 +117,6 @@ def _encode_list(arr: pa.Array) -> pa.Array:
     binary rows are: per element a validity byte, then 8 bytes of value (fixed-width elements) or
     4 bytes of length and the bytes (strings, binary). A null list stays null; an empty list is
     the empty string. Vectorised with numpy: no per-row Python."""
-    from statestream.errors import StateStoreError
-
     n = len(arr)
     # a null list may still span values in Arrow: make it empty first, so offsets and values agree
     dense = arr.fill_null(pa.scalar([], arr.type)) if arr.null_count else arr
@@ -152,7 +151,7 @@ def _encode_list(arr: pa.Array) -> pa.Array:
         data = out.tobytes()
         row_offsets = starts[offsets]
     else:
-        raise StateStoreError(f"statestream cannot use a list of {t} as (part of) a deduplication key")
+        raise dedup_key_list_type_error(t)
     validity = None
     if arr.null_count:
         validity = pa.array(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)).buffers()[1]

@@ -41,10 +41,11 @@ import pyarrow.compute as pc
 
 from statestream.errors import (
     IncompatibleRestartError,
-    OperatorConfigChangedError,
-    StateSchemaNotCompatibleError,
-    StateVariableTypeChangedError,
+    key_schema_not_compatible_error,
+    operator_config_changed_error,
     schema_must_be_nullable_error,
+    state_variable_type_changed_error,
+    value_schema_not_compatible_error,
 )
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.aggregate_merge import is_nested, spark_order_ranks
@@ -196,34 +197,23 @@ def check_restart(
     for name in ("timeMode", "outputMode"):
         old, new = (stored_properties or {}).get(name), new_properties.get(name)
         if old is not None and new is not None and old != new:
-            raise OperatorConfigChangedError(
-                "STATE_STORE_INVALID_CONFIG_AFTER_RESTART", {"configName": name, "oldConfig": old, "newConfig": new}
-            )
+            raise operator_config_changed_error(name, old, new)
     stored = _variables_of(stored_value_schema)
     for name, (kind, value, user_key) in _variables_of(new_value_schema).items():
         if name not in stored:
             continue
         old_kind, old_value, old_user_key = stored[name]
         if old_kind != kind:
-            raise StateVariableTypeChangedError(
-                "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE",
-                {"stateVarName": name, "oldType": _KIND_NAMES[old_kind], "newType": _KIND_NAMES[kind]},
-            )
+            raise state_variable_type_changed_error(name, _KIND_NAMES[old_kind], _KIND_NAMES[kind])
         if user_key is not None and not schemas_compatible(old_user_key, user_key):
 
             def map_key(user: Any) -> dict:  # Spark shows a map entry's key as (key, userKey)
                 fields = [("key", grouping_key_schema), ("userKey", user)]
                 return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
 
-            raise StateSchemaNotCompatibleError(
-                "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
-                {"storedKeySchema": render_data_type(map_key(old_user_key)), "newKeySchema": render_data_type(map_key(user_key))},
-            )
+            raise key_schema_not_compatible_error(render_data_type(map_key(old_user_key)), render_data_type(map_key(user_key)))
         if not schemas_compatible(old_value, value):
-            raise StateSchemaNotCompatibleError(
-                "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
-                {"storedValueSchema": render_data_type(old_value), "newValueSchema": render_data_type(value)},
-            )
+            raise value_schema_not_compatible_error(render_data_type(old_value), render_data_type(value))
 
 
 def _java_string_hash(text: str) -> int:

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.plan.aggregate_functions import ALIASES, FUNCTIONS, FilterCondition, WithinGroup
-from statestream.errors import UnsupportedAggregateError
+from statestream.errors import (
+    aggregate_wrapper_not_evaluable_error,
+    no_aggregate_function_error,
+    operator_not_rebuildable_error,
+    pandas_udaf_in_streaming_aggregation_error,
+    within_group_not_supported_error,
+)
 from statestream.plan.aggregates import AggregateCall, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
 from statestream.jvm_calls import jvm_seq
@@ -27,9 +33,8 @@ from statestream.plan.python_aggregates import decompose_python_aggregate, pytho
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["ExpressionCall", "decompose_output", "PANDAS_UDAF_MESSAGE"]
+__all__ = ["ExpressionCall", "decompose_output"]
 
-PANDAS_UDAF_MESSAGE = "Streaming aggregation doesn't support group aggregate pandas UDF"
 
 #: Spark's Column API names its operators by symbol; these are the Python operators for them
 _OPERATORS: dict[str, Callable[..., Any]] = {
@@ -116,7 +121,7 @@ def _apply(name: str, args: list["Column"]) -> "Column":
     if name == "-" and len(args) == 1:
         return -args[0]
     if not _IDENTIFIER.match(name):
-        raise UnsupportedAggregateError(f"statestream cannot rebuild the operator {name!r} around an aggregate yet")
+        raise operator_not_rebuildable_error(name)
     return F.call_function(name, *args)
 
 
@@ -192,7 +197,7 @@ def _rebuild_node(node: Any, out: _Collector) -> Callable[[list["Column"]], "Col
         other = node.otherwise()
         otherwise = _rebuild_node(other.get(), out) if other.isDefined() else None
         return lambda values: _case_when(pairs, otherwise, values)
-    raise UnsupportedAggregateError(f"statestream cannot evaluate {node.sql()} around an aggregate yet ({kind})")
+    raise aggregate_wrapper_not_evaluable_error(node.sql(), kind)
 
 
 def _case_when(pairs: list, otherwise: Any, values: list["Column"]) -> "Column":
@@ -286,7 +291,7 @@ def _within_group_call(name: str, e: Any) -> "Column | RewrittenCall":
     orders = e.orderingWithinGroup()
     supported = ("percentile_cont", "percentile_disc", "mode", "listagg", "string_agg")
     if name not in supported or orders.length() != 1 or e.filter().isDefined() or e.isDistinct():
-        raise UnsupportedAggregateError(f"statestream does not support {name}(...) WITHIN GROUP (ORDER BY ...) yet")
+        raise within_group_not_supported_error(name)
     order = orders.apply(0)
     descending = "desc" in str(order.direction().sql()).lower()
     nulls = str(order.nullOrdering().sql())
@@ -345,7 +350,7 @@ def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"
         left, right = (_rebuild_sql(c, out) for c in _catalyst_children(e))
         fn = _OPERATORS[symbol]
         return lambda values: fn(left(values), right(values))
-    raise UnsupportedAggregateError(f"statestream cannot evaluate {e.sql()} around an aggregate yet ({kind})")
+    raise aggregate_wrapper_not_evaluable_error(e.sql(), kind)
 
 
 def _is_python_aggregate(expression: Any) -> bool:
@@ -372,10 +377,8 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
     if python_call is not None:
         return [python_call]
     if kind == "ExpressionColumnNode" and _is_python_aggregate(node.expression()):
-        from statestream.errors import analysis_error
-
         # Spark's planner refuses it while planning the first batch (start() succeeds)
-        raise analysis_error(None, PANDAS_UDAF_MESSAGE)
+        raise pandas_udaf_in_streaming_aggregation_error()
     plain = kind == "UnresolvedFunction" and _is_aggregate_name(str(node.functionName()))
     if plain and not any(_has_aggregate(a) for a in _children(node)):
         return [as_hyperloglog(decompose_aggregate(col, index, output_name, input_df), index, input_df)]
@@ -388,7 +391,7 @@ def decompose_output(col: "Column", index: int, output_name: str, input_df: Any 
     else:
         rebuild = _rebuild_node(node, out)
     if not out.calls:
-        raise UnsupportedAggregateError(f"{node.sql()} has no aggregate function")
+        raise no_aggregate_function_error(node.sql())
     hidden = [dataclasses.replace(c, hidden=True) for c in out.calls]
     expression = ExpressionCall(
         function="expression",

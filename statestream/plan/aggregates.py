@@ -20,7 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from statestream.errors import UnsupportedAggregateError
+from statestream.errors import (
+    aggregate_arity_error,
+    aggregate_function_not_supported_error,
+    aggregate_not_decomposable_error,
+    distinct_aggregate_not_supported_error,
+    distinct_aggregation_disabled_error,
+    star_aggregate_error,
+)
 from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
 from statestream.jvm_calls import jvm_seq
 
@@ -148,12 +155,9 @@ def _distinct(name: str, function: str, nodes: list, input_df: Any) -> Any:
         value = input_df.sparkSession.conf.get(DISTINCT_AGGREGATION_CONF, "false")
         enabled = str(value).strip().lower() == "true"
     if not enabled:
-        raise UnsupportedAggregateError(
-            f"{name}(DISTINCT ...) needs {DISTINCT_AGGREGATION_CONF}=true: distinct aggregations are not supported on "
-            "streaming DataFrames by Spark; statestream runs them exactly when that conf is on"
-        )
+        raise distinct_aggregation_disabled_error(name, DISTINCT_AGGREGATION_CONF)
     if len(nodes) != 1 or FUNCTIONS[function].arity[0] > 1 or function in ("first", "last", "try_sum"):
-        raise UnsupportedAggregateError(f"statestream supports DISTINCT only on one-column aggregates such as count, sum, avg, not {name}()")
+        raise distinct_aggregate_not_supported_error(name)
     return distinct_spec(function)
 
 
@@ -175,26 +179,24 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
         node = node.child()
     kind = node.getClass().getSimpleName()
     if kind != "UnresolvedFunction":
-        msg = f"statestream cannot decompose the aggregate expression {node.sql()}: expected a call of one of {', '.join(SUPPORTED_FUNCTIONS)}"
-        raise UnsupportedAggregateError(msg)
+        raise aggregate_not_decomposable_error(node.sql(), SUPPORTED_FUNCTIONS)
     name = str(node.functionName()).lower()
     function = ALIASES.get(name, name)
     spec = FUNCTIONS.get(function)
     if spec is None:
-        msg = f"statestream does not support the aggregate function {name}() in streaming aggregations yet (supported: {', '.join(SUPPORTED_FUNCTIONS)})"
-        raise UnsupportedAggregateError(msg)
+        raise aggregate_function_not_supported_error(name, SUPPORTED_FUNCTIONS)
     arguments = node.arguments()
     nodes = jvm_seq(arguments)
     if function == "count":
         nodes = [a for a in nodes if a.getClass().getSimpleName() != "UnresolvedStar"]
     elif any(a.getClass().getSimpleName() == "UnresolvedStar" for a in nodes):
-        raise UnsupportedAggregateError(f"{name}(*) is not a valid aggregate")
+        raise star_aggregate_error(name)
     if node.isDistinct():
         spec = _distinct(name, function, nodes, input_df)
     lo, hi = spec.arity
     n_cols = min(len(nodes), hi)
     if n_cols < lo or len(nodes) > hi + spec.literal_args:
-        raise UnsupportedAggregateError(f"{name}() takes {lo} to {hi} column arguments in statestream, got {len(nodes)}")
+        raise aggregate_arity_error(name, lo, hi, len(nodes))
     args = tuple(_column_from_node(jvm, a) for a in nodes[:n_cols])
     options: tuple[Any, ...] = tuple(_literal(a) for a in nodes[n_cols:])
     option_columns = tuple(_column_from_node(jvm, a) for a in nodes[n_cols:])

@@ -63,7 +63,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "check_for_streaming",
     "check_batch_action_on_stream",
-    "write_stream_not_allowed",
     "ExpressionInspector",
     "JvmExpressionInspector",
     "WindowFunctionUse",
@@ -105,7 +104,6 @@ OUTPUT_MODES = ("append", "complete", "update")
 LEGACY_CONDITION = "_LEGACY_ERROR_TEMP_3102"
 OUTPUT_MODE_CONDITION = "STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION"
 NON_TIME_WINDOW_CONDITION = "NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING"
-WRITE_STREAM_NOT_ALLOWED_CONDITION = "WRITE_STREAM_NOT_ALLOWED"
 SQLSTATE_42KDE = "42KDE"
 
 OP_AGGREGATION_WITHOUT_WATERMARK = "streaming aggregations without watermark"
@@ -174,34 +172,6 @@ def check_batch_action_on_stream() -> StatestreamAnalysisException:
     """The error of a batch action (``collect()``, ``show()``, ``count()``...) on a streaming
     DataFrame. Returned, not raised: the API layer raises it where the action was called."""
     return analysis_error(LEGACY_CONDITION, MSG_BATCH_ACTION_ON_STREAM, None, msg=MSG_BATCH_ACTION_ON_STREAM)
-
-
-def call_on_streaming_dataset_unsupported(method: str) -> StatestreamAnalysisException:
-    """Spark's error for a batch-only writer method (``write``, ``writeTo``, ``mergeInto``) on a
-    streaming DataFrame."""
-    condition = "CALL_ON_STREAMING_DATASET_UNSUPPORTED"
-    return analysis_error(
-        condition,
-        f"[{condition}] The method `{method}` can not be called on streaming Dataset/DataFrame. SQLSTATE: 42KDE",
-        "42KDE",
-        methodName=f"`{method}`",
-    )
-
-
-def pivot_on_stream_error() -> StatestreamAnalysisException:
-    """Spark's error for ``pivot`` (and ``crosstab``, which pivots) on a streaming DataFrame."""
-    msg = "pivot is not supported on a streaming DataFrames/Datasets"
-    return analysis_error("_LEGACY_ERROR_TEMP_3063", msg, None)
-
-
-def write_stream_not_allowed() -> StatestreamAnalysisException:
-    """The error of ``writeStream`` on a batch DataFrame (Spark's ``[WRITE_STREAM_NOT_ALLOWED]``)."""
-    return analysis_error(
-        WRITE_STREAM_NOT_ALLOWED_CONDITION,
-        f"[{WRITE_STREAM_NOT_ALLOWED_CONDITION}] `writeStream` can be called only on streaming "
-        "Dataset/DataFrame. SQLSTATE: 42601",
-        "42601",
-    )
 
 
 # ---------------------------------------------------------------------------------------------

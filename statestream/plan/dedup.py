@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from statestream.errors import dedup_without_keys_error
 from statestream.operators.base import PhysicalOperator
 from statestream.operators.dedup import (
     DUMMY_VALUE_FIELD,
@@ -29,12 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["analysed_key_names", "deduplication_info", "plan_streaming_deduplication"]
 
 logger = logging.getLogger(__name__)
-
-_NO_KEYS_MESSAGE = (
-    "requirement failed: The expressions for hash of a StatefulOpClusteredDistribution should not be Nil. "
-    "An AllTuples should be used to represent a distribution that only has a single partition."
-)
-
 
 def analysed_key_names(template: Any) -> tuple[str, ...] | None:
     """The dedup keys of a ``dropDuplicates`` template as Spark resolved them (real column names,
@@ -134,9 +129,7 @@ def deduplication_info(node: "L.Deduplicate", root: "L.LogicalPlan | None" = Non
     if positions is None:
         positions = _python_key_positions(node, case_sensitive=False)
     if not positions:
-        from statestream.errors import StatestreamIllegalArgumentException
-
-        raise StatestreamIllegalArgumentException(_NO_KEYS_MESSAGE)
+        raise dedup_without_keys_error()
     fields = schema.fields
     et_index = next((i for i, f in enumerate(fields) if WATERMARK_DELAY_KEY in (f.metadata or {})), None)
     et_key = next((j for j, i in enumerate(positions) if WATERMARK_DELAY_KEY in (fields[i].metadata or {})), None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from statestream.errors import unknown_explain_mode_error
 from statestream.operators.base import PhysicalOperator, node_name
 
 if TYPE_CHECKING:
@@ -221,11 +222,7 @@ def explain_string(
     prints above the analysed plan."""
     mode = (mode or ("extended" if extended else "simple")).lower()
     if mode not in EXPLAIN_MODES:
-        from statestream.errors import StatestreamIllegalArgumentException
-
-        raise StatestreamIllegalArgumentException(
-            f"Unknown explain mode: {mode}. Accepted explain modes are 'simple', 'extended', 'codegen', 'cost', 'formatted'."
-        )
+        raise unknown_explain_mode_error(mode)
     if mode == "formatted":
         return "== Physical Plan ==\n" + formatted_string(plan) + "\n"
     if mode == "codegen":

@@ -35,7 +35,7 @@ from statestream.operators.hyperloglog import (
 )
 from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
-from statestream.errors import UnsupportedAggregateError
+from statestream.errors import UnsupportedAggregateError, approx_count_distinct_rsd_error
 from statestream.plan.aggregates import AggregateCall
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def as_hyperloglog(call: AggregateCall, index: int | str, input_df: Any = None) 
         return call
     rsd = call.options[0] if call.options else DEFAULT_RSD
     if rsd is None or isinstance(rsd, bool) or not isinstance(rsd, (int, float)):
-        raise UnsupportedAggregateError(f"approx_count_distinct: the relative standard deviation must be a number literal, got {call.sql}")
+        raise approx_count_distinct_rsd_error(call.sql)
     try:
         p = precision_of(float(rsd))
     except ValueError as e:

@@ -25,6 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from statestream.errors import stream_stream_join_not_supported_error
 from statestream.plan import logical as L
 from statestream.jvm_calls import expr_ids, jvm_seq
 from statestream.plan.spark_text import (
@@ -48,7 +49,6 @@ __all__ = [
     "stream_join_refusal",
     "needs_stream_stream_bound",
     "stream_stream_bound_message",
-    "STREAM_STREAM_NOT_YET",
     "is_stream_stream",
     "check_joins_supported",
     "plan_join",
@@ -80,12 +80,6 @@ JOIN_TYPES: dict[str, str] = {
 #: join types that need a watermark bound when both sides stream (Spark's
 #: ``checkForStreamStreamJoinWatermark``)
 _BOUNDED_STREAM_STREAM = ("LeftOuter", "LeftSemi", "RightOuter", "FullOuter")
-
-STREAM_STREAM_NOT_YET = (
-    "joins of two streaming DataFrames (stream-stream joins) are not supported by statestream yet; "
-    "join a stream with a static DataFrame, or run this query on Spark's engine"
-)
-
 
 def join_type_name(how: str | None) -> str:
     """Spark's name of the join type PySpark's ``how`` selects (``None`` is an inner join).
@@ -186,11 +180,10 @@ def plan_join(
     the join is shown as Spark plans it (``spark_join_plan``): Spark's join node with its keys
     and strategy, the exchanges and sorts it adds on the streaming side, and the static side's
     own physical plan."""
-    from statestream.errors import NotSupportedYetError
     from statestream.operators.join import StreamStaticJoinExec
 
     if is_stream_stream(node):  # pragma: no cover - the planner sends these to plan/stream_joins.py
-        raise NotSupportedYetError(f"{node.join_type} join: {STREAM_STREAM_NOT_YET}")
+        raise stream_stream_join_not_supported_error(node.join_type)
     assert node.left is not None and node.right is not None
     left, right = plan_child(node.left), plan_child(node.right)
     join = StreamStaticJoinExec(

@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statestream.errors import global_session_aggregation_error, grouping_column_error, grouping_id_columns_error
 from statestream.operators.aggregate import (
     GROUPING_ID_NAME,
     AggregateExplainText,
@@ -272,7 +273,6 @@ class GroupingCall(AggregateCall):
 def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ...]) -> GroupingCall | None:
     """A ``GroupingCall`` if ``col`` is ``grouping_id()``/``grouping(c)`` of a cube/rollup, else
     ``None`` (then it is an aggregate function)."""
-    from statestream.errors import UnsupportedAggregateError
     from statestream.plan.aggregates import column_node
 
     if not node.grouping_sets:
@@ -300,13 +300,11 @@ def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ..
     common = dict(function=name, args=(), is_distinct=False, output_name=output_name, buffers=(), sql=str(fn.sql()), gid_column=keys[n])
     if name == "grouping_id":
         if args and (len(args) != n or any(a not in g for a, g in zip(args, grouping_sql))):
-            msg = "statestream supports grouping_id() only over all grouping columns, in their order"
-            raise UnsupportedAggregateError(msg)
+            raise grouping_id_columns_error()
         return GroupingCall(**common)
     matches = [i for i, g in enumerate(grouping_sql) if len(args) == 1 and args[0] in g]
     if len(matches) != 1:
-        msg = f"grouping({', '.join(args)}) does not name one of the grouping columns {list(node.grouping_names)}"
-        raise UnsupportedAggregateError(msg)
+        raise grouping_column_error(args, node.grouping_names)
     return GroupingCall(**common, shift=n - 1 - matches[0])
 
 
@@ -574,21 +572,17 @@ def plan_streaming_aggregation(
     return StreamingAggregateExec(child=sorted_for_aggregate(info, save), info=info, mode="Final")
 
 
-GLOBAL_SESSION_AGGREGATION_ERROR = "Global aggregation with session window in streaming query is not supported."
-
-
 def session_window_info(node: L.Aggregate):
     """Describe a session-window aggregation; Spark's planner refuses one without any other
     grouping key (raised when the query is planned: at its first batch, or by ``explain()``)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
 
-    from statestream.errors import analysis_error
     from statestream.operators.session_window import MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, SessionWindowInfo
 
     names = node.grouping_names
     session_index = next(i for i, n in enumerate(names) if L.SESSION_WINDOW_KEY in (node.schema[n].metadata or {}))
     if len(names) < 2:
-        raise analysis_error(None, GLOBAL_SESSION_AGGREGATION_ERROR)
+        raise global_session_aggregation_error()
     # the sessions are merged in the partial step: never skipped
     agg = dataclasses.replace(aggregation_info(node), partial_skippable=PARTIAL_KEPT)
     for call in agg.calls:

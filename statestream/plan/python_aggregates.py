@@ -19,7 +19,7 @@ import pyarrow as pa
 from statestream.operators.python_aggregate import PythonAggregateRule, finish_buffers
 from statestream.operators.python_worker import releasing_zip_importers
 from statestream.plan.aggregate_functions import BufferField
-from statestream.errors import UnsupportedAggregateError
+from statestream.errors import python_aggregate_buffer_schema_error, python_aggregate_in_session_window_error
 from statestream.plan.aggregates import AggregateCall, column_node
 
 if TYPE_CHECKING:
@@ -113,9 +113,7 @@ class PythonAggregateCall(AggregateCall):
         return [StructField(b.column, f.dataType, True) for b, f in zip(self.buffers, self.buffer_type.fields)]
 
     def row_columns(self) -> list["Column"]:
-        raise UnsupportedAggregateError(
-            f"statestream does not support the Python aggregate function {self.function} in session window aggregations yet"
-        )
+        raise python_aggregate_in_session_window_error(self.function)
 
     def final_column(self) -> "Column":
         """``finish`` over the merged buffers, as a scalar Arrow UDF."""
@@ -150,7 +148,7 @@ def decompose_python_aggregate(col: "Column", index: int | str, output_name: str
     name = getattr(function, "function_name", None) or type(function).__name__
     buffer_type = _spark_type(function.buffer_schema)
     if not isinstance(buffer_type, StructType) or not buffer_type.fields:
-        raise UnsupportedAggregateError(f"{name}.buffer_schema must be a struct of named fields, got {function.buffer_schema!r}")
+        raise python_aggregate_buffer_schema_error(name, function.buffer_schema)
     buffers = tuple(BufferField(f.name, f"__b{index}_{j}", "python", 0) for j, f in enumerate(buffer_type.fields))
     sql_args = []
     for a in args:

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
+from statestream.errors import stream_join_without_equality_error
 from statestream.jvm_calls import clone_session, jvm_seq
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ __all__ = [
 #: Spark's store names of a join (state format 2), in Spark's order.
 STATE_STORE_NAMES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
 
-NO_EQUALITY_MESSAGE = "Stream-stream join without equality predicate is not supported."
 
 #: the watermark Spark's analysis check solves conditions with (any value would do)
 CHECK_WATERMARK_MS = 1_000_000
@@ -881,10 +881,8 @@ def plan_stream_stream_join(
     assert node.left is not None and node.right is not None
     info = stream_join_info(node, root)
     if not info.left_keys:
-        from statestream.errors import analysis_error
-
         # Spark's planner refuses it when the query plans its first batch (the query fails)
-        raise analysis_error("_LEGACY_ERROR_TEMP_1181", NO_EQUALITY_MESSAGE)
+        raise stream_join_without_equality_error()
     left = StreamJoinExchangeExec(child=plan_child(node.left), keys_text=info.left_keys_text, num_partitions=num_partitions)
     right = StreamJoinExchangeExec(child=plan_child(node.right), keys_text=info.right_keys_text, num_partitions=num_partitions)
     return StreamingSymmetricHashJoinExec(left=left, right=right, info=info, store_conf=store_conf)

@@ -30,7 +30,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from statestream.errors import IntervalArithmeticError, StatestreamIllegalArgumentException, analysis_error
+from statestream.errors import (
+    IntervalArithmeticError,
+    StatestreamIllegalArgumentException,
+    cannot_parse_interval_error,
+    invalid_interval_format_error,
+    negative_delay_threshold_error,
+    negative_trigger_interval_error,
+    trigger_interval_with_months_error,
+    window_interval_with_months_error,
+)
 
 __all__ = [
     "CalendarInterval",
@@ -75,22 +84,6 @@ class CalendarInterval:
 
 class _ParseError(Exception):
     """Internal: the input is not a valid interval (turned into CANNOT_PARSE_INTERVAL)."""
-
-
-def _sql_string(value: str) -> str:
-    """A string as Spark quotes it in error parameters (``toSQLValue``)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _cannot_parse(text: str | None):
-    shown = _sql_string(text) if text is not None else "NULL"
-    message = (
-        f"[CANNOT_PARSE_INTERVAL] Unable to parse {shown}. Please ensure that the value provided is "
-        "in a valid format for defining an interval. You can reference the documentation for the "
-        "correct format. If the issue persists, please double check that the input value is not "
-        "null or empty and try again. SQLSTATE: 22006"
-    )
-    return analysis_error("CANNOT_PARSE_INTERVAL", message, "22006", intervalString=shown)
 
 
 def _check_int(value: int) -> int:
@@ -344,7 +337,7 @@ def parse_interval(text: str) -> CalendarInterval:
         seconds, out-of-range fields and 32/64-bit overflow).
     """
     if not isinstance(text, str):
-        raise _cannot_parse(None if text is None else str(text))
+        raise cannot_parse_interval_error(None if text is None else str(text))
     try:
         stripped = text.strip()
         if _starts_with_interval_keyword(stripped):
@@ -354,7 +347,7 @@ def parse_interval(text: str) -> CalendarInterval:
             return _parse_sql_literal(rest)
         return _parse_unit_list(stripped).result()
     except _ParseError as exc:
-        raise _cannot_parse(text) from exc
+        raise cannot_parse_interval_error(text) from exc
 
 
 def interval_duration_us(interval: CalendarInterval, days_per_month: int = DAYS_PER_MONTH) -> int:
@@ -401,7 +394,7 @@ def parse_watermark_delay_ms(delay_threshold: str) -> int:
     """
     interval = parse_interval(delay_threshold)
     if interval_duration_us(interval) < 0:
-        raise IllegalArgumentError(f"requirement failed: delay threshold ({delay_threshold}) should not be negative.")
+        raise negative_delay_threshold_error(delay_threshold)
     return interval_duration_ms(interval)
 
 
@@ -423,11 +416,7 @@ def parse_window_duration_us(duration: str) -> int:
     """
     interval = parse_interval(duration)
     if interval.months != 0:
-        raise IllegalArgumentError(
-            f"Intervals greater than a month is not supported ({duration}).",
-            error_class="_LEGACY_ERROR_TEMP_3231",
-            params={"interval": duration},
-        )
+        raise window_interval_with_months_error(duration)
     return _day_time_micros(interval)
 
 
@@ -442,18 +431,6 @@ def _day_time_micros(interval) -> int:
 
 # -- processing-time triggers --------------------------------------------------------------------
 
-_INVALID_INTERVAL_FORMAT_DETAILS = {
-    "INPUT_IS_EMPTY": "Interval string cannot be empty.",
-    "INVALID_PREFIX": "Invalid interval prefix {prefix}.",
-    "UNRECOGNIZED_NUMBER": "Unrecognized number {number}.",
-    "INVALID_VALUE": "Invalid value {value}.",
-    "INVALID_PRECISION": "Interval can only support nanosecond precision, {value} is out of range.",
-    "INVALID_FRACTION": "{unit} cannot have fractional part.",
-    "INVALID_UNIT": "Invalid unit {unit}.",
-    "MISSING_NUMBER": "Expect a number after {word} but hit EOL.",
-    "MISSING_UNIT": "Expect a unit name after {word} but hit EOL.",
-    "ARITHMETIC_EXCEPTION": "Uncaught arithmetic exception while parsing '{input}'.",
-}
 # unit names by first letter, in the order Spark tries them
 _UNIT_PREFIXES = {
     "y": ("year",),
@@ -470,18 +447,6 @@ class _FormatError(Exception):
         super().__init__(sub)
         self.sub = sub
         self.params = params
-
-
-def _invalid_interval_format(text: str, error: _FormatError) -> IllegalArgumentError:
-    params = {"input": text, **error.params}
-    detail = _INVALID_INTERVAL_FORMAT_DETAILS[error.sub].format(**params)
-    condition = f"INVALID_INTERVAL_FORMAT.{error.sub}"
-    message = (
-        f"[{condition}] Error parsing '{text}' to interval. Please ensure that the value provided is "
-        "in a valid format for defining an interval. You can reference the documentation for the "
-        f"correct format. {detail} SQLSTATE: 22006"
-    )
-    return IllegalArgumentError(message, error_class=condition, params=params, sql_state="22006")
 
 
 def _strict_unit_list(text: str) -> CalendarInterval:
@@ -562,16 +527,12 @@ def parse_trigger_interval_ms(interval: str) -> int:
     try:
         parsed = _strict_unit_list(text)
     except _FormatError as exc:
-        raise _invalid_interval_format(text, exc) from exc
+        raise invalid_interval_format_error(text, exc.sub, exc.params) from exc
     if parsed.months != 0:
-        raise IllegalArgumentError(
-            f"Doesn't support month or year interval: {text}",
-            error_class="_LEGACY_ERROR_TEMP_3262",
-            params={"interval": text},
-        )
+        raise trigger_interval_with_months_error(text)
     micros = _day_time_micros(parsed)
     if micros < 0:  # checked in µs: Spark refuses even "-0.0005 seconds"
-        raise IllegalArgumentError("requirement failed: the interval of trigger should not be negative")
+        raise negative_trigger_interval_error()
     return micros // MICROS_PER_MILLI
 
 

@@ -39,6 +39,8 @@ from statestream.errors import (
     StatestreamStreamingQueryException,
     checkpoint_in_use_error,
     concurrent_stream_log_update_error,
+    redefined_watermark_error,
+    source_count_changed_error,
     stream_failed_error,
 )
 from statestream.faults import crash_point
@@ -475,14 +477,7 @@ class MicroBatchExecution:
         before anything changes the checkpoint (a repartition on restart)."""
         recorded = recovery.end_offsets if recovery.action == "rerun" else recovery.start_offsets
         if recorded is not None and len(recorded.offsets) != len(self.sources):
-            from statestream.errors import IncompatibleRestartError
-
-            # Spark's OffsetSeq.toStreamProgress assertion, word for word
-            msg = (
-                f"assertion failed: There are [{len(recorded.offsets)}] sources in the checkpoint offsets and now "
-                f"there are [{len(self.sources)}] sources requested by the query. Cannot continue."
-            )
-            raise IncompatibleRestartError(msg)
+            raise source_count_changed_error(len(recorded.offsets), len(self.sources))
 
     def _finish_interrupted_repartition(self, recovery: Any) -> Any:
         """A last batch that is an uncommitted repartition batch (an offline repartition that
@@ -801,8 +796,6 @@ class MicroBatchExecution:
         """Spark simulates the watermark propagation only for a watermark other than 0; a
         redefined watermark fails the query there."""
         if self._redefined_watermark and any(w != 0 for w in watermarks_ms):
-            from statestream.errors import redefined_watermark_error
-
             raise redefined_watermark_error()
 
     def _sleep_until_next(self, trigger_start: float, ran_batch: bool) -> None:

@@ -50,10 +50,10 @@ from statestream.checkpoint.offsets import (
     partitions_of_batch,
 )
 from statestream.errors import (
-    StatestreamIllegalArgumentException,
-    StatestreamIllegalStateException,
-    StateStoreError,
-    spark_error_text,
+    concurrent_stream_log_update_error,
+    key_not_in_partition_error,
+    repartition_invalid_checkpoint_error,
+    repartition_invalid_parameter_error,
 )
 from statestream.faults import crash_point
 from statestream.operators.partition_routes import state_partition_id
@@ -77,81 +77,6 @@ log = logging.getLogger(__name__)
 WORK_DIR = ".statestream-repartition"
 #: key columns of the Python state stores that address an entry below a grouping key
 _ENTRY_KEY_COLUMNS = frozenset({"__index", "__userKey", "__expiryTimestampMs"})
-
-# -- Spark's errors --------------------------------------------------------------------------------
-
-_PARAMETER_TEXTS = {
-    "IS_NULL": "cannot be null.",
-    "IS_EMPTY": "cannot be empty.",
-    "IS_NOT_GREATER_THAN_ZERO": "must be greater than zero.",
-}
-_CHECKPOINT_TEXTS = {
-    "NO_COMMITTED_BATCH": (
-        "There is no committed microbatch. Make sure the streaming query has successfully completed at least one "
-        "microbatch before repartitioning."
-    ),
-    "NO_BATCH_FOUND": (
-        "No microbatch has been recorded in the checkpoint location. Make sure the streaming query has successfully "
-        "completed at least one microbatch before repartitioning."
-    ),
-    "LAST_BATCH_FAILED": (
-        "The last batch ID <lastBatchId> didn't finish successfully. Please make sure the streaming query finishes "
-        "successfully, before repartitioning.\nIf using ProcessingTime trigger, you can use AvailableNow trigger instead, "
-        "which will make sure the query terminates successfully by itself.\nIf you want to skip this check, set "
-        "enforceExactlyOnceSink parameter in repartition to false.\nBut this can cause duplicate output records from the "
-        "failed batch when using exactly-once sinks."
-    ),
-    "LAST_BATCH_ABANDONED_REPARTITION": (
-        "The last batch ID <lastBatchId> is a repartition batch with <lastBatchShufflePartitions> shuffle partitions and "
-        "didn't finish successfully.\nYou're now requesting to repartition to <numPartitions> shuffle partitions.\nPlease "
-        "retry with the same number of shuffle partitions as the previous attempt.\nOnce that completes successfully, you "
-        "can repartition to another number of shuffle partitions."
-    ),
-    "SHUFFLE_PARTITIONS_ALREADY_MATCH": (
-        "The number of shuffle partitions in the last committed batch (id=<batchId>) is the same as the requested "
-        "<numPartitions> partitions.\nHence, already has the requested number of partitions, so no-op."
-    ),
-    "OFFSET_SEQ_NOT_FOUND": (
-        "Offset sequence entry for batch ID <batchId> not found. You might have set a very low value for\n"
-        "'spark.sql.streaming.minBatchesToRetain' config during the streaming query execution or you deleted files in the "
-        "checkpoint location."
-    ),
-    "MISSING_OFFSET_SEQ_METADATA": (
-        "The OffsetSeq (v<version>) metadata is missing for batch ID <batchId>. Please make sure the checkpoint is from a "
-        "supported Spark version (Spark 4.0+)."
-    ),
-    "UNSUPPORTED_STATEFUL_OPERATOR": (
-        "Unsupported stateful operator <operatorName>. Please use a checkpoint with supported stateful operators."
-    ),
-}
-# Spark's error-conditions (the templates are facts of its API: the same texts, reworded nowhere)
-_PARAMETER_HEAD = "The repartition parameter <parameter> is invalid:"
-_CHECKPOINT_HEAD = "The provided checkpoint location '<checkpointLocation>' is in an invalid state."
-_PARAMETER_SQL_STATE = "42616"
-_CHECKPOINT_SQL_STATE = "55019"
-
-
-def _render(template: str, params: dict[str, str]) -> str:
-    for name, value in params.items():
-        template = template.replace(f"<{name}>", value)
-    return template
-
-
-def invalid_parameter(sub: str, parameter: str) -> StatestreamIllegalArgumentException:
-    """``STATE_REPARTITION_INVALID_PARAMETER.<sub>`` (a ``SparkIllegalArgumentException``)."""
-    params = {"parameter": parameter}
-    cls = f"STATE_REPARTITION_INVALID_PARAMETER.{sub}"
-    text = _render(f"{_PARAMETER_HEAD} {_PARAMETER_TEXTS[sub]}", params)
-    return StatestreamIllegalArgumentException(spark_error_text(cls, text, _PARAMETER_SQL_STATE), cls, params, _PARAMETER_SQL_STATE)
-
-
-def invalid_checkpoint(sub: str, location: str, **extra: Any) -> StatestreamIllegalStateException:
-    """``STATE_REPARTITION_INVALID_CHECKPOINT.<sub>`` (a ``SparkIllegalStateException``)."""
-    params = {"checkpointLocation": location, **{k: str(v) for k, v in extra.items()}}
-    cls = f"STATE_REPARTITION_INVALID_CHECKPOINT.{sub}"
-    text = _render(f"{_CHECKPOINT_HEAD} {_CHECKPOINT_TEXTS[sub]}", params)
-    return StatestreamIllegalStateException(spark_error_text(cls, text, _CHECKPOINT_SQL_STATE), cls, params, _CHECKPOINT_SQL_STATE)
-
 
 # -- rules (no Spark) ------------------------------------------------------------------------------
 
@@ -200,7 +125,7 @@ def hashed_key_columns(
     for f, spark_type in zip(hashed, types):
         column = binary_comparable_decoded(pa.array([], type=f.type), spark_type)
         if column is None:
-            raise invalid_checkpoint(
+            raise repartition_invalid_checkpoint_error(
                 "UNSUPPORTED_STATEFUL_OPERATOR", checkpoint,
                 operatorName=(
                     f"{operator_name} (operator {operator_id}: its key column {f.name!r}, {S.render_data_type(spark_type)}, is "
@@ -243,10 +168,10 @@ def decide(location: str, offset_log: OffsetSeqLog, commit_log: CommitLog, num_p
     """The repartition of a checkpoint to ``num_partitions``, or Spark's refusal."""
     last_commit = commit_log.get_latest_batch_id()
     if last_commit is None:
-        raise invalid_checkpoint("NO_COMMITTED_BATCH", location)
+        raise repartition_invalid_checkpoint_error("NO_COMMITTED_BATCH", location)
     last = offset_log.get_latest_batch_id()
     if last is None:
-        raise invalid_checkpoint("NO_BATCH_FOUND", location)
+        raise repartition_invalid_checkpoint_error("NO_BATCH_FOUND", location)
     base = last_commit
     resume = False
     if last > last_commit:
@@ -255,21 +180,21 @@ def decide(location: str, offset_log: OffsetSeqLog, commit_log: CommitLog, num_p
         if is_repartition_batch(offset_log, last):
             pinned = partitions_of_batch(offset_log.get(last))
             if pinned != num_partitions:
-                raise invalid_checkpoint(
+                raise repartition_invalid_checkpoint_error(
                     "LAST_BATCH_ABANDONED_REPARTITION", location,
                     lastBatchId=last, lastBatchShufflePartitions=pinned, numPartitions=num_partitions,
                 )
             resume = True
         elif enforce_exactly_once_sink:
-            raise invalid_checkpoint("LAST_BATCH_FAILED", location, lastBatchId=last)
+            raise repartition_invalid_checkpoint_error("LAST_BATCH_FAILED", location, lastBatchId=last)
     base_entry = offset_log.get(base)
     if base_entry is None:
-        raise invalid_checkpoint("OFFSET_SEQ_NOT_FOUND", location, batchId=base)
+        raise repartition_invalid_checkpoint_error("OFFSET_SEQ_NOT_FOUND", location, batchId=base)
     old = partitions_of_batch(base_entry)
     if old is None:
-        raise invalid_checkpoint("MISSING_OFFSET_SEQ_METADATA", location, version=1, batchId=base)
+        raise repartition_invalid_checkpoint_error("MISSING_OFFSET_SEQ_METADATA", location, version=1, batchId=base)
     if not resume and old == num_partitions:
-        raise invalid_checkpoint("SHUFFLE_PARTITIONS_ALREADY_MATCH", location, batchId=base, numPartitions=num_partitions)
+        raise repartition_invalid_checkpoint_error("SHUFFLE_PARTITIONS_ALREADY_MATCH", location, batchId=base, numPartitions=num_partitions)
     return RepartitionStep(base, last if resume else last + 1, old, num_partitions, resume)
 
 
@@ -368,11 +293,7 @@ def _split_store(spark: "SparkSession", store: _Store, hashed_schema: pa.Schema)
         back[order] = np.concatenate(check)
         if not (back == partition).all():
             bad = int(np.argmax(back != partition))
-            raise StateStoreError(
-                f"state partition {partition} of operator {store.operator_id} (store {store.store_name!r}) holds a key that "
-                f"Spark's hash places in partition {int(back[bad])} of {store.old_partitions}: its keys do not follow Spark's "
-                "exchange, so they cannot be moved to new partitions safely; nothing was changed"
-            )
+            raise key_not_in_partition_error(partition, store.operator_id, store.store_name, int(back[bad]), store.old_partitions)
         table = _old_table(store, partition)
         assert table is not None and table.num_rows == len(order)
         files = CheckpointFileManager(store.work_root)
@@ -478,7 +399,6 @@ class OfflineStateRepartitionRunner:
                 writer.release()
 
     def _run(self, step: RepartitionStep) -> RepartitionResult:
-        from statestream.errors import concurrent_stream_log_update_error
         from statestream.state.schema import read_all_operator_metadata, set_operator_partitions
 
         base_entry = self.offset_log.get(step.base_batch)
@@ -528,7 +448,7 @@ class OfflineStateRepartitionRunner:
                 # partitions until a run declares it again: it cannot move with the others (one
                 # declared again at or before the base batch has moved on, and moves)
                 if frozen is not None and (again is None or again > step.base_batch):
-                    raise invalid_checkpoint(
+                    raise repartition_invalid_checkpoint_error(
                         "UNSUPPORTED_STATEFUL_OPERATOR", self.checkpoint,
                         operatorName=f"{md.operator_name} (state variable {name} is not declared by the last run)",
                     )
@@ -564,13 +484,13 @@ class OfflineStateRepartitionRunner:
 def check_parameters(checkpoint: Any, num_partitions: Any) -> None:
     """Spark's parameter checks of a repartition call."""
     if checkpoint is None:
-        raise invalid_parameter("IS_NULL", "checkpointLocation")
+        raise repartition_invalid_parameter_error("IS_NULL", "checkpointLocation")
     if not str(checkpoint).strip():
-        raise invalid_parameter("IS_EMPTY", "checkpointLocation")
+        raise repartition_invalid_parameter_error("IS_EMPTY", "checkpointLocation")
     if num_partitions is None:
-        raise invalid_parameter("IS_NULL", "numPartitions")
+        raise repartition_invalid_parameter_error("IS_NULL", "numPartitions")
     if int(num_partitions) <= 0:
-        raise invalid_parameter("IS_NOT_GREATER_THAN_ZERO", "numPartitions")
+        raise repartition_invalid_parameter_error("IS_NOT_GREATER_THAN_ZERO", "numPartitions")
 
 
 def plan_repartition(checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True) -> RepartitionStep:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Hashable, Iterable, Mapping, Union
 
-from statestream.runtime.intervals import IllegalArgumentError
+from statestream.errors import multiple_watermark_policy_error
 
 __all__ = [
     "EventTimeStats",
@@ -162,19 +162,7 @@ class MultipleWatermarkPolicy(enum.Enum):
         for policy in cls:
             if policy.value == lowered:
                 return policy
-        requirement = (
-            f"Invalid value for '{MULTIPLE_WATERMARK_POLICY_CONF}'. Valid values are 'min' and 'max'"
-        )
-        message = (
-            f"[INVALID_CONF_VALUE.REQUIREMENT] The value '{lowered}' in the config "
-            f'"{MULTIPLE_WATERMARK_POLICY_CONF}" is invalid. {requirement} SQLSTATE: 22022'
-        )
-        raise IllegalArgumentError(
-            message,
-            error_class="INVALID_CONF_VALUE.REQUIREMENT",
-            params={"confName": MULTIPLE_WATERMARK_POLICY_CONF, "confValue": lowered, "confRequirement": requirement},
-            sql_state="22022",
-        )
+        raise multiple_watermark_policy_error(MULTIPLE_WATERMARK_POLICY_CONF, lowered)
 
     def choose(self, node_watermarks: Iterable[int]) -> int:
         """The global candidate among per-node watermarks (at least one value required)."""

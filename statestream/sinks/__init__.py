@@ -17,6 +17,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from statestream.errors import (
+    data_source_not_found_error,
+    file_sink_output_mode_error,
+    sink_partitioning_not_supported_error,
+    sink_path_not_specified_error,
+)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
@@ -32,18 +39,10 @@ FILE_FORMATS = ("parquet", "json", "csv", "orc", "text")
 _UNPARTITIONED = {"memory": "memory", "foreach": "foreach", "foreachbatch": "foreachBatch"}
 
 
-def _partitioning_error(name: str) -> Exception:
-    from statestream.errors import analysis_error
-
-    return analysis_error("_LEGACY_ERROR_TEMP_1197", f"'{name}' does not support partitioning.", operation=name)
-
-
 def validate_output_mode(fmt: str, output_mode: str) -> None:
     """Raise Spark's ``start()`` error if sink ``fmt`` cannot take ``output_mode``
     (file sinks accept only append)."""
     if fmt.lower() in FILE_FORMATS and output_mode.lower() != "append":
-        from statestream.sinks.files import file_sink_output_mode_error
-
         raise file_sink_output_mode_error(fmt.lower(), output_mode)
 
 
@@ -97,7 +96,7 @@ def create_sink(
     name = fmt.lower()
     opts = dict(options or {})
     if partition_by and name in _UNPARTITIONED:
-        raise _partitioning_error(_UNPARTITIONED[name])
+        raise sink_partitioning_not_supported_error(_UNPARTITIONED[name])
     if name == "foreach":
         from statestream.sinks.foreach import ForeachSink
 
@@ -132,18 +131,11 @@ def create_sink(
         lowered = {str(k).lower(): v for k, v in opts.items()}
         target = path if path is not None else lowered.get("path")
         if not target:
-            from statestream.errors import StatestreamIllegalArgumentException
-
-            raise StatestreamIllegalArgumentException("'path' is not specified.", "_LEGACY_ERROR_TEMP_2047", {})
+            raise sink_path_not_specified_error()
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)
     from statestream.sinks.python_datasource import python_data_source_sink
 
     python_sink = python_data_source_sink(spark, fmt, opts, output_mode)  # registered with spark.dataSource.register
     if python_sink is not None:
         return python_sink
-    from statestream.errors import StatestreamError
-
-    raise StatestreamError(
-        f"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: {fmt}. Make sure the provider name is "
-        "correct and the package is properly registered and compatible with your Spark version. SQLSTATE: 42K02"
-    )
+    raise data_source_not_found_error(fmt)

@@ -38,7 +38,18 @@ import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import FileAlreadyExistsError
-from statestream.errors import CheckpointError, analysis_error
+from statestream.errors import (
+    file_log_compaction_input_missing_error,
+    file_log_corrupt_error,
+    file_log_entry_missing_error,
+    file_log_line_corrupt_error,
+    file_log_line_not_object_error,
+    file_sink_concurrent_update_error,
+    file_sink_log_behind_error,
+    file_sink_output_mode_error,
+    log_version_line_missing_error,
+    newer_log_version_error,
+)
 from statestream.faults import crash_point
 from statestream.sinks.base import Sink
 from statestream.sources.options import time_string_as_ms
@@ -50,7 +61,6 @@ __all__ = [
     "FileStreamSink",
     "CompactibleFileStreamLog",
     "FileStreamSinkLog",
-    "file_sink_output_mode_error",
     "path_to_uri",
     "uri_to_path",
     "qualified_path",
@@ -237,17 +247,14 @@ class CompactibleFileStreamLog:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CheckpointError(f"Log file {where} is corrupt: {exc}") from None
+            raise file_log_corrupt_error(where, exc) from None
         lines = text.split("\n")
         head = lines[0].strip()
         if not head.startswith("v") or not head[1:].isdigit():
-            raise CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})")
+            raise log_version_line_missing_error(where)
         found = int(head[1:])
         if found > self.version:
-            raise CheckpointError(
-                f"UnsupportedLogVersion: maximum supported log version is v{self.version}, but encountered "
-                f"v{found} in {where}. The log file was produced by a newer version."
-            )
+            raise newer_log_version_error(self.version, found, where)
         entries = []
         for number, line in enumerate(lines[1:], start=2):
             if not line.strip():
@@ -255,9 +262,9 @@ class CompactibleFileStreamLog:
             try:
                 entry = json.loads(line)
             except ValueError as exc:
-                raise CheckpointError(f"Log file {where} is corrupt: line {number}: {exc}") from None
+                raise file_log_line_corrupt_error(where, number, exc) from None
             if not isinstance(entry, dict):
-                raise CheckpointError(f"Log file {where} is corrupt: line {number} is not a JSON object")
+                raise file_log_line_not_object_error(where, number)
             entries.append(entry)
         return entries
 
@@ -288,10 +295,7 @@ class CompactibleFileStreamLog:
         for b in self._valid_batches(latest):
             entries = self.get(b)
             if entries is None:
-                raise CheckpointError(
-                    f"{self.files.display(self._name(b))} doesn't exist "
-                    f"(latestId: {latest}, compactInterval: {self.compact_interval})"
-                )
+                raise file_log_entry_missing_error(self.files.display(self._name(b)), latest, self.compact_interval)
             out.extend(entries)
         return self.compact_logs(out)
 
@@ -311,10 +315,7 @@ class CompactibleFileStreamLog:
             for b in self._valid_batches(batch_id - 1):
                 got = self.get(b)
                 if got is None:
-                    raise CheckpointError(
-                        f"{self.files.display(self._name(b))} doesn't exist when compacting batch {batch_id} "
-                        f"(compactInterval: {self.compact_interval})"
-                    )
+                    raise file_log_compaction_input_missing_error(self.files.display(self._name(b)), batch_id, self.compact_interval)
                 previous.extend(got)
             to_write = self.compact_logs(previous + [dict(e) for e in entries])
         try:
@@ -378,22 +379,6 @@ class FileStreamSinkLog(CompactibleFileStreamLog):
         return [e for e in entries if e["path"] not in deleted]
 
 
-# -- errors ---------------------------------------------------------------------------------------
-
-
-def file_sink_output_mode_error(fmt: str, output_mode: str) -> Exception:
-    """Spark's ``STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE`` error, raised by ``start()``."""
-    mode = output_mode.lower()
-    return analysis_error(
-        "STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE",
-        f"[STREAMING_OUTPUT_MODE.UNSUPPORTED_DATASOURCE] Invalid streaming output mode: {mode}. "
-        f"This output mode is not supported in Data Source {fmt}. SQLSTATE: 42KDE",
-        "42KDE",
-        outputMode=mode,
-        className=fmt,
-    )
-
-
 # -- the sink -------------------------------------------------------------------------------------
 
 
@@ -453,11 +438,8 @@ class FileStreamSink(Sink):
         latest = self.log.latest_batch_id()
         committed = CommitLog(CheckpointFileManager(checkpoint_location).child("commits")).get_latest_batch_id()
         if latest is not None and committed is not None and latest < committed:
-            raise CheckpointError(
-                f"The file sink's log {self.log.files.display()} ends at batch {latest}, but the checkpoint "
-                f"{checkpoint_location} committed batch {committed}: the log file "
-                f"{self.log.files.display(self.log._name(latest + 1))} is missing, so readers would not see that output"
-            )
+            missing = self.log.files.display(self.log._name(latest + 1))  # noqa: SLF001
+            raise file_sink_log_behind_error(self.log.files.display(), latest, checkpoint_location, committed, missing)
 
     def _spark_path(self, rel: str = "") -> str:
         if _is_remote(self.path):
@@ -491,10 +473,7 @@ class FileStreamSink(Sink):
             entries = self._publish(staging_rel)
             crash_point("sink_files_published", batch_id)
             if not self.log.add(batch_id, entries):
-                raise CheckpointError(
-                    f"Concurrent update to the log. Multiple streaming jobs detected for {batch_id} "
-                    f"({self.log.files.display(str(batch_id))})"
-                )
+                raise file_sink_concurrent_update_error(batch_id, self.log.files.display(str(batch_id)))
         finally:
             self._out.delete(staging_rel)
         logger.info("file sink committed batch %d with %d file(s)", batch_id, len(entries))

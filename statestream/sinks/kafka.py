@@ -18,6 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from statestream.errors import (
+    kafka_missing_bootstrap_servers_error,
+    kafka_null_topic_error,
+    kafka_output_topic_required_error,
+    kafka_output_type_error,
+    kafka_output_value_required_error,
+    kafka_serializer_error,
+)
 from statestream.sinks.base import Sink
 
 if TYPE_CHECKING:
@@ -30,18 +38,13 @@ __all__ = ["KafkaSink", "producer_params", "validate_kafka_output"]
 
 log = logging.getLogger(__name__)
 
-_NULL_TOPIC = "The Kafka message data sent to the producer contains a null topic. Use the `topic` option for setting a default topic."
-
-
 def producer_params(options: Mapping[str, Any]) -> dict[str, str]:
     """The ``kafka.*`` options for the producer; Spark refuses serializers (it writes bytes)."""
-    from statestream.sources.options import illegal_argument
-
     lowered = {str(k).lower() for k in options}
     if "kafka.key.serializer" in lowered:
-        raise illegal_argument("Kafka option 'key.serializer' is not supported as keys are serialized with ByteArraySerializer.")
+        raise kafka_serializer_error("key")
     if "kafka.value.serializer" in lowered:
-        raise illegal_argument("Kafka option 'value.serializer' is not supported as value are serialized with ByteArraySerializer.")
+        raise kafka_serializer_error("value")
     return {str(k)[6:]: str(v) for k, v in options.items() if str(k).lower().startswith("kafka.") and v is not None}
 
 
@@ -49,24 +52,19 @@ def validate_kafka_output(schema: "StructType", topic: str | None) -> None:
     """Spark's ``KafkaWriter.validateQuery``: the columns the sink uses, and their types."""
     from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
 
-    from statestream.errors import analysis_error
-
     by_name = {f.name: f.dataType for f in schema.fields}
-
-    def refuse(text: str) -> Exception:
-        return analysis_error("_LEGACY_ERROR_TEMP_3080", text, msg=text)
 
     def check(name: str, allowed: tuple[type, ...], words: str) -> None:
         if name in by_name and not isinstance(by_name[name], allowed):
-            raise refuse(f"{name} attribute unsupported type {by_name[name].simpleString()}. {name} must be a(n) {words}")
+            raise kafka_output_type_error(name, by_name[name].simpleString(), words)
 
     if topic is None and "topic" not in by_name:
-        raise refuse("topic option required when no 'topic' attribute is present. Use the topic option for setting a topic.")
+        raise kafka_output_topic_required_error()
     if topic is None:
         check("topic", (StringType,), "string")
     check("key", (StringType, BinaryType), "string or binary")
     if "value" not in by_name:
-        raise refuse("Required attribute 'value' not found")
+        raise kafka_output_value_required_error()
     check("value", (StringType, BinaryType), "string or binary")
     if "headers" in by_name:
         expected = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -75,7 +73,7 @@ def validate_kafka_output(schema: "StructType", topic: str | None) -> None:
             (f.name, type(f.dataType)) for f in got.elementType.fields
         ] == [(f.name, type(f.dataType)) for f in expected.elementType.fields]
         if not fits:
-            raise refuse(f"headers attribute unsupported type {got.simpleString()}. headers must be a(n) {expected.simpleString()}")
+            raise kafka_output_type_error("headers", got.simpleString(), expected.simpleString())
     check("partition", (IntegerType,), "int")
 
 
@@ -104,12 +102,7 @@ class KafkaWriteTask:
                 from statestream.sources.kafka.client import producer_config
 
                 if "bootstrap.servers" not in self.params:
-                    from statestream.errors import StatestreamError
-
-                    raise StatestreamError(
-                        "[MISSING_KAFKA_OPTION] Kafka option bootstrap.servers is not set. Please make sure it is set and retry. "
-                        "SQLSTATE: 42KDF"
-                    )
+                    raise kafka_missing_bootstrap_servers_error()
                 from statestream.sources.kafka.client import ClientErrors
 
                 client_errors = ClientErrors()
@@ -123,9 +116,7 @@ class KafkaWriteTask:
             headers = cols.get("headers", [None] * n)
             for i in range(n):
                 if topics[i] is None:
-                    from statestream.errors import StatestreamIllegalStateException
-
-                    raise StatestreamIllegalStateException(_NULL_TOPIC)
+                    raise kafka_null_topic_error()
                 kwargs: dict[str, Any] = {"key": keys[i], "value": values[i], "on_delivery": delivered}
                 if partitions[i] is not None:
                     kwargs["partition"] = partitions[i]

@@ -20,21 +20,16 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from statestream.errors import analysis_error
+from statestream.errors import memory_sink_query_name_error, memory_sink_recovery_error
 from statestream.sinks.base import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["MemorySink", "query_name_required_error", "recovery_unsupported_error"]
+__all__ = ["MemorySink"]
 
 logger = logging.getLogger(__name__)
-
-
-def query_name_required_error() -> Exception:
-    """Spark's ``start()`` error for ``format("memory")`` without ``queryName``."""
-    return analysis_error("_LEGACY_ERROR_TEMP_1194", "queryName must be specified for memory sink.")
 
 
 def _offsets_path(checkpoint_location: str) -> str:
@@ -43,17 +38,6 @@ def _offsets_path(checkpoint_location: str) -> str:
     if root.startswith("file://"):
         root = "file:/" + root[len("file://") :].lstrip("/")
     return f"{root}/offsets" if root != "/" else "/offsets"
-
-
-def recovery_unsupported_error(checkpoint_location: str) -> Exception:
-    """Spark's ``start()`` error for a memory sink in append or update mode whose checkpoint
-    already has offsets."""
-    return analysis_error(
-        "_LEGACY_ERROR_TEMP_1299",
-        "This query does not support recovering from checkpoint location. "
-        f"Delete {_offsets_path(checkpoint_location)} to start over.",
-        checkpointPath=_offsets_path(checkpoint_location),
-    )
 
 
 class MemorySink(Sink):
@@ -82,7 +66,7 @@ class MemorySink(Sink):
         output_mode: str | None = None,
     ) -> None:
         if not query_name:
-            raise query_name_required_error()
+            raise memory_sink_query_name_error()
         self.spark = spark
         self.query_name = query_name
         self.schema = schema
@@ -101,7 +85,7 @@ class MemorySink(Sink):
         from statestream.checkpoint.files import CheckpointFileManager
 
         if self.output_mode != "complete" and CheckpointFileManager(checkpoint_location).exists("offsets"):
-            raise recovery_unsupported_error(checkpoint_location)
+            raise memory_sink_recovery_error(_offsets_path(checkpoint_location))
         with self._lock:
             if self.schema is None:
                 self.schema = getattr(plan, "schema", None)

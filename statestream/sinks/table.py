@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
 
-from statestream.errors import StatestreamError, analysis_error
+from statestream.errors import (
+    table_not_file_based_error,
+    table_provider_mismatch_error,
+    table_temp_view_error,
+    table_view_error,
+    table_without_location_error,
+    table_without_provider_error,
+)
 from statestream.sources.options import default_source
 
 if TYPE_CHECKING:
@@ -43,24 +50,6 @@ class TableTarget:
     format: str
     path: str
     created: bool
-
-
-def _temp_view_error(name: str) -> Exception:
-    return analysis_error("_LEGACY_ERROR_TEMP_1190", f"Temporary view {name} doesn't support streaming write.", tableName=name)
-
-
-def _view_error(name: str) -> Exception:
-    return analysis_error("_LEGACY_ERROR_TEMP_1191", f"Streaming into views {name} is not supported.", tableName=name)
-
-
-def _provider_error(source: str, name: str, provider: str) -> Exception:
-    return analysis_error(
-        "_LEGACY_ERROR_TEMP_1192",
-        f"The input source({source}) is different from the table {name}'s data source provider({provider}).",
-        source=source,
-        tableName=name,
-        provider=provider,
-    )
 
 
 def _catalog_entry(spark: "SparkSession", name: str) -> Any | None:
@@ -132,7 +121,7 @@ def prepare_table(
     fmt = source if source is not None else default_source(spark)
     entry = _catalog_entry(spark, name)
     if entry is not None and entry.isTemporary:
-        raise _temp_view_error(name)
+        raise table_temp_view_error(name)
     created = False
     if entry is None:
         lowered = {str(k).lower(): v for k, v in options.items()}
@@ -140,21 +129,18 @@ def prepare_table(
         _create_table(spark, name, fmt, schema, partition_by, None if path is None else str(path), cluster_by)
         created = True
     elif (entry.tableType or "").upper() == "VIEW":
-        raise _view_error(name)
+        raise table_view_error(name)
     info = json.loads(ClassicSparkSession.sql(spark, f"DESCRIBE TABLE EXTENDED {name} AS JSON").collect()[0][0])
     if str(info.get("type", "")).upper() == "VIEW":
-        raise _view_error(name)
+        raise table_view_error(name)
     provider = info.get("provider")
     if provider is None:
-        raise StatestreamError(f"table {name} has no data source provider: statestream cannot stream into it")
+        raise table_without_provider_error(name)
     if fmt != provider:
-        raise _provider_error(fmt, name, provider)
+        raise table_provider_mismatch_error(fmt, name, provider)
     if provider.lower() not in FILE_FORMATS:
-        raise StatestreamError(
-            f"statestream streams into file-based tables only ({', '.join(FILE_FORMATS)}); "
-            f"table {name} is a '{provider}' table"
-        )
+        raise table_not_file_based_error(FILE_FORMATS, name, provider)
     location = info.get("location")
     if not location:
-        raise StatestreamError(f"table {name} has no location: statestream cannot stream into it")
+        raise table_without_location_error(name)
     return TableTarget(format=provider.lower(), path=str(location), created=created)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+from statestream.errors import data_source_not_found_error, kafka_fixed_schema_error, user_schema_not_supported_error
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
@@ -65,7 +67,7 @@ def create_source(
     StatestreamError
         An unknown format (Spark: ``[DATA_SOURCE_NOT_FOUND]``).
     """
-    from statestream.sources.options import present_options, unsupported_operation
+    from statestream.sources.options import present_options
 
     name = fmt.lower()
     opts = dict(options or {})
@@ -73,19 +75,19 @@ def create_source(
         opts = present_options(opts)  # V2 sources: an option set to None takes its default
     if name == "rate":
         if schema is not None:
-            raise unsupported_operation("RateStreamProvider source does not support user-specified schema.")
+            raise user_schema_not_supported_error("RateStreamProvider")
         from statestream.sources.rate import RateSource
 
         return RateSource(spark, opts, metadata_dir=metadata_dir, clock=clock)
     if name == "rate-micro-batch":
         if schema is not None:
-            raise unsupported_operation("RatePerMicroBatchProvider source does not support user-specified schema.")
+            raise user_schema_not_supported_error("RatePerMicroBatchProvider")
         from statestream.sources.rate_micro_batch import RatePerMicroBatchSource
 
         return RatePerMicroBatchSource(spark, opts)
     if name == "socket":
         if schema is not None:
-            raise unsupported_operation("TextSocketSourceProvider source does not support user-specified schema.")
+            raise user_schema_not_supported_error("TextSocketSourceProvider")
         from statestream.sources.socket import TextSocketSource
 
         return TextSocketSource(spark, opts)
@@ -94,9 +96,7 @@ def create_source(
 
         source = KafkaMicroBatchStream({k: v for k, v in opts.items() if v is not None}, metadata_dir=metadata_dir)
         if schema is not None:
-            from statestream.sources.options import illegal_argument
-
-            raise illegal_argument("requirement failed: Kafka source has a fixed schema and cannot be set with a custom one")
+            raise kafka_fixed_schema_error()
         return source
     if name in FILE_FORMATS:
         from statestream.sources.files import FileStreamSource
@@ -107,9 +107,4 @@ def create_source(
     python_source = python_data_source(spark, fmt, opts, schema, path)  # registered with spark.dataSource.register
     if python_source is not None:
         return python_source
-    from statestream.errors import StatestreamError
-
-    raise StatestreamError(
-        f"[DATA_SOURCE_NOT_FOUND] Failed to find the data source: {fmt}. Make sure the provider name is "
-        "correct and the package is properly registered and compatible with your Spark version. SQLSTATE: 42K02"
-    )
+    raise data_source_not_found_error(fmt)

@@ -47,10 +47,22 @@ import pyarrow.fs as pafs
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     StatestreamArithmeticException,
-    StatestreamError,
     StatestreamIllegalArgumentException,
     StatestreamUnsupportedOperationException,
-    analysis_error,
+    archive_dir_matches_source_error,
+    archive_dir_other_file_system_error,
+    archive_dir_required_error,
+    clean_source_mode_error,
+    file_source_boolean_option_error,
+    file_source_concurrent_update_error,
+    file_source_invalid_batch_error,
+    file_source_log_behind_error,
+    file_source_log_entry_missing_error,
+    file_source_positive_option_error,
+    max_files_and_bytes_per_trigger_error,
+    path_not_found_error,
+    schema_required_error,
+    source_path_not_specified_error,
 )
 from statestream.jvm_calls import static_member
 from statestream.sinks.files import (
@@ -65,7 +77,7 @@ from statestream.sinks.files import (
     uri_to_path,
 )
 from statestream.sources.base import ReadLimit, Source, empty_batch
-from statestream.sources.options import arithmetic_error, illegal_argument, time_string_as_ms, unsupported_operation
+from statestream.sources.options import time_string_as_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -78,20 +90,10 @@ __all__ = [
     "StatestreamIllegalArgumentException",
     "StatestreamUnsupportedOperationException",
     "StatestreamArithmeticException",
-    "illegal_argument",
-    "unsupported_operation",
-    "arithmetic_error",
-    "SCHEMA_REQUIRED_MESSAGE",
     "parse_schema",
 ]
 
 logger = logging.getLogger(__name__)
-
-SCHEMA_REQUIRED_MESSAGE = (
-    "Schema must be specified when creating a streaming source DataFrame. If some files already "
-    "exist in the directory, then depending on the file format you may be able to create a static "
-    "DataFrame on that directory with 'spark.read.load(directory)' and infer schema from it."
-)
 
 #: Options the source consumes itself (lower-case); everything else goes to the batch reader too.
 _SOURCE_OPTIONS = {
@@ -134,7 +136,7 @@ def _require_existing_path(path: str) -> None:
     """Spark's PATH_NOT_FOUND for a source directory that does not exist (checked at load())."""
     if not CheckpointFileManager(FileStreamSource._spark_path(path)).exists():
         shown = path.partition("?")[0]  # as given (Spark's text); a URI's query may hold credentials
-        raise analysis_error("PATH_NOT_FOUND", f"[PATH_NOT_FOUND] Path does not exist: {shown}. SQLSTATE: 42K03", "42K03", path=shown)
+        raise path_not_found_error(shown)
 
 
 def _bool_option(opts: Mapping[str, Any], key: str, name: str, default: bool) -> bool:
@@ -146,7 +148,7 @@ def _bool_option(opts: Mapping[str, Any], key: str, name: str, default: bool) ->
     text = str(raw).strip().lower()
     if text in ("true", "false"):
         return text == "true"
-    raise illegal_argument(f"Invalid value '{raw}' for option '{name}', must be 'true' or 'false'")
+    raise file_source_boolean_option_error(raw, name)
 
 
 def _positive_option(opts: Mapping[str, Any], name: str) -> int | None:
@@ -159,7 +161,7 @@ def _positive_option(opts: Mapping[str, Any], name: str) -> int | None:
     except ValueError:
         value = 0
     if value <= 0:
-        raise illegal_argument(f"Invalid value '{raw}' for option '{name}', must be a positive integer")
+        raise file_source_positive_option_error(raw, name)
     return value
 
 
@@ -322,11 +324,11 @@ class FileStreamSource(Source):
         # is a glob (which may only match once upstream writes), then a schema
         path = path if path is not None else opts.get("path")
         if not path:
-            raise illegal_argument("'path' is not specified.")
+            raise source_path_not_specified_error()
         if metadata_dir is None and not self._is_glob(str(path)):
             _require_existing_path(str(path))
         if parsed is None and not infer:
-            raise illegal_argument(SCHEMA_REQUIRED_MESSAGE)
+            raise schema_required_error()
         self.path = str(path)
         self.fmt = fmt
         if parsed is None and fmt != "text":
@@ -363,7 +365,7 @@ class FileStreamSource(Source):
         self.file_name_only = checked(lambda: _bool_option(opts, "filenameonly", "fileNameOnly", False), False)
         max_age = checked(lambda: time_string_as_ms(opts.get("maxfileage", "7d")), 7 * 86_400_000)
         if self.max_files_per_trigger is not None and self.max_bytes_per_trigger is not None and starting:
-            raise illegal_argument("Options 'maxFilesPerTrigger' and 'maxBytesPerTrigger' can't be both set at the same time")
+            raise max_files_and_bytes_per_trigger_error()
         if self.latest_first and (self.max_files_per_trigger is not None or self.max_bytes_per_trigger is not None):
             max_age = 2**63 - 1  # Spark ignores maxFileAge then
         if self.latest_first:
@@ -437,26 +439,19 @@ class FileStreamSource(Source):
         if raw is not None:
             mode = str(raw).strip().lower()
             if mode not in ("archive", "delete", "off"):
-                raise illegal_argument(f"Invalid mode for clean source option Some({raw}). Must be one of ARCHIVE,DELETE,OFF")
+                raise clean_source_mode_error(raw)
             self.clean_source = mode
         if self.clean_source == "archive":
             archive = opts.get("sourcearchivedir")
             if archive is None:
-                raise illegal_argument("Archive mode must be used with 'sourceArchiveDir' option.")
+                raise archive_dir_required_error()
             archive_path = self._spark_path(str(archive))
             if _is_remote(self.path) != _is_remote(archive_path) or (
                 _is_remote(archive_path) and archive_path.split("/", 3)[:3] != self.path.split("/", 3)[:3]
             ):
-                raise illegal_argument(
-                    "requirement failed: Base archive path is located on a different file system than the source files. "
-                    f"source path: {qualified_path(self.path)} / base archive path: {qualified_path(archive_path)}"
-                )
+                raise archive_dir_other_file_system_error(qualified_path(self.path), qualified_path(archive_path))
             if _archive_matches_source(self._spark_path(self.path), archive_path):
-                raise illegal_argument(
-                    "requirement failed: Base archive path cannot be set to the path where archived path can possibly "
-                    "match with source pattern. Ensure the base archive path doesn't match with source pattern in "
-                    "depth, where the depth is minimum of depth on both paths."
-                )
+                raise archive_dir_matches_source_error()
             self.archive_dir = archive_path
 
     # -- listing ----------------------------------------------------------------------------------
@@ -574,13 +569,8 @@ class FileStreamSource(Source):
         naming the missing file."""
         reached = self._log_offset_of(start)
         if reached > self._log_offset:
-            from statestream.errors import CheckpointError
-
             missing = self.log.files.display(self.log._name(self._log_offset + 1))  # noqa: SLF001
-            raise CheckpointError(
-                f"The file source's log {self.log.files.display()} ends at batch {self._log_offset}, but the offset log "
-                f"has reached batch {reached}: the log file {missing} is missing (its files would be read again)"
-            )
+            raise file_source_log_behind_error(self.log.files.display(), self._log_offset, reached, missing)
         if self._unread:
             candidates = self._unread
         else:
@@ -609,10 +599,7 @@ class FileStreamSource(Source):
             batch = self._log_offset + 1
             entries = [{"path": p, "timestamp": ts, "batchId": batch} for p, ts in new_files]
             if not self.log.add(batch, entries):
-                raise StatestreamError(
-                    f"Concurrent update to the log. Multiple streaming jobs detected for {batch} "
-                    f"({self.log.files.display(str(batch))})"
-                )
+                raise file_source_concurrent_update_error(batch, self.log.files.display(str(batch)))
             self._log_offset = batch
             logger.info("Log offset set to %d with %d new files", batch, len(new_files))
         return None if self._log_offset < 0 else {"logOffset": self._log_offset}
@@ -648,7 +635,7 @@ class FileStreamSource(Source):
         for b in range(lo + 1, hi + 1):
             entries = self.log.batch_entries(b)
             if entries is None:
-                raise StatestreamError(f"file source log entry {self.log.files.display(str(b))} is missing")
+                raise file_source_log_entry_missing_error(self.log.files.display(str(b)))
             out.extend(e["path"] for e in entries)
         return out
 
@@ -668,7 +655,7 @@ class FileStreamSource(Source):
             if sorted(got) != sorted(want):
                 # partition directories that were not there when the source was created: Spark's
                 # assertion on the batch's attributes
-                raise StatestreamError(f"assertion failed: Invalid batch: {','.join(want)} != {','.join(got)}")
+                raise file_source_invalid_batch_error(want, got)
             df = df.select(*want)
         return df
 

@@ -1,8 +1,7 @@
-"""What the sources share for reading their options: the exceptions a bad option raises (PySpark's
-types for Spark's ``IllegalArgumentException``, ``UnsupportedOperationException`` and
-``ArithmeticException``), the unit table of Spark's time strings (``"5s"``, ``"100ms"``), and how
-an option value is stored (``option_string``, which ``DataStreamReader.option`` and
-``DataStreamWriter.option`` use too).
+"""What the sources share for reading their options: the unit table of Spark's time strings
+(``"5s"``, ``"100ms"``), and how an option value is stored (``option_string``, which
+``DataStreamReader.option`` and ``DataStreamWriter.option`` use too). The errors a bad option
+raises are in :mod:`statestream.errors.sources_sinks`.
 
 A module of its own so that ``files.py`` and ``rate.py`` both import it instead of each other.
 """
@@ -12,16 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from statestream.errors import (
-    StatestreamArithmeticException,
-    StatestreamIllegalArgumentException,
-    StatestreamUnsupportedOperationException,
-)
+from statestream.errors import time_string_error
 
 __all__ = [
-    "illegal_argument",
-    "unsupported_operation",
-    "arithmetic_error",
     "TIME_SUFFIX_MS",
     "time_string_as_ms",
     "option_string",
@@ -46,25 +38,8 @@ def time_string_as_ms(text: str) -> int:
     milliseconds, or Spark's ``NumberFormatException`` text for one it cannot parse."""
     m = re.fullmatch(r"\s*(-?[0-9]+)\s*([a-z]+)?\s*", str(text).lower())
     if m is None or (m.group(2) is not None and m.group(2) not in TIME_SUFFIX_MS):
-        from statestream.errors import StatestreamNumberFormatException
-
-        raise StatestreamNumberFormatException(
-            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
-            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nFailed to parse time string: {text}"
-        )
+        raise time_string_error(text)
     return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
-
-
-def illegal_argument(message: str) -> StatestreamIllegalArgumentException:
-    return StatestreamIllegalArgumentException(message)
-
-
-def unsupported_operation(message: str) -> StatestreamUnsupportedOperationException:
-    return StatestreamUnsupportedOperationException(message)
-
-
-def arithmetic_error(message: str) -> StatestreamArithmeticException:
-    return StatestreamArithmeticException(message)
 
 
 def option_string(value: Any) -> str | None:

@@ -27,7 +27,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from statestream.errors import StatestreamError, python_data_source_error, python_streaming_source_error
+from statestream.errors import python_data_source_broadcast_error, python_data_source_error, python_streaming_source_error
 from statestream.jvm_calls import static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 
@@ -59,10 +59,7 @@ def lookup_python_data_source(spark: "SparkSession", name: str) -> "type[DataSou
         return None
     function = manager.lookupDataSource(name).dataSourceCls()
     if function.broadcastVars().size() > 0:  # a class pickled larger than PySpark's broadcast threshold
-        raise StatestreamError(
-            f"The Python data source {name!r} was registered as a broadcast (its pickled class is over 1 MB); "
-            "statestream cannot read it back. Make the class smaller (keep large objects out of its module)."
-        )
+        raise python_data_source_broadcast_error(name)
     raw = function.command().toArray(static_member(spark._jvm, "scala.reflect.ClassTag", "Byte")())  # noqa: SLF001
     return CloudPickleSerializer().loads(bytes(raw))
 

@@ -24,9 +24,16 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import CheckpointError
+from statestream.errors import (
+    log_version_line_missing_error,
+    newer_log_version_error,
+    ramp_up_time_negative_error,
+    rate_offset_overflow_error,
+    rate_option_not_positive_error,
+    rate_ramp_up_overflow_error,
+)
 from statestream.sources.base import ReadLimit, Source
-from statestream.sources.options import TIME_SUFFIX_MS, arithmetic_error, illegal_argument
+from statestream.sources.options import TIME_SUFFIX_MS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,16 +48,6 @@ Clock = Callable[[], int]
 
 _LONG_MAX = 2**63 - 1
 _VERSION = 1
-
-
-def _rate_error(message: str) -> Exception:
-    # Spark raises java.lang.IllegalArgumentException; PySpark surfaces it as
-    # pyspark.errors.IllegalArgumentException.
-    return illegal_argument(message)
-
-
-def _arithmetic_error(message: str) -> Exception:
-    return arithmetic_error(message)
 
 
 def parse_time_string_as_seconds(text: str) -> int:
@@ -136,16 +133,12 @@ class RateSource(Source):
         self._raw_num_partitions = opts.get("numpartitions")
         self.rows_per_second = int(opts.get("rowspersecond", 1))
         if self.rows_per_second <= 0:
-            raise _rate_error(
-                f"Invalid value '{self.rows_per_second}'. The option 'rowsPerSecond' must be positive"
-            )
+            raise rate_option_not_positive_error("rowsPerSecond", self.rows_per_second)
         self.ramp_up_time_seconds = (
             parse_time_string_as_seconds(opts["rampuptime"]) if "rampuptime" in opts else 0
         )
         if self.ramp_up_time_seconds < 0:
-            raise _rate_error(
-                f"Invalid value '{self.ramp_up_time_seconds}'. The option 'rampUpTime' must not be negative"
-            )
+            raise ramp_up_time_negative_error(self.ramp_up_time_seconds)
         if self._raw_num_partitions is not None:
             self.num_partitions = int(self._raw_num_partitions)
         elif spark is not None:
@@ -153,15 +146,10 @@ class RateSource(Source):
         else:
             self.num_partitions = 1
         if self.num_partitions <= 0:
-            raise _rate_error(
-                f"Invalid value '{self.num_partitions}'. The option 'numPartitions' must be positive"
-            )
+            raise rate_option_not_positive_error("numPartitions", self.num_partitions)
         self._max_seconds = _LONG_MAX // self.rows_per_second
         if self.ramp_up_time_seconds > self._max_seconds:
-            raise _arithmetic_error(
-                f"Integer overflow. Max offset with {self.rows_per_second} rowsPerSecond is "
-                f"{self._max_seconds}, but 'rampUpTimeSeconds' is {self.ramp_up_time_seconds}."
-            )
+            raise rate_ramp_up_overflow_error(self.rows_per_second, self._max_seconds, self.ramp_up_time_seconds)
         self._clock = _as_clock(clock)
         self._metadata = CheckpointFileManager(metadata_dir) if metadata_dir else None
         self.creation_time_ms = self._load_or_write_creation_time()
@@ -190,16 +178,13 @@ class RateSource(Source):
         where = self._metadata.display("0")
         head, _, body = text.partition("\n")
         if not head.startswith("v") or not body:
-            raise CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})")
+            raise log_version_line_missing_error(where)
         try:
             version = int(head[1:])
         except ValueError as exc:
-            raise CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})") from exc
+            raise log_version_line_missing_error(where) from exc
         if version > _VERSION:
-            raise CheckpointError(
-                f"UnsupportedLogVersion: maximum supported log version is v{_VERSION}, but encountered "
-                f"v{version} in {where}. The log file was produced by a newer version."
-            )
+            raise newer_log_version_error(_VERSION, version, where)
         return int(body.strip())
 
     # -- Source contract -------------------------------------------------------------------------
@@ -226,10 +211,7 @@ class RateSource(Source):
         if start_s > end_s:
             raise AssertionError(f"startSeconds({start_s}) > endSeconds({end_s})")
         if end_s > self._max_seconds:
-            raise _arithmetic_error(
-                f"Integer overflow. Max offset with {self.rows_per_second} rowsPerSecond is "
-                f"{self._max_seconds}, but it's {end_s} now."
-            )
+            raise rate_offset_overflow_error(self.rows_per_second, self._max_seconds, end_s)
         # After a restart the batch being replayed may lie beyond what the clock has shown us.
         end_ms = end_s * 1000 + self.creation_time_ms
         if self._last_time_ms < end_ms:

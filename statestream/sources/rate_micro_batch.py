@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream.errors import StatestreamIllegalArgumentException, number_format_error
+from statestream.errors import number_format_error, rate_option_negative_error, rate_option_not_positive_error
 from statestream.sources.base import ReadLimit, Source
 
 if TYPE_CHECKING:
@@ -73,25 +73,17 @@ class RatePerMicroBatchSource(Source):
         opts = {str(k).lower(): v for k, v in (options or {}).items()}
         self.rows_per_batch = _number_option(opts, "rowsperbatch", "rowsPerBatch", 0, 64)
         if self.rows_per_batch <= 0:
-            raise StatestreamIllegalArgumentException(
-                f"Invalid value '{self.rows_per_batch}'. The option 'rowsPerBatch' must be positive"
-            )
+            raise rate_option_not_positive_error("rowsPerBatch", self.rows_per_batch)
         default_parts = int(spark.sparkContext.defaultParallelism) if spark is not None else 1
         self.num_partitions = _number_option(opts, "numpartitions", "numPartitions", default_parts, 32)
         if self.num_partitions <= 0:
-            raise StatestreamIllegalArgumentException(
-                f"Invalid value '{self.num_partitions}'. The option 'numPartitions' must be positive"
-            )
+            raise rate_option_not_positive_error("numPartitions", self.num_partitions)
         self.start_timestamp = _number_option(opts, "starttimestamp", "startTimestamp", 0, 64)
         if self.start_timestamp < 0:
-            raise StatestreamIllegalArgumentException(
-                f"Invalid value '{self.start_timestamp}'. The option 'startTimestamp' must be non-negative"
-            )
+            raise rate_option_negative_error("startTimestamp", self.start_timestamp)
         self.advance_ms = _number_option(opts, "advancemillisperbatch", "advanceMillisPerBatch", 1000, 32)
         if self.advance_ms < 0:
-            raise StatestreamIllegalArgumentException(
-                f"Invalid value '{self.advance_ms}'. The option 'advanceMillisPerBatch' must be non-negative"
-            )
+            raise rate_option_negative_error("advanceMillisPerBatch", self.advance_ms)
         self._available_now = False
         self._available_now_end: dict[str, int] | None = None
 

@@ -24,7 +24,13 @@ import socket
 import threading
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream.errors import StatestreamError
+from statestream.errors import (
+    number_format_error,
+    socket_commit_out_of_order_error,
+    socket_include_timestamp_error,
+    socket_lines_gone_error,
+    socket_option_required_error,
+)
 from statestream.sources.base import ReadLimit, Source
 
 if TYPE_CHECKING:
@@ -48,13 +54,11 @@ class TextSocketSource(Source):
     short_name = "socket"
 
     def __init__(self, spark: "SparkSession | None", options: Mapping[str, Any] | None = None) -> None:
-        from statestream.errors import analysis_error, number_format_error
-
         opts = {str(k).lower(): v for k, v in (options or {}).items()}
         if "host" not in opts:
-            raise analysis_error(None, 'Set a host to read from with option("host", ...).')
+            raise socket_option_required_error("host")
         if "port" not in opts:
-            raise analysis_error(None, 'Set a port to read from with option("port", ...).')
+            raise socket_option_required_error("port")
         self.host = str(opts["host"])
         try:
             self.port = int(str(opts["port"]).strip())
@@ -62,7 +66,7 @@ class TextSocketSource(Source):
             raise number_format_error(opts["port"]) from None
         raw_ts = str(opts.get("includetimestamp", "false")).strip().lower()
         if raw_ts not in ("true", "false"):
-            raise analysis_error(None, 'IncludeTimestamp must be set to either "true" or "false".')
+            raise socket_include_timestamp_error()
         self.include_timestamp = raw_ts == "true"
         self._lock = threading.Lock()
         self._lines: list[tuple[str, _dt.datetime]] = []
@@ -120,10 +124,7 @@ class TextSocketSource(Source):
         hi = int(end)
         with self._lock:
             if lo + 1 < self._first_offset:
-                raise StatestreamError(
-                    f"socket source: lines {lo + 1}..{self._first_offset - 1} were already committed and "
-                    "are gone (the socket source does not support recovery)"
-                )
+                raise socket_lines_gone_error(lo + 1, self._first_offset - 1)
             rows = self._lines[lo + 1 - self._first_offset : hi + 1 - self._first_offset]
         if self.include_timestamp:
             data = [(v, ts) for v, ts in rows]
@@ -137,7 +138,7 @@ class TextSocketSource(Source):
         with self._lock:
             drop = hi + 1 - self._first_offset
             if drop < 0:
-                raise StatestreamError(f"Offsets committed out of order: {self._first_offset - 1} followed by {hi}")
+                raise socket_commit_out_of_order_error(self._first_offset - 1, hi)
             del self._lines[:drop]
             self._first_offset = hi + 1
 

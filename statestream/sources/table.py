@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
 
-from statestream.errors import not_supported_yet
+from statestream.errors import not_supported_yet, streaming_table_is_temp_view_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,13 +38,7 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
 
     schema = ClassicSparkSession.table(spark, name).schema  # Spark's TABLE_OR_VIEW_NOT_FOUND for an unknown name
     if spark.catalog.getTable(name).isTemporary:
-        from statestream.errors import analysis_error
-
-        raise analysis_error(
-            None,
-            f"{name} is not a temp view of streaming logical plan, please use batch API such as "
-            "`DataFrameReader.table` to read it.",
-        )
+        raise streaming_table_is_temp_view_error(name)
     info: dict[str, Any] = {}
     storage: dict[str, str] = {}
     for row in ClassicSparkSession.sql(spark, f"DESCRIBE TABLE EXTENDED {name}").collect():

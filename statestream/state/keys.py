@@ -39,13 +39,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors.state import StateStoreError
+from statestream.errors.state import (
+    key_column_count_mismatch_error,
+    key_structure_mismatch_error,
+    key_type_unsupported_error,
+    key_value_not_encodable_error,
+)
 
-__all__ = ["match_keys", "group_ids", "check_key_types_supported", "KEY_TYPE_UNSUPPORTED"]
+__all__ = ["match_keys", "group_ids", "check_key_types_supported"]
 
 log = logging.getLogger(__name__)
-
-KEY_TYPE_UNSUPPORTED = "statestream's state store cannot use a column of type {type} as (part of) a key: {where}"
 
 _LEFT_INDEX = "__ss_left_row"
 _RIGHT_INDEX = "__ss_right_row"
@@ -103,7 +106,7 @@ def check_key_types_supported(schema: pa.Schema, where: str) -> None:
             or pa.types.is_null(t)
         ):
             return
-        raise StateStoreError(KEY_TYPE_UNSUPPORTED.format(type=t, where=f"{where}, column {path}"))
+        raise key_type_unsupported_error(t, f"{where}, column {path}")
 
     for field in schema:
         visit(field.type, field.name)
@@ -164,7 +167,7 @@ def _canonical(v: Any) -> bytes:
             entries = sorted(_canonical(k) + _canonical(x) for k, x in v)
             return b"M%d:" % len(entries) + b"".join(entries)
         return b"L%d:" % len(v) + b"".join(_canonical(x) for x in v)
-    raise StateStoreError(f"statestream cannot encode the key value {v!r} ({type(v).__name__})")
+    raise key_value_not_encodable_error(v)
 
 
 def _filled_leaf(col: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array | None:
@@ -212,14 +215,14 @@ def _encode_pair(
     left: Sequence[ArrayLike], right: Sequence[ArrayLike]
 ) -> tuple[dict[str, ArrayLike], dict[str, ArrayLike]]:
     if len(left) != len(right):
-        raise StateStoreError(f"key column count mismatch: {len(left)} vs {len(right)}")
+        raise key_column_count_mismatch_error(len(left), len(right))
     lcomp: list[tuple[str, pa.ChunkedArray]] = []
     rcomp: list[tuple[str, pa.ChunkedArray]] = []
     for lc, rc in zip(left, right):
         _leaves(_chunked(lc), lcomp)
         _leaves(_chunked(rc), rcomp)
     if len(lcomp) != len(rcomp):
-        raise StateStoreError("key structure mismatch between the two sides of a key match")
+        raise key_structure_mismatch_error()
     lenc: dict[str, ArrayLike] = {}
     renc: dict[str, ArrayLike] = {}
     for j, ((kind, lcol), (_, rcol)) in enumerate(zip(lcomp, rcomp)):

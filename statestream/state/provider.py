@@ -21,7 +21,20 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors.state import StateStoreError
+from statestream.errors.state import (
+    StateStoreError,
+    state_file_corrupt_error,
+    state_file_format_version_error,
+    state_file_missing_error,
+    state_file_not_statestream_error,
+    state_file_read_error,
+    state_file_schema_mismatch_error,
+    state_file_truncated_error,
+    state_file_unreadable_error,
+    state_file_without_key_count_error,
+    state_version_negative_error,
+    state_version_zero_replace_error,
+)
 from statestream.state.keys import check_key_types_supported, match_keys
 from statestream.state.local_disk import find_mapped, mapped_file_name, read_mapped, remove_mapped, store_dir, write_mapped
 from statestream.state.store import (
@@ -309,53 +322,32 @@ class StateStoreProvider:
         try:
             data = self._files.read_bytes(name)
         except FileNotFoundError as exc:
-            msg = (
-                f"Error reading state file {shown} of {self.store_id}: the file does not exist, "
-                f"but it is needed to load version {needed_for}"
-            )
-            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+            raise state_file_missing_error(shown, self.store_id, needed_for) from exc
         except OSError as exc:
-            msg = f"Error reading state file {shown} of {self.store_id} (needed for version {needed_for}): {exc}"
-            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+            raise state_file_read_error(shown, self.store_id, needed_for, exc) from exc
         body, damage = verify_checksum(data)
         if damage is not None:
-            raise StateStoreError(f"State file {shown} of {self.store_id} is corrupt: {damage}", "CANNOT_LOAD_STATE_STORE")
+            raise state_file_corrupt_error(shown, self.store_id, damage)
         try:
             reader = pa.ipc.open_stream(pa.py_buffer(data if body is None else body))
             meta = reader.schema.metadata or {}
             found = meta.get(_META_FORMAT)
             if found is None:
-                raise StateStoreError(
-                    f"State file {shown} of {self.store_id} is not a statestream state file "
-                    f"(no format version in its schema metadata)",
-                    "CANNOT_LOAD_STATE_STORE",
-                )
+                raise state_file_not_statestream_error(shown, self.store_id)
             if body is None and found == str(STATE_FILE_FORMAT_VERSION).encode():
-                raise StateStoreError(
-                    f"State file {shown} of {self.store_id} is corrupt: its checksum trailer is missing (the file was cut short)",
-                    "CANNOT_LOAD_STATE_STORE",
-                )
+                raise state_file_truncated_error(shown, self.store_id)
             if found not in _READABLE_FORMATS:
-                raise StateStoreError(
-                    f"State file {shown} of {self.store_id} has format version {found.decode(errors='replace')}, "
-                    f"but this statestream reads format versions 1 to {STATE_FILE_FORMAT_VERSION}",
-                    "CANNOT_LOAD_STATE_STORE",
-                )
+                raise state_file_format_version_error(shown, self.store_id, found, STATE_FILE_FORMAT_VERSION)
             table = reader.read_all()
         except StateStoreError:
             raise
         except (pa.ArrowException, OSError, ValueError) as exc:
-            msg = f"State file {shown} of {self.store_id} is corrupt or unreadable: {exc}"
-            raise StateStoreError(msg, "CANNOT_LOAD_STATE_STORE") from exc
+            raise state_file_unreadable_error(shown, self.store_id, exc) from exc
         expected = self.delta_schema if kind == _DELTA else self.schema
         if table.num_columns != len(expected) or any(
             not table.schema.field(i).type.equals(f.type) for i, f in enumerate(expected)
         ):
-            msg = (
-                f"State file {shown} of {self.store_id} does not match the expected state schema: "
-                f"file has {table.schema.remove_metadata()}, expected {expected}"
-            )
-            raise StateStoreError(msg, "STATE_STORE_INVALID_FORMAT")
+            raise state_file_schema_mismatch_error(shown, self.store_id, table.schema.remove_metadata(), expected)
         return pa.Table.from_arrays(table.columns, schema=expected)
 
     # -- loading ------------------------------------------------------------------------------
@@ -484,7 +476,7 @@ class StateStoreProvider:
 
     def _load(self, version: int, begins_at: int | None = 0) -> pa.Table:
         if version < 0:
-            raise StateStoreError(f"cannot load version {version} of {self.store_id}: versions start at 0")
+            raise state_version_negative_error(version, self.store_id)
         if begins_at is None:
             begins_at = self._inferred_beginning(version)
         with self._lock:
@@ -552,7 +544,7 @@ class StateStoreProvider:
         newest snapshot at or below a version, so the edit wins over the deltas before it; the
         cached versions from ``version`` on are dropped."""
         if version <= 0:
-            raise StateStoreError(f"cannot replace version {version} of {self.store_id}: version 0 is always empty")
+            raise state_version_zero_replace_error(version, self.store_id)
         table = pa.Table.from_arrays(table.select(list(range(self._nk + self._nv))).columns, schema=self.schema)
         with self._lock:
             # files above the version belong to a batch that was not committed (it runs again
@@ -650,12 +642,12 @@ def stored_schemas(store_id: StateStoreId) -> tuple[pa.Schema, pa.Schema] | None
         with pa.ipc.open_stream(files.open_input(name)) as reader:
             schema = reader.schema
     except (pa.ArrowException, OSError) as exc:
-        raise StateStoreError(f"State file {files.display(name)} of {store_id} is corrupt or unreadable: {exc}", "CANNOT_LOAD_STATE_STORE") from exc
+        raise state_file_unreadable_error(files.display(name), store_id, exc) from exc
     meta = schema.metadata or {}
     try:
         nk = int(meta[_META_NUM_KEYS])
     except (KeyError, ValueError) as exc:
-        raise StateStoreError(f"State file {files.display(name)} of {store_id} records no key column count", "CANNOT_LOAD_STATE_STORE") from exc
+        raise state_file_without_key_count_error(files.display(name), store_id) from exc
     fields = [f for f in schema.remove_metadata() if f.name != OP_COLUMN or kind != _DELTA]
     return pa.schema(fields[:nk]), pa.schema(fields[nk:])
 

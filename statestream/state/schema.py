@@ -21,7 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors.state import OperatorNotMatchError, StateSchemaNotCompatibleError, StateStoreError
+from statestream.errors.state import (
+    StateSchemaNotCompatibleError,
+    key_schema_not_compatible_error,
+    operator_metadata_corrupt_error,
+    operator_metadata_version_error,
+    operator_not_match_error,
+    operator_properties_corrupt_error,
+    state_schema_file_corrupt_error,
+    state_schema_file_version_error,
+    state_schema_file_without_version_error,
+    value_schema_not_compatible_error,
+)
 
 __all__ = [
     "SCHEMA_FILE_VERSION",
@@ -205,9 +216,9 @@ def read_operator_properties(state_root: str, operator_id: int) -> dict[str, str
     try:
         value = json.loads(files.read_bytes(rel).decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise StateStoreError(f"Operator properties file {files.display(rel)} is corrupt: {exc}") from exc
+        raise operator_properties_corrupt_error(files.display(rel), exc) from exc
     if not isinstance(value, dict):
-        raise StateStoreError(f"Operator properties file {files.display(rel)} is corrupt: not a JSON object")
+        raise operator_properties_corrupt_error(files.display(rel))
     return {str(k): str(v) for k, v in value.items()}
 
 
@@ -260,15 +271,12 @@ def decode_schema_file(data: bytes, where: str) -> StateSchema:
     try:
         version_text, pos = read_java_utf(data, 0)
     except ValueError as exc:
-        raise StateStoreError(f"State schema file {where} is corrupt: {exc}") from exc
+        raise state_schema_file_corrupt_error(where, exc) from exc
     if not (version_text.startswith("v") and version_text[1:].isdigit()):
-        raise StateStoreError(f"State schema file {where} does not start with a format version (found {version_text!r})")
+        raise state_schema_file_without_version_error(where, version_text)
     version = int(version_text[1:])
     if version not in _READABLE_SCHEMA_VERSIONS:
-        raise StateStoreError(
-            f"State schema file {where} has format version {version}, but statestream reads only versions "
-            f"{', '.join(str(v) for v in _READABLE_SCHEMA_VERSIONS)} (it writes version {SCHEMA_FILE_VERSION})"
-        )
+        raise state_schema_file_version_error(where, version, _READABLE_SCHEMA_VERSIONS, SCHEMA_FILE_VERSION)
     try:
         texts: list[str] = []
         for _ in range(2):
@@ -289,7 +297,7 @@ def decode_schema_file(data: bytes, where: str) -> StateSchema:
             texts.append(text)
         key_schema, value_schema = (json.loads(t) for t in texts)
     except (ValueError, struct.error) as exc:
-        raise StateStoreError(f"State schema file {where} is corrupt: {exc}") from exc
+        raise state_schema_file_corrupt_error(where, exc) from exc
     return StateSchema(key_schema, value_schema, version)
 
 
@@ -532,18 +540,9 @@ def check_state_schema(
     if _parse_type(stored.key_schema) == _parse_type(key_schema) and _parse_type(stored.value_schema) == _parse_type(value_schema):
         return
     if not schemas_compatible(stored.key_schema, key_schema):
-        raise StateSchemaNotCompatibleError(
-            "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
-            {"storedKeySchema": render_data_type(stored.key_schema), "newKeySchema": render_data_type(key_schema)},
-        )
+        raise key_schema_not_compatible_error(render_data_type(stored.key_schema), render_data_type(key_schema))
     if check_value and not schemas_compatible(stored.value_schema, value_schema):
-        raise StateSchemaNotCompatibleError(
-            "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
-            {
-                "storedValueSchema": render_data_type(stored.value_schema),
-                "newValueSchema": render_data_type(value_schema),
-            },
-        )
+        raise value_schema_not_compatible_error(render_data_type(stored.value_schema), render_data_type(value_schema))
 
 
 def validate_and_write_state_schema(
@@ -656,18 +655,15 @@ def read_operator_metadata(state_root: str, operator_id: int) -> OperatorStateMe
     try:
         text = files.read_bytes(rel).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise StateStoreError(f"Operator metadata file {where} is corrupt: {exc}") from exc
+        raise operator_metadata_corrupt_error(where, exc) from exc
     first, _, rest = text.partition("\n")
     first = first.strip()
     if first != f"v{OPERATOR_METADATA_VERSION}":
-        raise StateStoreError(
-            f"Operator metadata file {where} has format version {first!r}, but statestream reads only "
-            f"version v{OPERATOR_METADATA_VERSION}"
-        )
+        raise operator_metadata_version_error(where, first, OPERATOR_METADATA_VERSION)
     try:
         return OperatorStateMetadata.from_json(json.loads(rest))
     except (ValueError, KeyError, TypeError) as exc:
-        raise StateStoreError(f"Operator metadata file {where} is corrupt: {exc}") from exc
+        raise operator_metadata_corrupt_error(where, exc) from exc
 
 
 def read_all_operator_metadata(state_root: str) -> dict[int, OperatorStateMetadata]:
@@ -695,7 +691,4 @@ def check_operator_metadata(in_metadata: Mapping[int, str], in_current_batch: Ma
         return
     if dict(in_metadata) == dict(in_current_batch):
         return
-    raise OperatorNotMatchError(
-        "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
-        {"OpsInMetadataSeq": _ops_text(in_metadata), "OpsInCurBatchSeq": _ops_text(in_current_batch)},
-    )
+    raise operator_not_match_error(_ops_text(in_metadata), _ops_text(in_current_batch))

@@ -24,7 +24,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.errors.state import StateStoreError
+from statestream.errors.state import (
+    eviction_predicate_length_error,
+    max_batches_in_memory_error,
+    on_local_disk_conf_error,
+    state_column_count_error,
+    state_column_type_error,
+    state_compression_codec_error,
+    state_data_type_error,
+    store_not_updating_error,
+    store_setting_below_one_error,
+)
 from statestream.state.keys import match_keys
 from statestream.state.local_disk import ON_LOCAL_DISK_CONF
 
@@ -123,15 +133,13 @@ class StateStoreConf:
 
     def __post_init__(self) -> None:
         if self.min_deltas_for_snapshot < 1:
-            raise StateStoreError(f"min_deltas_for_snapshot must be >= 1, got {self.min_deltas_for_snapshot}")
+            raise store_setting_below_one_error("min_deltas_for_snapshot", self.min_deltas_for_snapshot)
         if self.min_batches_to_retain < 1:
-            raise StateStoreError(f"min_batches_to_retain must be >= 1, got {self.min_batches_to_retain}")
+            raise store_setting_below_one_error("min_batches_to_retain", self.min_batches_to_retain)
         if self.max_versions_in_memory < 1:
-            raise StateStoreError(f"max_versions_in_memory must be >= 1, got {self.max_versions_in_memory}")
+            raise store_setting_below_one_error("max_versions_in_memory", self.max_versions_in_memory)
         if self.compression.lower() not in ("lz4", "zstd", "none", "uncompressed"):
-            raise StateStoreError(
-                f"unsupported state store compression codec {self.compression!r} (use lz4, zstd or none)"
-            )
+            raise state_compression_codec_error(self.compression)
 
     @property
     def ipc_compression(self) -> str | None:
@@ -149,9 +157,7 @@ def versions_in_memory_from_conf(value: str | None) -> int:
     try:
         n = int(str(value).strip())
     except ValueError:
-        raise StateStoreError(
-            f"spark.sql.streaming.maxBatchesToRetainInMemory must be a whole number of batches, got {value!r}"
-        ) from None
+        raise max_batches_in_memory_error(value) from None
     return max(n, 1)
 
 
@@ -159,7 +165,7 @@ def on_local_disk_from_conf(value: str | None) -> bool:
     """``on_local_disk`` from :data:`~statestream.state.local_disk.ON_LOCAL_DISK_CONF` (true / false)."""
     text = str(value).strip().lower()
     if text not in ("true", "false"):
-        raise StateStoreError(f"{ON_LOCAL_DISK_CONF} must be true or false, got {value!r}")
+        raise on_local_disk_conf_error(ON_LOCAL_DISK_CONF, value)
     return text == "true"
 
 
@@ -284,7 +290,7 @@ def _as_table(data: TableLike) -> pa.Table:
         return pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
         return data
-    raise StateStoreError(f"state store expects a pyarrow Table or RecordBatch, got {type(data).__name__}")
+    raise state_data_type_error(data)
 
 
 class StoreOwner(Protocol):
@@ -357,10 +363,7 @@ class ReadStateStore:
         """
         table = _as_table(data)
         if table.num_columns != len(schema):
-            raise StateStoreError(
-                f"{what} for {self.id} must have {len(schema)} columns ({', '.join(schema.names)}), "
-                f"got {table.num_columns} ({', '.join(table.column_names)})"
-            )
+            raise state_column_count_error(what, self.id, schema.names, table.column_names)
         if len(schema) == 0:
             return table.select([])  # keeps the row count (the global aggregation's empty key)
         cols = []
@@ -370,10 +373,7 @@ class ReadStateStore:
                 try:
                     col = col.cast(f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                    raise StateStoreError(
-                        f"{what} for {self.id}: column {i} ({table.column_names[i]}) has type {col.type}, "
-                        f"expected {f.type}: {exc}"
-                    ) from exc
+                    raise state_column_type_error(what, self.id, i, table.column_names[i], col.type, f.type, exc) from exc
             cols.append(col)
         return pa.Table.from_arrays(cols, schema=schema)
 
@@ -496,7 +496,7 @@ class StateStore(ReadStateStore):
 
     def _check_updating(self, what: str) -> None:
         if self._state != "updating":
-            raise StateStoreError(f"cannot {what} {self.id} version {self._version}: the store was already {self._state}")
+            raise store_not_updating_error(what, self.id, self._version, self._state)
 
     def _replace(self, table: pa.Table, dirty: np.ndarray) -> None:
         if table.num_columns and table.column(0).num_chunks > _MAX_CHUNKS:
@@ -602,7 +602,7 @@ class StateStore(ReadStateStore):
         """``predicate(table)`` as one numpy boolean per row, a null counting as false."""
         mask = predicate(table)
         if len(mask) != table.num_rows:
-            raise StateStoreError(f"eviction predicate for {self.id} returned {len(mask)} values for {table.num_rows} rows")
+            raise eviction_predicate_length_error(self.id, len(mask), table.num_rows)
         if isinstance(mask, np.ndarray):
             mask = pa.array(mask)
         return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)

@@ -32,7 +32,7 @@ from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import SHUFFLE_PARTITIONS, OffsetSeqLog, partitions_of_batch
 from statestream.checkpoint.query_record import read_query_record
-from statestream.errors import CheckpointError, IncompatibleRestartError
+from statestream.errors import IncompatibleRestartError, empty_offset_log_error
 
 __all__ = ["CompatibilityReport", "Difference", "check_compatibility", "load_query_builder"]
 
@@ -112,7 +112,7 @@ def check_compatibility(ss: Any, checkpoint: str, build: Callable[[Any], Any], n
     offsets = OffsetSeqLog(fm.child("offsets"))
     latest = offsets.get_latest()
     if latest is None:
-        raise CheckpointError(f"{fm.display()} has no batch in its offset log: any query can start on it")
+        raise empty_offset_log_error(fm.display())
     last_committed = CommitLog(fm.child("commits")).get_latest_batch_id()
     entry = latest[1]
 

@@ -39,7 +39,15 @@ from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
 from statestream.checkpoint.query_record import read_query_record
 from statestream.checkpoint.rollback_marker import ROLLBACK_MARKER, check_no_interrupted_rollback
-from statestream.errors import CheckpointError
+from statestream.errors import (
+    batch_not_committed_error,
+    log_not_retained_error,
+    no_checkpoint_error,
+    not_a_file_sink_error,
+    offsets_not_retained_error,
+    rollback_interrupted_error,
+    state_not_retained_error,
+)
 from statestream.state.provider import parse_state_file_name
 
 __all__ = ["ROLLBACK_MARKER", "RollbackResult", "check_no_interrupted_rollback", "rollback_checkpoint"]
@@ -105,7 +113,7 @@ def _compactible_entries_as_of(log_: Any, batch_id: int) -> list[dict[str, Any]]
     for b in log_._valid_batches(batch_id):  # noqa: SLF001 - the log's own rule
         entries = log_.get(b)
         if entries is None:
-            raise CheckpointError(f"{log_.files.display(str(b))} is no longer retained: the log cannot go back to batch {batch_id}")
+            raise log_not_retained_error(log_.files.display(str(b)), batch_id)
         out.extend(entries)
     return log_.compact_logs(out)
 
@@ -117,25 +125,19 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
 
     fm = CheckpointFileManager(checkpoint)
     if not fm.exists("offsets") and not fm.exists("commits"):
-        raise CheckpointError(f"no checkpoint at {fm.display()}: it has no offsets/ and no commits/")
+        raise no_checkpoint_error(fm.display())
     offsets, commits = OffsetSeqLog(fm.child("offsets")), CommitLog(fm.child("commits"))
     resuming = fm.exists(ROLLBACK_MARKER)
     if resuming:
         marked = json.loads(fm.read_bytes(ROLLBACK_MARKER)).get("toBatch")
         if marked != to_batch:
-            raise CheckpointError(
-                f"a rollback of {fm.display()} to batch {marked} was interrupted: finish it first (--to-batch {marked})"
-            )
+            raise rollback_interrupted_error(fm.display(), marked)
     committed = commits.list_batch_ids()
     if to_batch < 0 or to_batch not in committed:
-        last = committed[-1] if committed else None
-        raise CheckpointError(
-            f"batch {to_batch} is not a committed batch of {fm.display()}: "
-            + (f"the committed batches retained are {committed[0]}..{last}" if committed else "it has no committed batch")
-        )
+        raise batch_not_committed_error(to_batch, fm.display(), committed)
     entry = offsets.get(to_batch)
     if entry is None:
-        raise CheckpointError(f"{offsets.path_of(to_batch)} is no longer retained: the checkpoint cannot go back to batch {to_batch}")
+        raise offsets_not_retained_error(offsets.path_of(to_batch), to_batch)
     state = fm.child("state")
     _check_state_retained(state, to_batch + 1, partitions_of_batch(entry))
     recorded_sink = (read_query_record(fm) or {}).get("fileSink")
@@ -200,10 +202,7 @@ def _check_state_retained(state: CheckpointFileManager, version: int, partitions
         start = max(snapshots) if snapshots else min(present) - 1
         missing = [v for v in range(start + 1, version + 1) if f"{v}.delta" not in names]
         if missing and not (snapshots and max(snapshots) == version):
-            raise CheckpointError(
-                f"{state.display(f'{directory}/{missing[0]}.delta')} is no longer retained: the state cannot go back to "
-                f"version {version} (raise spark.sql.streaming.minBatchesToRetain to keep more)"
-            )
+            raise state_not_retained_error(state.display(f"{directory}/{missing[0]}.delta"), version)
 
 
 def _rewrite_operator_metadata(state: CheckpointFileManager, partitions: int | None) -> None:
@@ -232,7 +231,7 @@ def _plan_file_sink(path: str, to_batch: int) -> _SinkPlan:
 
     out = CheckpointFileManager(path)
     if not out.exists("_spark_metadata"):
-        raise CheckpointError(f"{out.display()} is not a file sink's output: it has no _spark_metadata/")
+        raise not_a_file_sink_error(out.display())
     sink_log = FileStreamSinkLog(out.child("_spark_metadata").root)
     later = _log_files_after(sink_log.files, to_batch)
     if not later:

@@ -30,10 +30,30 @@ from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog, is_repartition_batch, partitions_of_batch, state_partitions_of_batch
 from statestream.errors import (
-    StatestreamIllegalArgumentException,
-    StatestreamNumberFormatException,
     StatestreamSparkRuntimeException,
-    spark_error_text,
+    boolean_format_error,
+    number_format_error,
+    state_source_boolean_option_error,
+    state_source_change_end_before_start_error,
+    state_source_change_feed_across_repartition_error,
+    state_source_change_feed_only_option_error,
+    state_source_conflicting_options_error,
+    state_source_join_side_error,
+    state_source_key_not_decodable_error,
+    state_source_no_committed_batch_error,
+    state_source_no_partition_error,
+    state_source_no_state_variables_error,
+    state_source_offset_log_unavailable_error,
+    state_source_option_empty_error,
+    state_source_option_needs_transform_with_state_error,
+    state_source_option_negative_error,
+    state_source_required_option_error,
+    state_source_requirement_failed_error,
+    state_source_schema_unreadable_error,
+    state_source_snapshot_partition_not_found_error,
+    state_source_snapshot_start_after_batch_error,
+    state_source_state_variable_not_defined_error,
+    state_source_timers_without_time_mode_error,
 )
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
 from statestream.state.schema import (
@@ -81,47 +101,6 @@ METADATA_SCHEMA = (
 )
 
 
-#: SQLSTATEs of the state sources' error classes
-_SQL_STATES = {
-    "STDS_INVALID_OPTION_VALUE": "42616",
-    "STDS_REQUIRED_OPTION_UNSPECIFIED": "42601",
-    "STDS_CONFLICT_OPTIONS": "42613",
-    "STDS_COMMITTED_BATCH_UNAVAILABLE": "KD006",
-    "STDS_OFFSET_LOG_UNAVAILABLE": "KD006",
-    "STDS_FAILED_TO_READ_STATE_SCHEMA": "42K03",
-    "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE": "KD006",
-    "CANNOT_LOAD_STATE_STORE": "58030",
-}
-
-
-def _error(error_class: str, message: str, params: dict[str, str]) -> StatestreamSparkRuntimeException:
-    sql_state = _SQL_STATES[error_class.split(".")[0]]
-    return StatestreamSparkRuntimeException(spark_error_text(error_class, message, sql_state), error_class, params, sql_state)
-
-
-def _invalid(option: str, sub: str, message: str) -> StatestreamSparkRuntimeException:
-    params = {"optionName": option} if sub != "WITH_MESSAGE" else {"optionName": option, "message": message}
-    return _error(f"STDS_INVALID_OPTION_VALUE.{sub}", f"Invalid value for source option '{option}': {message}", params)
-
-
-def _required(option: str) -> StatestreamSparkRuntimeException:
-    return _error("STDS_REQUIRED_OPTION_UNSPECIFIED", f"'{option}' must be specified.", {"optionName": option})
-
-
-def _conflict(*options: str) -> StatestreamSparkRuntimeException:
-    listed = "[" + ", ".join(f"'{o}'" for o in options) + "]"
-    return _error("STDS_CONFLICT_OPTIONS", f"The options {listed} cannot be specified together. Please specify the one.", {"options": listed})
-
-
-def _committed_batch_unavailable(location: str) -> StatestreamSparkRuntimeException:
-    return _error(
-        "STDS_COMMITTED_BATCH_UNAVAILABLE",
-        f"No committed batch found, checkpoint location: {location}. Ensure that the query has run and committed any "
-        "microbatch before stopping.",
-        {"checkpointLocation": location},
-    )
-
-
 def _number(options: Mapping[str, Any], name: str) -> int | None:
     """A numeric option as Spark parses it (Java's ``parseLong``: no blanks, a sign allowed)."""
     raw = options.get(name.lower())
@@ -130,7 +109,7 @@ def _number(options: Mapping[str, Any], name: str) -> int | None:
     text = str(raw)
     body = text[1:] if text[:1] in "+-" else text
     if not body or not body.isascii() or not body.isdigit():
-        raise StatestreamNumberFormatException(f'For input string: "{text}"')
+        raise number_format_error(text)
     return int(text)
 
 
@@ -141,8 +120,8 @@ def _boolean(options: Mapping[str, Any], name: str, default: bool, wrapped: bool
     text = str(raw).lower()
     if text not in ("true", "false"):
         if wrapped:
-            raise _invalid(name, "WITH_MESSAGE", "Boolean value is expected")
-        raise StatestreamIllegalArgumentException(f"For input string: \"{raw}\"")
+            raise state_source_boolean_option_error(name)
+        raise boolean_format_error(raw)
     return text == "true"
 
 
@@ -199,24 +178,24 @@ class StateSourceOptions:
         opts = {str(k).lower(): v for k, v in options.items() if v is not None}
         path = path if path is not None else opts.get("path")
         if not path:
-            raise _required("path")
+            raise state_source_required_option_error("path")
         operator_id = _number(opts, "operatorId")
         if operator_id is not None and operator_id < 0:
-            raise _invalid("operatorId", "IS_NEGATIVE", "cannot be negative.")
+            raise state_source_option_negative_error("operatorId")
         store_name = str(opts.get("storename", "default")).strip()
         if not store_name:
-            raise _invalid("storeName", "IS_EMPTY", "cannot be empty.")
+            raise state_source_option_empty_error("storeName")
         timers = _boolean(opts, "readRegisteredTimers", False, wrapped=True)
         state_var = opts.get("statevarname")
         state_var = str(state_var).strip() if state_var is not None else None
         if timers and state_var is not None:
-            raise _conflict("readRegisteredTimers", "stateVarName")
+            raise state_source_conflicting_options_error("readRegisteredTimers", "stateVarName")
         flatten = _boolean(opts, "flattenCollectionTypes", True, wrapped=True)
         join_side = str(opts.get("joinside", "none"))
         if join_side not in ("left", "right", "none"):
-            raise _invalid("joinSide", "WITH_MESSAGE", "Valid values are left,right,none")
+            raise state_source_join_side_error()
         if join_side != "none" and store_name != "default":
-            raise _conflict("joinSide", "storeName")
+            raise state_source_conflicting_options_error("joinSide", "storeName")
         location = resolved_location(str(path))
         change_feed = _boolean(opts, "readChangeFeed", False, wrapped=False)
         batch_id = _number(opts, "batchId")
@@ -229,47 +208,43 @@ class StateSourceOptions:
             for name, value in (("joinSide", None if join_side == "none" else join_side), ("batchId", batch_id),
                                 ("snapshotStartBatchId", snapshot_start), ("snapshotPartitionId", snapshot_partition)):
                 if value is not None:
-                    raise _conflict(name, "readChangeFeed")
+                    raise state_source_conflicting_options_error(name, "readChangeFeed")
             if change_start is None:
-                raise _required("changeStartBatchId")
+                raise state_source_required_option_error("changeStartBatchId")
             if change_end is None:
                 if last is None:
-                    raise _committed_batch_unavailable(location)
+                    raise state_source_no_committed_batch_error(location)
                 change_end = last
             if change_start < 0:
-                raise _invalid("changeStartBatchId", "IS_NEGATIVE", "cannot be negative.")
+                raise state_source_option_negative_error("changeStartBatchId")
             if change_end < change_start:
-                raise _invalid(
-                    "changeEndBatchId", "WITH_MESSAGE",
-                    "changeEndBatchId cannot be smaller than changeStartBatchId. Please check the input to changeEndBatchId, "
-                    f"or if you are using its default value, make sure that changeStartBatchId is less than {change_end}.",
-                )
+                raise state_source_change_end_before_start_error(change_end)
             batch_id = change_end
         else:
             for name, value in (("changeStartBatchId", change_start), ("changeEndBatchId", change_end)):
                 if value is not None:
-                    raise _invalid(name, "WITH_MESSAGE", "Only specify this option when readChangeFeed is set to true.")
+                    raise state_source_change_feed_only_option_error(name)
             if batch_id is None:
                 if last is None:
-                    raise _committed_batch_unavailable(location)
+                    raise state_source_no_committed_batch_error(location)
                 batch_id = last
             if batch_id < 0:
-                raise _invalid("batchId", "IS_NEGATIVE", "cannot be negative.")
+                raise state_source_option_negative_error("batchId")
             if snapshot_start is not None and snapshot_start < 0:
-                raise _invalid("snapshotStartBatchId", "IS_NEGATIVE", "cannot be negative.")
+                raise state_source_option_negative_error("snapshotStartBatchId")
             if snapshot_start is not None and snapshot_start > batch_id:
-                raise _invalid("snapshotStartBatchId", "WITH_MESSAGE", f"value should be less than or equal to {batch_id}")
+                raise state_source_snapshot_start_after_batch_error(batch_id)
             if snapshot_partition is not None and snapshot_partition < 0:
-                raise _invalid("snapshotPartitionId", "IS_NEGATIVE", "cannot be negative.")
+                raise state_source_option_negative_error("snapshotPartitionId")
             if snapshot_partition is not None and snapshot_start is None:
-                raise _required("snapshotStartBatchId")
+                raise state_source_required_option_error("snapshotStartBatchId")
             if snapshot_start is not None and snapshot_partition is None:
-                raise _required("snapshotPartitionId")
+                raise state_source_required_option_error("snapshotPartitionId")
         first = snapshot_start if snapshot_start is not None else change_start if change_start is not None else batch_id
         commits = CheckpointFileManager(str(path)).child("commits")
         for batch in (first, change_end if change_end is not None else batch_id):
             if not commits.exists(str(batch)):
-                raise _committed_batch_unavailable(location)
+                raise state_source_no_committed_batch_error(location)
         return cls(
             path=str(path), batch_id=batch_id, operator_id=operator_id or 0, store_name=store_name, join_side=join_side,
             snapshot_start_batch_id=snapshot_start, snapshot_partition_id=snapshot_partition, read_change_feed=change_feed,
@@ -307,7 +282,7 @@ def state_metadata_rows(checkpoint: str) -> list[tuple[Any, ...]]:
 
 def read_state_metadata(spark: "SparkSession", checkpoint: str | None) -> "DataFrame":
     if not checkpoint:
-        raise _required("path")
+        raise state_source_required_option_error("path")
     return spark.createDataFrame(state_metadata_rows(checkpoint), METADATA_SCHEMA)
 
 
@@ -341,26 +316,14 @@ class _ReadPlan:
 
 
 def _schema_unreadable(opts: StateSourceOptions) -> StatestreamSparkRuntimeException:
-    return _error(
-        "STDS_FAILED_TO_READ_STATE_SCHEMA",
-        "Failed to read the state schema. Either the file does not exist, or the file is corrupted. "
-        f"options: {opts.spark_text()}.\nRerun the streaming query to construct the state schema, and report to the "
-        "corresponding communities or vendors if the error persists.",
-        {"sourceOptions": opts.spark_text()},
-    )
+    return state_source_schema_unreadable_error(opts.spark_text())
 
 
 def _partitions(opts: StateSourceOptions, files: CheckpointFileManager) -> tuple[int, ...]:
     """The state partitions to read, with Spark's errors when the batch's offsets, any partition
     or the one asked for are missing."""
     if not files.exists(f"offsets/{opts.batch_id}"):
-        raise _error(
-            "STDS_OFFSET_LOG_UNAVAILABLE",
-            f"The offset log for {opts.batch_id} does not exist, checkpoint location: {opts.location}.\nPlease specify the "
-            "batch ID which is available for querying - you can query the available batch IDs via using state metadata "
-            "data source.",
-            {"batchId": str(opts.batch_id), "checkpointLocation": opts.location},
-        )
+        raise state_source_offset_log_unavailable_error(opts.batch_id, opts.location)
     if opts.read_change_feed:
         assert opts.change_start_batch_id is not None and opts.change_end_batch_id is not None
         offset_log = OffsetSeqLog(files.child("offsets"))
@@ -368,32 +331,22 @@ def _partitions(opts: StateSourceOptions, files: CheckpointFileManager) -> tuple
             if is_repartition_batch(offset_log, batch):
                 # the repartition wrote every partition's state anew as a snapshot: there is
                 # no change to show for that batch, and keys moved between partitions
-                raise _invalid(
-                    "changeStartBatchId" if batch == opts.change_start_batch_id else "changeEndBatchId", "WITH_MESSAGE",
-                    f"the change feed cannot span batch {batch}, where the state was repartitioned from "
-                    f"{partitions_of_batch(offset_log.get(batch - 1))} to {partitions_of_batch(offset_log.get(batch))} "
-                    f"partitions. Read the changes up to batch {batch - 1}, or from batch {batch + 1}.",
+                raise state_source_change_feed_across_repartition_error(
+                    "changeStartBatchId" if batch == opts.change_start_batch_id else "changeEndBatchId",
+                    batch,
+                    partitions_of_batch(offset_log.get(batch - 1)),
+                    partitions_of_batch(offset_log.get(batch)),
                 )
     # a repartition leaves the partitions above the new count with their old files: the
     # batch's own count (pinned in its offset entry) says which partitions hold its state
     partitions = tuple(state_partitions_of_batch(files, opts.operator_id, opts.batch_id))
     if not partitions:
-        raise _error(
-            "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE",
-            f"The state does not have any partition. Please double check that the query points to the valid state. "
-            f"options: {opts.spark_text()}",
-            {"sourceOptions": opts.spark_text()},
-        )
+        raise state_source_no_partition_error(opts.spark_text())
     if opts.snapshot_partition_id is not None:
         if opts.snapshot_partition_id not in partitions:
             # (a Hadoop Path's text here, where the other messages show the URI: file:/x, not file:///x)
             location = f"{opts.location}/state".replace("file:///", "file:/", 1)
-            raise _error(
-                "CANNOT_LOAD_STATE_STORE.SNAPSHOT_PARTITION_ID_NOT_FOUND",
-                f"An error occurred during loading state. Partition id {opts.snapshot_partition_id} not found for state of "
-                f"operator {opts.operator_id} at {location}.",
-                {"snapshotPartitionId": str(opts.snapshot_partition_id), "operatorId": str(opts.operator_id), "checkpointLocation": location},
-            )
+            raise state_source_snapshot_partition_not_found_error(opts.snapshot_partition_id, opts.operator_id, location)
         partitions = (opts.snapshot_partition_id,)
     return partitions
 
@@ -405,7 +358,7 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
     from pyspark.sql.types import StructType, _parse_datatype_json_value
 
     if opts.state_var_name is None and not opts.read_registered_timers:
-        raise _required("stateVarName")
+        raise state_source_required_option_error("stateVarName")
     state_root = files.child("state").root
     props = read_operator_properties(state_root, opts.operator_id) or {}
     schema = read_state_schema(state_root, opts.operator_id)
@@ -419,16 +372,16 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
         variables = {s.store_name: ("", False) for s in md.state_store_info if s.store_name != "default"}
         time_mode = props.get("timeMode")
     if not variables:
-        raise _invalid("stateVarName", "WITH_MESSAGE", "No state variable names are defined for the transformWithState operator")
+        raise state_source_no_state_variables_error()
     if opts.read_registered_timers:
         if time_mode == "NoTime":
-            raise _invalid("readRegisteredTimers", "WITH_MESSAGE", "Registered timers are not available in TimeMode=None.")
+            raise state_source_timers_without_time_mode_error()
         name = "$procTimers_keyToTimestamp" if time_mode == "ProcessingTime" else "$eventTimers_keyToTimestamp"
     else:
         assert opts.state_var_name is not None
         name = opts.state_var_name
     if name not in variables:
-        raise _invalid("stateVarName", "WITH_MESSAGE", f"State variable {name} is not defined for the transformWithState operator.")
+        raise state_source_state_variable_not_defined_error(name)
     if schema is None or opts.join_side != "none":  # (a join side: Spark reads a join's schema, absent here)
         raise _schema_unreadable(opts)
     partitions = _partitions(opts, files)
@@ -484,16 +437,9 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
         return _plan_python_state(opts, files, md)
     if opts.state_var_name is not None or opts.read_registered_timers:
         if md is None or len([s for s in md.state_store_info if s.store_name == opts.store_name]) != 1:
-            raise StatestreamIllegalArgumentException("requirement failed")
-        option, what = (
-            ("stateVarName", "Providing state variable names") if opts.state_var_name is not None
-            else ("readRegisteredTimers", "Providing readRegisteredTimers=true")
-        )
-        raise _invalid(
-            option, "WITH_MESSAGE",
-            f"{what} is only supported with the transformWithState operator. Found operator={operator_name}. Please remove "
-            "this option and re-run the query.",
-        )
+            raise state_source_requirement_failed_error()
+        option = "stateVarName" if opts.state_var_name is not None else "readRegisteredTimers"
+        raise state_source_option_needs_transform_with_state_error(option, operator_name)
     # a join side is read from the side's rows store; its key from the counts store's schema
     store_name = f"{opts.join_side}-keyWithIndexToValue" if opts.join_side != "none" else opts.store_name
     stores = [s for s in md.state_store_info if s.store_name == store_name] if md is not None else []
@@ -591,10 +537,7 @@ def _key_arrays(plan: _ReadPlan, keys: list[pa.Array]) -> list[pa.Array]:
 
     decoded = binary_comparable_decoded_keys(keys, plan.decode_keys)
     if isinstance(decoded, int):
-        raise StatestreamIllegalArgumentException(
-            f"the state reader cannot show the deduplication key column of type {plan.decode_keys[decoded]!r} of operator "
-            f"{plan.operator_id} yet: statestream stores it as bytes (binary comparable) and has no decoding for it"
-        )
+        raise state_source_key_not_decodable_error(plan.decode_keys[decoded], plan.operator_id)
     return decoded
 
 

@@ -31,7 +31,13 @@ import pyarrow.compute as pc
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
-from statestream.errors import StateStoreError
+from statestream.errors import (
+    batch_not_committed_state_error,
+    no_committed_state_error,
+    no_state_operator_error,
+    no_store_files_error,
+    store_not_declared_error,
+)
 from statestream.state.provider import StateStoreProvider, stored_schemas
 from statestream.state.schema import read_all_operator_metadata
 from statestream.state.store import StateStoreId
@@ -82,7 +88,7 @@ class StateTables:
         """The newest batch of the commit log (the state a restart resumes from)."""
         latest = self._commits.get_latest_batch_id()
         if latest is None:
-            raise StateStoreError(f"{self._root_files.display('commits')} has no committed batch: the checkpoint has no state yet")
+            raise no_committed_state_error(self._root_files.display("commits"))
         return latest
 
     def operators(self) -> dict[int, tuple[str, ...]]:
@@ -96,7 +102,7 @@ class StateTables:
         """The store names of one operator (a transformWithState's variables and timers)."""
         ops = self.operators()
         if operator_id not in ops:
-            raise StateStoreError(f"the checkpoint {self.checkpoint} has no state operator {operator_id}; operators: {sorted(ops)}")
+            raise no_state_operator_error(self.checkpoint, operator_id, ops)
         return ops[operator_id]
 
     def _partitions(self, operator_id: int, version: int) -> list[int]:
@@ -121,7 +127,7 @@ class StateTables:
         last = self.last_committed_batch()
         batch = last if batch_id is None else batch_id
         if batch < 0 or batch > last:
-            raise StateStoreError(f"batch {batch} is not committed in {self.checkpoint}: the last committed batch is {last}")
+            raise batch_not_committed_state_error(batch, self.checkpoint, last)
         return batch + 1  # the state version batch b commits
 
     # -- read and edit ---------------------------------------------------------------------------
@@ -141,7 +147,7 @@ class StateTables:
             table = provider.get_read_store(version, begins_at=begins_at).table()
             parts.append(table.add_column(0, PARTITION_COLUMN, pa.array([partition] * table.num_rows, pa.int32())))
         if not parts:
-            raise StateStoreError(f"operator {operator_id} of {self.checkpoint} has no files for store {store_name!r}")
+            raise no_store_files_error(operator_id, self.checkpoint, store_name)
         return pa.concat_tables(parts, promote_options="permissive")
 
     def write(self, table: pa.Table, store_name: str = "default", operator_id: int = 0) -> None:
@@ -151,10 +157,7 @@ class StateTables:
         self.stores(operator_id)
         version = self._version(None)
         if self._stored_version(operator_id, store_name, version) != version:
-            raise StateStoreError(
-                f"store {store_name!r} of operator {operator_id} is not declared by the query's last run: its content is kept "
-                "as that run found it until a run declares it again, and cannot be edited before then"
-            )
+            raise store_not_declared_error(store_name, operator_id)
         if PARTITION_COLUMN not in table.column_names:
             raise ValueError(f"the edited table needs the {PARTITION_COLUMN!r} column that read() gives")
         partitions = self._partitions(operator_id, version)

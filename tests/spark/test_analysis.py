@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from statestream.errors import StatestreamAnalysisException
+from statestream.errors import StatestreamAnalysisException, write_stream_not_allowed_error
 from statestream.plan import analysis as A
 from statestream.plan.logical import (
     WATERMARK_DELAY_KEY,
@@ -358,7 +358,7 @@ def test_batch_action_and_write_stream_errors_match_spark(spark, src):
 
     with pytest.raises(AnalysisException) as info:
         spark.range(3).writeStream  # noqa: B018 - the property access is what fails
-    mine = A.write_stream_not_allowed()
+    mine = write_stream_not_allowed_error()
     assert mine.getCondition() == info.value.getCondition()
     assert mine.getSqlState() == info.value.getSqlState()
     assert str(mine) == str(info.value)

@@ -10,9 +10,10 @@ import pytest
 from pyspark.errors import IllegalArgumentException, UnsupportedOperationException
 from pyspark.sql import functions as F
 
+from statestream.errors import schema_required_error
 from statestream.sources import create_source
 from statestream.sources.base import ReadLimit
-from statestream.sources.files import SCHEMA_REQUIRED_MESSAGE, FileStreamSource
+from statestream.sources.files import FileStreamSource
 from statestream.sources.memory import MemoryStream
 from statestream.sources.rate import RateSource, parse_time_string_as_seconds, value_at_second
 
@@ -183,7 +184,7 @@ def _write(path, text: str, mtime_ms: int | None = None) -> str:
 def test_file_source_requires_schema(spark, tmp_path):
     with pytest.raises(IllegalArgumentException) as err:
         create_source("json", {}, None, str(tmp_path), None, spark)
-    assert str(err.value) == SCHEMA_REQUIRED_MESSAGE
+    assert str(err.value) == str(schema_required_error())
     assert str(err.value).startswith("Schema must be specified when creating a streaming source DataFrame. ")
     with pytest.raises(IllegalArgumentException, match="^'path' is not specified.$"):
         create_source("json", {}, "a INT", None, None, spark)

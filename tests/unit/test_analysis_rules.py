@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from statestream.errors import StatestreamAnalysisException
+from statestream.errors import StatestreamAnalysisException, write_stream_not_allowed_error
 from statestream.plan import analysis as A
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
@@ -384,7 +384,7 @@ def test_batch_action_and_write_stream_errors():
         "Queries with streaming sources must be executed with writeStream.start(), or from a streaming table "
         "or flow definition within a Spark Declarative Pipeline."
     )
-    w = A.write_stream_not_allowed()
+    w = write_stream_not_allowed_error()
     assert w.getCondition() == "WRITE_STREAM_NOT_ALLOWED"
     assert w.getSqlState() == "42601"
     assert str(w) == "[WRITE_STREAM_NOT_ALLOWED] `writeStream` can be called only on streaming Dataset/DataFrame. SQLSTATE: 42601"

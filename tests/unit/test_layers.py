@@ -1,11 +1,13 @@
 """The layers' promises about what they import, checked in a fresh interpreter: the storage
 layers (``state/``, ``checkpoint/``) import no PySpark, directly or through the package's own
 modules, so that they run where PySpark is not (a reader of a checkpoint, a repartition tool)
-and a change to them cannot reach the JVM; and the errors package names every error once."""
+and a change to them cannot reach the JVM; and the errors package names every error once and
+holds every error text."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import pkgutil
 import subprocess
 import sys
@@ -38,22 +40,21 @@ def test_storage_layers_import_no_pyspark():
     assert len(storage) > 10  # the walk found the modules
 
 
-def test_errors_front_door_names_each_error_of_its_modules():
-    homes = statestream.errors._HOMES
+def _exported() -> dict[str, str]:
+    """Each name the errors package exports, and its area module (no name in two areas)."""
     found: dict[str, str] = {}
-    for module in pkgutil.iter_modules([str(PACKAGE / "errors")]):
-        tree = ast.parse((PACKAGE / "errors" / f"{module.name}.py").read_text())
-        names = next(
-            ast.literal_eval(node.value)
-            for node in tree.body
-            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "__all__"
-        )
-        for name in names:
-            assert name not in found, f"{name} is in both errors.{found[name]} and errors.{module.name}"
-            found[name] = module.name
-    assert found == homes
-    for name in homes:
-        assert getattr(statestream.errors, name) is not None
+    for area in statestream.errors.AREAS:
+        for name in statestream.errors.area_module(area).__all__:
+            assert name not in found, f"{name} is in both errors.{found[name]} and errors.{area}"
+            found[name] = area
+    return found
+
+
+def test_errors_front_door_serves_each_error_of_its_areas():
+    modules = {m.name for m in pkgutil.iter_modules([str(PACKAGE / "errors")])}
+    assert modules == set(statestream.errors.AREAS)
+    for name, area in _exported().items():
+        assert getattr(statestream.errors, name) is getattr(statestream.errors.area_module(area), name)
 
 
 def test_exception_classes_live_in_the_errors_package():
@@ -69,3 +70,56 @@ def test_exception_classes_live_in_the_errors_package():
                 if any(b.endswith(("Error", "Exception")) for b in bases):
                     outside.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert outside == []
+
+
+def _error_constructors() -> tuple[set[str], tuple[object, ...]]:
+    """The names and objects that build an error: ``analysis_error`` and every exception class
+    the errors package exports."""
+    classes = {
+        name: getattr(statestream.errors, name)
+        for name in _exported()
+        if name[:1].isupper() and isinstance(getattr(statestream.errors, name), type)
+    }
+    names = set(classes) | {"analysis_error"}
+    return names, (*classes.values(), statestream.errors.analysis_error)
+
+
+def _is_text(node: ast.expr) -> bool:
+    """A string literal or f-string, alone or in a concatenation (``"a " + b``, ``"%s" % b``)."""
+    if isinstance(node, ast.BinOp):
+        return _is_text(node.left) or _is_text(node.right)
+    return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
+
+
+def test_error_texts_live_in_the_errors_package():
+    """An error built outside ``statestream/errors/`` takes its text from a factory there: no
+    call of ``analysis_error`` or of an exported exception class (under any alias) with a
+    string literal or f-string among its positional arguments or as ``message``."""
+    names, objects = _error_constructors()
+    inline = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if relative.parts[0] == "errors" or path.name == "__main__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        module_name = ".".join(("statestream", *relative.with_suffix("").parts)).removesuffix(".__init__")
+        namespace = vars(importlib.import_module(module_name))
+        aliases = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("statestream.")
+            for alias in node.names
+            if alias.name in names
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            if name is None:
+                continue
+            builds_error = name in names or name in aliases or any(namespace.get(name) is o for o in objects)
+            texts = [*node.args, *(k.value for k in node.keywords if k.arg == "message")]
+            if builds_error and any(_is_text(arg) for arg in texts):
+                inline.append(f"{relative}:{node.lineno}: {name}(...)")
+    assert inline == [], "error texts outside statestream/errors/ (move each into a factory there):\n" + "\n".join(inline)

@@ -10,6 +10,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from statestream.errors import kafka_client_missing_error, kafka_key_store_type_error, kafka_trust_store_type_error
+
 __all__ = ["ClientErrors", "client_config", "consumer_config", "producer_config", "require_client"]
 
 log = logging.getLogger(__name__)
@@ -38,12 +40,7 @@ def require_client(what: str) -> None:
     try:
         import confluent_kafka  # noqa: F401
     except ImportError:
-        from statestream.errors import StatestreamError
-
-        raise StatestreamError(
-            f"{what} needs the confluent-kafka package, which is not installed: pip install 'statestream[kafka]' "
-            "(on a cluster, on every executor too)"
-        ) from None
+        raise kafka_client_missing_error(what) from None
 
 
 def _jaas_credentials(jaas: str) -> dict[str, str]:
@@ -81,17 +78,11 @@ def _tls_stores(params: Mapping[str, str]) -> dict[str, str]:
     A PEM trust store is ``ssl.ca.location``; a PKCS12 key store keeps its name; a PEM key store
     holds the certificate and the key (``ssl.certificate.location``/``ssl.key.location``). Kafka's
     inline PEM settings become librdkafka's ``*.pem`` ones."""
-    from statestream.errors import StatestreamError
-
     out: dict[str, str] = {}
     if "ssl.truststore.location" in params:
         kind = _store_type(params, "trust")
         if kind != "PEM":
-            raise StatestreamError(
-                f"Kafka option 'kafka.ssl.truststore.location' names a {kind} trust store, which this Kafka client "
-                "(librdkafka) cannot read: give the CA certificates as a PEM file, with 'kafka.ssl.truststore.type' "
-                "set to PEM or as 'kafka.ssl.ca.location' (keytool -exportcert -rfc writes one from a JKS store)"
-            )
+            raise kafka_trust_store_type_error(kind)
         out["ssl.ca.location"] = params["ssl.truststore.location"]
     if "ssl.keystore.location" in params:
         kind = _store_type(params, "key")
@@ -103,11 +94,7 @@ def _tls_stores(params: Mapping[str, str]) -> dict[str, str]:
             if "ssl.keystore.password" in params:
                 out["ssl.keystore.password"] = params["ssl.keystore.password"]
         else:
-            raise StatestreamError(
-                f"Kafka option 'kafka.ssl.keystore.location' names a {kind} key store, which this Kafka client "
-                "(librdkafka) cannot read: convert it to PKCS12 (keytool -importkeystore -deststoretype PKCS12) "
-                "or give PEM files as 'kafka.ssl.certificate.location' and 'kafka.ssl.key.location'"
-            )
+            raise kafka_key_store_type_error(kind)
     if "ssl.key.password" in params:
         out["ssl.key.password"] = params["ssl.key.password"]
     inline = {"ssl.truststore.certificates": "ssl.ca.pem", "ssl.keystore.certificate.chain": "ssl.certificate.pem", "ssl.keystore.key": "ssl.key.pem"}

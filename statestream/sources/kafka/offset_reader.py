@@ -8,7 +8,16 @@ import logging
 import time
 from collections.abc import Mapping
 
-from statestream.errors import KafkaUnreachableError, StatestreamIllegalStateException
+from statestream.errors import (
+    KafkaUnreachableError,
+    kafka_metadata_unavailable_error,
+    kafka_no_answer_error,
+    kafka_no_offset_for_timestamp_error,
+    kafka_partition_missing_error,
+    kafka_refused_error,
+    kafka_starting_offsets_partitions_mismatch_error,
+    kafka_timestamp_partitions_mismatch_error,
+)
 from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.options import EARLIEST, LATEST, ConsumerStrategy, KafkaSourceOptions, OffsetRangeLimit, TopicPartition, tp_text
 
@@ -43,15 +52,8 @@ class KafkaOffsetReader:
     def _unreachable(self, what: str, exc: BaseException) -> KafkaUnreachableError:
         servers = self.options.kafka_params.get("bootstrap.servers", "")
         if self.errors.fatal:
-            return KafkaUnreachableError(
-                f"Kafka: the brokers at {servers!r} refused the connection to {what}: {self.errors.fatal} "
-                "(check the options 'kafka.security.protocol', 'kafka.sasl.*' and 'kafka.ssl.*')"
-            )
-        seen = f" (the client's last error: {self.errors.last})" if self.errors.last else ""
-        return KafkaUnreachableError(
-            f"Kafka: no answer from the brokers at {servers!r} (option 'kafka.bootstrap.servers') to {what} "
-            f"within {self.timeout_s:g} s: {exc}{seen}"
-        )
+            return kafka_refused_error(servers, what, self.errors.fatal)
+        return kafka_no_answer_error(servers, what, self.timeout_s, exc, self.errors.last)
 
     def _list_topics(self):
         """The cluster's metadata, asked for in short slices so that a refused login or TLS
@@ -84,9 +86,7 @@ class KafkaOffsetReader:
             if not troubled:
                 break
             if attempt == self.options.fetch_offset_retries:
-                raise StatestreamIllegalStateException(
-                    "Kafka: metadata of " + ", ".join(f"{n!r} ({e})" for n, e in sorted(troubled.items())) + " not available"
-                )
+                raise kafka_metadata_unavailable_error(troubled)
             time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
         cluster = {name: len(t.partitions) for name, t in meta.topics.items() if t.error is None}
         if self.strategy.kind == "subscribepattern":
@@ -166,9 +166,7 @@ class KafkaOffsetReader:
             elif on_no_match == "latest":
                 out[tp] = self._edge(tp, 1)
             else:
-                from statestream.sources.options import illegal_argument
-
-                raise illegal_argument(f"No offset matched from request of topic-partition {tp_text(tp)} and timestamp {stamps[tp]}.")
+                raise kafka_no_offset_for_timestamp_error(tp_text(tp), stamps[tp])
         return out
 
     def initial_offsets(self, starting: OffsetRangeLimit) -> dict[TopicPartition, int]:
@@ -187,16 +185,8 @@ class KafkaOffsetReader:
 
             if starting.kind == "timestamps":
                 # Spark's KAFKA_TIMESTAMP_OFFSET_DOES_NOT_MATCH_ASSIGNED (Kafka's texts carry no class prefix)
-                raise StatestreamIllegalStateException(
-                    "Partitions specified for Kafka timestamp based start offsets don't match what are assigned. Maybe topic "
-                    "partitions are created \nor deleted while the query is running, or you didn't specify all the partitions.\n"
-                    f"Specified: {set_text(given)} Assigned: {set_text(set(tps))}"
-                )
-            raise StatestreamIllegalStateException(
-                "assertion failed: If startingOffsets contains specific offsets, you must specify all TopicPartitions.\n"
-                "Use -1 for latest, -2 for earliest, if you don't care.\n"
-                f"Specified: {set_text(given)} Assigned: {set_text(set(tps))}"
-            )
+                raise kafka_timestamp_partitions_mismatch_error(set_text(given), set_text(set(tps)))
+            raise kafka_starting_offsets_partitions_mismatch_error(set_text(given), set_text(set(tps)))
         if starting.kind == "timestamps":
             return self.offsets_for_timestamps(starting.offsets, starting.on_no_match)
         out = {}
@@ -212,5 +202,5 @@ class KafkaOffsetReader:
     def _edge(self, tp: TopicPartition, which: int) -> int:
         found = self._watermarks(tp)
         if found is None:
-            raise StatestreamIllegalStateException(f"Kafka: partition {tp_text(tp)} does not exist (any more)")
+            raise kafka_partition_missing_error(tp_text(tp))
         return found[which]

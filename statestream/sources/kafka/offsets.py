@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from statestream.errors import KafkaDataLossError
+from statestream.errors import CheckpointError, KafkaDataLossError, kafka_initial_offsets_corrupt_error, newer_log_version_error
 from statestream.sources.kafka.options import TopicPartition, parse_partition_offsets_json, tp_text
 
 __all__ = [
@@ -84,24 +84,19 @@ def encode_initial_offsets_file(offsets: Mapping[TopicPartition, int]) -> bytes:
 def decode_initial_offsets_file(data: bytes, where: str) -> dict[TopicPartition, int]:
     """Read :func:`encode_initial_offsets_file`'s bytes (or Spark 2.1.0's, JSON without a
     version line); a damaged file names itself."""
-    from statestream.errors import CheckpointError
-
     try:
         text = data[1:].decode("utf-8")
         if text.startswith("v"):
             head, _, body = text.partition("\n")
             version = int(head[1:])
             if version > INITIAL_OFFSETS_VERSION:
-                raise CheckpointError(
-                    f"UnsupportedLogVersion: maximum supported log version is v{INITIAL_OFFSETS_VERSION}, but encountered "
-                    f"v{version} in {where}. The log file was produced by a newer version."
-                )
+                raise newer_log_version_error(INITIAL_OFFSETS_VERSION, version, where)
             text = body
         return offsets_from_json(json.loads(text))
     except CheckpointError:
         raise
     except (UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
-        raise CheckpointError(f"The Kafka source's initial offsets file {where} is corrupt: {exc}") from exc
+        raise kafka_initial_offsets_corrupt_error(where, exc) from exc
 
 
 def rate_limited_offsets(

@@ -11,11 +11,35 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from statestream.sources.options import TIME_SUFFIX_MS, illegal_argument
+from statestream.errors import (
+    boolean_format_error,
+    kafka_assign_json_error,
+    kafka_auto_offset_reset_error,
+    kafka_bootstrap_servers_required_error,
+    kafka_deserializer_error,
+    kafka_empty_assign_error,
+    kafka_empty_pattern_error,
+    kafka_empty_subscribe_error,
+    kafka_ending_offsets_error,
+    kafka_ending_timestamp_error,
+    kafka_min_above_max_offsets_error,
+    kafka_min_partitions_error,
+    kafka_no_match_strategy_error,
+    kafka_no_strategy_error,
+    kafka_offsets_json_error,
+    kafka_option_not_supported_error,
+    kafka_several_strategies_error,
+    kafka_single_long_error,
+    kafka_subscribe_pattern_error,
+    kafka_time_string_error,
+    kafka_timestamps_json_error,
+    number_format_error,
+)
+from statestream.sources.options import TIME_SUFFIX_MS
 
 __all__ = [
     "ConsumerStrategy",
@@ -41,21 +65,6 @@ STRATEGY_KEYS = (SUBSCRIBE, SUBSCRIBE_PATTERN, ASSIGN)
 
 #: the special offsets of a startingOffsets JSON
 LATEST, EARLIEST = -1, -2
-
-_ASSIGN_EXAMPLE = 'Expected e.g. {"topicA":[0,1],"topicB":[0,1]}, got '
-_OFFSETS_EXAMPLE = 'Expected e.g. {"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}, got '
-_TIMESTAMPS_EXAMPLE = 'Expected e.g. {"topicA": {"0": 123456789, "1": 123456789}, "topicB": {"0": 123456789, "1": 123456789}}, got '
-
-_AUTO_OFFSET_RESET = (
-    "\nKafka option 'auto.offset.reset' is not supported.\n"
-    "Instead set the source option 'startingoffsets' to 'earliest' or 'latest'\n"
-    "to specify where to start. Structured Streaming manages which offsets are consumed\n"
-    "internally, rather than relying on the kafkaConsumer to do it. This will ensure that no\n"
-    "data is missed when new topics/partitions are dynamically subscribed. Note that\n"
-    "'startingoffsets' only applies when a new Streaming query is started, and\n"
-    "that resuming will always pick up from where the query left off. See the docs for more\n"
-    "details.\n         "
-)
 
 #: Spark's default ``spark.redaction.regex`` (what a logged Kafka parameter is masked by)
 REDACTION_REGEX = re.compile(r"(?i)secret|password|token|access[.]?key")
@@ -138,8 +147,6 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
 def _long(text: str, bits: int = 64) -> int:
     """Scala's ``toLong`` (``toInt`` with ``bits=32``): a plain decimal integer (no blanks) in
     range, else a NumberFormatException."""
-    from statestream.errors import number_format_error
-
     if not re.fullmatch(r"[+-]?\d+", text):
         raise number_format_error(text)
     value = int(text)
@@ -153,17 +160,14 @@ def _boolean(text: str) -> bool:
     low = text.lower()
     if low in ("true", "false"):
         return low == "true"
-    raise illegal_argument(f'For input string: "{text}"')
+    raise boolean_format_error(text)
 
 
 def _time_ms(text: str) -> int:
     """A Spark time string (``"15m"``, ``"5s"``; a bare number is milliseconds)."""
     m = re.fullmatch(r"\s*(-?\d+)\s*([a-z]*)\s*", text.lower())
     if m is None or (m.group(2) and m.group(2) not in TIME_SUFFIX_MS):
-        raise illegal_argument(
-            "Time must be specified as seconds (s), milliseconds (ms), microseconds (us), minutes (m or min), "
-            f"hour (h), or day (d). E.g. 50s, 100ms, or 250us.\nInvalid suffix: \"{m.group(2) if m else text}\""
-        )
+        raise kafka_time_string_error(m.group(2) if m else text)
     return int(int(m.group(1)) * TIME_SUFFIX_MS[m.group(2) or "ms"])
 
 
@@ -180,10 +184,10 @@ def parse_assign_json(text: str) -> tuple[TopicPartition, ...]:
             out += [(str(topic), int(p)) for p in parts]
         return tuple(out)
     except ValueError:
-        raise illegal_argument(_ASSIGN_EXAMPLE + text) from None
+        raise kafka_assign_json_error(text) from None
 
 
-def _partition_map(text: str, example: str) -> dict[TopicPartition, int]:
+def _partition_map(text: str, error: Callable[[str], Exception]) -> dict[TopicPartition, int]:
     try:
         value = json.loads(text)
         if not isinstance(value, dict):
@@ -198,13 +202,13 @@ def _partition_map(text: str, example: str) -> dict[TopicPartition, int]:
                 out[(str(topic), int(part))] = int(offset)
         return out
     except ValueError:
-        raise illegal_argument(example + text) from None
+        raise error(text) from None
 
 
 def parse_partition_offsets_json(text: str) -> dict[TopicPartition, int]:
     """``{"topicA":{"0":23,"1":-1}}``, as Spark's ``JsonUtils.partitionOffsets`` (also the
     shape of the offsets the source writes)."""
-    return _partition_map(text, _OFFSETS_EXAMPLE)
+    return _partition_map(text, kafka_offsets_json_error)
 
 
 def _starting(opts: Mapping[str, str]) -> OffsetRangeLimit:
@@ -212,15 +216,15 @@ def _starting(opts: Mapping[str, str]) -> OffsetRangeLimit:
     latest), as Spark prefers them."""
     strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
     if strategy not in ("error", "latest"):
-        raise illegal_argument(f"No enum constant StrategyOnNoMatchStartingOffset.{strategy.upper()}")
+        raise kafka_no_match_strategy_error(strategy)
     if "startingtimestamp" in opts:
         raw = opts["startingtimestamp"].strip()
         try:
             return OffsetRangeLimit("timestamp", timestamp=_long(raw), on_no_match=strategy)
         except ValueError:
-            raise illegal_argument(f"Expected a single long value, got {raw}") from None
+            raise kafka_single_long_error(raw) from None
     if "startingoffsetsbytimestamp" in opts:
-        stamps = _partition_map(opts["startingoffsetsbytimestamp"].strip(), _TIMESTAMPS_EXAMPLE)
+        stamps = _partition_map(opts["startingoffsetsbytimestamp"].strip(), kafka_timestamps_json_error)
         return OffsetRangeLimit("timestamps", offsets=stamps, on_no_match=strategy)
     raw = opts.get("startingoffsets")
     if raw is None:
@@ -238,28 +242,24 @@ def validate_stream_options(options: Mapping[str, Any]) -> None:
     options are only parsed when the query starts (:func:`parse_source_options`)."""
     opts = _lower(options)
     if "endingoffsets" in opts:
-        raise illegal_argument("ending offset not valid in streaming queries")
+        raise kafka_ending_offsets_error()
     if "endingoffsetsbytimestamp" in opts:
-        raise illegal_argument("ending timestamp not valid in streaming queries")
+        raise kafka_ending_timestamp_error()
     given = [k for k in opts if k in STRATEGY_KEYS]
     if not given:
-        raise illegal_argument(
-            "One of the following options must be specified for Kafka source: " + ", ".join(STRATEGY_KEYS) + ". See the docs for more details."
-        )
+        raise kafka_no_strategy_error(STRATEGY_KEYS)
     if len(given) > 1:
-        raise illegal_argument(
-            "Only one of the following options can be specified for Kafka source: " + ", ".join(STRATEGY_KEYS) + ". See the docs for more details."
-        )
+        raise kafka_several_strategies_error(STRATEGY_KEYS)
     kind = given[0]
     value = opts[kind]
     if kind == ASSIGN and not value.strip().startswith("{"):
-        raise illegal_argument(f"No topicpartitions to assign as specified value for option 'assign' is '{value}'")
+        raise kafka_empty_assign_error(value)
     if kind == SUBSCRIBE and not [t for t in value.split(",") if t.strip()]:
-        raise illegal_argument(f"No topics to subscribe to as specified value for option 'subscribe' is '{value}'")
+        raise kafka_empty_subscribe_error(value)
     if kind == SUBSCRIBE_PATTERN and not value.strip():
-        raise illegal_argument(f"Pattern to subscribe is empty as specified value for option 'subscribePattern' is '{value}'")
+        raise kafka_empty_pattern_error(value)
     if "minpartitions" in opts and _long(opts["minpartitions"], bits=32) <= 0:
-        raise illegal_argument("minPartitions must be positive")
+        raise kafka_min_partitions_error()
     if "kafka.group.id" in opts:
         log.warning(
             "Kafka option 'kafka.group.id' has been set on this query: queries or sources sharing a group id "
@@ -268,26 +268,20 @@ def validate_stream_options(options: Mapping[str, Any]) -> None:
         if "groupidprefix" in opts:
             log.warning("Option groupIdPrefix will be ignored as option kafka.group.id has been set.")
     if "kafka.auto.offset.reset" in opts:
-        raise illegal_argument(_AUTO_OFFSET_RESET)
+        raise kafka_auto_offset_reset_error()
     if "kafka.key.deserializer" in opts:
-        raise illegal_argument(
-            "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte arrays with "
-            "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys."
-        )
+        raise kafka_deserializer_error("key")
     if "kafka.value.deserializer" in opts:
-        raise illegal_argument(
-            "Kafka option 'value.deserializer' is not supported as values are deserialized as byte arrays with "
-            "ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the values."
-        )
+        raise kafka_deserializer_error("value")
     for refused in ("enable.auto.commit", "interceptor.classes"):
         if f"kafka.{refused}" in opts:
-            raise illegal_argument(f"Kafka option '{refused}' is not supported")
+            raise kafka_option_not_supported_error(refused)
     if "kafka.bootstrap.servers" not in opts:
-        raise illegal_argument("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+        raise kafka_bootstrap_servers_required_error()
     if "minoffsetspertrigger" in opts and "maxoffsetspertrigger" in opts:
         min_per, max_per = _long(opts["minoffsetspertrigger"]), _long(opts["maxoffsetspertrigger"])
         if min_per > max_per:
-            raise illegal_argument(f"The value of minOffsetPerTrigger({min_per}) is higher than the maxOffsetsPerTrigger({max_per}).")
+            raise kafka_min_above_max_offsets_error(min_per, max_per)
 
 
 def include_headers(options: Mapping[str, Any]) -> bool:
@@ -311,7 +305,7 @@ def parse_source_options(options: Mapping[str, Any]) -> KafkaSourceOptions:
         try:
             re.compile(value.strip())
         except re.error as exc:
-            raise illegal_argument(f"Invalid subscribePattern '{value.strip()}': {exc}") from None
+            raise kafka_subscribe_pattern_error(value.strip(), exc) from None
         strategy = ConsumerStrategy(SUBSCRIBE_PATTERN, pattern=value.strip())
     # kafka.* keep the case of what follows the prefix (Kafka's own names are lower-case)
     kafka_params = {str(k)[6:]: ("" if v is None else str(v)) for k, v in options.items() if str(k).lower().startswith("kafka.")}

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from statestream.errors import KafkaDataLossError
+from statestream.errors import kafka_fetch_timeout_error, kafka_offset_range_lost_error
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.sources.kafka.client import ClientErrors, consumer_config
 from statestream.sources.kafka.offsets import OffsetRange
@@ -195,9 +195,7 @@ class KafkaRangeReader:
                     continue
                 idle_s += _SLICE_S
                 if idle_s * 1000 >= self.poll_timeout_ms:
-                    from statestream.errors import StatestreamIllegalStateException
-
-                    raise StatestreamIllegalStateException(f"Cannot fetch record for offset {nxt} in {self.poll_timeout_ms} milliseconds")
+                    raise kafka_fetch_timeout_error(nxt, self.poll_timeout_ms)
         finally:
             consumer.unassign()
         if len(cols):
@@ -212,11 +210,7 @@ class KafkaRangeReader:
     def _lost(self, r: OffsetRange, start: int, end: int) -> None:
         """Records ``[start, end)`` of the range are gone from Kafka."""
         if self.fail_on_data_loss:
-            raise KafkaDataLossError(
-                "COULD_NOT_READ_OFFSET_RANGE",
-                f"Could not read records in offset [{start}, {end}) for topic partition {tp_text((r.topic, r.partition))}\n"
-                f"with consumer group {self.executor_group_id}.",
-            )
+            raise kafka_offset_range_lost_error(start, end, tp_text((r.topic, r.partition)), self.executor_group_id)
         log.warning(
             "Kafka: records [%d, %d) of %s are no longer available (failOnDataLoss=false): skipped",
             start, end, tp_text((r.topic, r.partition)),

@@ -20,6 +20,11 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from statestream.errors import (
+    kafka_available_now_offsets_behind_error,
+    kafka_available_now_partitions_changed_error,
+    kafka_available_now_partitions_lost_error,
+)
 from statestream.sources.base import ReadLimit, Source
 from statestream.sources.kafka.offsets import (
     decode_initial_offsets_file,
@@ -222,30 +227,16 @@ class KafkaMicroBatchStream(Source):
         """Spark's checks of an availableNow batch's end against the offsets fixed at the run's
         start and the brokers' latest ones (raised as Spark raises them, whatever
         ``failOnDataLoss`` says)."""
-        from statestream.errors import StatestreamError
         from statestream.sources.kafka.offsets import set_text
 
         fixed = self._available_now_end or {}
         if set(end) != set(fixed):
-            raise StatestreamError(
-                "Kafka data source in Trigger.AvailableNow should provide the same topic partitions in pre-fetched offset to end "
-                "offset for each microbatch. The error could be transient - restart your query, and report if you still see the "
-                f"same issue.\ntopic-partitions for pre-fetched offset: {set_text(set(fixed))}, topic-partitions for end offset: "
-                f"{set_text(set(end))}."
-            )
+            raise kafka_available_now_partitions_changed_error(set_text(set(fixed)), set_text(set(end)))
         now = self.reader.latest()
         if not set(end) <= set(now):
-            raise StatestreamError(
-                "Some of partitions in Kafka topic(s) have been lost during running query with Trigger.AvailableNow. The error "
-                "could be transient - restart your query, and report if you still see the same issue.\ntopic-partitions for "
-                f"latest offset: {set_text(set(now))}, topic-partitions for end offset: {set_text(set(end))}"
-            )
+            raise kafka_available_now_partitions_lost_error(set_text(set(now)), set_text(set(end)))
         if any(end[tp] > now[tp] for tp in end):
-            raise StatestreamError(
-                "Some of partitions in Kafka topic(s) report available offset which is less than end offset during running query "
-                "with Trigger.AvailableNow. The error could be transient - restart your query, and report if you still see the "
-                f"same issue.\nlatest offset: {_map_text(now)}, end offset: {_map_text(end)}"
-            )
+            raise kafka_available_now_offsets_behind_error(_map_text(now), _map_text(end))
 
     def _held_back(self, base: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int], limit: ReadLimit) -> bool:
         """``minOffsetsPerTrigger``: too few new records and ``maxTriggerDelay`` not yet passed
