@@ -17,12 +17,14 @@ from pyspark.sql.types import TimestampNTZType, TimestampType
 
 from statestream.errors import (
     call_on_streaming_dataset_unsupported_error,
+    check_batch_action_on_stream,
     event_time_not_timestamp_error,
     event_time_without_watermark_error,
     missing_member,
     not_supported_yet,
     not_supported_yet_attribute,
     pivot_on_stream_error,
+    union_stream_batch_error,
 )
 from statestream.handover import hands_over
 from statestream.plan import logical as L
@@ -266,8 +268,6 @@ class DataFrame:
 
         caller = sys._getframe(2).f_code.co_name  # noqa: SLF001 - the PySpark method reading other._jdf
         if caller in ("union", "unionAll", "unionByName"):
-            from statestream.plan.analysis import union_stream_batch_error
-
             raise union_stream_batch_error()
         msg = (
             f"a statestream DataFrame cannot be passed to PySpark's DataFrame.{caller}(): it has no JVM "
@@ -674,8 +674,6 @@ class DataFrame:
 
     # ------------------------------------------------------------------ batch actions are errors
     def _batch_action_error(self) -> Exception:
-        from statestream.plan.analysis import check_batch_action_on_stream
-
         return check_batch_action_on_stream()
 
     def collect(self) -> Any:

@@ -6,29 +6,32 @@ parameters, SQLSTATE and text, and subclasses PySpark's own exception type
 it exactly as they would catch Spark's. Every error text lives in this package, built by small
 factories in the module of its area:
 
-========================  ===============================================================
-``base``                  the root ``StatestreamError``; what statestream does not run yet
-``state``                 the state store: its files, keys and settings; restarts the
-                          stored state refuses
-``checkpoint``            the checkpoint's logs, files and writer lock
-``spark_shaped``          PySpark's exception classes for Spark's JVM errors
-``arguments``             PySpark's argument checks, made in Python before the JVM
-``query``                 a query's start next to another run; its failure
-``analysis``              what Spark's analyzer refuses (the writer's settings,
-                          intervals, watermarks); what statestream cannot plan
-``sources_sinks``         the sources' and sinks' options, logs and failures: files, rate,
-                          socket, tables, memory, Python data sources, Kafka, foreach
-                          and foreachBatch
-``tools``                 the checkpoint tools: rollback, state tables, compatibility,
-                          the repartition's own checks
-``spark_tools``           the tools Spark has too: the state data sources (``STDS_*``),
-                          the state repartition (``STATE_REPARTITION_INVALID_*``)
-========================  ===============================================================
+==========================  =============================================================
+``base``                    the root ``StatestreamError``; what statestream does not run yet
+``state``                   the state store: its files, keys and settings; restarts the
+                            stored state refuses
+``checkpoint``              the checkpoint's logs, files and writer lock; the compactible
+                            metadata logs of file streams
+``spark_shaped``            PySpark's exception classes for Spark's JVM errors
+``arguments``               PySpark's argument checks, made in Python before the JVM
+``query``                   a query's start next to another run; its failure
+``analysis``                what Spark's analyzer refuses (the writer's settings,
+                            intervals, watermarks); what statestream cannot plan
+``unsupported_operations``  what a streaming query cannot do (Spark's
+                            ``UnsupportedOperationChecker``): output modes, sorts, limits...
+``sources_sinks``           the sources' and sinks' options, logs and failures: files, rate,
+                            socket, tables, memory, Python data sources, Kafka, foreach
+                            and foreachBatch
+``tools``                   the checkpoint tools: rollback, state tables, compatibility,
+                            the repartition's own checks
+``spark_tools``             the tools Spark has too: the state data sources (``STDS_*``),
+                            the state repartition (``STATE_REPARTITION_INVALID_*``)
+==========================  =============================================================
 
 ``state``, ``checkpoint``, ``tools`` and ``base`` import no PySpark (the storage layers and the
 checkpoint tools raise them), and this front door imports a name's module only when the name is
-first used (PEP 562), looking through the modules that import no PySpark first, so that ``statestream.state``, ``statestream.checkpoint`` and the
-checkpoint tools stay free of PySpark.
+first used (PEP 562), looking through the modules that import no PySpark first, so that
+``statestream.state``, ``statestream.checkpoint`` and the checkpoint tools stay free of PySpark.
 
 Examples
 --------
@@ -54,10 +57,11 @@ if TYPE_CHECKING:
     from statestream.errors.spark_tools import *  # noqa: F403
     from statestream.errors.state import *  # noqa: F403
     from statestream.errors.tools import *  # noqa: F403
+    from statestream.errors.unsupported_operations import *  # noqa: F403
 
 #: the area modules, in the order a name is looked up: those that import no PySpark first, so
 #: that a name of theirs never brings PySpark in
-AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "sources_sinks", "spark_tools")
+AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "unsupported_operations", "sources_sinks", "spark_tools")
 
 
 def area_module(area: str) -> ModuleType:

@@ -35,13 +35,6 @@ __all__ = [
     "data_source_not_found_error",
     "user_schema_not_supported_error",
     "time_string_error",
-    "log_version_line_missing_error",
-    "newer_log_version_error",
-    "file_log_corrupt_error",
-    "file_log_line_corrupt_error",
-    "file_log_line_not_object_error",
-    "file_log_entry_missing_error",
-    "file_log_compaction_input_missing_error",
     "rate_option_not_positive_error",
     "rate_option_negative_error",
     "ramp_up_time_negative_error",
@@ -246,45 +239,6 @@ _TIME_STRING_FORMAT = (
 def time_string_error(text: Any) -> StatestreamNumberFormatException:
     """Spark's ``JavaUtils.timeStringAs`` refusal of a time option (``maxFileAge``, ...)."""
     return StatestreamNumberFormatException(f"{_TIME_STRING_FORMAT}\nFailed to parse time string: {text}")
-
-
-def log_version_line_missing_error(where: str) -> CheckpointError:
-    """A source's or sink's log file (a file sink's, a rate source's) without its ``v<N>`` line."""
-    return CheckpointError(f"Log file was malformed: failed to detect the log file version line. ({where})")
-
-
-def newer_log_version_error(max_supported: int, found: int, where: str) -> CheckpointError:
-    """A source's or sink's log file written by a newer version (Spark's ``UnsupportedLogVersion``)."""
-    return CheckpointError(
-        f"UnsupportedLogVersion: maximum supported log version is v{max_supported}, but encountered "
-        f"v{found} in {where}. The log file was produced by a newer version."
-    )
-
-
-def file_log_corrupt_error(where: str, cause: BaseException) -> CheckpointError:
-    """A file source's or sink's log file that is not UTF-8."""
-    return CheckpointError(f"Log file {where} is corrupt: {cause}")
-
-
-def file_log_line_corrupt_error(where: str, number: int, cause: BaseException) -> CheckpointError:
-    """A line of a file source's or sink's log file that is not JSON."""
-    return CheckpointError(f"Log file {where} is corrupt: line {number}: {cause}")
-
-
-def file_log_line_not_object_error(where: str, number: int) -> CheckpointError:
-    """A line of a file source's or sink's log file that is JSON but not an object."""
-    return CheckpointError(f"Log file {where} is corrupt: line {number} is not a JSON object")
-
-
-def file_log_entry_missing_error(file: str, latest: int, compact_interval: int) -> CheckpointError:
-    """A file source's or sink's log whose entry (``file``) a read of all its entries needs is
-    not there."""
-    return CheckpointError(f"{file} doesn't exist (latestId: {latest}, compactInterval: {compact_interval})")
-
-
-def file_log_compaction_input_missing_error(file: str, batch_id: int, compact_interval: int) -> CheckpointError:
-    """A file source's or sink's log entry (``file``) that compacting ``batch_id`` needs is not there."""
-    return CheckpointError(f"{file} doesn't exist when compacting batch {batch_id} (compactInterval: {compact_interval})")
 
 
 # -- rate, socket, table and Python data sources -----------------------------------------------------

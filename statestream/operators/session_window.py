@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
+from statestream.errors import OP_SESSION_WINDOW, output_mode_error
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo, aggregate_string
 from statestream.operators.base import (
@@ -361,8 +362,6 @@ class SessionWindowStateStoreSaveExec(PhysicalOperator, StateStoreWriter, Waterm
         if mode not in ("append", "complete"):
             # reached only with spark.sql.streaming.unsupportedOperationCheck=false: Spark's
             # planner then refuses the session window itself, at the first batch
-            from statestream.plan.analysis import OP_SESSION_WINDOW, output_mode_error
-
             raise output_mode_error(mode, OP_SESSION_WINDOW)
         et_key, et_struct = agg.event_time_key, agg.event_time_is_struct
         step = SessionWindowStateStep(

@@ -37,6 +37,26 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from statestream.errors import StatestreamAnalysisException, analysis_error
+from statestream.errors.unsupported_operations import (
+    MSG_CORRECTNESS,
+    MSG_DEDUP_WITHIN_WATERMARK,
+    MSG_DISTINCT_AGGREGATE,
+    MSG_LIMIT_UPDATE,
+    MSG_NO_STREAMING_SOURCE,
+    MSG_OFFSET,
+    MSG_SAMPLE,
+    MSG_SORT,
+    MSG_UNION_STREAM_BATCH,
+    NON_TIME_WINDOW_CONDITION,
+    OP_AGGREGATION_WITHOUT_WATERMARK,
+    OP_NO_AGGREGATION,
+    OP_SESSION_WINDOW,
+    SQLSTATE_42KDE,
+    legacy_analysis_error,
+    non_time_window_message,
+    output_mode_error,
+    unsupported_expressions_message,
+)
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
 from statestream.jvm_calls import jvm_plan_nodes, jvm_seq
@@ -62,7 +82,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "check_for_streaming",
-    "check_batch_action_on_stream",
     "ExpressionInspector",
     "JvmExpressionInspector",
     "WindowFunctionUse",
@@ -82,7 +101,6 @@ __all__ = [
     "to_sql_id",
     "to_sql_stmt",
     "UNSUPPORTED_OPERATION_CHECK_CONF",
-    "output_mode_error",
     "CHECK_CORRECTNESS_CONF",
     "JoinConditionUse",
     "stream_stream_bound_possible",
@@ -94,85 +112,6 @@ UNSUPPORTED_OPERATION_CHECK_CONF = "spark.sql.streaming.unsupportedOperationChec
 CHECK_CORRECTNESS_CONF = "spark.sql.streaming.statefulOperator.checkCorrectness.enabled"
 
 OUTPUT_MODES = ("append", "complete", "update")
-
-# ---------------------------------------------------------------------------------------------
-# Error conditions and texts (Spark 4.1; verified by running the same queries on Spark 4.1.4).
-# Messages without a condition of their own are Spark's legacy condition carrying the text as
-# its only parameter ``msg``; their ``str()`` is the bare text (Spark appends ``;\n<plan>``).
-# ---------------------------------------------------------------------------------------------
-
-LEGACY_CONDITION = "_LEGACY_ERROR_TEMP_3102"
-OUTPUT_MODE_CONDITION = "STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION"
-NON_TIME_WINDOW_CONDITION = "NON_TIME_WINDOW_NOT_SUPPORTED_IN_STREAMING"
-SQLSTATE_42KDE = "42KDE"
-
-OP_AGGREGATION_WITHOUT_WATERMARK = "streaming aggregations without watermark"
-OP_NO_AGGREGATION = "no streaming aggregations"
-OP_SESSION_WINDOW = "session window streaming aggregations"
-
-MSG_NO_STREAMING_SOURCE = "Queries without streaming sources cannot be executed with writeStream.start()"
-MSG_DISTINCT_AGGREGATE = (
-    "Distinct aggregations are not supported on streaming DataFrames/Datasets. "
-    "Consider using approx_count_distinct() instead."
-)
-MSG_DEDUP_WITHIN_WATERMARK = (
-    "dropDuplicatesWithinWatermark is not supported on streaming DataFrames/DataSets without watermark"
-)
-MSG_UNION_STREAM_BATCH = "Union between streaming and batch DataFrames/Datasets is not supported"
-MSG_LIMIT_UPDATE = "Limits are not supported on streaming DataFrames/Datasets in Update output mode"
-MSG_OFFSET = "Offset is not supported on streaming DataFrames/Datasets"
-MSG_SORT = (
-    "Sorting is not supported on streaming DataFrames/Datasets, "
-    "unless it is on aggregated DataFrame/Dataset in Complete output mode"
-)
-MSG_SAMPLE = "Sampling is not supported on streaming DataFrames/Datasets"
-MSG_CORRECTNESS = (
-    "Detected pattern of possible 'correctness' issue due to global watermark. "
-    "The query contains stateful operation which can emit rows older than the current watermark "
-    'plus allowed late record delay, which are "late rows" in downstream stateful operations and '
-    "these rows can be discarded. Please refer the programming guide doc for more details. "
-    "If you understand the possible risk of correctness issue and still need to run the query, "
-    "you can disable this check by setting the config "
-    "`spark.sql.streaming.statefulOperator.checkCorrectness.enabled` to false."
-)
-MSG_BATCH_ACTION_ON_STREAM = (
-    "Queries with streaming sources must be executed with writeStream.start(), "
-    "or from a streaming table or flow definition within a Spark Declarative Pipeline."
-)
-
-
-def _unsupported_expressions_message(sqls: Sequence[str]) -> str:
-    return "Expression(s): " + ", ".join(sqls) + " is not supported with streaming DataFrames/Datasets"
-
-
-def _output_mode_message(output_mode: str, operation: str) -> str:
-    return (
-        f"[{OUTPUT_MODE_CONDITION}] Invalid streaming output mode: {output_mode}. "
-        f"This output mode is not supported for {operation} on streaming DataFrames/DataSets. "
-        f"SQLSTATE: {SQLSTATE_42KDE}"
-    )
-
-
-def _non_time_window_message(window_func: str, column_name: str, window_spec: str) -> str:
-    # The newline is part of Spark's message template.
-    return (
-        f"[{NON_TIME_WINDOW_CONDITION}] Window function is not supported in {window_func} "
-        f"(as column {column_name}) on streaming DataFrames/Datasets.\n"
-        "Structured Streaming only supports time-window aggregation using the WINDOW function. "
-        f"(window specification: {window_spec}) SQLSTATE: {SQLSTATE_42KDE}"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Public exception builders for the API layer
-# ---------------------------------------------------------------------------------------------
-
-
-def check_batch_action_on_stream() -> StatestreamAnalysisException:
-    """The error of a batch action (``collect()``, ``show()``, ``count()``...) on a streaming
-    DataFrame. Returned, not raised: the API layer raises it where the action was called."""
-    return analysis_error(LEGACY_CONDITION, MSG_BATCH_ACTION_ON_STREAM, None, msg=MSG_BATCH_ACTION_ON_STREAM)
-
 
 # ---------------------------------------------------------------------------------------------
 # Facts read from Spark's analysed expressions
@@ -655,42 +594,17 @@ def _fact_error(fact: ExpressionFact, streaming: bool) -> StatestreamAnalysisExc
         window_spec = ",".join(to_sql_stmt(s) for s in fact.specs)
         return analysis_error(
             NON_TIME_WINDOW_CONDITION,
-            _non_time_window_message(window_func, column_name, window_spec),
+            non_time_window_message(window_func, column_name, window_spec),
             SQLSTATE_42KDE,
             windowFunc=window_func,
             columnName=column_name,
             windowSpec=window_spec,
         )
     if isinstance(fact, DistinctAggregateUse) and streaming:
-        return _legacy(MSG_DISTINCT_AGGREGATE)
+        return legacy_analysis_error(MSG_DISTINCT_AGGREGATE)
     if isinstance(fact, UnsupportedExpressionUse) and fact.sqls:
-        return _legacy(_unsupported_expressions_message(fact.sqls))
+        return legacy_analysis_error(unsupported_expressions_message(fact.sqls))
     return None
-
-
-def _legacy(message: str) -> StatestreamAnalysisException:
-    return analysis_error(LEGACY_CONDITION, message, None, msg=message)
-
-
-def union_stream_batch_error() -> StatestreamAnalysisException:
-    """Spark's refusal of a union of a streaming and a batch DataFrame."""
-    return _legacy(MSG_UNION_STREAM_BATCH)
-
-
-def output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:
-    """Spark's ``STREAMING_OUTPUT_MODE.UNSUPPORTED_OPERATION`` error; also raised by operators
-    at run time when the analysis checks are disabled (e.g. a session window in update mode)."""
-    return _output_mode_error(output_mode, operation)
-
-
-def _output_mode_error(output_mode: str, operation: str) -> StatestreamAnalysisException:
-    return analysis_error(
-        OUTPUT_MODE_CONDITION,
-        _output_mode_message(output_mode, operation),
-        SQLSTATE_42KDE,
-        outputMode=output_mode,
-        operation=operation,
-    )
 
 
 def _output_mode_violation(plan: LogicalPlan, output_mode: str) -> str | None:
@@ -708,7 +622,7 @@ def _output_mode_violation(plan: LogicalPlan, output_mode: str) -> str | None:
 def _throw(error: StatestreamAnalysisException | str, node: LogicalPlan) -> None:
     """Raise ``error`` (a legacy text is wrapped in Spark's legacy condition), remembering the
     node it was found on for the API layer's diagnostics."""
-    exc = _legacy(error) if isinstance(error, str) else error
+    exc = legacy_analysis_error(error) if isinstance(error, str) else error
     exc.statestream_node = node  # type: ignore[attr-defined]
     logger.debug("streaming query refused at %s: %s", node.node_name, exc)
     raise exc
@@ -767,7 +681,7 @@ def check_for_streaming(
 
     operation = _output_mode_violation(plan, mode)
     if operation is not None:
-        _throw(_output_mode_error(mode, operation), plan)
+        _throw(output_mode_error(mode, operation), plan)
 
     for node in _post_order(plan):
         message = _node_rule_message(node, mode)

@@ -23,6 +23,7 @@ from statestream.errors import (
     sink_partitioning_not_supported_error,
     sink_path_not_specified_error,
 )
+from statestream.sources.options import present_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,8 +92,6 @@ def create_sink(
     IllegalArgumentException
         File sink without a path (Spark: ``'path' is not specified.``).
     """
-    from statestream.sources.options import present_options
-
     name = fmt.lower()
     opts = dict(options or {})
     if partition_by and name in _UNPARTITIONED:

@@ -27,6 +27,7 @@ from statestream.errors import (
     kafka_serializer_error,
 )
 from statestream.sinks.base import Sink
+from statestream.sources.kafka.client import ClientErrors, producer_config, require_client
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -99,12 +100,8 @@ class KafkaWriteTask:
             if batch.num_rows == 0:
                 continue
             if producer is None:  # created at the first row: an empty task never connects
-                from statestream.sources.kafka.client import producer_config
-
                 if "bootstrap.servers" not in self.params:
                     raise kafka_missing_bootstrap_servers_error()
-                from statestream.sources.kafka.client import ClientErrors
-
                 client_errors = ClientErrors()
                 producer = Producer(client_errors.attach(producer_config(self.params)))
             cols = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
@@ -153,8 +150,6 @@ class KafkaSink(Sink):
         self.topic = None if topic is None else str(topic).strip()
         self.params = producer_params(options)
         self._last_rows = -1
-        from statestream.sources.kafka.client import require_client
-
         require_client('writeStream.format("kafka")')
 
     def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:

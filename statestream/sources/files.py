@@ -44,6 +44,16 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import pyarrow.fs as pafs
 
+from statestream.checkpoint.file_stream_log import (
+    METADATA_DIR,
+    CompactibleFileStreamLog,
+    FileStreamSinkLog,
+    is_hidden_file,
+    is_remote_path,
+    path_to_uri,
+    qualified_path,
+    uri_to_path,
+)
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     StatestreamArithmeticException,
@@ -65,19 +75,8 @@ from statestream.errors import (
     source_path_not_specified_error,
 )
 from statestream.jvm_calls import static_member
-from statestream.sinks.files import (
-    METADATA_DIR,
-    CompactibleFileStreamLog,
-    FileStreamSinkLog,
-    log_settings,
-    _is_hidden,
-    _is_remote,
-    path_to_uri,
-    qualified_path,
-    uri_to_path,
-)
 from statestream.sources.base import ReadLimit, Source, empty_batch
-from statestream.sources.options import time_string_as_ms
+from statestream.sources.options import log_settings, time_string_as_ms
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -422,7 +421,7 @@ class FileStreamSource(Source):
         if spark is None or self._is_glob(self.path):
             return schema
         local = self._spark_path(self.path)
-        if not _is_remote(local) and not os.path.isdir(local):
+        if not is_remote_path(local) and not os.path.isdir(local):
             return schema
         opts = {k: (None if v is None else str(v)) for k, v in raw_opts.items() if k.lower() not in _SOURCE_OPTIONS}
         try:
@@ -446,8 +445,8 @@ class FileStreamSource(Source):
             if archive is None:
                 raise archive_dir_required_error()
             archive_path = self._spark_path(str(archive))
-            if _is_remote(self.path) != _is_remote(archive_path) or (
-                _is_remote(archive_path) and archive_path.split("/", 3)[:3] != self.path.split("/", 3)[:3]
+            if is_remote_path(self.path) != is_remote_path(archive_path) or (
+                is_remote_path(archive_path) and archive_path.split("/", 3)[:3] != self.path.split("/", 3)[:3]
             ):
                 raise archive_dir_other_file_system_error(qualified_path(self.path), qualified_path(archive_path))
             if _archive_matches_source(self._spark_path(self.path), archive_path):
@@ -462,10 +461,10 @@ class FileStreamSource(Source):
 
     @staticmethod
     def _spark_path(path: str) -> str:
-        return path if _is_remote(path) else os.path.abspath(path[5:] if path.startswith("file:") else path)
+        return path if is_remote_path(path) else os.path.abspath(path[5:] if path.startswith("file:") else path)
 
     def _roots(self) -> list[str]:
-        if self._is_glob(self.path) and not _is_remote(self.path):
+        if self._is_glob(self.path) and not is_remote_path(self.path):
             return sorted(_glob.glob(self._spark_path(self.path)))
         return [self.path]
 
@@ -502,7 +501,7 @@ class FileStreamSource(Source):
         return files
 
     def _uri_of(self, root: str, fs_path: str) -> str:
-        if _is_remote(root):
+        if is_remote_path(root):
             scheme = root.split("://", 1)[0]
             return f"{scheme}://{fs_path}"
         return fs_path
@@ -516,7 +515,7 @@ class FileStreamSource(Source):
         while pending:
             d = pending.pop()
             for info in mgr.fs.get_file_info(pafs.FileSelector(d, allow_not_found=True, recursive=False)):
-                if _is_hidden(info.base_name):
+                if is_hidden_file(info.base_name):
                     continue
                 if info.type == pafs.FileType.Directory:
                     pending.append(info.path)

@@ -16,6 +16,7 @@ from statestream.errors import time_string_error
 __all__ = [
     "TIME_SUFFIX_MS",
     "time_string_as_ms",
+    "log_settings",
     "option_string",
     "present_options",
     "default_source",
@@ -64,3 +65,15 @@ def default_source(spark: Any) -> str:
     """Spark's default data source (``spark.sql.sources.default``, ``parquet`` unless set): the
     format of a reader or writer whose ``format`` was never called."""
     return str(spark.conf.get("spark.sql.sources.default", "parquet") or "parquet")
+
+
+def log_settings(spark: Any, which: str) -> dict[str, Any]:
+    """A compactible log's settings from Spark's confs ``spark.sql.streaming.<which>.log.*``
+    (``which``: ``fileSink`` or ``fileSource``) and ``minBatchesToRetain``."""
+    conf = (lambda key, default: default) if spark is None else (lambda key, default: spark.conf.get(key, default) or default)
+    return {
+        "default_compact_interval": int(conf(f"spark.sql.streaming.{which}.log.compactInterval", "10")),
+        "delete_expired": str(conf(f"spark.sql.streaming.{which}.log.deletion", "true")).strip().lower() == "true",
+        "cleanup_delay_ms": time_string_as_ms(conf(f"spark.sql.streaming.{which}.log.cleanupDelay", "10m")),
+        "min_batches_to_retain": int(conf("spark.sql.streaming.minBatchesToRetain", "100")),
+    }

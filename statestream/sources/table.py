@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
 
+from statestream.checkpoint.file_stream_log import uri_to_path
 from statestream.errors import not_supported_yet, streaming_table_is_temp_view_error
 
 if TYPE_CHECKING:
@@ -59,7 +60,5 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
             if "=" in part:
                 k, v = part.split("=", 1)
                 storage[k] = v
-    from statestream.sinks.files import uri_to_path
-
     path = str(location)
     return provider, uri_to_path(path) if path.startswith("file:") else path, schema, storage

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.file_stream_log import METADATA_DIR, FileStreamSinkLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
 from statestream.checkpoint.query_record import read_query_record
@@ -227,12 +228,11 @@ class _SinkPlan:
 def _plan_file_sink(path: str, to_batch: int) -> _SinkPlan:
     """A file sink's log files after ``to_batch`` and the data files only they list; refuses a
     directory that is not a file sink's output or a log no longer retained back to the batch."""
-    from statestream.sinks.files import FileStreamSinkLog
 
     out = CheckpointFileManager(path)
     if not out.exists("_spark_metadata"):
         raise not_a_file_sink_error(out.display())
-    sink_log = FileStreamSinkLog(out.child("_spark_metadata").root)
+    sink_log = FileStreamSinkLog(out.child(METADATA_DIR).root)
     later = _log_files_after(sink_log.files, to_batch)
     if not later:
         return _SinkPlan(out, [], [])

@@ -265,7 +265,7 @@ def sink_rows(spark: Any, output: Path, mode: str, query: str = "seed") -> list[
 
 def unlisted_data_files(output: Path) -> list[str]:
     """Data files in the output directory that the sink's log does not list (a crash's leftovers)."""
-    from statestream.sinks.files import FileStreamSinkLog, uri_to_path
+    from statestream.checkpoint.file_stream_log import FileStreamSinkLog, uri_to_path
 
     listed = {os.path.realpath(uri_to_path(e["path"])) for e in FileStreamSinkLog(str(output / "_spark_metadata")).all_entries()}
     found = {os.path.realpath(p) for p in map(str, output.glob("*.parquet"))}

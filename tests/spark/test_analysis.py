@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from statestream.errors import StatestreamAnalysisException, write_stream_not_allowed_error
+from statestream.errors import StatestreamAnalysisException, check_batch_action_on_stream, write_stream_not_allowed_error
 from statestream.plan import analysis as A
 from statestream.plan.logical import (
     WATERMARK_DELAY_KEY,
@@ -351,7 +351,7 @@ def test_batch_action_and_write_stream_errors_match_spark(spark, src):
 
     with pytest.raises(AnalysisException) as info:
         src.stream.collect()
-    mine = A.check_batch_action_on_stream()
+    mine = check_batch_action_on_stream()
     assert mine.getCondition() == info.value.getCondition()
     assert mine.getMessageParameters() == info.value.getMessageParameters()
     assert str(mine) == spark_text(info.value)

@@ -256,7 +256,7 @@ def test_foreach_task_calls_open_process_close_as_pyspark_does():
 
 
 def test_sink_log_paths_are_encoded_as_hadoop_path_to_uri():
-    from statestream.sinks.files import path_to_uri, uri_to_path
+    from statestream.checkpoint.file_stream_log import path_to_uri, uri_to_path
 
     p = "/out/k=a b/k2=p%2Fq/x=\u00fc&,;$+@:/part-0.parquet"
     uri = path_to_uri(p)

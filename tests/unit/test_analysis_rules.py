@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from statestream.errors import StatestreamAnalysisException, write_stream_not_allowed_error
+from statestream.errors import StatestreamAnalysisException, check_batch_action_on_stream, write_stream_not_allowed_error
 from statestream.plan import analysis as A
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
@@ -377,7 +377,7 @@ def test_error_remembers_node():
 
 
 def test_batch_action_and_write_stream_errors():
-    e = A.check_batch_action_on_stream()
+    e = check_batch_action_on_stream()
     assert isinstance(e, StatestreamAnalysisException)
     assert e.getCondition() == "_LEGACY_ERROR_TEMP_3102"
     assert str(e) == (

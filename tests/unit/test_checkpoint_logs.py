@@ -391,7 +391,7 @@ def test_file_sink_log_behind_the_commits_is_named_at_start(tmp_path):
 
 
 def test_first_compaction_to_keep_is_sparks_rule():
-    from statestream.sinks.files import first_compaction_to_keep
+    from statestream.checkpoint.file_stream_log import first_compaction_to_keep
 
     assert first_compaction_to_keep(9, 10, 100) is None  # too short to delete anything
     assert first_compaction_to_keep(108, 10, 100) is None
@@ -404,7 +404,7 @@ def test_first_compaction_to_keep_is_sparks_rule():
 def test_compactible_log_deletes_expired_entries_after_a_compaction(tmp_path):
     """The files below the compact file that keeps ``min_batches_to_retain`` batches readable
     go once older than the cleanup delay: the log stays bounded, and reads the same."""
-    from statestream.sinks.files import FileStreamSinkLog
+    from statestream.checkpoint.file_stream_log import FileStreamSinkLog
 
     now = [1_000_000.0]
     log = FileStreamSinkLog(str(tmp_path / "log"), default_compact_interval=5, cleanup_delay_ms=60_000,
