@@ -446,6 +446,10 @@ def cases(draw: st.DrawFn, families: tuple[str, ...] = FAMILIES) -> Case:
     gap, every_batch, python_watermark = 0, True, False
     if family in PYTHON_STATE:
         gap = draw(st.sampled_from([0, 0, 3, 10]))
+        if family.startswith("transform_with_state") and "struct<" in key_types[0]:
+            # an expired timer of a struct key fails on Spark's engine (declared in known_gaps.py:
+            # test_fuzz_findings.py::test_transform_with_state_struct_key_timers)
+            gap = 0
         every_batch = not gap or draw(st.booleans())
         python_watermark = bool(gap) or draw(st.booleans())
     state_kind = draw(st.sampled_from(random_processors.STATE_KINDS)) if family.startswith("transform_with_state") else "value"

@@ -258,3 +258,26 @@ def test_apply_in_pandas_with_state_over_a_null_string_key(spark, ours, tmp_path
     rows = tuple((i, start, k) for i, k in enumerate(keys))
     case = Case(("string",), (), "apply_in_pandas_with_state", (), 0, 3, 0, "append", 1, (rows,))
     run_case(spark, ours, case, tmp_path)
+
+
+STRUCT_TIMER_KEYS = {
+    "struct": {"a": 1, "b": "x"},
+    "struct_of_nulls": {"a": None, "b": None},
+    "null_struct": None,
+}
+
+
+@pytest.mark.parametrize("key", sorted(STRUCT_TIMER_KEYS))
+@pytest.mark.parametrize("form", ["pandas", "rows"])
+def test_transform_with_state_struct_key_timers(spark, ours, tmp_path, form, key):
+    """transformWithState grouped by a struct, with an event-time timer per key that fires in a
+    later batch (random tester, seed 15)."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+
+    from tests.differential.test_random_queries import run_case
+
+    value = STRUCT_TIMER_KEYS[key]
+    batches = (((0, start, value), (1, start, value)), ((2, start + dt.timedelta(seconds=20), {"a": 7, "b": "z"}),), ())
+    case = Case(("struct<a:int,b:string>",), (), f"transform_with_state_{form}", (), 0, 3, 0, "update", 1, batches, gap=3, every_batch=False, python_watermark=True)
+    run_case(spark, ours, case, tmp_path)
