@@ -7,13 +7,20 @@ state partitions, both engines in one process (Spark's first). Prints each engin
 triggerExecution per data batch and the ratio of the medians of the batches after the first.
 A quick figure, not W7 of issue 13 (which wants 1,000,000 rows and 100,000 keys per batch).
 """
-# ruff: noqa: T201
-import os, sys, tempfile
+import os
+import sys
+import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ["PYSPARK_PYTHON"] = sys.executable
-import numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+
+from statestream import StreamingSession
+
 spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "2")
          .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
@@ -21,9 +28,11 @@ ROWS = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
 KEYS = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
 BATCHES = 4
 def running(key, pdfs, state):
-    n = 0; s = 0
+    n = 0
+    s = 0
     for p in pdfs:
-        n += len(p); s += int(p["v"].sum())
+        n += len(p)
+        s += int(p["v"].sum())
     c, t = state.get if state.exists else (0, 0)
     state.update((c + n, t + s))
     yield pd.DataFrame({"k": [key[0]], "count": [c + n], "total": [t + s]})
@@ -36,14 +45,14 @@ def run(engine, label):
     rng = np.random.default_rng(1)
     for i in range(BATCHES):
         t = pa.table({"k": rng.integers(0, KEYS, ROWS), "v": rng.integers(0, 100, ROWS)})
-        pq.write_table(t, f"{d}/in/.f{i}"); os.rename(f"{d}/in/.f{i}", f"{d}/in/f{i}.parquet")
+        pq.write_table(t, f"{d}/in/.f{i}")
+        os.rename(f"{d}/in/.f{i}", f"{d}/in/f{i}.parquet")
         q.processAllAvailable()
     ps = [p for p in q.recentProgress if p["numInputRows"]]
     q.stop()
     ms = [p["durationMs"]["triggerExecution"] for p in ps]
     print(label, ms, "median", sorted(ms)[len(ms)//2], flush=True)
     return sorted(ms[1:])[len(ms[1:])//2]
-from statestream import StreamingSession
 a = run(spark, "spark")
 b = run(StreamingSession(spark), "ours")
 print("ratio ours/spark (median, batches after the first):", round(b / a, 3))

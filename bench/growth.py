@@ -16,7 +16,6 @@ of the whole process tree (driver Python, JVM,
 Python workers). Each engine runs in its own child process (a fresh JVM). The parent prints both
 engines' figures side by side.
 """
-# ruff: noqa: T201
 from __future__ import annotations
 
 import argparse
@@ -88,10 +87,10 @@ def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> Non
     samples: list[dict[str, Any]] = []
 
     class Sampler(StreamingQueryListener):
-        def onQueryStarted(self, event):  # noqa: N802
+        def onQueryStarted(self, event):
             pass
 
-        def onQueryProgress(self, event):  # noqa: N802
+        def onQueryProgress(self, event):
             b = event.progress.batchId
             if (b + 1) % every == 0:
                 files, size = _dir_stats(work / "ck")
@@ -105,10 +104,10 @@ def child(engine_kind: str, batches: int, every: int, cleanup_delay: str) -> Non
                 samples.append({"batch": b, "files": files, "bytes": size, "sink_log_files": sink_files, "rss_mb": rss // 2**20,
                                 "rss_mb_by_process": by_name, "heap_live_mb": _live_heap_mb(spark)})
 
-        def onQueryIdle(self, event):  # noqa: N802
+        def onQueryIdle(self, event):
             pass
 
-        def onQueryTerminated(self, event):  # noqa: N802
+        def onQueryTerminated(self, event):
             pass
 
     engine.streams.addListener(Sampler())

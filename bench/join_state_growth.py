@@ -153,7 +153,7 @@ def main() -> None:
         totals = [int(p["stateOperators"][0]["numRowsTotal"]) for p in data]
         results[name] = list(zip(ids, rows))
         print(f"{name}: {len(ids)} data batches in {wall:.1f} s; state rows total (progress) at the end {totals[-1]}")
-        if any(sum(r) != t for r, t in zip(rows, totals)):  # noqa: B007
+        if any(sum(r) != t for r, t in zip(rows, totals)):
             print(f"  warning: per-side rows do not add up to the progress total on {name}")
     print("batch | " + " | ".join(f"{n} left, right" for n in results))
     n = min(len(v) for v in results.values())

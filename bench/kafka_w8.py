@@ -16,7 +16,6 @@ cannot run this workload; for scale, the same query over the same records from p
 into the noop sink runs on Spark's engine in the same process and its figures are printed too
 (a different source and sink: not a like-for-like ratio).
 """
-# ruff: noqa: T201
 from __future__ import annotations
 
 import json

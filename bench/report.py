@@ -30,7 +30,6 @@ The table's columns, per workload:
   retention pass) shows here; n/a with fewer than four such batches;
 * same result: whether both engines gave the same sink rows and the same state rows at the end.
 """
-# ruff: noqa: T201
 from __future__ import annotations
 
 import argparse

@@ -14,7 +14,6 @@ Each engine runs in its own child process (``bench/run.py``'s), with ``BENCH_DRI
 JVM and the Python processes (driver and workers). Results go to
 ``bench/results/scale-<time>.{json,md,png}``.
 """
-# ruff: noqa: T201
 from __future__ import annotations
 
 import argparse
@@ -173,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             res = run.run_engine("W2", engine, input_dir)
             res["keys"] = keys
             rows.append(res)
-            print(run._fmt(res), flush=True)
+            print(run._fmt(res), flush=True)  # noqa: SLF001 - the runner's own row format
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run.RESULTS.mkdir(parents=True, exist_ok=True)
     md = markdown(rows, where)

@@ -14,7 +14,6 @@ This is what a user of a small stream sees per batch: unlike W9 (availableNow, b
 batches), the engine is idle between triggers, so a batch's duration is its whole latency added to
 the trigger's.
 """
-# ruff: noqa: T201
 from __future__ import annotations
 
 import argparse

@@ -129,7 +129,7 @@ def _zip_package(dest: Path) -> Path:
 
 def executor_count(spark) -> int:
     """Executors registered with the driver (the block manager list holds the driver too)."""
-    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1  # noqa: SLF001
+    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
 
 
 def wait_for_executors(spark, wanted: int, timeout_s: float = 180.0) -> None:

@@ -167,7 +167,7 @@ class ChildRun:
             except subprocess.TimeoutExpired:
                 _kill_session(proc.pid)
                 proc.wait()
-                raise AssertionError(f"{self.name}: child did not finish within {timeout:.0f} s\n{self.tail()}")
+                raise AssertionError(f"{self.name}: child did not finish within {timeout:.0f} s\n{self.tail()}") from None
             finally:
                 # The JVM must die with the driver (same process group); Spark's Python daemon
                 # and workers (a group of their own) exit when the JVM's pipe closes. Note what

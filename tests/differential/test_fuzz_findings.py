@@ -133,9 +133,9 @@ def _join_sides(df):
 JOIN_STATE_CASES = {
     # a left semi join outputs the left side only: Spark's optimizer keeps the right side's
     # columns the condition reads (rk, rts), and the right state holds those
-    "left_semi": lambda df: (lambda l, r, c: l.join(r, c, "left_semi"))(*_join_sides(df)),
+    "left_semi": lambda df: (lambda left, right, c: left.join(right, c, "left_semi"))(*_join_sides(df)),
     # columns no operator above the join reads are pruned from both sides' state (lid, rid)
-    "inner_then_select": lambda df: (lambda l, r, c: l.join(r, c, "inner").select("lk", "lts"))(*_join_sides(df)),
+    "inner_then_select": lambda df: (lambda left, right, c: left.join(right, c, "inner").select("lk", "lts"))(*_join_sides(df)),
 }
 
 

@@ -47,7 +47,7 @@ def _drop_blocks(df: DataFrame) -> None:
     batch's rows split into their partitions after the job, the RDD under that split)."""
     from statestream.jvm_calls import jvm_seq
 
-    logical = df._jdf.queryExecution().logical()  # noqa: SLF001
+    logical = df._jdf.queryExecution().logical()
     leaves = [leaf for leaf in jvm_seq(logical.collectLeaves()) if leaf.getClass().getSimpleName() == "LogicalRDD"]
     assert leaves, logical.getClass().getName()
     pending = [leaf.rdd() for leaf in leaves]

@@ -122,7 +122,7 @@ def _state_plans(spark: Any, since: int, data_only: bool = False) -> list[str]:
     with a state step, ``MapInArrow``, and an exchange), oldest first; ``data_only``: not the
     no-data batches' (their input is an empty ``ExistingRDD`` when the batch is built, the file
     source's reader over no files, ``InMemoryFileIndex []``, when it runs on a kept plan)."""
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # noqa: SLF001
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
     plans = []
     for i in range(executions.size()):
         e = executions.apply(i)
@@ -136,7 +136,7 @@ def _state_plans(spark: Any, since: int, data_only: bool = False) -> list[str]:
 
 
 def _last_execution_id(spark: Any) -> int:
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # noqa: SLF001
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
     return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1) + 1
 
 

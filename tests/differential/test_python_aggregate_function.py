@@ -209,5 +209,5 @@ def test_a_wrong_buffer_fails_the_query_naming_the_function(spark, tmp_path):
     def build(df: DataFrame) -> DataFrame:
         return df.groupBy("k").agg(broken("x", "y"))
 
-    with pytest.raises(Exception, match=r"broken\.update\(\) must return a mapping with the buffer fields"):  # noqa: PT011
+    with pytest.raises(Exception, match=r"broken\.update\(\) must return a mapping with the buffer fields"):
         run_stream(_resolve_ours(spark, None), build, BATCHES[:1], SCHEMA, "update", tmp_path)

@@ -71,10 +71,10 @@ class CountingReader(DataSourceStreamReader):
         self.options = options
         self.splits = int(options.get("partitions", "2"))
 
-    def initialOffset(self) -> dict:  # noqa: N802 - PySpark's name
+    def initialOffset(self) -> dict:
         return {"offset": 0}
 
-    def latestOffset(self) -> dict:  # noqa: N802
+    def latestOffset(self) -> dict:
         return {"offset": _available(self.options)}
 
     def partitions(self, start: dict, end: dict) -> list:
@@ -96,14 +96,14 @@ class SimpleCountingReader(SimpleDataSourceStreamReader):
     def __init__(self, options: Any) -> None:
         self.options = options
 
-    def initialOffset(self) -> dict:  # noqa: N802
+    def initialOffset(self) -> dict:
         return {"offset": 0}
 
     def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
         end = min(start["offset"] + 3, _available(self.options))
         return iter([_record(i) for i in range(start["offset"], end)]), {"offset": end}
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:  # noqa: N802
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
         return iter([_record(i) for i in range(start["offset"], end["offset"])])
 
     def commit(self, end: dict) -> None:
@@ -118,7 +118,7 @@ class CountingSource(DataSource):
     def schema(self) -> str:
         return "id LONG, key STRING, ts TIMESTAMP"
 
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return CountingReader(self.options)
 
 
@@ -127,12 +127,12 @@ class SimpleCountingSource(CountingSource):
     def name(cls) -> str:
         return "statestream_simple_counting"
 
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
         from pyspark.errors import PySparkNotImplementedError
 
         raise PySparkNotImplementedError(errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"})
 
-    def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:  # noqa: N802
+    def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
         return SimpleCountingReader(self.options)
 
 
@@ -157,7 +157,7 @@ class BrokenSource(CountingSource):
     def name(cls) -> str:
         return "statestream_broken"
 
-    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return BrokenReader(self.options)
 
 
@@ -176,13 +176,13 @@ class JsonLinesWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         return FilesMessage([[str(v) for v in row] for row in iterator])
 
-    def commit(self, messages: list, batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list, batchId: int) -> None:
         rows = sorted(r for m in messages for r in m.rows)
         record = {"batch": batchId, "overwrite": self.overwrite, "columns": self.columns, "rows": rows, "messages": len(messages)}
         with open(os.path.join(self.target, f"batch-{batchId}.json"), "w", encoding="utf-8") as f:
             json.dump(record, f)
 
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list, batchId: int) -> None:
         open(os.path.join(self.target, f"aborted-{batchId}"), "w").close()
 
 
@@ -191,7 +191,7 @@ class JsonLinesSink(DataSource):
     def name(cls) -> str:
         return "statestream_json_lines"
 
-    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         return JsonLinesWriter(self.options, schema, overwrite)
 
 
@@ -213,7 +213,7 @@ class HalfFailingWriter(JsonLinesWriter):
         open(done, "w").close()
         return FilesMessage(rows)
 
-    def abort(self, messages: list, batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list, batchId: int) -> None:
         given = [None if m is None else sorted(m.rows) for m in messages]
         with open(os.path.join(self.target, f"aborted-{batchId}.json"), "w", encoding="utf-8") as f:
             json.dump(given, f)
@@ -224,16 +224,16 @@ class HalfFailingSink(DataSource):
     def name(cls) -> str:
         return "statestream_half_failing"
 
-    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
         return HalfFailingWriter(self.options, schema, overwrite)
 
 
-@pytest.fixture()
+@pytest.fixture
 def served(spark):
     """Registers the sources (once) and gives a context in which the shared session is served by
     statestream: each test runs Spark's engine on the session first, then statestream inside
     the context (``statestream.enable`` for the run, ``disable`` after it)."""
-    manager = spark._jsparkSession.sessionState().dataSourceManager()  # noqa: SLF001
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
     for cls in (CountingSource, SimpleCountingSource, JsonLinesSink, BatchOnlySource, BrokenSource, HalfFailingSink):
         if not manager.dataSourceExists(cls.name()):
             spark.dataSource.register(cls)

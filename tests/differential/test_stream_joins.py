@@ -31,11 +31,11 @@ def t(seconds: int) -> dt.datetime:
     return T0 + dt.timedelta(seconds=seconds)
 
 
-def L(k: Any, s: int, v: int) -> tuple:  # noqa: N802 - a row of the left side
+def L(k: Any, s: int, v: int) -> tuple:
     return ("L", k, t(s), v)
 
 
-def R(k: Any, s: int, v: int) -> tuple:  # noqa: N802 - a row of the right side
+def R(k: Any, s: int, v: int) -> tuple:
     return ("R", k, t(s), v)
 
 

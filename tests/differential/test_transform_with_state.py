@@ -994,7 +994,7 @@ def test_variable_added_on_restart_starts_empty_and_a_lost_store_is_named(ours, 
     lost = work / "checkpoint" / "state" / "0" / "0" / "old"
     assert sorted(p.name for p in lost.iterdir()) == ["2.delta"]
     shutil.rmtree(lost)
-    with pytest.raises(Exception, match=r"(?s)0/0/old/2\.delta of .*the file does not exist, but it is needed to load version 2"):  # noqa: PT011
+    with pytest.raises(Exception, match=r"(?s)0/0/old/2\.delta of .*the file does not exist, but it is needed to load version 2"):
         run_stream(engine, with_list, RUNNING[2:], KV, "update", tmp_path, workdir=work)
 
 

@@ -50,7 +50,7 @@ def _wait_until_serving(bootstrap: str, proc: subprocess.Popen, conf: dict[str, 
         try:
             admin.list_topics(timeout=1)
             return
-        except Exception:  # noqa: BLE001 - not listening yet
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)

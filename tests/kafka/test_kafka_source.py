@@ -222,7 +222,7 @@ def _recreate(bootstrap: str, topic: Topic) -> None:
             for future in admin.create_topics([NewTopic(topic.name, num_partitions=1, replication_factor=1)]).values():
                 future.result(10)
             break
-        except Exception:  # noqa: BLE001 - the deletion may still be under way
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
@@ -244,7 +244,7 @@ def test_topic_recreated_is_data_loss_per_fail_on_data_loss(ours, kafka_bootstra
             _recreate(kafka_bootstrap, topic)
             topic.produce([(0, None, b"new0", T0)])
             if fail:
-                with pytest.raises(Exception, match=r"(?s)Some data may have been lost.*Reason: Partition .*-0 offset was changed from 5 to 1\."):  # noqa: PT011
+                with pytest.raises(Exception, match=r"(?s)Some data may have been lost.*Reason: Partition .*-0 offset was changed from 5 to 1\."):
                     query.processAllAvailable()
                 continue
             query.processAllAvailable()

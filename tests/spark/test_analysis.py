@@ -99,14 +99,14 @@ class Q:
         return Q(Union(template=template, inputs=(self.node, other.node)), self.stream.union(other.stream))
 
 
-@pytest.fixture()
+@pytest.fixture
 def src(spark) -> Q:
     stream = spark.readStream.format("rate").load()
     template = spark.createDataFrame([], stream.schema)
     return Q(StreamingRelation(template=template), stream).select(F.col("timestamp").alias("ts"), "value")
 
 
-@pytest.fixture()
+@pytest.fixture
 def batch(spark) -> Q:
     df = spark.range(3).select(F.col("id").alias("value"))
     return Q(LogicalPlan(template=df), df)

@@ -23,7 +23,7 @@ from statestream.errors import MIXED_ENGINES_CONDITION
 from statestream.query import StreamingQuery, StreamingQueryManager
 
 
-@pytest.fixture()
+@pytest.fixture
 def session(spark):
     s = spark.newSession()
     yield s
@@ -208,4 +208,4 @@ def test_the_manager_waits_for_and_listens_to_handed_over_queries(session, tmp_p
         assert heard.events == [("started", query.id), ("terminated", query.id)]
     finally:
         session.streams.removeListener(heard)
-    assert session.streams._spark_listeners == []  # noqa: SLF001
+    assert session.streams._spark_listeners == []

@@ -366,7 +366,7 @@ def test_explain_modes_have_sparks_sections(spark, mode):
 
 
 def test_explain_unknown_mode_is_sparks_error(spark):
-    with pytest.raises(Exception, match="Unknown explain mode: nope"):  # noqa: PT011
+    with pytest.raises(Exception, match="Unknown explain mode: nope"):
         StreamingSession(spark).readStream.format("rate").load().explain("nope")
 
 

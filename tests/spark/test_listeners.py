@@ -25,16 +25,16 @@ class Recorder(StreamingQueryListener):
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
 
-    def onQueryStarted(self, event):  # noqa: N802
+    def onQueryStarted(self, event):
         self.events.append(("started", event))
 
-    def onQueryProgress(self, event):  # noqa: N802
+    def onQueryProgress(self, event):
         self.events.append(("progress", event))
 
-    def onQueryIdle(self, event):  # noqa: N802
+    def onQueryIdle(self, event):
         self.events.append(("idle", event))
 
-    def onQueryTerminated(self, event):  # noqa: N802
+    def onQueryTerminated(self, event):
         self.events.append(("terminated", event))
 
     def wait_terminated(self, timeout: float = 30.0) -> None:
@@ -179,16 +179,16 @@ class QuietListener(StreamingQueryListener):
     """A listener that ignores every event (PySpark asks for all four methods); the tests'
     listeners below override the one they need."""
 
-    def onQueryStarted(self, event):  # noqa: N802
+    def onQueryStarted(self, event):
         pass
 
-    def onQueryProgress(self, event):  # noqa: N802
+    def onQueryProgress(self, event):
         pass
 
-    def onQueryIdle(self, event):  # noqa: N802
+    def onQueryIdle(self, event):
         pass
 
-    def onQueryTerminated(self, event):  # noqa: N802
+    def onQueryTerminated(self, event):
         pass
 
 
@@ -201,7 +201,7 @@ class StopsItsQuery(QuietListener):
         self.threads: list[str] = []
         self.returned = threading.Event()
 
-    def onQueryProgress(self, event):  # noqa: N802
+    def onQueryProgress(self, event):
         self.threads.append(threading.current_thread().name)
         query = self.streams.get(str(event.progress.id))
         if query is not None:
@@ -238,7 +238,7 @@ class SeesItsQueryStart(QuietListener):
         self.streams = streams
         self.seen: list[tuple[bool, bool]] = []
 
-    def onQueryStarted(self, event):  # noqa: N802
+    def onQueryStarted(self, event):
         query = self.streams.get(str(event.id))
         self.seen.append((query is not None, bool(query is not None and query.isActive)))
 
@@ -268,7 +268,7 @@ class StopsItsQueryAtStart(QuietListener):
     def __init__(self, streams: Any) -> None:
         self.streams = streams
 
-    def onQueryStarted(self, event):  # noqa: N802
+    def onQueryStarted(self, event):
         self.streams.get(str(event.id)).stop()
 
 
@@ -302,12 +302,12 @@ def test_events_after_process_all_available_once_the_bus_drained(spark, tmp_path
         query = ss.readStream.schema(SCHEMA).parquet(_input(spark, tmp_path)).writeStream.format("noop").start()
         try:
             query.processAllAvailable()
-            assert ss.streams._wait_for_listener_bus(30)  # noqa: SLF001
+            assert ss.streams._wait_for_listener_bus(30)
             assert _kinds(recorder)[:2] == ["started", "progress"]
             assert [e for kind, e in recorder.events if kind == "progress"][0].progress.batchId == 0
         finally:
             query.stop()
-        assert ss.streams._wait_for_listener_bus(30)  # noqa: SLF001
+        assert ss.streams._wait_for_listener_bus(30)
         assert _kinds(recorder)[-1] == "terminated"
     finally:
         ss.streams.removeListener(recorder)

@@ -27,7 +27,7 @@ def rate(ss: Any) -> Callable[[], Any]:
 
 
 def _skippable(df: Any) -> str:
-    (node,) = df._plan.find(L.Aggregate)  # noqa: SLF001
+    (node,) = df._plan.find(L.Aggregate)
     return aggregation_info(node).partial_skippable
 
 
@@ -85,7 +85,7 @@ def test_an_aggregation_without_keys_to_shuffle_by_keeps_its_partial_step(rate, 
 
 def test_a_session_window_keeps_its_partial_step(rate):
     df = rate().withWatermark("timestamp", "10 seconds").groupBy("k", F.session_window("timestamp", "5 seconds")).count()
-    (node,) = df._plan.find(L.Aggregate)  # noqa: SLF001
+    (node,) = df._plan.find(L.Aggregate)
     assert aggregation_info(node).partial_skippable == PARTIAL_SKIPPABLE_FED_BY_SOURCE
     assert session_window_info(node).agg.partial_skippable == PARTIAL_KEPT
 

@@ -254,16 +254,16 @@ QUERY_CALLS: dict[str, Callable[[Any, Side], Any] | None] = {
 
 
 class _Listener(StreamingQueryListener):
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802
+    def onQueryStarted(self, event: Any) -> None:
         pass
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+    def onQueryProgress(self, event: Any) -> None:
         pass
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+    def onQueryIdle(self, event: Any) -> None:
         pass
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+    def onQueryTerminated(self, event: Any) -> None:
         pass
 
 

@@ -28,7 +28,7 @@ def _memory_query(spark, name: str, fail: bool = False):
 def test_temporary_checkpoint_removed_on_clean_stop(spark):
     q = _memory_query(spark, "lifecycle_clean")
     q.processAllAvailable()
-    location = q._ex.checkpoint_location  # noqa: SLF001
+    location = q._ex.checkpoint_location
     assert os.path.isdir(os.path.join(location, "commits"))
     q.stop()
     assert not os.path.exists(location)
@@ -39,7 +39,7 @@ def test_temporary_checkpoint_kept_after_failure(spark):
     q = _memory_query(spark, "lifecycle_failed", fail=True)
     with pytest.raises(Exception, match="boom"):
         q.awaitTermination(120)
-    location = q._ex.checkpoint_location  # noqa: SLF001
+    location = q._ex.checkpoint_location
     assert os.path.isdir(location)
     q.stop()
     assert os.path.isdir(location)
@@ -57,7 +57,7 @@ class _StartedRecorder:
         runs: list[str] = []
 
         class Listener(QuietListener):
-            def onQueryStarted(self, event):  # noqa: N802
+            def onQueryStarted(self, event):
                 runs.append(str(event.runId))
 
         self.runs = runs
@@ -279,7 +279,7 @@ def test_a_batch_with_state_tasks_notes_its_python_workers_warm(spark):
 
     ss = StreamingSession(spark)
     sc = spark.sparkContext
-    setattr(sc, worker_warmup._WARMED_ATTR, None)  # noqa: SLF001
+    setattr(sc, worker_warmup._WARMED_ATTR, None)
     stream = ss.memoryStream("v INT")
     q = stream.toDF().writeStream.format("memory").queryName("warm_stateless").outputMode("append").start()
     try:
@@ -287,7 +287,7 @@ def test_a_batch_with_state_tasks_notes_its_python_workers_warm(spark):
         q.processAllAvailable()
     finally:
         q.stop()
-    assert getattr(sc, worker_warmup._WARMED_ATTR) is None  # noqa: SLF001
+    assert getattr(sc, worker_warmup._WARMED_ATTR) is None
     stream = ss.memoryStream("v INT")
     q = stream.toDF().groupBy("v").count().writeStream.format("memory").queryName("warm_stateful").outputMode("update").start()
     try:
@@ -298,7 +298,7 @@ def test_a_batch_with_state_tasks_notes_its_python_workers_warm(spark):
         q.processAllAvailable()
     finally:
         q.stop()
-    assert getattr(sc, worker_warmup._WARMED_ATTR) >= before  # noqa: SLF001
+    assert getattr(sc, worker_warmup._WARMED_ATTR) >= before
 
 
 def _state_memory_after_three_batches(ss, name: str) -> tuple[int, list]:

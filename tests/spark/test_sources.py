@@ -45,7 +45,7 @@ def test_time_strings():
     assert parse_time_string_as_seconds("2m") == 120
     assert parse_time_string_as_seconds("1500ms") == 1
     assert parse_time_string_as_seconds("7") == 7
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="parsecs"):
         parse_time_string_as_seconds("5 parsecs")
 
 

@@ -15,7 +15,7 @@ from statestream.plan.stream_joins import arrow_condition
 def _condition(spark: Any, cond: str) -> tuple[Any, dict[int, str]]:
     a = spark.createDataFrame([], "k LONG, lts TIMESTAMP, lv INT, ls STRING, ld DOUBLE, lb BOOLEAN")
     b = spark.createDataFrame([], "rk LONG, rts TIMESTAMP, rv INT, rs STRING, rd DOUBLE")
-    plan = a.join(b, F.expr(cond))._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+    plan = a.join(b, F.expr(cond))._jdf.queryExecution().optimizedPlan()
     while plan.getClass().getSimpleName() != "Join":
         plan = plan.children().apply(0)
     names = {}

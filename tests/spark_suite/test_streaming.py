@@ -64,9 +64,9 @@ def _chain_mentions(error: BaseException, text: str) -> bool:
     way PySpark's captured exceptions chain them (``_desc``, ``_cause``)."""
     current: Any = error
     while current is not None:
-        if text in current._desc:  # noqa: SLF001 - PySpark's own test reads the same fields
+        if text in current._desc:
             return True
-        current = current._cause  # noqa: SLF001
+        current = current._cause
     return False
 
 

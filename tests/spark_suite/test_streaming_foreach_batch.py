@@ -89,7 +89,7 @@ def test_stop_while_the_function_runs(session):
 
     def slow(batch_df, batch_id):
         entered.set()
-        batch_df.sparkSession._jvm.java.lang.Thread.sleep(4000)  # noqa: SLF001 - as Spark's test
+        batch_df.sparkSession._jvm.java.lang.Thread.sleep(4000)
 
     query = session.readStream.format("rate").load().writeStream.foreachBatch(slow).start()
     wait_until(entered.is_set, what="the function to be called")

@@ -123,8 +123,8 @@ def _check_progress(progress: Any, stateful: bool) -> None:
 def _listener_count(session: Any, engine: str) -> int:
     """How many listeners the session's query manager holds, read from the engine's registry."""
     if engine == "spark":
-        return len(session.streams._jsqm.listListeners())  # noqa: SLF001 - Spark's test reads it too
-    return len(session.streams._listeners.listeners)  # noqa: SLF001
+        return len(session.streams._jsqm.listListeners())
+    return len(session.streams._listeners.listeners)
 
 
 def test_observed_metrics_reach_the_listener(session):
@@ -188,7 +188,7 @@ def test_number_of_public_methods_of_the_mirrored_classes(session):
         "org.apache.spark.sql.streaming.SourceProgress": 21,
         "org.apache.spark.sql.streaming.SinkProgress": 19,
     }
-    utils = session.sparkContext._jvm.org.apache.spark.util.Utils  # noqa: SLF001
+    utils = session.sparkContext._jvm.org.apache.spark.util.Utils
     counted = {name: len(utils.classForName(name, True, False).getMethods()) for name in expected}
     assert counted == expected
 

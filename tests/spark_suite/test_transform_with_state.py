@@ -490,7 +490,7 @@ def _state_store_coordinator(session: Any) -> None:
     coordinator, which the JVM session's streaming query manager starts: in a JVM that has run
     no stream yet there is none, so the manager is made first (both engines run batch queries
     on Spark)."""
-    session._jsparkSession.streams()  # noqa: SLF001
+    session._jsparkSession.streams()
 
 
 @ALL_SLOW

@@ -364,7 +364,7 @@ def test_unsupported_operation_check_off_disables_everything():
 
 def test_no_streaming_source_and_bad_mode():
     assert str(error(batch(), "append")) == "Queries without streaming sources cannot be executed with writeStream.start()"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="upsert"):
         check(source(), "upsert")
 
 

@@ -26,7 +26,7 @@ class _Task:
     def __init__(self, props: dict) -> None:
         self.props = props
 
-    def getLocalProperty(self, key: str):  # noqa: N802 - PySpark's name
+    def getLocalProperty(self, key: str):
         return self.props.get(key)
 
 

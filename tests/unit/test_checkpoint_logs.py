@@ -41,7 +41,7 @@ SPARK_OFFSETS_2 = (
 ).encode()
 
 
-@pytest.fixture()
+@pytest.fixture
 def ckpt(tmp_path) -> CheckpointFileManager:
     return CheckpointFileManager(str(tmp_path / "cp"))
 
@@ -94,7 +94,7 @@ def test_get_range_and_holes(ckpt):
         log.get_range(1, 3)
     with pytest.raises(CheckpointError, match=r"batches \(7\) don't exist"):
         log.get_range(7, 7)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="after end batch id"):
         log.get_range(3, 1)
 
 
@@ -114,7 +114,7 @@ def test_purge_is_idempotent(ckpt):
 
 def test_negative_batch_id_rejected(ckpt):
     log = CommitLog(ckpt.child("commits"))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="non-negative"):
         log.add(-1, CommitMetadata(0))
 
 

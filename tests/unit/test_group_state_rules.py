@@ -99,7 +99,7 @@ def test_group_state_value_and_errors():
 def test_group_state_timeouts():
     s = group_state(PROCESSING_TIME_TIMEOUT, ts=1000)
     s.setTimeoutDuration(500)
-    assert s._timeout_timestamp == 1500  # noqa: SLF001
+    assert s._timeout_timestamp == 1500
     with pytest.raises(PySparkValueError, match="VALUE_NOT_POSITIVE"):
         s.setTimeoutDuration(0)
     with pytest.raises(PySparkRuntimeError, match="CANNOT_WITHOUT"):
@@ -186,7 +186,7 @@ def test_state_rows_follow_spark_format_v2(tmp_path):
 
     s = step(tmp_path, 0, 10_000)
     s.process(0, [batch(("a", 1))])
-    value_schema = s._value_schema()  # noqa: SLF001
+    value_schema = s._value_schema()
     assert value_schema.names == ["groupState", "timeoutTimestamp"]
     provider = get_provider(StateStoreId(str(tmp_path), 0, 0), pa.schema([("k", pa.string())]), value_schema, StateStoreConf(), "r")
     assert provider.get_read_store(1).table().to_pylist() == [{"k": "a", "groupState": {"n": 1}, "timeoutTimestamp": 11_000}]

@@ -76,14 +76,14 @@ class Frame:
     def join(self, other: "Frame", on: str) -> "Frame":
         return Frame(self._session)
 
-    def groupBy(self, *cols: Any) -> "Grouped":  # noqa: N802
+    def groupBy(self, *cols: Any) -> "Grouped":
         return Grouped(self)
 
-    def exceptAll(self, other: "Frame") -> "Frame":  # noqa: N802
+    def exceptAll(self, other: "Frame") -> "Frame":
         raise NotSupportedYetError("DataFrame.exceptAll() is not supported by statestream yet")
 
     @property
-    def writeStream(self) -> "Writer":  # noqa: N802
+    def writeStream(self) -> "Writer":
         return Writer(self._session)
 
 
@@ -92,7 +92,7 @@ class Grouped:
     def __init__(self, df: Frame) -> None:
         self._df = df
 
-    def applyInPandas(self, fn: Any, schema: str) -> Frame:  # noqa: N802
+    def applyInPandas(self, fn: Any, schema: str) -> Frame:
         raise NotSupportedYetError("GroupedData.applyInPandas() is not supported by statestream yet")
 
 
@@ -104,7 +104,7 @@ class Writer:
         self._session = session
         self.started = False
 
-    def format(self, name: str) -> "Writer":  # noqa: A003
+    def format(self, name: str) -> "Writer":
         return self
 
     def trigger(self, **kwargs: Any) -> "Writer":

@@ -79,7 +79,7 @@ def test_a_batch_shows_the_end_offset_only_for_sources_without_admission_control
     t.ex.listeners.post_progress = lambda prog: None
     ends = ["12", '{"logOffset":0}', '{"t":{"0":5}}']
     record = SimpleNamespace(batch_id=0, start=[None, None, None], end=ends, watermark_ms=0)
-    t._pending = {"record": record, "ops": [], "stats": {}, "num_input": [1, 2, 3]}  # noqa: SLF001 - record_batch's result without a plan
+    t._pending = {"record": record, "ops": [], "stats": {}, "num_input": [1, 2, 3]}
     t.finish_batch(record)
     plain, controlled, behind = t.last()["sources"]
     assert plain["latestOffset"] == "12"

@@ -26,7 +26,7 @@ BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
 
 
 def refused(options) -> str:
-    with pytest.raises(ValueError) as info:  # IllegalArgumentException and NumberFormatException
+    with pytest.raises(ValueError) as info:  # noqa: PT011 - IllegalArgumentException and NumberFormatException, texts compared by the callers
         parse_source_options(options)
     return str(info.value)
 
@@ -201,7 +201,7 @@ def stream(tmp_path, cluster, clock=None, **options):
     from statestream.sources.kafka.stream import KafkaMicroBatchStream
 
     src = KafkaMicroBatchStream({**BASE, **options}, metadata_dir=str(tmp_path / "sources" / "0"), clock=clock)
-    src._reader = cluster  # noqa: SLF001 - the cluster is the test's
+    src._reader = cluster
     return src
 
 
@@ -423,7 +423,7 @@ def test_task_times_out_when_the_position_does_not_move():
         def consume(self, n, timeout):
             return []
 
-    with pytest.raises(Exception, match="Cannot fetch record for offset 2 in 1000 milliseconds"):  # noqa: PT011
+    with pytest.raises(Exception, match="Cannot fetch record for offset 2 in 1000 milliseconds"):
         read_range(Stuck(range(10), 0, 10), OffsetRange("t", 0, 2, 9), True)
 
 

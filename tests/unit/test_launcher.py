@@ -14,7 +14,7 @@ from statestream.plan.analysis import inputs_from_spark_engine
 from statestream.session import _wanted
 
 
-@pytest.fixture()
+@pytest.fixture
 def calls(monkeypatch):
     seen: list[tuple] = []
     monkeypatch.setattr(launcher, "run_path", lambda p, a=(): seen.append(("path", p, list(a))))
@@ -52,8 +52,8 @@ def test_warning_filters_as_python_reads_them(calls):
     with warnings.catch_warnings():
         assert launcher.main(["-W", "error::DeprecationWarning", "job.py"]) == 0
         assert warnings.filters[0][:3] == ("error", None, DeprecationWarning)
-    assert launcher._warning_filter("ignore") == ("ignore", "", Warning, "", 0)  # noqa: SLF001
-    assert launcher._warning_filter("d::UserWarning::3") == ("default", "", UserWarning, "", 3)  # noqa: SLF001
+    assert launcher._warning_filter("ignore") == ("ignore", "", Warning, "", 0)
+    assert launcher._warning_filter("d::UserWarning::3") == ("default", "", UserWarning, "", 3)
 
 
 def test_the_program_directory_heads_the_path(tmp_path, monkeypatch):

@@ -328,7 +328,7 @@ class _Option:
     def __init__(self, value):
         self._value = value
 
-    def isDefined(self):  # noqa: N802 - Scala's name
+    def isDefined(self):
         return self._value is not None
 
     def get(self):
@@ -358,10 +358,10 @@ class _FakeResult:
         self._jdf = self
         self._plan = plan
 
-    def queryExecution(self):  # noqa: N802
+    def queryExecution(self):
         return self
 
-    def executedPlan(self):  # noqa: N802
+    def executedPlan(self):
         return self._plan
 
 

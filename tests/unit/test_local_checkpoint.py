@@ -96,7 +96,7 @@ class _Input:
     def __init__(self, rdd_id: int) -> None:
         self.rdd_id = rdd_id
 
-    def localCheckpoint(self, eager: bool, storageLevel: object) -> _Checkpointed:  # noqa: N802, N803 - PySpark's names
+    def localCheckpoint(self, eager: bool, storageLevel: object) -> _Checkpointed:
         return _Checkpointed(self.rdd_id)
 
 

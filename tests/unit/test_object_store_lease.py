@@ -106,8 +106,8 @@ def test_a_dead_holders_lease_is_taken_over_and_the_stalled_holder_learns_it(roo
     stalled = ObjectStoreLease(CheckpointFileManager(root), LEASE_MS)
     stalled.acquire(_holder("run-1"))
     # the holder stops beating without releasing: a killed process, or one stalled for a lease
-    stalled._stop.set()  # noqa: SLF001
-    stalled._thread.join()  # noqa: SLF001
+    stalled._stop.set()
+    stalled._thread.join()
     taker = ObjectStoreLease(CheckpointFileManager(root), LEASE_MS)
     t0 = time.monotonic()
     taker.acquire(_holder("run-2"))
@@ -125,8 +125,8 @@ def test_a_dead_holders_lease_is_taken_over_and_the_stalled_holder_learns_it(roo
 def test_racing_restarts_after_a_crash_let_exactly_one_run(root):
     dead = ObjectStoreLease(CheckpointFileManager(root), LEASE_MS)
     dead.acquire(_holder("run-0"))
-    dead._stop.set()  # noqa: SLF001
-    dead._thread.join()  # noqa: SLF001
+    dead._stop.set()
+    dead._thread.join()
     leases = [ObjectStoreLease(CheckpointFileManager(root), LEASE_MS) for _ in range(4)]
     results = _race(4, lambda i: leases[i].acquire(_holder(f"run-{i + 1}")))
     winners = [i for i, r in enumerate(results) if r is None]
@@ -156,8 +156,8 @@ def test_a_killed_holder_of_this_host_is_taken_over_at_once(root):
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
     dead = ObjectStoreLease(CheckpointFileManager(root), LEASE_MS)
     dead.acquire(dict(_holder("run-1"), host=socket.gethostname(), pid=int(gone.stdout)))
-    dead._stop.set()  # noqa: SLF001
-    dead._thread.join()  # noqa: SLF001
+    dead._stop.set()
+    dead._thread.join()
     waits: list[float] = []
     taker = ObjectStoreLease(CheckpointFileManager(root), LEASE_MS, sleep=waits.append)
     taker.acquire(_holder("run-2"))

@@ -63,7 +63,7 @@ class _FakeFrame:
         self.calls = calls
         self.fail = fail
 
-    def mapInArrow(self, func, schema):  # noqa: N802 - PySpark's name
+    def mapInArrow(self, func, schema):
         self.calls.append(("mapInArrow", func.__name__, schema))
         return self
 
@@ -80,16 +80,16 @@ class _FakeContext:
         self.defaultParallelism = parallelism
         self.conf = conf
 
-    def getConf(self) -> dict:  # noqa: N802
+    def getConf(self) -> dict:
         return self.conf
 
-    def addJobTag(self, tag: str) -> None:  # noqa: N802
+    def addJobTag(self, tag: str) -> None:
         self.calls.append(("tag", tag))
 
-    def removeJobTag(self, tag: str) -> None:  # noqa: N802
+    def removeJobTag(self, tag: str) -> None:
         self.calls.append(("untag", tag))
 
-    def setJobDescription(self, text) -> None:  # noqa: N802
+    def setJobDescription(self, text) -> None:
         self.calls.append(("description", text))
 
 

@@ -86,7 +86,7 @@ class _Option:
     def __init__(self, value=None):
         self.value_ = value
 
-    def isDefined(self):  # noqa: N802 - Scala's Option
+    def isDefined(self):
         return self.value_ is not None
 
     def get(self):
@@ -113,7 +113,7 @@ class _Node:
     def children(self):
         return self._children
 
-    def outputPartitioning(self):  # noqa: N802 - Spark's name
+    def outputPartitioning(self):
         return type("Partitioning", (), {"toString": lambda _self: self._partitioning})()
 
     def metrics(self):

@@ -29,7 +29,7 @@ def _fresh(tmp_path, monkeypatch):
     clear_provider_cache()
     yield
     clear_provider_cache()
-    for lock, _ in local_disk._CLAIMED.values():  # noqa: SLF001 - release this test's locks
+    for lock, _ in local_disk._CLAIMED.values():
         if lock is not None:
             os.close(lock)
 
@@ -196,7 +196,7 @@ def test_a_forked_child_neither_removes_nor_sweeps_its_parents_directory(tmp_pat
     if pid == 0:  # the child: its own directory, then what its exit hooks would do
         try:
             child_root = local_disk.local_state_root()
-            local_disk._release_all()  # noqa: SLF001
+            local_disk._release_all()
             os.write(write, str(child_root).encode())
         finally:
             os._exit(0)

@@ -717,7 +717,7 @@ def test_replacing_a_version_drops_the_files_of_an_uncommitted_batch_above_it(tm
     s = p.get_store(1)
     s.put(rows1(["b"], [2]))
     s.commit()  # 2.delta, as if batch 1 ran but was not committed
-    p._write(p.get_store(2).table(), "snapshot", 2)  # noqa: SLF001 - its maintenance too
+    p._write(p.get_store(2).table(), "snapshot", 2)
     p.replace_version(1, rows1(["z"], [9]))
     assert sorted(p.list_files()) == [1]
     fresh = get_provider(sid(tmp_path), KS1, VS1, run_id="r")

@@ -105,7 +105,7 @@ def test_policy_invalid(value, shown):
 def test_policy_choose():
     assert MultipleWatermarkPolicy.MIN.choose([3, 1, 2]) == 1
     assert MultipleWatermarkPolicy.MAX.choose([3, 1, 2]) == 3
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="no watermark node"):
         MultipleWatermarkPolicy.MIN.choose([])
 
 
