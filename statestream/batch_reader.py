@@ -12,6 +12,12 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
 from statestream.errors import schema_not_supported_error
+from statestream.tools.state_reader import (
+    STATE_METADATA_FORMAT,
+    STATE_STORE_FORMAT,
+    read_state_metadata,
+    read_state_store,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,8 +52,6 @@ class DataFrameReader:
         return self
 
     def _ours(self) -> str | None:
-        from statestream.tools.state_reader import STATE_METADATA_FORMAT, STATE_STORE_FORMAT
-
         name = (self._format or "").lower()
         return name if name in (STATE_STORE_FORMAT, STATE_METADATA_FORMAT) else None
 
@@ -71,7 +75,6 @@ class DataFrameReader:
         ours = self._ours()
         if ours is None:
             return self._spark_reader().load(path)
-        from statestream.tools.state_reader import STATE_METADATA_FORMAT, read_state_metadata, read_state_store
 
         if self._schema is not None:
             raise schema_not_supported_error(ours)

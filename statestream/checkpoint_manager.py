@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from statestream.runtime.state_repartition import repartition_state
+from statestream.tools.compatibility import check_compatibility
+from statestream.tools.rollback import rollback_checkpoint
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -37,8 +41,6 @@ class StreamingCheckpointManager:
         ``STATE_REPARTITION_INVALID_PARAMETER.*`` / ``STATE_REPARTITION_INVALID_CHECKPOINT.*``
         errors; ``enforceExactlyOnceSink=False`` repartitions from the last committed batch
         when a later batch failed (its output may then be written twice)."""
-        from statestream.runtime.state_repartition import repartition_state
-
         return repartition_state(self._spark, checkpointLocation, numPartitions, enforceExactlyOnceSink)
 
     def rollback(self, checkpointLocation: str, batchId: int, fileSinks: "list[str] | tuple[str, ...]" = ()) -> "RollbackResult":  # noqa: N803
@@ -46,8 +48,6 @@ class StreamingCheckpointManager:
         ``checkpointLocation``: its next start reprocesses everything after it. The offset and
         commit logs, the state files, the file sources' logs and the given file sinks' logs (and
         the data files only later batches wrote) go back; see ``statestream.tools.rollback``."""
-        from statestream.tools.rollback import rollback_checkpoint
-
         return rollback_checkpoint(checkpointLocation, int(batchId), tuple(fileSinks))
 
     def check(self, checkpointLocation: str, query: Any, numPartitions: int | None = None) -> "CompatibilityReport":  # noqa: N803
@@ -56,6 +56,4 @@ class StreamingCheckpointManager:
         checkpoint, writing nothing: ``compatible``, or each difference with Spark's error class
         and the fix (``numPartitions``: the partition count the deploy asks for, compared with
         the checkpoint's); see ``statestream.tools.compatibility``."""
-        from statestream.tools.compatibility import check_compatibility
-
         return check_compatibility(self._session, checkpointLocation, query, numPartitions)

@@ -27,6 +27,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from statestream.errors import StatestreamError
+
 __all__ = ["main"]
 
 
@@ -95,7 +97,7 @@ def _print_json(data: Any) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from statestream.tools.checkpoint_info import describe_checkpoint
+    from statestream.tools.checkpoint_info import describe_checkpoint  # lazy: `statestream --help` stays fast
 
     info = describe_checkpoint(args.checkpoint)
     if args.json:
@@ -154,7 +156,7 @@ def _sort_key(row: dict[str, Any]) -> list[str]:
 
 
 def _state_show(args: argparse.Namespace) -> int:
-    from statestream.tools.state_reader import read_state_table
+    from statestream.tools.state_reader import read_state_table  # lazy: `statestream --help` stays fast
 
     options = _read_options(args)
     if args.batch is not None:
@@ -164,7 +166,7 @@ def _state_show(args: argparse.Namespace) -> int:
 
 
 def _state_diff(args: argparse.Namespace) -> int:
-    from statestream.tools.state_reader import read_state_table
+    from statestream.tools.state_reader import read_state_table  # lazy: `statestream --help` stays fast
 
     options = dict(_read_options(args), readChangeFeed="true", changeStartBatchId=args.start + 1)
     if args.end is not None:
@@ -175,17 +177,17 @@ def _state_diff(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from statestream import demo
+    from statestream.demo import main as demo_main  # lazy: `statestream --help` stays fast
 
     argv = [] if args.seconds is None else ["--seconds", str(args.seconds)]
-    return demo.main(argv)
+    return demo_main(argv)
 
 
 def _spark(args: argparse.Namespace) -> Any:
     """The Spark session a command's job runs on: ``--master`` (default ``local[*]``), UI off."""
     from pyspark.sql import SparkSession
 
-    from statestream.session import use_driver_python
+    from statestream.session import use_driver_python  # lazy: `statestream --help` stays fast
 
     spark = (
         SparkSession.builder.master(args.master).appName(f"statestream checkpoint {args.action}")
@@ -196,7 +198,7 @@ def _spark(args: argparse.Namespace) -> Any:
 
 
 def _repartition(args: argparse.Namespace) -> int:
-    from statestream.runtime.state_repartition import plan_repartition, repartition_state
+    from statestream.runtime.state_repartition import plan_repartition, repartition_state  # lazy: `statestream --help` stays fast
 
     plan_repartition(args.checkpoint, args.partitions, not args.skip_failed_batch)  # refusals before Spark starts
     result = repartition_state(_spark(args), args.checkpoint, args.partitions, not args.skip_failed_batch)
@@ -220,7 +222,7 @@ def _repartition(args: argparse.Namespace) -> int:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from statestream.tools.rollback import rollback_checkpoint
+    from statestream.tools.rollback import rollback_checkpoint  # lazy: `statestream --help` stays fast
 
     result = rollback_checkpoint(args.checkpoint, args.to_batch, tuple(args.file_sink))
     summary = {
@@ -246,8 +248,8 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from statestream import StreamingSession
-    from statestream.tools.compatibility import check_compatibility, load_query_builder
+    from statestream.session import StreamingSession  # lazy: `statestream --help` stays fast
+    from statestream.tools.compatibility import check_compatibility, load_query_builder  # lazy: `statestream --help` stays fast
 
     build = load_query_builder(args.query)
     report = check_compatibility(StreamingSession(_spark(args)), args.checkpoint, build, args.partitions)
@@ -266,7 +268,7 @@ def _check(args: argparse.Namespace) -> int:
 def _late_rows(args: argparse.Namespace) -> int:
     import pyarrow.dataset as ds
 
-    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.checkpoint.files import CheckpointFileManager  # lazy: `statestream --help` stays fast
 
     root = CheckpointFileManager(args.path)
     if not root.exists():
@@ -286,8 +288,8 @@ def _late_rows(args: argparse.Namespace) -> int:
 def _ui(args: argparse.Namespace) -> int:
     import time
 
-    from statestream.checkpoint.files import CheckpointFileManager
-    from statestream.tools.dashboard import serve_dashboard
+    from statestream.checkpoint.files import CheckpointFileManager  # lazy: `statestream --help` stays fast
+    from statestream.tools.dashboard import serve_dashboard  # lazy: `statestream --help` stays fast
 
     if not CheckpointFileManager(args.checkpoint).exists():
         raise FileNotFoundError(f"no checkpoint at {args.checkpoint}")
@@ -415,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     """``statestream run`` (``main`` hands the program to the launcher before parsing; this is
     reached only for a bare ``statestream run``)."""
-    from statestream.launcher import main as python_main
+    from statestream.launcher import main as python_main  # lazy: `statestream --help` stays fast
 
     return python_main([args.program, *args.arguments])
 
@@ -424,12 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"] and len(argv) > 1 and argv[1] not in ("-h", "--help"):
         # the program's own arguments (``-m``, its flags) are not statestream's to parse
-        from statestream.launcher import main as python_main
+        from statestream.launcher import main as python_main  # lazy: `statestream --help` stays fast
 
         return python_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    from statestream.errors import StatestreamError
 
     try:
         return int(args.run(args) or 0)

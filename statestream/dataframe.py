@@ -27,8 +27,26 @@ from statestream.errors import (
     union_stream_batch_error,
 )
 from statestream.handover import hands_over
+from statestream.operators.watermark import mark_event_time
 from statestream.plan import logical as L
 from statestream.jvm_calls import jvm_seq
+from statestream.plan.bindings import (
+    JoinCondition,
+    ambiguous_references,
+    bind_for_template,
+    bind_positions,
+    mark_event_time_keeping_ids,
+    remember_binding,
+)
+from statestream.plan.dedup import analysed_key_names
+from statestream.plan.explain import explain_string, logical_tree_string
+from statestream.plan.joins import join_type_name
+from statestream.plan.planner import optimized_plan
+from statestream.plan.spark_text import logical_sections
+from statestream.plan.sql import check_stateless_above_view, per_batch_sql
+from statestream.runtime.intervals import parse_watermark_delay_ms
+from statestream.runtime.microbatch import plan_for_explain
+from statestream.writer import DataStreamWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -36,7 +54,6 @@ if TYPE_CHECKING:
 
     # the protocol a StreamingSession satisfies: session.py imports this module (via reader.py)
     from statestream.runtime.interfaces import StreamingSessionLike as StreamingSession
-    from statestream.writer import DataStreamWriter
 
 __all__ = ["DataFrame", "GroupedData", "DataFrameNaFunctions", "DataFrameStatFunctions"]
 
@@ -112,9 +129,6 @@ def _join(
     the stream. The template join runs first, so an unknown ``how``, a missing column or an
     ambiguous reference is Spark's own error, raised here as on Spark's engine."""
     from functools import reduce
-
-    from statestream.plan.bindings import JoinCondition
-    from statestream.plan.joins import join_type_name
 
     condition: JoinCondition | None = None
     conditions = on if isinstance(on, list) else [on] if on is not None else []
@@ -251,8 +265,6 @@ class DataFrame:
         DataFrame) that remembers it came from this DataFrame. Why: in Spark such a column is this
         DataFrame's attribute, so used after ``withWatermark`` it is the column *without* the
         event-time marker; the aggregation's template binds it back (``plan/bindings.py``)."""
-        from statestream.plan.bindings import remember_binding
-
         return remember_binding(F.col(name), self._plan, name)
 
     @staticmethod
@@ -290,8 +302,6 @@ class DataFrame:
         column taken from a DataFrame below a join (``events.k``) whose name both join sides
         have is bound to that DataFrame's attribute by its position, as Spark binds it
         (``plan/bindings.py``); every other column is used as given."""
-        from statestream.plan.bindings import ambiguous_references, bind_positions
-
         refs = [ambiguous_references(c, self._plan) if isinstance(c, Column) else () for c in cols]
         if not any(refs):
             return lambda df: cols
@@ -417,8 +427,6 @@ class DataFrame:
 
     def _sql_over_view(self, view: str, query: str) -> "DataFrame":
         """``ss.sql(query)`` reading this stream as ``view`` (``plan/sql.py``)."""
-        from statestream.plan.sql import check_stateless_above_view, per_batch_sql
-
         template = ClassicSparkSession.sql(self.sparkSession, query)  # Spark's analysis over the view's template
         check_stateless_above_view(template, view, query)
         node = L.Stateless(
@@ -535,10 +543,6 @@ class DataFrame:
     def withWatermark(self, eventTime: str, delayThreshold: str) -> "DataFrame":  # noqa: N802,N803
         """Spark's ``withWatermark``: ``eventTime`` must be a timestamp column; the delay is an
         interval string."""
-        from statestream.operators.watermark import mark_event_time
-        from statestream.plan.bindings import mark_event_time_keeping_ids
-        from statestream.runtime.intervals import parse_watermark_delay_ms
-
         template = self._plan.template
         field = template.select(eventTime).schema.fields[0]  # Spark's error for an unknown column
         if not isinstance(field.dataType, (TimestampType, TimestampNTZType)):
@@ -560,8 +564,6 @@ class DataFrame:
     def _refuse_join_side_names(self, cols: list[Any], member: str) -> None:
         """A stateful operation replays its columns by name in every batch, so a column taken
         from one side of a join whose name both sides have cannot be told apart there yet."""
-        from statestream.plan.bindings import ambiguous_references
-
         for c in cols:
             if isinstance(c, Column) and ambiguous_references(c, self._plan):
                 raise not_supported_yet(
@@ -629,8 +631,6 @@ class DataFrame:
     def _dedup_keys(self, template: "SparkDataFrame", subset: list[str] | None) -> tuple[str, ...]:
         """The key columns as Spark resolved them (case-insensitively, in Spark's order); an
         empty tuple stands for all columns."""
-        from statestream.plan.dedup import analysed_key_names
-
         resolved = analysed_key_names(template)
         if resolved:
             return resolved
@@ -639,8 +639,6 @@ class DataFrame:
     # ------------------------------------------------------------------ output
     @property
     def writeStream(self) -> "DataStreamWriter":  # noqa: N802
-        from statestream.writer import DataStreamWriter
-
         return DataStreamWriter(self._plan, self._session)
 
     def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
@@ -651,17 +649,11 @@ class DataFrame:
         print(self._explain_string(extended=bool(extended), mode=mode))  # noqa: T201 - explain prints, like PySpark
 
     def _explain_string(self, extended: bool = False, mode: str | None = None) -> str:
-        from statestream.plan.explain import explain_string, logical_tree_string
-        from statestream.runtime.microbatch import plan_for_explain
-
         schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
         logical: str | dict[str, str] = logical_tree_string(self._plan)
         if (mode or ("extended" if extended else "simple")).lower() in ("extended", "cost"):
             # Spark's own logical plans, section by section where they can be composed
             # (statestream's outline for the others)
-            from statestream.plan.planner import optimized_plan
-            from statestream.plan.spark_text import logical_sections
-
             composed = logical_sections(self._plan, optimized_plan(self._plan)) or {}
             logical = {key: composed.get(key, logical) for key in ("parsed", "analyzed", "optimized", "cost")}
         return explain_string(
@@ -783,8 +775,6 @@ class GroupedData:
         from another statestream DataFrame (``words.timestamp`` after ``words.withWatermark``)
         is bound to that DataFrame's attribute here, as Spark binds it, so the template's keys
         carry the event-time marker exactly when Spark's would; the replay keeps the names."""
-        from statestream.plan.bindings import bind_for_template
-
         plan = self._df._plan  # noqa: SLF001
         t = plan.template
         group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[self._grouping_sets]
@@ -979,8 +969,6 @@ class GroupedData:
     def _mark_output_event_time(self, template: Any, column: str) -> Any:
         """``eventTimeColumnName``: the output column takes the input's event-time marker (and
         its delay), with Spark's errors for a query without a watermark or an unknown column."""
-        from statestream.operators.watermark import mark_event_time
-
         plan = self._df._plan  # noqa: SLF001
         marked = [f for f in plan.schema.fields if L.WATERMARK_DELAY_KEY in (f.metadata or {})]
         if not marked:

@@ -11,6 +11,9 @@ import logging
 import os
 import sys
 
+from statestream import StreamingSession
+from statestream._java import ensure_java
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -21,14 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from statestream._java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-
-    from statestream import StreamingSession
 
     spark = (
         SparkSession.builder.master("local[2]")

@@ -8,7 +8,17 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterator
 
-from statestream.errors import checked_timeout
+from statestream.errors import (
+    StatestreamStreamingQueryException,
+    checked_timeout,
+    concurrent_query_error,
+    duplicate_query_id_error,
+    duplicate_query_name_error,
+    missing_member,
+    query_exception_view,
+)
+from statestream.plan.explain import explain_string
+from statestream.runtime.listener_bus import StreamingQueryListenerBus
 
 if TYPE_CHECKING:
     from statestream.runtime.microbatch import MicroBatchExecution
@@ -41,8 +51,6 @@ class StreamingQuery:
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.query import StreamingQuery as _PySpark
-
-        from statestream.errors import missing_member
 
         raise missing_member("StreamingQuery", _PySpark, name)
 
@@ -108,16 +116,12 @@ class StreamingQuery:
     def exception(self) -> BaseException | None:
         """The failure that ended the query, shaped as PySpark's ``query.exception()`` shapes it
         (``awaitTermination()`` raises the ``STREAM_FAILED`` form instead)."""
-        from statestream.errors import StatestreamStreamingQueryException, query_exception_view
-
         exc = self._ex.exception
         if isinstance(exc, StatestreamStreamingQueryException) and exc.getCondition() == "STREAM_FAILED":
             return query_exception_view(exc, self._ex.query_id, self._ex.run_id, self._ex.query_name)
         return exc
 
     def explain(self, extended: bool = False) -> None:
-        from statestream.plan.explain import explain_string
-
         plan = self._ex.explained_plan()
         if plan is None:
             print("N/A")  # noqa: T201 - like PySpark, explain prints
@@ -138,8 +142,6 @@ class StreamingQueryManager:
     """``StreamingSession.streams``: the active queries of one session."""
 
     def __init__(self, spark: Any = None) -> None:
-        from statestream.runtime.listener_bus import StreamingQueryListenerBus
-
         #: the session whose queries these are: when statestream.enable serves it, a query handed
         #: to Spark's engine (``handover.py``) is listed too
         self._spark = spark
@@ -157,8 +159,6 @@ class StreamingQueryManager:
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.query import StreamingQueryManager as _PySpark
 
-        from statestream.errors import missing_member
-
         raise missing_member("StreamingQueryManager", _PySpark, name)
 
     def _start(self, q: StreamingQuery) -> None:
@@ -167,8 +167,6 @@ class StreamingQueryManager:
         any session) stops that run first, or is refused when
         ``spark.sql.streaming.stopActiveRunOnRestart`` is false. All of it before anything of
         ``q`` runs: no thread, no batch, no listener event, no sink view."""
-        from statestream.errors import concurrent_query_error, duplicate_query_id_error, duplicate_query_name_error
-
         ex = q._ex  # noqa: SLF001
         ex.prepare()
         try:

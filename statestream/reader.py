@@ -13,15 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
+from statestream.dataframe import DataFrame
+from statestream.errors import missing_member, not_supported_yet
 from statestream.handover import root
 from statestream.plan import logical as L
+from statestream.sources import create_source
 from statestream.sources.options import default_source, option_string
+from statestream.sources.table import table_source
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-    from statestream.dataframe import DataFrame
     from statestream.runtime.interfaces import StreamingSessionLike
     from statestream.sources.base import Source
 
@@ -55,7 +58,6 @@ class SourceSpec:
     def create(self, spark: "SparkSession", metadata_dir: str | None) -> "Source":
         if self.instance is not None:
             return self.instance
-        from statestream.sources import create_source
 
         source = create_source(self.format, dict(self.options), self.schema, self.path, metadata_dir, spark)
         if self.load_schema is not None and hasattr(source, "fix_schema"):
@@ -75,8 +77,6 @@ class DataStreamReader:
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.streaming.readwriter import DataStreamReader as _PySpark
-
-        from statestream.errors import missing_member
 
         raise missing_member("DataStreamReader", _PySpark, name)
 
@@ -154,8 +154,6 @@ class DataStreamReader:
         from pyspark.sql.streaming.readwriter import DataStreamReader as _SparkReader
 
         if not hasattr(_SparkReader, "xml"):
-            from statestream.errors import not_supported_yet
-
             raise not_supported_yet("DataStreamReader", "xml", "this PySpark has no XML source")
         return self.format("xml").load(path, schema=schema, **_not_none(dict(rowTag=rowTag, **options)))
 
@@ -165,7 +163,6 @@ class DataStreamReader:
         view = self._session._view(tableName)  # noqa: SLF001
         if view is not None:
             return view
-        from statestream.sources.table import table_source
 
         fmt, path, schema, options = table_source(self._session.sparkSession, tableName)
         spec = SourceSpec(fmt, {**options, **self._options}, schema, path)
@@ -179,8 +176,6 @@ def _not_none(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _relation(session: "StreamingSessionLike", spec: SourceSpec) -> "DataFrame":
-    from statestream.dataframe import DataFrame
-
     spark = session.sparkSession
     probe = spec.create(spark, None)  # validates options and gives the schema (Spark fails at load())
     schema = probe.schema

@@ -8,15 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
-from statestream.errors import spark_connect_session_error
+from statestream.batch_reader import DataFrameReader
+from statestream.checkpoint_manager import StreamingCheckpointManager
+from statestream.dataframe import install_stream_on_the_right
+from statestream.errors import not_supported_yet, spark_connect_session_error
+from statestream.plan.sql import relations_in
 from statestream.query import StreamingQueryManager
+from statestream.reader import DataStreamReader, memory_stream_df
+from statestream.sources.memory import MemoryStream
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from statestream.batch_reader import DataFrameReader
-    from statestream.checkpoint_manager import StreamingCheckpointManager
-    from statestream.reader import DataStreamReader
 
 __all__ = ["StreamingSession", "enable", "disable", "is_enabled", "enable_everywhere", "ENABLED_CONF"]
 
@@ -66,8 +68,6 @@ class StreamingSession:
         return super().__new__(cls)
 
     def __init__(self, spark: "SparkSession") -> None:
-        from statestream.dataframe import install_stream_on_the_right
-
         if getattr(self, "sparkSession", None) is spark:
             return  # the StreamingSession of an enabled session, already made
         if type(spark).__module__.startswith("pyspark.sql.connect"):
@@ -103,9 +103,6 @@ class StreamingSession:
     def sql(self, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:  # noqa: N803
         """Spark SQL; over a streaming temporary view the result is a stream (stateless SQL only,
         see ``plan/sql.py``), otherwise Spark's batch DataFrame."""
-        from statestream.errors import not_supported_yet
-        from statestream.plan.sql import relations_in
-
         try:
             relations = relations_in(self.sparkSession, sqlQuery)
         except Exception:  # noqa: BLE001 - not parsable before PySpark fills in {name} arguments: Spark's own
@@ -123,16 +120,12 @@ class StreamingSession:
     def read(self) -> "DataFrameReader":
         """Spark's batch reader, plus the ``statestore`` and ``state-metadata`` sources over
         statestream checkpoints (``batch_reader``)."""
-        from statestream.batch_reader import DataFrameReader
-
         return DataFrameReader(self.sparkSession)
 
     @property
     def checkpointManager(self) -> "StreamingCheckpointManager":  # noqa: N802
         """Offline operations on a stopped query's checkpoint: ``repartition``, ``rollback``,
         ``check`` (of a changed query)."""
-        from statestream.checkpoint_manager import StreamingCheckpointManager
-
         return StreamingCheckpointManager(self)
 
     @property
@@ -150,8 +143,6 @@ class StreamingSession:
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802
-        from statestream.reader import DataStreamReader
-
         return DataStreamReader(self)
 
     @property
@@ -161,9 +152,6 @@ class StreamingSession:
     def memoryStream(self, schema) -> "Any":  # noqa: N802
         """A ``MemoryStream`` (for tests): ``add_data(rows)`` adds one batch; ``toDF()`` is the
         streaming DataFrame over it."""
-        from statestream.reader import memory_stream_df
-        from statestream.sources.memory import MemoryStream
-
         stream = MemoryStream(self.sparkSession, schema)
         stream.to_df = lambda: memory_stream_df(self, stream)
         stream.toDF = stream.to_df

@@ -32,7 +32,42 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.operators.aggregate import PARTITION_ID_COLUMN
+from statestream.operators.flat_map_groups_with_state import (
+    EVENT_TIME_TIMEOUT,
+    GROUP_STATE_FIELD,
+    NO_TIMEOUT,
+    NO_TIMESTAMP,
+    PROCESSING_TIME_TIMEOUT,
+    TIMEOUT_TIMESTAMP_FIELD,
+    FlatMapGroupsWithStateInfo,
+    FlatMapGroupsWithStateStep,
+)
+from statestream.operators.python_state_values import from_session_wall_clock, session_zone, to_session_wall_clock
+from statestream.operators.state_step import commit_state
+from statestream.operators.stateful import older_than_watermark
+from statestream.operators.stateful_processor_handle import (
+    CLOSED,
+    DATA_PROCESSED,
+    EVENT_TIME,
+    INITIALIZED,
+    NO_TIME,
+    PROCESSING_TIME,
+    TIME_MODES,
+    TIMER_PROCESSED,
+    StatefulProcessorHandleImpl,
+    TaskState,
+    timer_threshold,
+    timer_values,
+)
+from statestream.operators.transform_with_state import check_pandas_results, fire_expired_timers
+from statestream.plan.transform_with_state import declared_state_variables
+from statestream.readwriter import memory_stream_df
+from statestream.session import StreamingSession
 from statestream.sources.memory import MemoryStream as _MemoryStreamSource
+from statestream.state.provider import clear_provider_cache, get_provider
+from statestream.state.store import FOUND_COLUMN, StateStoreConf, StateStoreId
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -54,8 +89,6 @@ class MemoryStream(_MemoryStreamSource):
     """
 
     def __init__(self, session: Any, schema: "StructType | str") -> None:
-        from statestream.session import StreamingSession
-
         if not isinstance(session, StreamingSession):
             session = StreamingSession(session)
         super().__init__(session.sparkSession, schema)
@@ -64,8 +97,6 @@ class MemoryStream(_MemoryStreamSource):
 
     def to_df(self) -> Any:  # type: ignore[override]
         """The streaming DataFrame over this stream (each call gives a new one, as in Spark)."""
-        from statestream.readwriter import memory_stream_df
-
         return memory_stream_df(self.session, self)
 
     toDF = to_df  # noqa: N815 - Spark's name
@@ -167,8 +198,6 @@ class _StateDir:
         import uuid
         import weakref
 
-        from statestream.state.provider import clear_provider_cache
-
         self.root = tempfile.mkdtemp(prefix="statestream-tester-")
         self.run_id = f"tester-{uuid.uuid4().hex}"
 
@@ -180,18 +209,12 @@ class _StateDir:
 
     def provider(self, name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> Any:
         """The engine's provider of store ``name`` (partition 0 of operator 0)."""
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
         sid = StateStoreId(self.root, 0, 0, name)
         return get_provider(sid, key_schema, value_schema, StateStoreConf(), self.run_id)
 
     def delete(self, name: str) -> bool:
         """Remove every file of store ``name`` (the engine's ``deleteIfExists`` of a variable the
         batch did not declare); whether there were any."""
-        from statestream.checkpoint.files import CheckpointFileManager
-        from statestream.state.store import StateStoreId
-
         files = CheckpointFileManager(self.root).child(StateStoreId(self.root, 0, 0, name).relative_dir)
         names = files.list() if files.exists() else []
         for n in names:
@@ -216,7 +239,6 @@ class _Results:
         if not self.use_pandas:
             self.items.extend(result)
             return
-        from statestream.operators.transform_with_state import check_pandas_results
 
         self.items.extend(pdf for pdf in check_pandas_results(result) if len(pdf))
 
@@ -327,9 +349,6 @@ class TwsTester:
         keySchema: Any = None,  # noqa: N803
         timeZone: str | None = None,  # noqa: N803
     ) -> None:
-        from statestream.operators.python_state_values import session_zone
-        from statestream.operators.stateful_processor_handle import EVENT_TIME, TIME_MODES
-
         mode = str(timeMode).lower()
         if mode not in TIME_MODES:
             msg = f"timeMode must be one of None, ProcessingTime, EventTime; got {timeMode!r}"
@@ -417,8 +436,6 @@ class TwsTester:
     def setProcessingTime(self, currentTimeMs: int) -> Any:  # noqa: N802,N803 - Spark's names
         """Set the processing time; in ``ProcessingTime`` mode run the batch Spark's engine runs
         on every trigger and return what its timers emitted (else an empty result)."""
-        from statestream.operators.stateful_processor_handle import PROCESSING_TIME
-
         self._clock.set_processing_time(currentTimeMs)
         if self.timeMode == PROCESSING_TIME:
             return self.fireTimers()
@@ -432,8 +449,6 @@ class TwsTester:
         """Set the watermark; when it moved forward in ``EventTime`` mode (or on any move in
         ``ProcessingTime`` mode) run the no-data batch Spark's engine runs then and return what
         its timers emitted (else an empty result)."""
-        from statestream.operators.stateful_processor_handle import EVENT_TIME, PROCESSING_TIME
-
         moved = self._clock.set_watermark(currentWatermarkMs)
         if self.timeMode == PROCESSING_TIME or (self.timeMode == EVENT_TIME and moved):
             return self.fireTimers()
@@ -520,8 +535,6 @@ class TwsTester:
     def _declared_variables(self) -> tuple:
         """What ``init`` declares, learnt as the engine's planner learns it (a recording handle
         on a copy of the processor)."""
-        from statestream.plan.transform_with_state import declared_state_variables
-
         try:
             return declared_state_variables(self.processor, self.timeMode)
         except Exception as exc:
@@ -541,16 +554,12 @@ class TwsTester:
         return info
 
     def _require_timers(self, what: str) -> None:
-        from statestream.operators.stateful_processor_handle import NO_TIME
-
         if self.timeMode == NO_TIME:
             msg = f"{what}: there are no timers in timeMode None"
             raise ValueError(msg)
 
     def _late_mask(self, times_ms: list) -> np.ndarray:
         """Which event times (ms) are late: the engine's rule (at or below the watermark)."""
-        from statestream.operators.stateful import older_than_watermark
-
         wm = self._clock.watermark_ms
         if wm is None:
             return np.zeros(len(times_ms), dtype=bool)
@@ -591,8 +600,6 @@ class TwsTester:
 
     def _task(self, opened: list) -> Any:
         """The engine's ``TaskState`` of a batch at the current clock and version."""
-        from statestream.operators.stateful_processor_handle import TaskState
-
         assert self._key_schema is not None
 
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
@@ -621,8 +628,6 @@ class TwsTester:
     def _commit(self, opened: list) -> None:
         """Commit version N+1 of every store, those this batch did not open included (the
         engine opens them all in every batch), so that all stay at the same version."""
-        from statestream.operators.state_step import commit_state
-
         names = {name for name, _, _ in opened}
         for name, (key_schema, value_schema) in list(self._stores.items()):
             if name not in names:
@@ -646,8 +651,6 @@ class TwsTester:
                 store.abort()
 
     def _peek(self, name: str, key: Any, kind: str, read: "Callable[[Any], Any]") -> Any:
-        from statestream.operators.stateful_processor_handle import StatefulProcessorHandleImpl
-
         info = self._variable(name, kind)
 
         def run(task: Any) -> Any:
@@ -657,8 +660,6 @@ class TwsTester:
 
     def _set(self, name: str, key: Any, kind: str, write: "Callable[[Any], None]") -> None:
         """``write(state)`` under ``key`` in a batch of its own, committed like any batch."""
-        from statestream.operators.stateful_processor_handle import StatefulProcessorHandleImpl
-
         info = self._variable(name, kind)
         table, tuples = self._keys_table([_key_values(key)])
         opened: list = []
@@ -759,16 +760,6 @@ class TwsTester:
         from pyspark import cloudpickle
         from pyspark.sql.streaming.stateful_processor import TimerValues
 
-        from statestream.operators.stateful_processor_handle import (
-            CLOSED,
-            DATA_PROCESSED,
-            INITIALIZED,
-            PROCESSING_TIME,
-            TIMER_PROCESSED,
-            StatefulProcessorHandleImpl,
-            timer_values,
-        )
-
         out = _Results(bool(self._use_pandas))
         if self._key_schema is None:
             # no key was ever given: nothing can be stored yet, and no timer can be due
@@ -800,9 +791,6 @@ class TwsTester:
 
     def _fire_timers(self, task: Any, processor: Any, tv: Any, out: _Results) -> None:
         """The engine's timer phase at the tester's clock."""
-        from statestream.operators.stateful_processor_handle import timer_threshold
-        from statestream.operators.transform_with_state import fire_expired_timers
-
         threshold = timer_threshold(self.timeMode, self._clock.processing_time_ms, self._clock.watermark_ms)
         fire_expired_timers(task, processor, threshold, tv, out)
 
@@ -884,9 +872,6 @@ class ApplyInPandasWithStateTester:
     ) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from statestream.operators.flat_map_groups_with_state import EVENT_TIME_TIMEOUT, NO_TIMEOUT, PROCESSING_TIME_TIMEOUT
-        from statestream.operators.python_state_values import session_zone
-
         confs = {c.lower(): c for c in (NO_TIMEOUT, PROCESSING_TIME_TIMEOUT, EVENT_TIME_TIMEOUT)}
         if str(timeoutConf).lower() not in confs:
             msg = f"timeoutConf must be one of {', '.join(confs.values())}; got {timeoutConf!r}"
@@ -966,8 +951,6 @@ class ApplyInPandasWithStateTester:
     def setProcessingTime(self, currentTimeMs: int) -> Any:  # noqa: N802,N803
         """Set the processing time; with ``ProcessingTimeTimeout`` run the batch Spark runs on
         every trigger and return what timed-out calls emitted (else an empty DataFrame)."""
-        from statestream.operators.flat_map_groups_with_state import PROCESSING_TIME_TIMEOUT
-
         self._clock.set_processing_time(currentTimeMs)
         if self.timeoutConf == PROCESSING_TIME_TIMEOUT:
             return self.fireTimeouts()
@@ -980,8 +963,6 @@ class ApplyInPandasWithStateTester:
     def setWatermark(self, currentWatermarkMs: int) -> Any:  # noqa: N802,N803
         """Set the watermark; with ``EventTimeTimeout``, when it moved forward, run the no-data
         batch Spark runs then and return what timed-out calls emitted (else an empty DataFrame)."""
-        from statestream.operators.flat_map_groups_with_state import EVENT_TIME_TIMEOUT, PROCESSING_TIME_TIMEOUT
-
         moved = self._clock.set_watermark(currentWatermarkMs)
         if self.timeoutConf == PROCESSING_TIME_TIMEOUT or (self.timeoutConf == EVENT_TIME_TIMEOUT and moved):
             return self.fireTimeouts()
@@ -995,9 +976,6 @@ class ApplyInPandasWithStateTester:
 
     def peekState(self, key: Any) -> "tuple | None":  # noqa: N802
         """``key``'s state as the function's ``state.get`` returns it (a tuple), or ``None``."""
-        from statestream.operators.flat_map_groups_with_state import GROUP_STATE_FIELD
-        from statestream.operators.python_state_values import to_session_wall_clock
-
         found = self._lookup(key)
         if found is None or found[GROUP_STATE_FIELD] is None:
             return None
@@ -1007,8 +985,6 @@ class ApplyInPandasWithStateTester:
 
     def peekTimeoutTimestamp(self, key: Any) -> int | None:  # noqa: N802
         """The timeout stored for ``key`` (ms), or ``None`` when none is set."""
-        from statestream.operators.flat_map_groups_with_state import NO_TIMESTAMP, TIMEOUT_TIMESTAMP_FIELD
-
         found = self._lookup(key)
         if found is None or TIMEOUT_TIMESTAMP_FIELD not in found:
             return None
@@ -1019,10 +995,6 @@ class ApplyInPandasWithStateTester:
         """Store ``value`` (a tuple, ``Row`` or dict of the state's fields) for ``key``, with a
         timeout (ms) if given; ``value=None`` without a timeout removes the key. Committed as a
         batch of its own, as the rows the engine would write."""
-        from statestream.operators.flat_map_groups_with_state import GROUP_STATE_FIELD, NO_TIMEOUT, NO_TIMESTAMP
-        from statestream.operators.python_state_values import from_session_wall_clock
-        from statestream.operators.state_step import commit_state
-
         if timeoutTimestampMs is not None and self.timeoutConf == NO_TIMEOUT:
             msg = "setState: a timeout needs timeoutConf ProcessingTimeTimeout or EventTimeTimeout"
             raise ValueError(msg)
@@ -1058,8 +1030,6 @@ class ApplyInPandasWithStateTester:
     def _value_schema(self) -> pa.Schema:
         """The operator's state value layout (Spark's state format version 2)."""
         from pyspark.sql.pandas.types import to_arrow_type
-
-        from statestream.operators.flat_map_groups_with_state import GROUP_STATE_FIELD, NO_TIMEOUT, TIMEOUT_TIMESTAMP_FIELD
 
         fields = [pa.field(GROUP_STATE_FIELD, to_arrow_type(self.stateStructType, timestamp_utc=True), nullable=True)]
         if self.timeoutConf != NO_TIMEOUT:
@@ -1118,8 +1088,6 @@ class ApplyInPandasWithStateTester:
 
     def _lookup(self, key: Any) -> dict | None:
         """The stored row of ``key`` (value columns by name), or ``None``."""
-        from statestream.state.store import FOUND_COLUMN
-
         if self._key_schema is None:
             return None
         keys = self._key_table(key)
@@ -1131,9 +1099,6 @@ class ApplyInPandasWithStateTester:
         return row if row.pop(FOUND_COLUMN) else None
 
     def _batch(self, table: pa.Table) -> Any:
-        from statestream.operators.aggregate import PARTITION_ID_COLUMN
-        from statestream.operators.flat_map_groups_with_state import FlatMapGroupsWithStateInfo, FlatMapGroupsWithStateStep
-
         names = _key_names(self._key_columns, len(self._key_schema) if self._key_schema is not None else 1)
         missing = [n for n in names if n not in table.column_names]
         if missing:

@@ -27,11 +27,18 @@ from statestream.errors import (
     value_not_true_error,
 )
 from statestream.handover import hands_over
-from statestream.sources.options import option_string
+from statestream.plan.analysis import check_for_streaming, inputs_from_spark_engine, spark_stream_sources
+from statestream.query import StreamingQuery
+from statestream.runtime.intervals import parse_trigger_interval_ms
+from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
+from statestream.sinks import FILE_FORMATS, create_sink
+from statestream.sinks.foreach import partition_task
+from statestream.sinks.table import prepare_table
+from statestream.sources.options import default_source, option_string
+from statestream.tools.dashboard import serve_dashboard
 
 if TYPE_CHECKING:
     from statestream.plan import logical as L
-    from statestream.query import StreamingQuery
     from statestream.runtime.interfaces import StreamingSessionLike
 
 logger = logging.getLogger(__name__)
@@ -114,8 +121,6 @@ class DataStreamWriter:
         continuous: str | None = None,
         availableNow: bool | None = None,  # noqa: N803
     ) -> "DataStreamWriter":
-        from statestream.runtime.microbatch import Trigger
-
         # PySpark's checks, in its order: exactly one kind, then that kind's value
         given = [x for x in (processingTime, once, continuous, availableNow) if x is not None]
         if len(given) != 1:
@@ -123,7 +128,6 @@ class DataStreamWriter:
         if processingTime is not None:
             if not isinstance(processingTime, str) or not processingTime.strip():
                 raise value_not_non_empty_str_error("processingTime", processingTime)
-            from statestream.runtime.intervals import parse_trigger_interval_ms
 
             self._trigger = Trigger("processingTime", parse_trigger_interval_ms(processingTime))
         elif once is not None:
@@ -146,8 +150,6 @@ class DataStreamWriter:
         return self
 
     def foreach(self, f: Any) -> "DataStreamWriter":
-        from statestream.sinks.foreach import partition_task
-
         partition_task(f)  # PySpark refuses a writer without a callable process() right here
         self._foreach_writer = f
         self._foreach_batch = None
@@ -176,8 +178,6 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
-        from statestream.sinks.table import prepare_table
-
         self._set(format, outputMode, partitionBy, queryName, options)
         clustering = self._clustering_columns(check_names=True)
         target = prepare_table(
@@ -219,12 +219,6 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
-        from statestream.plan.analysis import check_for_streaming, inputs_from_spark_engine, spark_stream_sources
-        from statestream.query import StreamingQuery
-        from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
-        from statestream.sinks import FILE_FORMATS, create_sink
-        from statestream.sources.options import default_source
-
         self._set(format, outputMode, partitionBy, queryName, options)
         if path is not None:
             self._options["path"] = path
@@ -273,8 +267,6 @@ class DataStreamWriter:
         query = StreamingQuery(ex)
         port = self._session.sparkSession.conf.get(UI_PORT_CONF, None)
         if port is not None:  # served before the query starts: a busy port fails start(), not a running query
-            from statestream.tools.dashboard import serve_dashboard
-
             query._dashboard = ex.dashboard = serve_dashboard(checkpoint, int(port))  # noqa: SLF001
         try:
             self._session.streams._start(query)  # noqa: SLF001 - checks name and id, then starts

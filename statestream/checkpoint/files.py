@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from statestream.checkpoint.object_store import conditional_writes
 from statestream.errors.checkpoint import FileAlreadyExistsError, checkpoint_location_not_directory_error
 
 if TYPE_CHECKING:
@@ -106,8 +107,6 @@ class CheckpointFileManager:
         if not self.remote:
             return None
         if self._conditional is None:
-            from statestream.checkpoint.object_store import conditional_writes
-
             self._conditional = conditional_writes(self.root) or False
         return self._conditional or None
 

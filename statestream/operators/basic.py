@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from statestream.operators.base import PhysicalOperator, ShownAsSpark
+from statestream.operators.base import PhysicalOperator, ShownAsSpark, StateStoreWriter
 from statestream.operators.local_checkpoint import local_checkpoint
 
 if TYPE_CHECKING:
@@ -157,8 +157,6 @@ class SortExec(PhysicalOperator):
 
 
 def _partitions_by_task_id(op: PhysicalOperator) -> bool:
-    from statestream.operators.base import StateStoreWriter
-
     return any(isinstance(n, StateStoreWriter) and n.partition_from_task_id for n in op.walk())
 
 

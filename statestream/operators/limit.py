@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pyarrow as pa
 
 from statestream.jvm_calls import jvm_plan_nodes
+from statestream.operators.aggregate import ShuffleExchangeExec
+from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
 from statestream.operators.base import (
     PhysicalOperator,
@@ -101,8 +103,6 @@ def _with_metadata(df: "DataFrame", schema: "StructType") -> "DataFrame":
 def has_no_stateful_op(plan: PhysicalOperator) -> bool:
     """True when no stateful operator runs in the same stage below ``plan`` (the search stops
     at exchanges). Spark: ``ConvertLocalLimitRule.hasNoStatefulOp``."""
-    from statestream.operators.aggregate import ShuffleExchangeExec
-
     if isinstance(plan, StatefulOperator):
         return False
     if isinstance(plan, (ShuffleExchangeExec, SinglePartitionExchangeExec)):
@@ -351,8 +351,6 @@ def input_rows_by_source(plan: PhysicalOperator, result: "DataFrame") -> dict[in
     """Input rows per source index from the scans' metrics (:func:`scan_input_rows`), when the
     executed plan has one leaf per leaf of ``plan`` (a source's batch, or an empty relation);
     ``None`` otherwise, like Spark, which then falls back to another count."""
-    from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
-
     leaves: list[int | None] = []
     for n in plan.walk():
         if isinstance(n, StreamingRelationExec):

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from statestream.state.keys import group_ids
+
 __all__ = [
     "session_zone",
     "has_timestamp",
@@ -190,8 +192,6 @@ def group_rows_by_key(keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     the groups in the order their keys first appear. Equality is Spark's grouping equality
     (``state.keys.group_ids``: -0.0 == 0.0, NaN == NaN, structs field-wise), the same the
     state store matches keys with, so one group never meets two stored rows."""
-    from statestream.state.keys import group_ids
-
     n = keys.num_rows
     if n == 0:
         return np.empty(0, np.int64), np.zeros(1, np.int64)

@@ -20,8 +20,11 @@ import pyarrow.compute as pc
 
 from statestream.faults import crash_point, record_state_task
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ROUTE_COLUMN
+from statestream.operators.late_rows import write_late_rows
 from statestream.operators.partition_routes import partition_routes
 from statestream.operators.python_worker import forget_zip_importers
+from statestream.state.provider import get_provider
+from statestream.state.store import StateStoreConf, StateStoreId
 
 __all__ = [
     "AllStatePartitions",
@@ -110,9 +113,6 @@ class StateStep:
 
     def open_store(self, partition: int, key_schema: pa.Schema, value_schema: pa.Schema):
         """(provider, store) for this operator's ``partition`` at the batch's version."""
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
         store_id = StateStoreId(self.state_root, self.operator_id, partition)  # type: ignore[attr-defined]
         conf = self.store_conf or StateStoreConf()  # type: ignore[attr-defined]
         provider = get_provider(store_id, key_schema, value_schema, conf, self.run_id)  # type: ignore[attr-defined]
@@ -122,8 +122,6 @@ class StateStep:
         """Write the rows this task dropped as late to the late-row ledger, when it is on."""
         root = self.late_rows
         if root and rows.num_rows and watermark_ms is not None:
-            from statestream.operators.late_rows import write_late_rows
-
             write_late_rows(
                 root, self.operator_id, self.operator_name, self.version, partition, watermark_ms, rows  # type: ignore[attr-defined]
             )

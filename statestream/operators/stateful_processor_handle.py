@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.operators.python_state_values import from_session_wall_clock, has_timestamp, to_session_wall_clock
 from statestream.state.keys import group_ids, match_keys
 
 __all__ = [
@@ -248,8 +249,6 @@ class _Codec:
     def __init__(self, schema: Any, zone: Any) -> None:
         from pyspark.sql.pandas.types import to_arrow_type
 
-        from statestream.operators.python_state_values import has_timestamp
-
         self.schema = schema
         self.type = to_arrow_type(schema, timestamp_utc=True)
         self.names = list(schema.names)
@@ -260,8 +259,6 @@ class _Codec:
         )
 
     def to_arrow(self, values: list, what: str) -> pa.Array:
-        from statestream.operators.python_state_values import from_session_wall_clock
-
         rows = [_normalise(v, len(self.names)) for v in values]
         if self.timestamps:
             rows = [from_session_wall_clock(r, self.type, self.zone) for r in rows]
@@ -285,7 +282,6 @@ class _Codec:
                 valid = arr.is_valid().to_pylist()
                 rows = [r if ok else None for r, ok in zip(rows, valid)]
             return rows
-        from statestream.operators.python_state_values import to_session_wall_clock
 
         out = []
         for d in arr.to_pylist():

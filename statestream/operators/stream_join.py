@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.faults import record_state_task
+from statestream.operators.arrow_predicate import evaluate_predicate, predicate_columns
 from statestream.operators.base import (
     ExecutedByParent,
     PhysicalOperator,
@@ -58,7 +59,11 @@ from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.local_checkpoint import local_checkpoint
 from statestream.operators.partition_routes import partition_routes, state_partition_id
 from statestream.operators.python_worker import forget_zip_importers
-from statestream.operators.state_step import StateStep
+from statestream.operators.state_step import StateStep, commit_state
+from statestream.operators.stateful import event_time_micros
+from statestream.state.keys import group_ids, match_keys
+from statestream.state.provider import get_provider
+from statestream.state.store import StateStoreConf, StateStoreId
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -423,9 +428,6 @@ def _store_schemas(key_schema: pa.Schema, row_schema: pa.Schema) -> dict[str, tu
 
 
 def _providers(root: str, run_id: str, op: int, partition: int, key_schema: pa.Schema, row_schemas, conf) -> dict[str, Any]:
-    from statestream.state.provider import get_provider
-    from statestream.state.store import StateStoreConf, StateStoreId
-
     out = {}
     for side, name in ((0, "left"), (1, "right")):
         for kind, (ks, vs) in _store_schemas(key_schema, row_schemas[side]).items():
@@ -674,7 +676,6 @@ class JoinStateStep(StateStep):
             m["numUpdatedStateRows"] = updated
             m["numRemovedStateRows"] = removed_counted
             c0 = time.perf_counter()
-            from statestream.operators.state_step import commit_state
 
             for name in STORE_NAMES:
                 commit_state(stores[name], providers[name], self.version, partition)
@@ -709,8 +710,6 @@ class JoinStateStep(StateStep):
         rows stored before the batch; keys equal (null-safe, as state keys are), then the rest
         of the condition. ``joining``: the new rows that take part (not late, pre-join filter
         passed)."""
-        from statestream.operators.arrow_predicate import evaluate_predicate, predicate_columns
-
         kcols = [key_column(j) for j in range(nk)]
         new_keys, new_vals, old_keys, old_vals, n_new, n_old = [], [], [], [], [], []
         for side, name in ((0, "left"), (1, "right")):
@@ -780,8 +779,6 @@ class JoinStateStep(StateStep):
 
     def _evict_mask(self, keys: pa.Table, values: Any, pred: tuple[str, int], side: int) -> np.ndarray:
         """Rows at or below the side's state watermark (a null time is never below)."""
-        from statestream.operators.stateful import event_time_micros
-
         kind, w = pred
         if kind == "key":
             j = self.key_watermark_ordinal
@@ -841,14 +838,10 @@ def _chunks(values: Any) -> list[pa.Array]:
 
 
 def _match(a: pa.Table, b: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    from statestream.state.keys import match_keys
-
     return match_keys(a, b)
 
 
 def _group_ids(keys: pa.Table) -> np.ndarray:
-    from statestream.state.keys import group_ids
-
     if keys.num_columns == 0:
         return np.zeros(keys.num_rows, dtype=np.int64)
     return group_ids(list(keys.columns), keys.num_rows)

@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     IncompatibleRestartError,
     key_schema_not_compatible_error,
@@ -76,7 +77,10 @@ from statestream.operators.stateful_processor_handle import (
     timer_values,
 )
 from statestream.state import schema as S
+from statestream.state.keys import match_keys
+from statestream.state.provider import get_provider
 from statestream.state.schema import FIRST_BATCH_PROPERTY, OPERATOR_PROPERTIES_PROPERTY, render_data_type, schemas_compatible
+from statestream.state.store import StateStoreConf, StateStoreId
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -570,8 +574,6 @@ def _delete_dropped_variables(si: StatefulOperatorStateInfo, names: tuple[str, .
     """``deleteIfExists`` of a variable the processor no longer declares (an older run's): its
     stores go, on the driver, once per query run, before any task of the run opens a store (the
     workers' cached stores belong to the older run's id, so none of them is reused)."""
-    from statestream.checkpoint.files import CheckpointFileManager
-
     key = (si.checkpoint_location, si.operator_id, si.query_run_id)
     with _DELETED_LOCK:
         if key in _DELETED:
@@ -644,9 +646,6 @@ class TransformWithStateStep(StateStep):
     # -- stores ---------------------------------------------------------------------------------
 
     def _opener(self, partition: int, opened: list):
-        from statestream.state.provider import get_provider
-        from statestream.state.store import StateStoreConf, StateStoreId
-
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
             sid = StateStoreId(self.state_root, self.operator_id, partition, name)
             provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
@@ -1002,8 +1001,6 @@ def pandas_state_keys(keys: pa.Table) -> pa.Table:
 
 def _row_index(rows: pa.Table, unique: pa.Table) -> np.ndarray:
     """For each row of ``rows``, the row of ``unique`` holding the same key."""
-    from statestream.state.keys import match_keys
-
     li, ri = match_keys(rows, unique)
     out = np.empty(rows.num_rows, dtype=np.int64)
     out[li] = ri

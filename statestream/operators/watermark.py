@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
 from statestream.operators.base import PhysicalOperator
+from statestream.operators.basic import StreamingRelationExec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -106,8 +107,6 @@ def sources_counted_by_watermark(plan: PhysicalOperator, scans: Mapping[int, int
     node's observation counts every row of the source, so the batch's input rows are read from
     it and the source needs no count of its own (an observation is evaluated row by row: beside
     the watermark's, a count cost about 40 ms more a million rows on W1's files)."""
-    from statestream.operators.basic import StreamingRelationExec
-
     out: dict[int, str] = {}
     for node in plan.walk():
         child = getattr(node, "child", None)

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
 from statestream.jvm_calls import jvm_seq
+from statestream.plan.aggregate_expressions import ExpressionCall
 
 if TYPE_CHECKING:
     from statestream.plan.aggregates import AggregateCall
@@ -99,8 +100,6 @@ def share_equal_calls(calls: Sequence["AggregateCall"], buffers: dict[int, Spark
     """``calls`` with each call that Spark would merge into an earlier equal one replaced by an
     expression reading that call's result (no buffers of its own); expressions over a replaced
     call are pointed at its replacement."""
-    from statestream.plan.aggregate_expressions import ExpressionCall
-
     first: dict[str, AggregateCall] = {}
     replaced: dict[int, AggregateCall] = {}
     for call in calls:

@@ -77,6 +77,7 @@ from statestream.plan.logical import (
     StreamingRelation,
     Union,
 )
+from statestream.plan.stream_joins import condition_terms, has_valid_watermark_range
 
 logger = logging.getLogger(__name__)
 
@@ -313,7 +314,6 @@ def _jvm_join_condition_use(join: Any) -> JoinConditionUse | None:
             compares = compares or bool(refs(e) & left and refs(e) & right)
         elif across and (is_event_time(e.left()) or is_event_time(e.right())):
             keys = True
-    from statestream.plan.stream_joins import condition_terms
 
     try:
         terms = condition_terms(condition.get(), sorted(left), sorted(right))
@@ -572,8 +572,6 @@ def stream_stream_bound_possible(node: Join, use: JoinConditionUse) -> bool:
         return True
     assert node.left is not None and node.right is not None
     if use.conjuncts:
-        from statestream.plan.stream_joins import has_valid_watermark_range
-
         return has_valid_watermark_range(
             node.join_type, use.conjuncts, bool(node.left.event_time_columns()), bool(node.right.event_time_columns())
         )

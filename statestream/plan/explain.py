@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statestream.errors import unknown_explain_mode_error
-from statestream.operators.base import PhysicalOperator, node_name
+from statestream.operators.base import PhysicalOperator, StateStoreWriter, node_name
+from statestream.operators.join import SparkPlanNodeExec
+from statestream.plan.spark_text import shown_output
 
 if TYPE_CHECKING:
     from statestream.plan.logical import LogicalPlan
@@ -37,8 +39,6 @@ class AdaptiveSparkPlanExec(PhysicalOperator):
 
     def formatted_details(self) -> str | None:
         """Spark lists the adaptive root's output (not its input) above its arguments."""
-        from statestream.plan.spark_text import shown_output
-
         shown = shown_output(self.child)
         head = f"Output [{len(shown)}]: [{', '.join(shown)}]\n" if shown is not None else ""
         return head + "Arguments: isFinalPlan=false"
@@ -51,8 +51,6 @@ _EXCHANGES = ("Exchange", "BroadcastExchange")
 def as_spark_explains(plan: PhysicalOperator) -> PhysicalOperator:
     """``plan`` as Spark's ``explain()`` of the streaming DataFrame shows it: under
     ``AdaptiveSparkPlan`` when no operator keeps state and some node is an exchange."""
-    from statestream.operators.base import StateStoreWriter
-
     nodes = list(plan.walk())
     if any(isinstance(n, StateStoreWriter) for n in nodes):
         return plan
@@ -64,8 +62,6 @@ def as_spark_explains(plan: PhysicalOperator) -> PhysicalOperator:
 def _without_columnar_transitions(node: PhysicalOperator) -> PhysicalOperator:
     """A node taken from Spark's plan minus the columnar-to-row transitions, which Spark inserts
     only when it prepares a plan to run: its adaptive initial plan does not show them."""
-    from statestream.operators.join import SparkPlanNodeExec
-
     if isinstance(node, SparkPlanNodeExec) and node.text in ("ColumnarToRow", "RowToColumnar") and len(node.inputs) == 1:
         return node.inputs[0]
     return node
@@ -171,8 +167,6 @@ def formatted_string(plan: PhysicalOperator) -> str:
 def _default_details(node: PhysicalOperator) -> str:
     """The details Spark's formatted explain writes for a node without its own: the input's
     attributes (a leaf: its output's), when known, then the arguments of its line."""
-    from statestream.plan.spark_text import shown_output
-
     lines = []
     kids = node.children
     attributes = shown_output(kids[0]) if len(kids) == 1 else (shown_output(node) if not kids else None)

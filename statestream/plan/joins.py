@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from statestream.errors import stream_stream_join_not_supported_error
+from statestream.operators.join import SparkPlanNodeExec, StreamStaticJoinExec
 from statestream.plan import logical as L
 from statestream.jvm_calls import expr_ids, jvm_seq
 from statestream.plan.spark_text import (
@@ -180,8 +181,6 @@ def plan_join(
     the join is shown as Spark plans it (``spark_join_plan``): Spark's join node with its keys
     and strategy, the exchanges and sorts it adds on the streaming side, and the static side's
     own physical plan."""
-    from statestream.operators.join import StreamStaticJoinExec
-
     if is_stream_stream(node):  # pragma: no cover - the planner sends these to plan/stream_joins.py
         raise stream_stream_join_not_supported_error(node.join_type)
     assert node.left is not None and node.right is not None
@@ -239,7 +238,6 @@ def _with_spark_display(
     stand-ins' attribute ids are renamed to those each streaming side shows."""
     import dataclasses
 
-    from statestream.operators.join import SparkPlanNodeExec
     mapping: dict[int, int] = {}
     for side, ids in standin_ids.items():
         mapping.update(IdMap.between(tuple(ids), shown_output(planned[side])).mapping)

@@ -24,7 +24,18 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable
 
+from statestream.operators.basic import SortExec, StatelessExec
+from statestream.operators.limit import (
+    CollectLimitExec,
+    LocalTableScanExec,
+    SinglePartitionExchangeExec,
+    StreamingGlobalLimitExec,
+    StreamingLocalLimitExec,
+    TakeOrderedAndProjectExec,
+)
+from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
+from statestream.plan.spark_text import shown_output
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -128,10 +139,6 @@ def single_partition_output(op: "PhysicalOperator") -> bool:
     """Whether ``op``'s output is already one partition: the output of a limit, through
     operators that keep the partitioning. A global limit above then needs no exchange; an
     aggregation above must partition by its keys itself."""
-    from statestream.operators.basic import StatelessExec
-    from statestream.operators.limit import CollectLimitExec, StreamingGlobalLimitExec, TakeOrderedAndProjectExec
-    from statestream.operators.watermark import EventTimeWatermarkExec
-
     while isinstance(op, (StatelessExec, EventTimeWatermarkExec)):
         assert op.child is not None
         op = op.child
@@ -141,8 +148,6 @@ def single_partition_output(op: "PhysicalOperator") -> bool:
 def _sorted_below(op: "PhysicalOperator") -> bool:
     """Whether a sort runs below ``op`` in the same stage (through stateless steps): the sort
     reads its whole input, and its order must survive the limit."""
-    from statestream.operators.basic import SortExec, StatelessExec
-
     while isinstance(op, StatelessExec):
         assert op.child is not None
         op = op.child
@@ -160,15 +165,6 @@ def plan_limit(
     """Plan ``node`` (see the module docstring); ``plan_child`` plans a logical subtree.
     ``for_explain``: the plan is only shown (an empty relation then shows the attribute ids of
     what it replaces, as Spark's does)."""
-    from statestream.operators.limit import (
-        CollectLimitExec,
-        LocalTableScanExec,
-        SinglePartitionExchangeExec,
-        StreamingGlobalLimitExec,
-        StreamingLocalLimitExec,
-        TakeOrderedAndProjectExec,
-    )
-
     assert node.child is not None
     bound = max_rows(node.child)
     if bound is not None and bound <= node.n:
@@ -177,8 +173,6 @@ def plan_limit(
     if n == 0:
         shown = None
         if for_explain:
-            from statestream.plan.spark_text import shown_output
-
             shown = shown_output(plan_child(child))
         return LocalTableScanExec(schema=node.schema, output=shown or tuple(node.schema.names))
     if generates_streaming_appends(child, output_mode):

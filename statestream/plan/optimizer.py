@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from statestream.jvm_calls import jvm_seq
+from statestream.plan.joins import stream_side_conjuncts
 from statestream.plan.logical import (
     Aggregate,
     EventTimeWatermark,
@@ -794,8 +795,6 @@ class JvmPlanInspector:
         ``on=`` column names), then per side a ``JoinStep``, the filters Spark's optimizer puts
         right above that side (``plan/joins.py``, renamed onto this template's attributes) and
         the operators down to the side's own template."""
-        from statestream.plan.joins import stream_side_conjuncts
-
         opaque = NodeFacts(branches=tuple((OpaqueStep("Join"),) for _ in targets))
         join_op = top
         while str(join_op.nodeName()) != "Join":

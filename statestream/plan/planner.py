@@ -31,16 +31,27 @@ from statestream.operators.aggregate import (
     sorted_for_aggregate,
 )
 from statestream.operators.basic import BatchRelationExec, CollectMetricsExec, SortExec, StatelessExec, StreamingRelationExec, UnionExec
+from statestream.operators.session_window import (
+    MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF,
+    MergingSessionsExec,
+    SessionWindowInfo,
+    SessionWindowPartialAggregateExec,
+    SessionWindowSortExec,
+    SessionWindowStateStoreRestoreExec,
+    SessionWindowStateStoreSaveExec,
+)
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
 from statestream.jvm_calls import jvm_seq
+from statestream.plan.optimizer import push_down_filters
+from statestream.plan.spark_text import aggregate_region, aggregate_text, dress_with_ids, region_plan, stateless_chain
 from statestream.plan.transform_with_state import plan_transform_with_state
 from statestream.operators.stateful import StateStoreRestoreExec, StateStoreSaveExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.plan.aggregate_buffers import jvm_aggregate, share_equal_calls, spark_buffers
 from statestream.plan.aggregate_expressions import decompose_output
-from statestream.plan.aggregates import AggregateCall
+from statestream.plan.aggregates import AggregateCall, column_node
 from statestream.plan.joins import is_stream_stream, plan_join
 from statestream.plan.stream_joins import plan_stream_stream_join
 from statestream.plan.limits import plan_limit, push_projections_below_limits
@@ -65,8 +76,6 @@ def optimized_plan(plan: L.LogicalPlan) -> L.LogicalPlan:
     """The logical plan as statestream's optimizer rewrites it before planning, as Spark's
     does: filters pushed down (below a watermark, into an aggregation's keys), projections
     below limits."""
-    from statestream.plan.optimizer import push_down_filters
-
     return push_projections_below_limits(push_down_filters(plan))
 
 
@@ -97,8 +106,6 @@ def plan_streaming_query(
     def _spark_aggregate(node: L.Aggregate) -> "PhysicalOperator | None":
         """For ``explain()``: the aggregation's steps with Spark's text (attribute ids), over
         Spark's plan of the stateless steps below it (``plan/spark_text.py``)."""
-        from statestream.plan.spark_text import aggregate_region, aggregate_text, stateless_chain
-
         assert node.child is not None
         chain, bottom = stateless_chain(node.child)
         region = aggregate_region(node, chain, bottom)
@@ -119,8 +126,6 @@ def plan_streaming_query(
     def _spark_region(node: L.LogicalPlan) -> "PhysicalOperator | None":
         """For ``explain()``: a chain of stateless operations (or a bare source) as Spark
         plans it, with attribute ids (``plan/spark_text.py``)."""
-        from statestream.plan.spark_text import region_plan, stateless_chain
-
         chain, bottom = stateless_chain(node)
         if not chain and not isinstance(bottom, L.StreamingRelation):
             return None
@@ -174,7 +179,6 @@ def plan_streaming_query(
     top = optimized_plan(plan)
     if not for_explain:
         return go(top)
-    from statestream.plan.spark_text import dress_with_ids
 
     return dress_with_ids(go(top))
 
@@ -273,8 +277,6 @@ class GroupingCall(AggregateCall):
 def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ...]) -> GroupingCall | None:
     """A ``GroupingCall`` if ``col`` is ``grouping_id()``/``grouping(c)`` of a cube/rollup, else
     ``None`` (then it is an aggregate function)."""
-    from statestream.plan.aggregates import column_node
-
     if not node.grouping_sets:
         return None
     try:
@@ -577,8 +579,6 @@ def session_window_info(node: L.Aggregate):
     grouping key (raised when the query is planned: at its first batch, or by ``explain()``)."""
     from pyspark.sql.types import StructField, StructType, TimestampType
 
-    from statestream.operators.session_window import MERGE_SESSIONS_IN_LOCAL_PARTITION_CONF, SessionWindowInfo
-
     names = node.grouping_names
     session_index = next(i for i, n in enumerate(names) if L.SESSION_WINDOW_KEY in (node.schema[n].metadata or {}))
     if len(names) < 2:
@@ -620,8 +620,6 @@ def _is_plain_column(col, child_names: set[str]) -> bool:
     """Whether a grouping column is just a column of the input (maybe renamed): Spark's
     analyser pulls every other grouping expression out into a projection, which shows in
     ``explain()`` (``List(k)`` versus ``Vector(_groupingexpression)``)."""
-    from statestream.plan.aggregates import column_node
-
     node = column_node(col)
     while node.getClass().getSimpleName() == "Alias":
         node = node.child()
@@ -641,14 +639,6 @@ def plan_streaming_aggregation_for_session(
     on the keys without the session, Sort, SessionWindowStateStoreRestore, MergingSessions,
     SessionWindowStateStoreSave, Final (a sort-based aggregation adds a Sort below Partial and
     Final)."""
-    from statestream.operators.session_window import (
-        MergingSessionsExec,
-        SessionWindowPartialAggregateExec,
-        SessionWindowSortExec,
-        SessionWindowStateStoreRestoreExec,
-        SessionWindowStateStoreSaveExec,
-    )
-
     info = session_window_info(node)
     if spark_text is not None:
         info = dataclasses.replace(info, agg=dataclasses.replace(info.agg, spark_text=spark_text))

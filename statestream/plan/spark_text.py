@@ -28,13 +28,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from statestream.operators.aggregate import AggregateExplainText, ShuffleExchangeExec, StreamingAggregateExec
+from statestream.operators.base import node_name
+from statestream.operators.basic import SparkStatelessExec, StreamingRelationExec, UnionExec, in_session
+from statestream.operators.dedup import StatefulShuffleExchangeExec, StreamingDeduplicateExec
+from statestream.operators.join import SparkPlanNodeExec
+from statestream.operators.limit import SinglePartitionExchangeExec
+from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
 from statestream.jvm_calls import clone_session, expr_ids, jvm_seq
+from statestream.plan.dedup import analysed_key_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from statestream.operators.aggregate import AggregateExplainText
     from statestream.operators.base import PhysicalOperator
 
 logger = logging.getLogger(__name__)
@@ -164,11 +171,6 @@ _PASS_THROUGH = frozenset(
 def shown_output(op: "PhysicalOperator | None") -> tuple[str, ...] | None:
     """The attributes (with ids) ``explain()`` shows as ``op``'s output, or ``None`` when the
     node does not know them (statestream's own rendering below it)."""
-    from statestream.operators.aggregate import StreamingAggregateExec
-    from statestream.operators.basic import StreamingRelationExec
-    from statestream.operators.watermark import EventTimeWatermarkExec
-    from statestream.operators.base import node_name
-
     if op is None:
         return None
     known = getattr(op, "output_text", None)
@@ -249,8 +251,6 @@ def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, li
             ids[i] = expr_ids(output)
             sides.append(standin)
         else:
-            from statestream.operators.basic import in_session
-
             sides.append(in_session(child.template, session))
     return node.transform(sides[0], sides[1]), ids
 
@@ -312,8 +312,6 @@ def connect_inputs(region: SparkRegion, bottom: L.LogicalPlan, below: "PhysicalO
     the ids it shows, and the region's text takes them (``region.ids``)."""
     import dataclasses
 
-    from statestream.operators.basic import StreamingRelationExec, UnionExec
-
     parts: tuple["PhysicalOperator", ...] = (below,)
     if isinstance(bottom, L.Union) and isinstance(below, UnionExec):
         parts = below.inputs
@@ -339,9 +337,6 @@ def physical_region(
     when ``codegen``) as explain nodes, each stand-in's scan replaced by what it stands for
     (``connect_inputs``). Whole-stage codegen wrappers are folded into the nodes' codegen flags,
     as for a join's plan (``plan/joins.py``)."""
-    from statestream.operators.basic import SparkStatelessExec
-    from statestream.operators.join import SparkPlanNodeExec
-
     output_ids = spark_output_ids
     def visit(p: Any, codegen: bool, stage_start: bool) -> "PhysicalOperator":
         p, codegen, stage_start = unwrap_codegen(p, codegen, stage_start)
@@ -444,8 +439,6 @@ def aggregate_text(
     ``below``). The merge steps are the partial step with ``merge_`` functions, as Spark's
     streaming plan shows them; the exchange is the stateful one, into the query's state
     partitions. ``None`` when Spark's plan has another shape."""
-    from statestream.operators.aggregate import AggregateExplainText
-
     try:
         belows = connect_inputs(region, bottom, below)
         ids, max_fields = region.ids, region.max_fields
@@ -576,11 +569,6 @@ def dress_with_ids(plan: "PhysicalOperator") -> "PhysicalOperator":
     itself (the watermark's column, deduplication keys, a stateful exchange's keys) and Spark's
     plan ids on exchanges. Nodes whose input does not show ids are left as they are."""
     import dataclasses
-
-    from statestream.operators.aggregate import ShuffleExchangeExec
-    from statestream.operators.dedup import StatefulShuffleExchangeExec, StreamingDeduplicateExec
-    from statestream.operators.limit import SinglePartitionExchangeExec
-    from statestream.operators.watermark import EventTimeWatermarkExec
 
     def by_name(below: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...] | None:
         found = {attribute_name(t): t for t in reversed(below)}
@@ -772,7 +760,6 @@ def logical_text(node: L.LogicalPlan) -> LogicalText | None:
         child = _child_text(node.child)
         if child is None:
             return None
-        from statestream.plan.dedup import analysed_key_names
 
         names = analysed_key_names(node.template) or node.keys or tuple(attribute_name(t) for t in child.output)
         by_name = {attribute_name(t).lower(): t for t in child.output}

@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from statestream.errors import stream_join_without_equality_error
 from statestream.jvm_calls import clone_session, jvm_seq
+from statestream.operators.stream_join import StreamingSymmetricHashJoinExec, StreamJoinExchangeExec
+from statestream.plan.joins import standin_join
+from statestream.plan.logical import WATERMARK_DELAY_KEY
+from statestream.plan.optimizer import rebuild_expression
 
 if TYPE_CHECKING:
     from statestream.operators.base import PhysicalOperator
@@ -391,8 +395,6 @@ def _term(e: Any, sides: dict[int, int], watermark_key: str) -> Term:
 def condition_terms(condition: Any, left_ids: Sequence[int], right_ids: Sequence[int]) -> tuple[Conjunct, ...]:
     """The conjuncts of a JVM (Catalyst) condition as the solver's pure description; columns are
     placed on a side by their expression ids. ``condition`` may be ``None``."""
-    from statestream.plan.logical import WATERMARK_DELAY_KEY
-
     if condition is None:
         return ()
     sides = {i: 0 for i in left_ids}
@@ -612,8 +614,6 @@ def _renamed(expr: Any, names: dict[int, str], jvm: Any, pruned: frozenset[int] 
     """``expr`` with every attribute replaced by the unresolved name ``names[id]``; an attribute
     of ``pruned`` (a column no operator reads, see :func:`kept_side_columns`) becomes a null of
     its type."""
-    from statestream.plan.optimizer import rebuild_expression
-
     def seq(items: list[Any]) -> Any:
         conv = jvm.scala.jdk.javaapi.CollectionConverters
         return conv.asScala(jvm.java.util.ArrayList(items)).toSeq()
@@ -722,9 +722,6 @@ def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> Str
     applies it, then each side's event-time column and the solver's description of the rest of
     the condition."""
     from pyspark.sql.types import BooleanType, StructField, StructType
-
-    from statestream.plan.joins import standin_join
-    from statestream.plan.logical import WATERMARK_DELAY_KEY
 
     assert node.left is not None and node.right is not None
     # a clone of the template's session with adaptive execution off, as in a micro-batch
@@ -876,8 +873,6 @@ def plan_stream_stream_join(
     """Spark's plan of a join of two streams: ``StreamingSymmetricHashJoin`` over one
     ``Exchange hashpartitioning(keys, N)`` per side (``root``: the whole query, whose plan says
     which columns reach the join)."""
-    from statestream.operators.stream_join import StreamJoinExchangeExec, StreamingSymmetricHashJoinExec
-
     assert node.left is not None and node.right is not None
     info = stream_join_info(node, root)
     if not info.left_keys:

@@ -40,7 +40,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from statestream.jvm_calls import java_class, jvm_seq, static_member
-from statestream.operators.base import batch_args_property
+from statestream.operators.base import ExecutedByParent, StatefulOperator, StateStoreWriter, batch_args_property
+from statestream.operators.basic import UnionExec
+from statestream.operators.limit import LocalLimitExec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,10 +72,6 @@ def reusable_plan(plan: "PhysicalOperator") -> bool:
     a session window's, a deduplication's: ``StateStoreWriter.reusable_in_batch_plans``), no
     local limit counts its scans from the executed plan, and no union runs an input on its own
     while the batch is built (its materialised rows belong to that batch)."""
-    from statestream.operators.base import StatefulOperator
-    from statestream.operators.basic import UnionExec
-    from statestream.operators.limit import LocalLimitExec
-
     for node in plan.walk():
         if isinstance(node, LocalLimitExec):
             return False
@@ -146,8 +144,6 @@ def _seeded_expressions(plan: Any) -> list[str]:
 def _state_savers(plan: "PhysicalOperator") -> list[Any]:
     """The operators of ``plan`` that run a state step of their own (a restore's work is done
     by the save's step above it)."""
-    from statestream.operators.base import ExecutedByParent, StateStoreWriter
-
     return [n for n in plan.walk() if isinstance(n, StateStoreWriter) and not isinstance(n, ExecutedByParent)]
 
 

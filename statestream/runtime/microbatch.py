@@ -29,8 +29,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from statestream.checkpoint.commits import CommitLog, CommitMetadata
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.metadata import StreamMetadata
+from statestream.checkpoint.offsets import (
+    PINNED_CONF_KEYS,
+    PINNED_CONF_SESSION_DEFAULTS,
+    SHUFFLE_PARTITIONS,
+    OffsetSeq,
+    OffsetSeqLog,
+    OffsetSeqMetadata,
+    plan_recovery_from_logs,
+    restore_pinned_confs,
+)
 from statestream.checkpoint.progress_log import DEFAULT_RETAIN, ProgressLog
+from statestream.checkpoint.query_record import record_query
+from statestream.checkpoint.rollback_marker import check_no_interrupted_rollback
 from statestream.checkpoint.writer_lock import DEFAULT_LEASE_MS, CheckpointWriterLock
 from statestream.errors import (
     ALLOW_MULTIPLE_CONF,
@@ -46,8 +60,10 @@ from statestream.errors import (
 from statestream.faults import crash_point
 from statestream.jvm_calls import clone_session
 from statestream.operators.aggregate import StreamingAggregateExec
-from statestream.operators.basic import OBSERVED_METRICS
+from statestream.operators.basic import OBSERVED_METRICS, StreamingRelationExec
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
+from statestream.operators.late_rows import LATE_ROWS_CONF
+from statestream.operators.limit import LocalLimitExec, input_rows_by_source
 from statestream.operators.local_checkpoint import (
     LOST_BLOCK_ERROR_CLASS,
     batch_local_checkpoints,
@@ -59,9 +75,13 @@ from statestream.operators.local_checkpoint import (
 from statestream.operators.state_step import split_routed_rows
 from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
 from statestream.plan import logical as L
+from statestream.plan.analysis import redefines_watermark
 from statestream.plan.current_time import with_batch_timestamp
-from statestream.plan.incremental import IncrementalExecution, state_writers
-from statestream.plan.planner import plan_streaming_query
+from statestream.plan.explain import as_spark_explains
+from statestream.plan.incremental import IncrementalExecution, _state_identity, input_watermarks, state_writers
+from statestream.plan.joins import check_joins_supported
+from statestream.plan.planner import aggregation_info, plan_streaming_query
+from statestream.runtime.arrow_exchange import arrow_exchange_confs
 from statestream.runtime.batch_plan_reuse import (
     PLAN_REUSE_CONF,
     PlanReuse,
@@ -71,7 +91,10 @@ from statestream.runtime.batch_plan_reuse import (
     reusable_plan,
     set_batch_args,
 )
+from statestream.runtime.intervals import parse_time_conf_ms
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
+from statestream.runtime.progress import format_timestamp_ms
+from statestream.runtime.progress_tracker import ProgressTracker
 from statestream.runtime.small_batches import (
     measures_shuffled_rows,
     routes_at_materialisation,
@@ -80,14 +103,23 @@ from statestream.runtime.small_batches import (
     single_state_task,
     single_state_task_max_rows,
 )
+from statestream.runtime.state_checks import check_restart_compatible, check_state_on_first_batch, schema_check_enabled
+from statestream.runtime.state_repartition import (
+    OfflineStateRepartitionRunner,
+    is_repartition_batch,
+    partitions_of_batch,
+)
 from statestream.runtime.trigger_executor import time_to_next_trigger
+from statestream.runtime.watermark import WatermarkTracker, parse_policy
 from statestream.runtime.worker_warmup import (
     note_python_workers_used,
     start_worker_warm_up,
     use_preloading_daemon,
     use_unix_domain_sockets,
 )
-from statestream.sources.base import ReadLimit
+from statestream.sources.base import ReadLimit, empty_batch
+from statestream.state.local_disk import ON_LOCAL_DISK_CONF, ON_LOCAL_DISK_DEFAULT
+from statestream.state.store import StateStoreConf, on_local_disk_from_conf, versions_in_memory_from_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -106,7 +138,6 @@ WRITER_LEASE_CONF = "spark.statestream.checkpoint.writerLeaseTimeout"
 
 __all__ = ["MicroBatchExecution", "Trigger", "plan_for_explain"]
 
-from statestream.checkpoint.offsets import SHUFFLE_PARTITIONS  # noqa: E402 - the pinned conf of the partition count
 #: keep each batch's progress in ``<checkpoint>/progress`` (default true), and for how many batches
 PROGRESS_HISTORY_CONF = "spark.statestream.progress.history"
 PROGRESS_RETAIN_CONF = "spark.statestream.progress.retainBatches"
@@ -167,7 +198,6 @@ def plan_for_explain(logical: L.LogicalPlan, spark: "SparkSession", output_mode:
     n = int(spark.conf.get(SHUFFLE_PARTITIONS))
     relations = logical.find(L.StreamingRelation)
     indexes = {id(r): i for i, r in enumerate(relations)}
-    from statestream.plan.explain import as_spark_explains
 
     plan = plan_streaming_query(logical, n, indexes, output_mode=output_mode, for_explain=True)
     # Before a query starts Spark shows both watermarks as Long.MinValue.
@@ -206,8 +236,6 @@ class MicroBatchExecution:
     delete_checkpoint_on_stop: bool = False
 
     def __post_init__(self) -> None:
-        from statestream.runtime.progress_tracker import ProgressTracker
-
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         #: set when the run ended (waited on instead of Thread.join: a join interrupted by
@@ -222,7 +250,6 @@ class MicroBatchExecution:
         self._idle_generation = 0
         self._processed_marker = 0
         self._status = {"message": "Initializing sources", "isDataAvailable": False, "isTriggerActive": False}
-        from statestream.runtime.intervals import parse_time_conf_ms
 
         conf = self.session.sparkSession.conf
         self.progress = ProgressTracker(
@@ -249,8 +276,6 @@ class MicroBatchExecution:
         #: the dashboard served while this run lasts (given by the writer; has ``stop()``)
         self.dashboard: Any = None
         #: the late-row ledger (``operators.late_rows``), None when off
-        from statestream.operators.late_rows import LATE_ROWS_CONF
-
         ledger = conf.get(LATE_ROWS_CONF, None)
         self.late_rows_path: str | None = None if not ledger else (ledger if "://" in ledger else os.path.abspath(ledger))
         #: each batch's progress, kept in the checkpoint (``checkpoint.progress_log``)
@@ -281,10 +306,6 @@ class MicroBatchExecution:
         (a join or an aggregate statestream cannot run fails here, not later in the query's thread), and
         the checkpoint's metadata is read or written, which gives the query its id (the
         manager refuses a second active run of the same id, as Spark does). Nothing runs yet."""
-        from statestream.checkpoint.metadata import StreamMetadata
-        from statestream.plan.joins import check_joins_supported
-        from statestream.plan.planner import aggregation_info
-
         check_joins_supported(self.plan)
         # statestream's own confs of a run, refused from start() when they make no sense (the
         # run reads them again as it starts)
@@ -298,7 +319,6 @@ class MicroBatchExecution:
                 pass  # what Spark's planner refuses, it refuses while planning the first batch
 
         self.fm.check_root_is_directory()
-        from statestream.checkpoint.rollback_marker import check_no_interrupted_rollback
 
         check_no_interrupted_rollback(self.fm)  # from start(), with what to run to finish it
         meta = StreamMetadata.read(self.fm)
@@ -315,7 +335,6 @@ class MicroBatchExecution:
             self.writer_lock.acquire(self.query_id, self.run_id)
         except CheckpointLockedError as exc:
             raise checkpoint_in_use_error(self.query_id, str(exc)) from None
-        from statestream.checkpoint.query_record import record_query
 
         file_sink = getattr(self.sink, "path", None) if type(self.sink).__name__ == "FileStreamSink" else None
         record_query(
@@ -328,8 +347,6 @@ class MicroBatchExecution:
         is told (a memory sink registers its view only now, so a refused query leaves the view
         of the query it clashed with alone), listeners hear ``onQueryStarted`` before this
         returns (as Spark documents), then the query thread starts."""
-        from statestream.runtime.progress import format_timestamp_ms
-
         # active from here, as Spark's query is from its initialisation: a listener's
         # onQueryStarted (which runs before start() returns) finds it active
         self._active = True
@@ -483,9 +500,6 @@ class MicroBatchExecution:
         """A last batch that is an uncommitted repartition batch (an offline repartition that
         was interrupted) is finished here, before anything runs: its state is rewritten from
         the untouched old partitions, and the query resumes after it with the new count."""
-        from statestream.checkpoint.offsets import plan_recovery_from_logs
-        from statestream.runtime.state_repartition import OfflineStateRepartitionRunner, is_repartition_batch, partitions_of_batch
-
         if recovery.action != "rerun" or not is_repartition_batch(self.offset_log, recovery.batch_id):
             return recovery
         count = partitions_of_batch(self.offset_log.get(recovery.batch_id))
@@ -502,9 +516,6 @@ class MicroBatchExecution:
         ``spark.sql.shuffle.partitions`` than the checkpoint pinned first rewrites the state
         into that count (the offline repartition), then runs with it. Without it, as on Spark,
         the pinned count wins and the session's is ignored."""
-        from statestream.checkpoint.offsets import plan_recovery_from_logs
-        from statestream.runtime.state_repartition import OfflineStateRepartitionRunner, partitions_of_batch
-
         user = self.session.sparkSession
         if str(user.conf.get(REPARTITION_ON_RESTART_CONF, "false")).strip().lower() != "true" or recovery.action == "fresh":
             return recovery
@@ -520,8 +531,6 @@ class MicroBatchExecution:
                 REPARTITION_ON_RESTART_CONF, wanted, last, self.fm.display(), pinned,
             )
             return recovery
-        from statestream.runtime.state_checks import check_restart_compatible, schema_check_enabled
-        from statestream.state.store import StateStoreConf
 
         # a restart the first batch would refuse (another operator, an incompatible state
         # schema) is refused now, before the repartition rewrites the state and the logs
@@ -540,8 +549,6 @@ class MicroBatchExecution:
         number of partitions of the stateful exchange), the pinned number of shuffle
         partitions, and no byte limit on the Arrow batches sent to the state steps unless the
         user set one (``runtime.arrow_exchange``)."""
-        from statestream.runtime.arrow_exchange import arrow_exchange_confs
-
         user = self.session.sparkSession
         try:
             spark = clone_session(user)
@@ -562,17 +569,6 @@ class MicroBatchExecution:
         return spark
 
     def _run_stream(self) -> None:
-        from statestream.checkpoint.commits import CommitLog, CommitMetadata
-        from statestream.checkpoint.offsets import (
-            PINNED_CONF_SESSION_DEFAULTS,
-            OffsetSeq,
-            OffsetSeqLog,
-            OffsetSeqMetadata,
-            plan_recovery_from_logs,
-            restore_pinned_confs,
-        )
-        from statestream.runtime.watermark import WatermarkTracker, parse_policy
-
         user = self.session.sparkSession
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
@@ -620,7 +616,6 @@ class MicroBatchExecution:
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)
         self.spark.sparkContext.addJobTag(self.job_tag)  # every job of this thread: interrupt() cancels them
-        from statestream.runtime.intervals import parse_time_conf_ms
 
         idle = user.conf.get(IDLE_TIMEOUT_CONF, None)
         self.tracker = WatermarkTracker(
@@ -630,8 +625,6 @@ class MicroBatchExecution:
         self.tracker.set_watermark(watermark)
         self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
         indexes = {id(r): i for i, r in enumerate(relations)}
-        from statestream.state.local_disk import ON_LOCAL_DISK_CONF, ON_LOCAL_DISK_DEFAULT
-        from statestream.state.store import StateStoreConf, on_local_disk_from_conf, versions_in_memory_from_conf
 
         self.store_conf = StateStoreConf(
             min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
@@ -682,7 +675,6 @@ class MicroBatchExecution:
             if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
                 preloading_daemon()
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
-        from statestream.plan.analysis import redefines_watermark
 
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
         # another one, once it has a watermark other than 0 to propagate
@@ -783,8 +775,6 @@ class MicroBatchExecution:
     def _another_batch_wanted(plan: "PhysicalOperator", watermark_ms: int) -> bool:
         """Spark asks every state writer of the last batch with its own new *input* watermark
         (the global one, or what a join below it passes on)."""
-        from statestream.plan.incremental import _state_identity, input_watermarks
-
         inputs = input_watermarks(plan, watermark_ms)
         for w in state_writers(plan):
             wm = inputs.get(_state_identity(w))
@@ -849,8 +839,6 @@ class MicroBatchExecution:
         from pyspark.sql import functions as F
 
         if not source.has_new_data(start, end):
-            from statestream.sources.base import empty_batch
-
             # made once per run and source: it reads nothing, and a plan may read it again
             # (about 15 ms of Py4J calls a batch otherwise)
             empty = self._empty_batches.get(i)
@@ -910,10 +898,6 @@ class MicroBatchExecution:
                         release_local_checkpoint(df)
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
-        from statestream.operators.basic import StreamingRelationExec
-        from statestream.operators.limit import LocalLimitExec, input_rows_by_source
-        from statestream.runtime.state_checks import check_state_on_first_batch
-
         assert self._physical is not None
         # Spark sums the rows of every scan of a source (a self-union reads it twice); a source
         # the plan does not read (below a limit(0)) reports no input rows
@@ -1084,6 +1068,4 @@ def _observed_count(obs: Any) -> int:
 
 
 def _pinned_keys() -> list[str]:
-    from statestream.checkpoint.offsets import PINNED_CONF_KEYS
-
     return list(PINNED_CONF_KEYS)

@@ -11,10 +11,11 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statestream.operators.context import latest_task_reports
+from statestream.operators.stateful import RESTORE_HIT_METRIC
+from statestream.plan import logical as L
 from statestream.plan.incremental import state_writers
 
 if TYPE_CHECKING:
-    from statestream.plan import logical as L
     from statestream.sinks.base import Sink
     from statestream.sources.base import Source
 
@@ -48,7 +49,6 @@ def aggregate_operator_metrics(op_id: int, name: str, tasks: list[dict], num_par
     for t in by_part.values():
         for k, v in (t.get("customMetrics") or {}).items():
             custom[k] = custom.get(k, 0) + int(v)
-    from statestream.operators.stateful import RESTORE_HIT_METRIC
 
     if any(RESTORE_HIT_METRIC in t for t in by_part.values()):  # only the aggregation reports it
         custom[RESTORE_HIT_METRIC] = sum(int(t.get(RESTORE_HIT_METRIC, 0)) for t in by_part.values())
@@ -243,8 +243,6 @@ class ProgressTracker:
 
     def _first_stats(self, stats: dict):
         """Spark reports the statistics of the first watermark node (in plan order) that saw rows."""
-        from statestream.plan import logical as L
-
         for n in self.ex.plan.find(L.EventTimeWatermark):
             if n.node_id in stats:
                 return stats[n.node_id]

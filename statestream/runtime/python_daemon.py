@@ -36,6 +36,8 @@ import sys
 import zipfile
 from types import ModuleType
 
+from statestream.operators.python_worker import forget_zip_importers
+
 __all__ = ["MODULE", "installed_packages_first", "preload", "main"]
 
 #: this module's name, as ``spark.python.daemon.module`` takes it
@@ -53,9 +55,9 @@ def preload() -> None:
     except ImportError:  # a pyarrow built without it: the steps that need it say so themselves
         pass
 
-    import statestream.operators.state_step  # noqa: F401
-    import statestream.operators.stateful  # noqa: F401
-    import statestream.state.provider  # noqa: F401
+    import statestream.operators.state_step  # noqa: F401 - lazy: main() chooses where PySpark comes from first
+    import statestream.operators.stateful  # noqa: F401 - lazy: main() chooses where PySpark comes from first
+    import statestream.state.provider  # noqa: F401 - lazy: main() chooses where PySpark comes from first
 
 
 def _zipped_package(entry: object) -> str | None:
@@ -147,7 +149,6 @@ def main() -> None:
         preload()
     except Exception as exc:  # noqa: BLE001 - the workers then import on their own, as without this
         print(f"statestream: the Python daemon could not preload modules: {exc!r}", file=sys.stderr)
-    from statestream.operators.python_worker import forget_zip_importers
 
     forget_zip_importers()
     daemon.manager()

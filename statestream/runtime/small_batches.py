@@ -34,8 +34,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from statestream.jvm_calls import jvm_plan_nodes
+from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import UnionExec
 from statestream.operators.context import latest_task_reports
+from statestream.operators.dedup import StreamingDeduplicateExec
+from statestream.operators.session_window import SessionWindowStateStoreSaveExec
 from statestream.operators.state_step import ROUTE_COLUMN
 from statestream.operators.stateful import StateStoreSaveExec
 from statestream.plan.incremental import state_writers
@@ -148,10 +151,6 @@ def routes_at_materialisation(plan: "PhysicalOperator", num_partitions: int) -> 
     from a seeded ``rand()``, which Spark evaluates in the state partition). Anything else above
     (a projection of the user's, a join, another stateful operator) may depend on the rows'
     partitions, and keeps the exchange by route inside the batch's job."""
-    from statestream.operators.aggregate import StreamingAggregateExec
-    from statestream.operators.dedup import StreamingDeduplicateExec
-    from statestream.operators.session_window import SessionWindowStateStoreSaveExec
-
     if num_partitions <= 1 or len(state_writers(plan)) != 1:
         return False
     if isinstance(plan, StreamingDeduplicateExec):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 import numpy as np
 import pyarrow as pa
 
-from statestream.checkpoint.commits import CommitLog
+from statestream.checkpoint.commits import CommitLog, CommitMetadata
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import (
     SHUFFLE_PARTITIONS,
@@ -49,6 +49,7 @@ from statestream.checkpoint.offsets import (
     is_repartition_batch,
     partitions_of_batch,
 )
+from statestream.checkpoint.writer_lock import CheckpointWriterLock
 from statestream.errors import (
     concurrent_stream_log_update_error,
     key_not_in_partition_error,
@@ -56,9 +57,24 @@ from statestream.errors import (
     repartition_invalid_parameter_error,
 )
 from statestream.faults import crash_point
+from statestream.operators.dedup import (
+    StreamingDeduplicateExec,
+    StreamingDeduplicateWithinWatermarkExec,
+    binary_comparable_decoded,
+    binary_comparable_decoded_keys,
+)
 from statestream.operators.partition_routes import state_partition_id
 from statestream.state import schema as S
-from statestream.state.schema import SINGLE_PARTITION_OPERATORS
+from statestream.state.provider import StateStoreProvider, stored_schemas
+from statestream.state.schema import (
+    SINGLE_PARTITION_OPERATORS,
+    read_all_operator_metadata,
+    read_dormant_stores,
+    read_operator_properties,
+    read_stores_first_batch,
+    set_operator_partitions,
+)
+from statestream.state.store import StateStoreId
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -112,8 +128,6 @@ def hashed_key_columns(
     columns are decoded first (``spark_key_schema``: the operator's key schema file). A key
     column that has no decoding yet (an array) is refused before anything is written, naming
     the operator and the column: its keys' partitions cannot be computed."""
-    from statestream.operators.dedup import StreamingDeduplicateExec, StreamingDeduplicateWithinWatermarkExec, binary_comparable_decoded
-
     hashed = pa.schema(list(key_schema)[:hash_keys])
     if operator_name not in (StreamingDeduplicateExec.operator_name, StreamingDeduplicateWithinWatermarkExec.operator_name):
         return hashed, None
@@ -145,7 +159,6 @@ def hash_input(table: pa.Table, hash_keys: int, key_types: tuple[Any, ...] | Non
     columns = [c.combine_chunks() for c in table.columns[:hash_keys]]
     if key_types is None:
         return columns
-    from statestream.operators.dedup import binary_comparable_decoded_keys
 
     decoded = binary_comparable_decoded_keys(columns, key_types)
     assert not isinstance(decoded, int), "a key without decoding is refused before the move (hashed_key_columns)"
@@ -222,9 +235,6 @@ class _Store:
 
 
 def _provider(store: _Store, partition: int) -> Any:
-    from statestream.state.provider import StateStoreProvider, stored_schemas
-    from statestream.state.store import StateStoreId
-
     sid = StateStoreId(store.state_root, store.operator_id, partition, store.store_name)
     schemas = stored_schemas(sid)
     return None if schemas is None else StateStoreProvider(sid, *schemas)
@@ -320,9 +330,6 @@ def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
     tasks = [(i, p) for i, s in enumerate(stores) for p in range(1 if s.single_partition else s.new_partitions)]
 
     def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from statestream.state.provider import StateStoreProvider
-        from statestream.state.store import StateStoreId
-
         for batch in batches:
             for t in batch.column(0).to_pylist():
                 i, partition = tasks[t]
@@ -386,8 +393,6 @@ class OfflineStateRepartitionRunner:
         """Repartition to ``num_partitions`` (or finish an interrupted repartition to it).
         ``lock``: take the checkpoint's writer lock (a running query refuses it); False when the
         caller is the query's own start, which holds it."""
-        from statestream.checkpoint.writer_lock import CheckpointWriterLock
-
         step = decide(self.checkpoint, self.offset_log, self.commit_log, num_partitions, enforce_exactly_once_sink)
         writer = CheckpointWriterLock(self.fm)
         if lock:
@@ -399,8 +404,6 @@ class OfflineStateRepartitionRunner:
                 writer.release()
 
     def _run(self, step: RepartitionStep) -> RepartitionResult:
-        from statestream.state.schema import read_all_operator_metadata, set_operator_partitions
-
         base_entry = self.offset_log.get(step.base_batch)
         assert base_entry is not None and base_entry.metadata is not None
         state_root = self.fm.child("state").root
@@ -424,7 +427,6 @@ class OfflineStateRepartitionRunner:
         if operators:
             set_operator_partitions(state_root, step.new_partitions)
         commit = self.commit_log.get(step.base_batch)
-        from statestream.checkpoint.commits import CommitMetadata
 
         self.commit_log.add(step.repartition_batch, commit if commit is not None else CommitMetadata())
         self.fm.delete(WORK_DIR)
@@ -435,8 +437,6 @@ class OfflineStateRepartitionRunner:
         return RepartitionResult(self.checkpoint, step.repartition_batch, step.base_batch, step.old_partitions, step.new_partitions, rows)
 
     def _stores(self, step: RepartitionStep, state_root: str, work: CheckpointFileManager, operators: dict) -> list[tuple[_Store, pa.Schema]]:
-        from statestream.state.schema import read_dormant_stores, read_operator_properties, read_stores_first_batch
-
         out = []
         spark_keys: dict[int, Any] = {}
         for op_id, md in sorted(operators.items()):

@@ -29,6 +29,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from statestream.operators.python_worker import forget_zip_importers
+from statestream.runtime import python_daemon
+from statestream.runtime.python_daemon import MODULE, preload
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -130,8 +134,6 @@ def use_preloading_daemon(spark: "SparkSession") -> bool:
     Python task of the context. The opt-out turned on later puts PySpark's daemon back. A
     context that already runs Python workers keeps them: Spark starts a second daemon for the
     tasks that come after a change (a few seconds of CPU once)."""
-    from statestream.runtime.python_daemon import MODULE
-
     sc = spark.sparkContext
     conf = sc._conf  # noqa: SLF001 - PySpark's view of the context's own SparkConf, which the executor reads
     enabled = str(spark.conf.get(PRELOAD_CONF, "true")).strip().lower() == "true"
@@ -169,8 +171,6 @@ def _workers_import_this_daemon(sc: object) -> bool:
     code (the package and the module, which import nothing of PySpark: the daemon chooses where
     PySpark comes from, and falls back to Spark's zips itself); a Python start, once per
     context."""
-    from statestream.runtime import python_daemon
-
     try:
         jvm = sc._jvm  # type: ignore[attr-defined]  # noqa: SLF001
         cwd = str(jvm.java.lang.System.getProperty("user.dir"))
@@ -273,9 +273,6 @@ def note_python_workers_used(sc: object) -> None:
 def warm_up(batches: "Iterator[pa.RecordBatch]") -> "Iterator[pa.RecordBatch]":
     """The warm-up's ``mapInArrow`` function: it only imports what a state step needs (already
     imported when the daemon is ``runtime.python_daemon``)."""
-    from statestream.operators.python_worker import forget_zip_importers
-    from statestream.runtime.python_daemon import preload
-
     preload()
 
     for _ in batches:

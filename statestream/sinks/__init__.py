@@ -23,6 +23,11 @@ from statestream.errors import (
     sink_partitioning_not_supported_error,
     sink_path_not_specified_error,
 )
+from statestream.sinks.console import ConsoleSink
+from statestream.sinks.foreach import ForeachSink
+from statestream.sinks.foreach_batch import ForeachBatchSink
+from statestream.sinks.noop import NoopSink
+from statestream.sinks.python_datasource import python_data_source_sink
 from statestream.sources.options import present_options
 
 if TYPE_CHECKING:
@@ -97,33 +102,25 @@ def create_sink(
     if partition_by and name in _UNPARTITIONED:
         raise sink_partitioning_not_supported_error(_UNPARTITIONED[name])
     if name == "foreach":
-        from statestream.sinks.foreach import ForeachSink
-
         return ForeachSink(foreach_writer)
     if foreach_batch is not None or name == "foreachbatch":
-        from statestream.sinks.foreach_batch import ForeachBatchSink
-
         if foreach_batch is None:
             raise ValueError("format('foreachBatch') needs the function given to foreachBatch(func)")
         return ForeachBatchSink(foreach_batch)
     if name == "console":
-        from statestream.sinks.console import ConsoleSink
-
         return ConsoleSink(present_options(opts))  # a V2 sink: an option set to None takes its default
     if name == "noop":
-        from statestream.sinks.noop import NoopSink
-
         return NoopSink()
     if name == "memory":
-        from statestream.sinks.memory import MemorySink
+        from statestream.sinks.memory import MemorySink  # lazy: pyarrow; a foreach task's worker imports this package
 
         return MemorySink(spark, query_name, schema=schema, output_mode=output_mode)
     if name == "kafka":
-        from statestream.sinks.kafka import KafkaSink
+        from statestream.sinks.kafka import KafkaSink  # lazy: pyarrow; a foreach task's worker imports this package
 
         return KafkaSink(opts)
     if name in FILE_FORMATS:
-        from statestream.sinks.files import FileStreamSink
+        from statestream.sinks.files import FileStreamSink  # lazy: pyarrow; a foreach task's worker imports this package
 
         if output_mode is not None:
             validate_output_mode(name, output_mode)
@@ -132,7 +129,6 @@ def create_sink(
         if not target:
             raise sink_path_not_specified_error()
         return FileStreamSink(spark, str(target), name, opts, partition_by=partition_by, output_mode=output_mode)
-    from statestream.sinks.python_datasource import python_data_source_sink
 
     python_sink = python_data_source_sink(spark, fmt, opts, output_mode)  # registered with spark.dataSource.register
     if python_sink is not None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow.fs as pafs
 
+from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.file_stream_log import (
     METADATA_DIR,
     FileStreamSinkLog,
@@ -111,8 +112,6 @@ class FileStreamSink(Sink):
         naming the file instead of leaving output that readers cannot see or read: every live
         entry must parse and be there, and a log that has entries must reach the checkpoint's
         last committed batch (each batch's entry is written before its commit)."""
-        from statestream.checkpoint.commits import CommitLog
-
         self.log.all_entries()
         latest = self.log.latest_batch_id()
         committed = CommitLog(CheckpointFileManager(checkpoint_location).child("commits")).get_latest_batch_id()

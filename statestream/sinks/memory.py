@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import memory_sink_query_name_error, memory_sink_recovery_error
 from statestream.sinks.base import Sink
 
@@ -82,8 +83,6 @@ class MemorySink(Sink):
         """Spark's ``start()`` for the memory sink: refuse to recover an append or update query
         from a checkpoint with offsets, then (re)register the view, empty, with the query's
         schema."""
-        from statestream.checkpoint.files import CheckpointFileManager
-
         if self.output_mode != "complete" and CheckpointFileManager(checkpoint_location).exists("offsets"):
             raise memory_sink_recovery_error(_offsets_path(checkpoint_location))
         with self._lock:

@@ -33,6 +33,7 @@ from statestream.errors import (
     table_without_location_error,
     table_without_provider_error,
 )
+from statestream.sinks import FILE_FORMATS
 from statestream.sources.options import default_source
 
 if TYPE_CHECKING:
@@ -116,8 +117,6 @@ def prepare_table(
         The writer's ``clusterBy`` columns (checked, in the stream's spelling): a new table is
         created ``CLUSTER BY`` them.
     """
-    from statestream.sinks import FILE_FORMATS
-
     fmt = source if source is not None else default_source(spark)
     entry = _catalog_entry(spark, name)
     if entry is not None and entry.isTemporary:

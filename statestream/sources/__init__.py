@@ -16,6 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from statestream.errors import data_source_not_found_error, kafka_fixed_schema_error, user_schema_not_supported_error
+from statestream.sources.options import present_options
+from statestream.sources.python_datasource import python_data_source
+from statestream.sources.rate_micro_batch import RatePerMicroBatchSource
+from statestream.sources.socket import TextSocketSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,8 +71,6 @@ def create_source(
     StatestreamError
         An unknown format (Spark: ``[DATA_SOURCE_NOT_FOUND]``).
     """
-    from statestream.sources.options import present_options
-
     name = fmt.lower()
     opts = dict(options or {})
     if name in ("rate", "rate-micro-batch", "socket"):
@@ -76,33 +78,30 @@ def create_source(
     if name == "rate":
         if schema is not None:
             raise user_schema_not_supported_error("RateStreamProvider")
-        from statestream.sources.rate import RateSource
+        from statestream.sources.rate import RateSource  # lazy: pyarrow.fs; a Kafka task's worker imports this package
 
         return RateSource(spark, opts, metadata_dir=metadata_dir, clock=clock)
     if name == "rate-micro-batch":
         if schema is not None:
             raise user_schema_not_supported_error("RatePerMicroBatchProvider")
-        from statestream.sources.rate_micro_batch import RatePerMicroBatchSource
 
         return RatePerMicroBatchSource(spark, opts)
     if name == "socket":
         if schema is not None:
             raise user_schema_not_supported_error("TextSocketSourceProvider")
-        from statestream.sources.socket import TextSocketSource
 
         return TextSocketSource(spark, opts)
     if name == "kafka":
-        from statestream.sources.kafka.stream import KafkaMicroBatchStream
+        from statestream.sources.kafka.stream import KafkaMicroBatchStream  # lazy: pyarrow.fs; a Kafka task's worker imports this package
 
         source = KafkaMicroBatchStream({k: v for k, v in opts.items() if v is not None}, metadata_dir=metadata_dir)
         if schema is not None:
             raise kafka_fixed_schema_error()
         return source
     if name in FILE_FORMATS:
-        from statestream.sources.files import FileStreamSource
+        from statestream.sources.files import FileStreamSource  # lazy: pyarrow.fs; a Kafka task's worker imports this package
 
         return FileStreamSource(spark, path, name, schema, opts, metadata_dir=metadata_dir)
-    from statestream.sources.python_datasource import python_data_source
 
     python_source = python_data_source(spark, fmt, opts, schema, path)  # registered with spark.dataSource.register
     if python_source is not None:

@@ -17,6 +17,7 @@ from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's
 
 from statestream.checkpoint.file_stream_log import uri_to_path
 from statestream.errors import not_supported_yet, streaming_table_is_temp_view_error
+from statestream.sources import FILE_FORMATS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,8 +36,6 @@ def table_source(spark: "SparkSession", name: str) -> tuple[str, str, "StructTyp
     NotSupportedYetError
         A view, or a table whose provider is not one of the file sources.
     """
-    from statestream.sources import FILE_FORMATS
-
     schema = ClassicSparkSession.table(spark, name).schema  # Spark's TABLE_OR_VIEW_NOT_FOUND for an unknown name
     if spark.catalog.getTable(name).isTemporary:
         raise streaming_table_is_temp_view_error(name)

@@ -33,6 +33,13 @@ from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import SHUFFLE_PARTITIONS, OffsetSeqLog, partitions_of_batch
 from statestream.checkpoint.query_record import read_query_record
 from statestream.errors import IncompatibleRestartError, empty_offset_log_error
+from statestream.plan import logical as L
+from statestream.plan.analysis import check_for_streaming
+from statestream.plan.incremental import state_writers
+from statestream.plan.planner import plan_streaming_query
+from statestream.runtime.state_checks import check_operator_state, operator_names, schema_check_enabled
+from statestream.state import schema as S
+from statestream.state.store import StateStoreConf
 
 __all__ = ["CompatibilityReport", "Difference", "check_compatibility", "load_query_builder"]
 
@@ -99,14 +106,6 @@ def load_query_builder(spec: str) -> Callable[[Any], Any]:
 def check_compatibility(ss: Any, checkpoint: str, build: Callable[[Any], Any], num_partitions: int | None = None) -> CompatibilityReport:
     """Plan the query ``build(ss)`` returns (``ss``: a StreamingSession) (a streaming DataFrame, or its ``writeStream`` with the
     output mode set) against ``checkpoint`` and list the differences (see the module docstring)."""
-    from statestream.plan import logical as L
-    from statestream.plan.analysis import check_for_streaming
-    from statestream.plan.incremental import state_writers
-    from statestream.plan.planner import plan_streaming_query
-    from statestream.runtime.state_checks import check_operator_state, operator_names, schema_check_enabled
-    from statestream.state import schema as S
-    from statestream.state.store import StateStoreConf
-
     fm = CheckpointFileManager(checkpoint)
     report = CompatibilityReport(fm.display())
     offsets = OffsetSeqLog(fm.child("offsets"))

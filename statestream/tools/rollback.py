@@ -38,8 +38,10 @@ from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.file_stream_log import METADATA_DIR, FileStreamSinkLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog, partitions_of_batch
+from statestream.checkpoint.progress_log import ProgressLog
 from statestream.checkpoint.query_record import read_query_record
 from statestream.checkpoint.rollback_marker import ROLLBACK_MARKER, check_no_interrupted_rollback
+from statestream.checkpoint.writer_lock import CheckpointWriterLock
 from statestream.errors import (
     batch_not_committed_error,
     log_not_retained_error,
@@ -49,7 +51,9 @@ from statestream.errors import (
     rollback_interrupted_error,
     state_not_retained_error,
 )
+from statestream.state import schema as S
 from statestream.state.provider import parse_state_file_name
+from statestream.state.schema import set_operator_partitions
 
 __all__ = ["ROLLBACK_MARKER", "RollbackResult", "check_no_interrupted_rollback", "rollback_checkpoint"]
 
@@ -122,8 +126,6 @@ def _compactible_entries_as_of(log_: Any, batch_id: int) -> list[dict[str, Any]]
 def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str] = ()) -> RollbackResult:
     """Make ``to_batch`` the last committed batch of the stopped query at ``checkpoint`` (see
     the module docstring); ``file_sinks``: output directories of file sinks to roll back too."""
-    from statestream.checkpoint.writer_lock import CheckpointWriterLock
-
     fm = CheckpointFileManager(checkpoint)
     if not fm.exists("offsets") and not fm.exists("commits"):
         raise no_checkpoint_error(fm.display())
@@ -172,7 +174,6 @@ def rollback_checkpoint(checkpoint: str, to_batch: int, file_sinks: Sequence[str
         for plan in plans:
             _rollback_file_sink(plan, result)
         _rollback_late_rows(fm, to_batch, result)
-        from statestream.checkpoint.progress_log import ProgressLog
 
         ProgressLog(fm.child("progress")).truncate_after(to_batch)
         fm.delete(ROLLBACK_MARKER)
@@ -211,7 +212,6 @@ def _rewrite_operator_metadata(state: CheckpointFileManager, partitions: int | N
     repartition after it is undone)."""
     if partitions is None or not state.exists():
         return
-    from statestream.state.schema import set_operator_partitions
 
     set_operator_partitions(state.root, partitions)
 
@@ -279,7 +279,6 @@ def _rollback_python_state_records(state: CheckpointFileManager, to_batch: int) 
     no longer recorded as frozen (its files up to the batch are all there)."""
     if not state.exists():
         return
-    from statestream.state import schema as S
 
     for op in (n for n in state.list() if n.isdigit()):
         props = S.read_operator_properties(state.root, int(op))
@@ -303,8 +302,6 @@ def _rollback_python_state_records(state: CheckpointFileManager, to_batch: int) 
 
 def _rollback_late_rows(fm: CheckpointFileManager, to_batch: int, result: RollbackResult) -> None:
     """The late-row ledger's files of the undone batches (the ledger the last run recorded)."""
-    from statestream.checkpoint.query_record import read_query_record
-
     root = (read_query_record(fm) or {}).get("lateRows")
     if not root:
         return

@@ -55,6 +55,7 @@ from statestream.errors import (
     state_source_state_variable_not_defined_error,
     state_source_timers_without_time_mode_error,
 )
+from statestream.operators.dedup import binary_comparable_decoded_keys
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
 from statestream.state.schema import (
     operator_properties_by_run,
@@ -533,7 +534,6 @@ def _key_arrays(plan: _ReadPlan, keys: list[pa.Array]) -> list[pa.Array]:
     """The stored key columns as the query had them (a deduplication's decoded)."""
     if plan.decode_keys is None:
         return keys
-    from statestream.operators.dedup import binary_comparable_decoded_keys
 
     decoded = binary_comparable_decoded_keys(keys, plan.decode_keys)
     if isinstance(decoded, int):

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.offsets import state_partitions_of_batch
 from statestream.errors import (
     batch_not_committed_state_error,
     no_committed_state_error,
@@ -39,7 +40,12 @@ from statestream.errors import (
     store_not_declared_error,
 )
 from statestream.state.provider import StateStoreProvider, stored_schemas
-from statestream.state.schema import read_all_operator_metadata
+from statestream.state.schema import (
+    read_all_operator_metadata,
+    read_dormant_stores,
+    read_operator_properties,
+    read_stores_first_batch,
+)
 from statestream.state.store import StateStoreId
 
 __all__ = ["PARTITION_COLUMN", "StateTables", "store_begins_at", "stored_version"]
@@ -54,8 +60,6 @@ def store_begins_at(state_root: str, operator_id: int, store_name: str) -> int |
     """The version a store began at: the batch that first declared it, as the operator
     properties record it (a transformWithState variable added on restart); 0 for other
     operators' stores; None where not recorded (inferred from the files)."""
-    from statestream.state.schema import read_operator_properties, read_stores_first_batch
-
     if read_operator_properties(state_root, operator_id) is None:
         return 0
     return (read_stores_first_batch(state_root, operator_id) or {}).get(store_name)
@@ -65,8 +69,6 @@ def stored_version(state_root: str, operator_id: int, store_name: str, version: 
     """The version whose files hold ``version`` of the store: a variable that the running
     processor does not declare kept its content from the version its files stop at, until
     the batch that declares it again (whose snapshot carries that content on)."""
-    from statestream.state.schema import read_dormant_stores
-
     frozen, again = read_dormant_stores(state_root, operator_id).get(store_name, (None, None))
     if frozen is not None and version > frozen and (again is None or version <= again):
         return frozen
@@ -108,8 +110,6 @@ class StateTables:
     def _partitions(self, operator_id: int, version: int) -> list[int]:
         """The partitions holding ``version`` of an operator's state (see
         ``state_partitions_of_batch``: a repartition leaves higher partitions behind)."""
-        from statestream.checkpoint.offsets import state_partitions_of_batch
-
         return state_partitions_of_batch(self._root_files, operator_id, version - 1)
 
     def _provider(self, operator_id: int, partition: int, store_name: str) -> StateStoreProvider | None:

@@ -19,6 +19,7 @@ from statestream.errors import (
     kafka_timestamp_partitions_mismatch_error,
 )
 from statestream.sources.kafka.client import ClientErrors, consumer_config
+from statestream.sources.kafka.offsets import set_text
 from statestream.sources.kafka.options import EARLIEST, LATEST, ConsumerStrategy, KafkaSourceOptions, OffsetRangeLimit, TopicPartition, tp_text
 
 __all__ = ["KafkaOffsetReader"]
@@ -181,8 +182,6 @@ class KafkaOffsetReader:
             return self.offsets_for_timestamps(dict.fromkeys(tps, starting.timestamp), starting.on_no_match)
         given = set(starting.offsets)
         if given != set(tps):
-            from statestream.sources.kafka.offsets import set_text
-
             if starting.kind == "timestamps":
                 # Spark's KAFKA_TIMESTAMP_OFFSET_DOES_NOT_MATCH_ASSIGNED (Kafka's texts carry no class prefix)
                 raise kafka_timestamp_partitions_mismatch_error(set_text(given), set_text(set(tps)))

@@ -20,12 +20,15 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors import (
     kafka_available_now_offsets_behind_error,
     kafka_available_now_partitions_changed_error,
     kafka_available_now_partitions_lost_error,
 )
-from statestream.sources.base import ReadLimit, Source
+from statestream.sources.base import ReadLimit, Source, empty_batch
+from statestream.sources.kafka.client import require_client
+from statestream.sources.kafka.offset_reader import KafkaOffsetReader
 from statestream.sources.kafka.offsets import (
     decode_initial_offsets_file,
     encode_initial_offsets_file,
@@ -33,6 +36,7 @@ from statestream.sources.kafka.offsets import (
     offsets_from_json,
     plan_ranges,
     rate_limited_offsets,
+    set_text,
     split_ranges,
 )
 from statestream.sources.kafka.options import (
@@ -40,8 +44,10 @@ from statestream.sources.kafka.options import (
     TopicPartition,
     include_headers,
     parse_source_options,
+    redacted_params,
     validate_stream_options,
 )
+from statestream.sources.kafka.partition_reader import KafkaRangeReader
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -115,7 +121,6 @@ class KafkaMicroBatchStream(Source):
     def __init__(self, options: Mapping[str, Any], metadata_dir: str | None = None, clock: Callable[[], float] | None = None) -> None:
         validate_stream_options(options)  # what Spark checks at load(); the rest at query start
         self._include_headers = include_headers(options)
-        from statestream.sources.kafka.client import require_client
 
         require_client('readStream.format("kafka")')
         self._raw_options = dict(options)
@@ -136,7 +141,6 @@ class KafkaMicroBatchStream(Source):
         in Spark (a bad one fails the query, not ``load()``)."""
         if self._options is None:
             self._options = parse_source_options(self._raw_options)
-            from statestream.sources.kafka.options import redacted_params
 
             log.info("Kafka source %s, client settings %s", self.options.strategy, redacted_params(self._options.kafka_params))
         return self._options
@@ -156,8 +160,6 @@ class KafkaMicroBatchStream(Source):
     @property
     def reader(self):
         if self._reader is None:
-            from statestream.sources.kafka.offset_reader import KafkaOffsetReader
-
             # the Java client's bound on a metadata or offset request, if the user set one
             timeout_ms = int(self.options.kafka_params.get("default.api.timeout.ms") or 30_000)
             self._reader = KafkaOffsetReader(self.options, self.group_id + "-driver", timeout_ms=timeout_ms)
@@ -170,8 +172,6 @@ class KafkaMicroBatchStream(Source):
             return self._initial
         files = None
         if self.metadata_dir is not None:
-            from statestream.checkpoint.files import CheckpointFileManager
-
             files = CheckpointFileManager(self.metadata_dir)
             if files.exists("0"):
                 self._initial = decode_initial_offsets_file(files.read_bytes("0"), files.display("0"))
@@ -227,8 +227,6 @@ class KafkaMicroBatchStream(Source):
         """Spark's checks of an availableNow batch's end against the offsets fixed at the run's
         start and the brokers' latest ones (raised as Spark raises them, whatever
         ``failOnDataLoss`` says)."""
-        from statestream.sources.kafka.offsets import set_text
-
         fixed = self._available_now_end or {}
         if set(end) != set(fixed):
             raise kafka_available_now_partitions_changed_error(set_text(set(fixed)), set_text(set(end)))
@@ -256,9 +254,6 @@ class KafkaMicroBatchStream(Source):
 
     def get_batch(self, spark: "SparkSession", start: Any, end: Any) -> "DataFrame":
         """The records ``[start, end)`` of every partition, read by one Spark task per range."""
-        from statestream.sources.base import empty_batch
-        from statestream.sources.kafka.partition_reader import KafkaRangeReader
-
         begin = self.initial_offsets() if start is None else offsets_from_json(start)
         stop = offsets_from_json(end)
         new = [tp for tp in stop if tp not in begin]
