@@ -322,7 +322,7 @@ class DataFrame:
         bound = self._bound_to_positions([cond])
         return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(bound(df)[0]), [cond])
 
-    where = filter
+    where = filter  # noqa: A003 - PySpark's name
 
     def withColumn(self, colName: str, col: Column) -> "DataFrame":  # noqa: N802,N803
         bound = self._bound_to_positions([col])
@@ -364,15 +364,15 @@ class DataFrame:
     def union(self, other: "DataFrame") -> "DataFrame":
         return self._union(other, by_name=False)
 
-    unionAll = union
+    unionAll = union  # noqa: N815 - PySpark's name
 
-    def unionByName(self, other: "DataFrame", allowMissingColumns: bool = False) -> "DataFrame":  # noqa: N803
+    def unionByName(self, other: "DataFrame", allowMissingColumns: bool = False) -> "DataFrame":  # noqa: N802, N803 - PySpark's names
         return self._union(other, by_name=True, allow_missing=allowMissingColumns)
 
     def _union(self, other: Any, by_name: bool, allow_missing: bool = False) -> "DataFrame":
         """A batch DataFrame on the other side becomes a ``BatchRelation``: like Spark, the union
         is built (schema checks happen now) and refused by the analysis at ``start()``."""
-        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)  # noqa: SLF001 - another statestream DataFrame's plan
         if by_name:
             template = self._plan.template.unionByName(other_plan.template, allowMissingColumns=allow_missing)
         else:
@@ -390,12 +390,12 @@ class DataFrame:
         DataFrame, evaluated again in that batch, as Spark's engine does. Which join types Spark
         accepts with which side streaming is checked at ``start()``, with Spark's errors; a join
         of two streams is not supported yet (``NotSupportedYetError`` from ``start()``)."""
-        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)  # noqa: SLF001 - another statestream DataFrame's plan
         return _join(self._plan, other_plan, on, how, self._session)
 
     def crossJoin(self, other: Any) -> "DataFrame":  # noqa: N802 - PySpark's name
         """PySpark's ``crossJoin``: the Cartesian product of each micro-batch with ``other``."""
-        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)
+        other_plan = other._plan if isinstance(other, DataFrame) else _batch_relation(other)  # noqa: SLF001 - another statestream DataFrame's plan
         return _join(self._plan, other_plan, None, None, self._session, cross=True)
 
     def observe(self, observation: Any, *exprs: Column) -> "DataFrame":
@@ -417,7 +417,7 @@ class DataFrame:
     def createOrReplaceTempView(self, name: str) -> None:  # noqa: N802
         self._session._register_view(name, self, replace=True)  # noqa: SLF001
 
-    registerTempTable = createOrReplaceTempView
+    registerTempTable = createOrReplaceTempView  # noqa: N815 - PySpark's name
 
     def createGlobalTempView(self, name: str) -> None:  # noqa: N802
         self._session._register_view(name, self, replace=False, is_global=True)  # noqa: SLF001
@@ -876,7 +876,7 @@ class GroupedData:
         function, both schemas and the modes (``plan/flat_map_groups_with_state.py`` plans it)."""
         template = self._template().applyInPandasWithState(func, outputStructType, stateStructType, outputMode, timeoutConf)
         if isinstance(stateStructType, str):
-            stateStructType = self._df._plan.template.sparkSession._parse_ddl(stateStructType)  # noqa: SLF001
+            stateStructType = self._df._plan.template.sparkSession._parse_ddl(stateStructType)  # noqa: SLF001, N806 - PySpark's argument name, parsed as PySpark parses it
         keys = _grouping_attribute_names(template)
         if keys is None:
             raise not_supported_yet("GroupedData", "applyInPandasWithState", "grouping by expressions (group by column names)")

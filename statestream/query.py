@@ -239,7 +239,7 @@ class StreamingQueryManager:
         try:
             manager = self._pyspark_manager()
             return [] if manager is None else list(manager.active)
-        except Exception:  # noqa: BLE001 - a stopped context: statestream's queries alone
+        except Exception:  # a stopped context: statestream's queries alone
             logger.debug("the queries of Spark's engine cannot be listed", exc_info=True)
             return []
 

@@ -94,7 +94,7 @@ class StreamingSession:
         key = name.lower()
         return self._views.get(key) or _GLOBAL_VIEWS.get(key)
 
-    def table(self, tableName: str) -> Any:  # noqa: N802,N803
+    def table(self, tableName: str) -> Any:  # noqa: N803
         """A streaming temporary view of this session as its DataFrame; any other table is read by
         Spark as a batch DataFrame (``readStream.table`` reads a stream)."""
         view = self._view(tableName)

@@ -288,7 +288,7 @@ class ObjectStoreLease:
             try:
                 if not self.renew():
                     return
-            except Exception:  # noqa: BLE001 - a failed beat is retried; a lost lease is seen by the next one
+            except Exception:  # a failed beat is retried; a lost lease is seen by the next one
                 log.warning("checkpoint %s: renewing the writer lease failed; trying again", self.fm.display(), exc_info=True)
 
     def check_held(self) -> None:

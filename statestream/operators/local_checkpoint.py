@@ -95,7 +95,7 @@ def batch_local_checkpoints() -> Iterator[list["DataFrame"]]:
 def _checkpointed_rdd(df: "DataFrame") -> Any:
     """The JVM RDD whose blocks the local checkpoint ``df`` reads (they are named after its id),
     or None when ``df`` is not one. Raises what py4j raises."""
-    logical = df._jdf.queryExecution().logical()
+    logical = df._jdf.queryExecution().logical()  # noqa: SLF001 - the JVM DataFrame behind PySpark's
     return logical.rdd() if logical.getClass().getSimpleName() == "LogicalRDD" else None
 
 
@@ -104,7 +104,7 @@ def _checkpoint_rdd_id(df: "DataFrame") -> int | None:
     try:
         rdd = _checkpointed_rdd(df)
         return None if rdd is None else int(rdd.id())
-    except Exception:  # noqa: BLE001 - then the loss cannot be told to be the batch's
+    except Exception:  # then the loss cannot be told to be the batch's
         logger.debug("could not read the RDD of a local checkpoint", exc_info=True)
         return None
 
@@ -124,7 +124,7 @@ def release_local_checkpoint(df: "DataFrame") -> None:
         rdd = _checkpointed_rdd(df)
         if rdd is not None:
             rdd.unpersist(False)
-    except Exception:  # noqa: BLE001 - only memory: the ContextCleaner still frees it later
+    except Exception:  # only memory: the ContextCleaner still frees it later
         logger.debug("could not release the batch's materialised output", exc_info=True)
 
 

@@ -266,7 +266,7 @@ def split_routed_rows(df: Any, num_partitions: int, rows: int | None) -> Any:
             copies[p] = block
         union = sc._jsc.union(copies).rdd()  # noqa: SLF001
         unknown = DataFrame(session._jsparkSession.internalCreateDataFrame(union, jdf.schema(), False), session)  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - only an optimisation: the sink's job then shuffles
+    except Exception:  # only an optimisation: the sink's job then shuffles
         logger.debug("the one-task batch's rows go back to their partitions by a shuffle", exc_info=True)
         return _shuffled_by_route(df, num_partitions)
     routes = ", ".join(str(r) for r in partition_routes(num_partitions))

@@ -863,7 +863,11 @@ def _make_classes():
         def update(self, newValue: Any) -> None:  # noqa: N803
             row = self._row("Error updating value state: ")
             if newValue is None:
-                raise _runtime_error("Error updating value state: ", "[ILLEGAL_STATE_STORE_VALUE.NULL_VALUE] Illegal value provided to the State Store Cannot write null values to State Store for StateName " + f"{self._stateName}. SQLSTATE: 42601")
+                raise _runtime_error(
+                    "Error updating value state: ",
+                    "[ILLEGAL_STATE_STORE_VALUE.NULL_VALUE] Illegal value provided to the State Store Cannot write null values "
+                    f"to State Store for StateName {self._stateName}. SQLSTATE: 42601",
+                )
             self._variable.writes[row] = self._value(newValue)
             self._variable.task.updated += 1
 
@@ -959,7 +963,7 @@ def _make_classes():
         """PySpark's ``StatefulProcessorHandle`` over the task's state (Spark:
         ``StatefulProcessorHandleImpl``)."""
 
-        def __init__(self, task: TaskState) -> None:  # noqa: D107
+        def __init__(self, task: TaskState) -> None:
             self._task = task
 
         def _declare(self, kind: str, name: str, schema: Any, key_schema: Any, ttl: Any) -> _Variable:
@@ -1055,7 +1059,7 @@ def DriverStatefulProcessorHandle(time_mode: str) -> Any:  # noqa: N802 - a fact
     StatefulProcessorHandle, *_ = _pyspark_classes()  # noqa: N806
 
     class _Driver(StatefulProcessorHandle):
-        def __init__(self) -> None:  # noqa: D107
+        def __init__(self) -> None:
             self.variables: list[StateVariableInfo] = []
             self.deleted: list[str] = []
 

@@ -83,7 +83,7 @@ def spark_buffers(input_df: Any, calls: Sequence["AggregateCall"]) -> dict[int, 
             fields = tuple((str(a.name()), bool(a.nullable())) for a in attrs)
             out[id(call)] = SparkBuffer(str(e.canonicalized()), fields)
         return out
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: keep every call's own buffer
+    except Exception:  # py4j / internal API drift: keep every call's own buffer
         log.debug("cannot read Spark's aggregate buffers", exc_info=True)
         return {}
 

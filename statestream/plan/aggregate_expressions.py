@@ -193,7 +193,7 @@ def _rebuild_node(node: Any, out: _Collector) -> Callable[[list["Column"]], "Col
         branches = node.branches()
         pairs = []
         for b in jvm_seq(branches):
-            pairs.append((_rebuild_node(b._1(), out), _rebuild_node(b._2(), out)))
+            pairs.append((_rebuild_node(b._1(), out), _rebuild_node(b._2(), out)))  # noqa: SLF001 - a Scala tuple's fields
         other = node.otherwise()
         otherwise = _rebuild_node(other.get(), out) if other.isDefined() else None
         return lambda values: _case_when(pairs, otherwise, values)

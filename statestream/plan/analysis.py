@@ -209,7 +209,7 @@ class JvmExpressionInspector:
             return []
         try:
             analyzed = jdf.queryExecution().analyzed()
-        except Exception:  # noqa: BLE001 - a template that cannot be analysed has no facts to offer
+        except Exception:  # a template that cannot be analysed has no facts to offer
             logger.debug("could not read the analysed plan of a template", exc_info=True)
             return []
         facts: list[ExpressionFact] = []
@@ -317,7 +317,7 @@ def _jvm_join_condition_use(join: Any) -> JoinConditionUse | None:
 
     try:
         terms = condition_terms(condition.get(), sorted(left), sorted(right))
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: judge by the comparison flag
+    except Exception:  # py4j / internal API drift: judge by the comparison flag
         logger.debug("cannot read a join condition for the state watermark solver", exc_info=True)
         terms = ()
     return JoinConditionUse(keys, compares, terms)

@@ -154,7 +154,7 @@ def remember_binding(column: "Column", plan: "LogicalPlan", name: str) -> "Colum
             return column
         jvm = plan.template.sparkSession._jvm  # noqa: SLF001
         _REGISTRY.remember(int(jvm.System.identityHashCode(origin)), origin, Binding(plan, name))
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: the column resolves by name
+    except Exception:  # py4j / internal API drift: the column resolves by name
         logger.debug("cannot remember the binding of column %r", name, exc_info=True)
     return column
 
@@ -197,7 +197,7 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
             return column
         node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(new)
         return Column(jvm.org.apache.spark.sql.Column(node))
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: resolve by name as before
+    except Exception:  # py4j / internal API drift: resolve by name as before
         logger.debug("cannot bind a grouping column to its DataFrame", exc_info=True)
         return column
 
@@ -234,7 +234,7 @@ def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: in
         seq = jvm.scala.jdk.javaapi.CollectionConverters.asScala(jvm.java.util.ArrayList(items)).toSeq()
         project = jvm.org.apache.spark.sql.catalyst.plans.logical.Project(seq, plan)
         return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(jss, project), session)
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: the caller uses withMetadata
+    except Exception:  # py4j / internal API drift: the caller uses withMetadata
         logger.debug("cannot mark %r keeping attribute ids", column, exc_info=True)
         return None
 
@@ -271,7 +271,7 @@ class JoinCondition:
         self.references: tuple[SideReference, ...] = ()
         try:
             self._expr, self.references = _side_references(column, left, right)
-        except Exception:  # noqa: BLE001 - py4j / internal API drift: the condition resolves by names
+        except Exception:  # py4j / internal API drift: the condition resolves by names
             logger.debug("cannot read the references of a join condition", exc_info=True)
 
     def for_template(self) -> "Column":
@@ -313,7 +313,7 @@ class JoinCondition:
             rebuilt = replace_at_paths(self._expr, new_at, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
             node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(rebuilt)
             return Column(jvm.org.apache.spark.sql.Column(node))
-        except Exception:  # noqa: BLE001 - py4j / internal API drift: use the condition as written
+        except Exception:  # py4j / internal API drift: use the condition as written
             logger.debug("cannot bind a join condition", exc_info=True)
             return self.column
 
@@ -397,7 +397,7 @@ def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[
 
         visit(jss.expression(column._jc), ())  # noqa: SLF001
         return tuple(found)
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: the column resolves by name
+    except Exception:  # py4j / internal API drift: the column resolves by name
         logger.debug("cannot bind a column to its DataFrame's attribute after a join", exc_info=True)
         return ()
 

@@ -56,7 +56,7 @@ def _jvm_key_positions(template: Any) -> list[int] | None:
         out = analyzed.child().output()
         out_ids = expr_ids(out)
         return [out_ids.index(k) for k in expr_ids(keys)]
-    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame: resolve in Python
+    except Exception:  # not a classic JVM DataFrame: resolve in Python
         logger.debug("could not read the dedup keys from the analysed template", exc_info=True)
         return None
 
@@ -80,7 +80,7 @@ def _jvm_required_above(root: "L.LogicalPlan", node: "L.Deduplicate") -> set[int
         target = node.template._jdf.queryExecution().analyzed()  # noqa: SLF001
         key_ids = expr_ids(target.keys())
         analyzed = root.template._jdf.queryExecution().analyzed()  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame
+    except Exception:  # not a classic JVM DataFrame
         logger.debug("could not read the analysed plans for column pruning", exc_info=True)
         return None
 

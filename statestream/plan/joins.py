@@ -271,7 +271,7 @@ def _with_spark_display(
         stage_start = m.stage_start and not root
         if len(m.children) == 2 and any(c.holds_standin() for c in m.children):
             sides = []
-            for i, c in enumerate(m.children):
+            for c in m.children:
                 standin = next(c.find_standins(), None)
                 sides.append(stream_path(c, standin.standin) if standin is not None else convert(c))
             texts = shown(m)
@@ -333,7 +333,7 @@ def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | N
             return MirrorNode(t["text"], codegen, stage_start, [visit(k, codegen, False) for k in kids], **texts)
 
         return visit(plan, False, False), ids
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: explain shows statestream's node
+    except Exception:  # py4j / internal API drift: explain shows statestream's node
         logger.debug("cannot read Spark's plan of a stream-static join", exc_info=True)
         return None
 
@@ -368,7 +368,7 @@ def stream_side_conjuncts(node: L.Join) -> dict[int, list[tuple[Any, list[int]]]
                             conjuncts.append(c)
                 p = p.children().apply(0)
             out[side] = [(c, side_ids) for c in conjuncts]
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: no inferred filter is moved
+    except Exception:  # py4j / internal API drift: no inferred filter is moved
         logger.debug("cannot read the filters Spark infers for a stream-static join", exc_info=True)
         return {}
     return out

@@ -458,7 +458,7 @@ def push_down_filters(plan: LogicalPlan, inspector: PlanInspector | None = None)
     plan = _untangle(plan)
     try:
         targets, removable = find_pushdowns(plan, inspector)
-    except Exception:  # noqa: BLE001 - pushdown only refines statistics; never block a query on it
+    except Exception:  # pushdown only refines statistics; never block a query on it
         logger.warning("filter pushdown analysis failed; filters stay where they were written", exc_info=True)
         return plan
     if not targets and not removable:
@@ -745,7 +745,7 @@ class JvmPlanInspector:
         if id(node) not in self._cache:
             try:
                 self._cache[id(node)] = self._compute(node)
-            except Exception:  # noqa: BLE001 - unreadable facts make the node a wall, nothing worse
+            except Exception:  # unreadable facts make the node a wall, nothing worse
                 logger.debug("could not read the analysed operators of %s", node.node_name, exc_info=True)
                 self._cache[id(node)] = None
         return self._cache[id(node)]
@@ -843,7 +843,7 @@ class JvmPlanInspector:
         if isinstance(output, LogicalPlan):
             try:
                 output.template.filter(col).schema  # noqa: B018 - analyse once, at start()
-            except Exception:  # noqa: BLE001 - keep the filter where it was rather than fail the query
+            except Exception:  # keep the filter where it was rather than fail the query
                 logger.debug("pushed filter does not analyse over %s", output.node_name, exc_info=True)
                 return None
         return col

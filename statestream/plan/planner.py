@@ -381,7 +381,7 @@ def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None
                 seen.append(canonical)
             kept.append(i)
         return tuple(kept)
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: hash all keys
+    except Exception:  # py4j / internal API drift: hash all keys
         import logging
 
         logging.getLogger(__name__).debug("cannot derive the keys Spark's exchange hashes", exc_info=True)
@@ -442,7 +442,7 @@ def spark_aggregate_node(agg_df: "DataFrame") -> tuple[str, bool]:
         if enabled and rules.supportsObjectHashAggregate(to_seq(expressions), grouping):
             return OBJECT_HASH_AGGREGATE, False
         return SORT_AGGREGATE, False
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: show the hash aggregate
+    except Exception:  # py4j / internal API drift: show the hash aggregate
         import logging
 
         logging.getLogger(__name__).debug("cannot ask Spark which aggregate node it plans", exc_info=True)
@@ -486,7 +486,7 @@ def spark_grouping_key_schema(agg_df) -> dict | None:
                 }
             )
         return {"type": "struct", "fields": fields}
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: fall back to the output columns
+    except Exception:  # py4j / internal API drift: fall back to the output columns
         import logging
 
         logging.getLogger(__name__).debug("cannot derive Spark's grouping key schema", exc_info=True)
@@ -534,7 +534,7 @@ def partial_step_skippable(node: L.Aggregate, key_columns: tuple[str, ...], part
                 pending.extend(children)
             else:
                 return PARTIAL_SKIPPABLE
-    except Exception:  # noqa: BLE001 - py4j / internal API drift: skipped only when asked for everywhere
+    except Exception:  # py4j / internal API drift: skipped only when asked for everywhere
         logging.getLogger(__name__).debug("cannot read the aggregation's input plan", exc_info=True)
         return PARTIAL_SKIPPABLE
     return PARTIAL_SKIPPABLE_FED_BY_SOURCE if leaves == 1 else PARTIAL_SKIPPABLE

@@ -301,7 +301,7 @@ def spark_region(
             max_fields = int(session.conf.get("spark.sql.debug.maxToStringFields", "25"))
             (ids, text), *more = standins
             return SparkRegion(ids, text, qe.executedPlan(), qe, max_fields, more_standins=tuple(more))
-    except Exception:  # noqa: BLE001 - py4j / internal API drift / a transform Spark refuses here
+    except Exception:  # py4j / internal API drift / a transform Spark refuses here
         logger.debug("cannot read Spark's plan of a stateless region; explain shows statestream's nodes", exc_info=True)
         return None
 
@@ -509,7 +509,7 @@ def aggregate_text(
             session=session,
         )
         return text, physical_region(region, belows, start=rest, codegen=rest_codegen)
-    except Exception:  # noqa: BLE001 - py4j / internal API drift / an unforeseen plan shape
+    except Exception:  # py4j / internal API drift / an unforeseen plan shape
         logger.debug("cannot read Spark's text of a streaming aggregation", exc_info=True)
         return None
 
@@ -665,7 +665,7 @@ def _file_data_source(source: L.StreamingRelation) -> str:
             options["path"] = spec.path
         shown = ", ".join(f"{k} -> {v}" for k, v in options.items())
         return f"DataSource({session},{spec.format},List(),{schema},List(),None,Map({shown}),None)"
-    except Exception:  # noqa: BLE001 - py4j / internal API drift
+    except Exception:  # py4j / internal API drift
         logger.debug("cannot describe the file source as Spark's DataSource", exc_info=True)
         return ""
 
@@ -708,7 +708,7 @@ def logical_sections(plan: L.LogicalPlan, optimized_plan: L.LogicalPlan | None =
         # aggregation or a watermark, projections below a limit), as Spark's optimizer does
         written = logical_text(plan)
         optimized = logical_text(optimized_plan) if optimized_plan is not None else written
-    except Exception:  # noqa: BLE001 - py4j / internal API drift / an unforeseen plan shape
+    except Exception:  # py4j / internal API drift / an unforeseen plan shape
         logger.debug("cannot compose Spark's logical plans", exc_info=True)
         return None
     out = {}
@@ -997,6 +997,6 @@ def region_plan(
         return None
     try:
         return physical_region(region, connect_inputs(region, bottom, plan_bottom(bottom)))
-    except Exception:  # noqa: BLE001 - an unforeseen plan shape
+    except Exception:  # an unforeseen plan shape
         logger.debug("Spark's plan of a stateless region has an unexpected shape", exc_info=True)
         return None

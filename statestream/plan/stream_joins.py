@@ -711,7 +711,7 @@ def kept_side_columns(node: "L.Join", root: "L.LogicalPlan | None") -> tuple[tup
             if all(out and out <= set().union(*side) for out, side in zip(outs, sides)):
                 left, right = (tuple(p for p, names in enumerate(side) if names & out) for out, side in zip(outs, sides))
                 return left, right
-    except Exception:  # noqa: BLE001 - not a classic JVM DataFrame, or a plan Spark cannot optimise
+    except Exception:  # not a classic JVM DataFrame, or a plan Spark cannot optimise
         logger.debug("could not read the pruned columns of a stream-stream join", exc_info=True)
     return None
 
@@ -746,8 +746,8 @@ def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> Str
     pruned = frozenset(set(left_ids) | set(right_ids)) - frozenset(names)
     if found.isDefined():
         t = found.get()
-        lkeys, rkeys = jvm_seq(t._2()), jvm_seq(t._3())
-        other = t._4()
+        lkeys, rkeys = jvm_seq(t._2()), jvm_seq(t._3())  # noqa: SLF001 - a Scala tuple's fields
+        other = t._4()  # noqa: SLF001 - a Scala tuple's fields
         other = other.get() if other.isDefined() else None
     else:
         lkeys, rkeys = [], []

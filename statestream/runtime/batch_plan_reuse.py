@@ -262,7 +262,7 @@ class PlanReuse:
             # A Scala Map is a PartialFunction: it rewrites exactly the relations it holds as keys.
             plan = template.plan.transform(static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")(swaps))
             jdf = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(spark._jsparkSession, plan)  # noqa: SLF001
-        except Exception:  # noqa: BLE001 - only an optimisation: the batch is built instead
+        except Exception:  # only an optimisation: the batch is built instead
             logger.warning("statestream: a batch plan could not be reused; building every batch", exc_info=True)
             self.disabled = True
             return None

@@ -78,7 +78,7 @@ class StreamingQueryListenerBus:
         for listener in self.listeners:
             try:
                 getattr(listener, method)(event)
-            except Exception:  # noqa: BLE001 - Spark's bus logs a failing listener and goes on
+            except Exception:  # Spark's bus logs a failing listener and goes on
                 logger.warning("StreamingQueryListener %s.%s failed", type(listener).__name__, method, exc_info=True)
 
     def _enqueue(self, method: str, event: Any) -> None:

@@ -395,7 +395,7 @@ class MicroBatchExecution:
     def _cancel_jobs(self) -> None:
         try:
             self.session.sparkSession.sparkContext.cancelJobsWithTag(self.job_tag)
-        except Exception:  # noqa: BLE001 - the context may be going down already
+        except Exception:  # the context may be going down already
             logger.debug("cannot cancel the jobs of %s", self.job_tag, exc_info=True)
 
     @property
@@ -459,7 +459,7 @@ class MicroBatchExecution:
             for s in getattr(self, "sources", []):
                 try:
                     s.stop()
-                except Exception:  # noqa: BLE001
+                except Exception:
                     logger.warning("failed to stop source %s", s, exc_info=True)
             self.writer_lock.release()
             if self.dashboard is not None:
@@ -655,13 +655,13 @@ class MicroBatchExecution:
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         try:
             use_unix_domain_sockets(user)
-        except Exception:  # noqa: BLE001 - only an optimisation: the workers then use loopback TCP
+        except Exception:  # only an optimisation: the workers then use loopback TCP
             logger.debug("Python workers stay on loopback TCP", exc_info=True)
 
         def preloading_daemon() -> None:
             try:
                 use_preloading_daemon(user)
-            except Exception:  # noqa: BLE001 - only an optimisation: the workers then import on their own
+            except Exception:  # only an optimisation: the workers then import on their own
                 logger.debug("Python workers stay on PySpark's daemon", exc_info=True)
 
         if self._runs_state_tasks:
@@ -670,7 +670,7 @@ class MicroBatchExecution:
                 # the daemon is chosen in the warm-up's thread, before its job (its check starts a
                 # Python process: not on the query thread's way to the first batch)
                 warm_up = start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop, before=preloading_daemon)
-            except Exception:  # noqa: BLE001 - only an optimisation: the batches start the workers
+            except Exception:  # only an optimisation: the batches start the workers
                 logger.debug("Python worker warm-up not started", exc_info=True)
             if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
                 preloading_daemon()
@@ -820,7 +820,7 @@ class MicroBatchExecution:
             if i not in self._empty_relations:
                 try:
                     self._empty_relations[i] = self.sources[i].empty_relation(self.spark)
-                except Exception:  # noqa: BLE001 - only an optimisation: such batches are built
+                except Exception:  # only an optimisation: such batches are built
                     logger.debug("source %d has no empty relation: its batches without new rows are built", i, exc_info=True)
                     self._empty_relations[i] = None
             empty = self._empty_relations[i]

@@ -322,9 +322,9 @@ class StreamingQueryProgress(_Record):
         durations = _sorted_map(self.duration_ms)
         _put(out, "durationMs", {k: int(v) for k, v in durations.items()} if durations else None)
         _put(out, "eventTime", _sorted_map(self.event_time))
-        out["stateOperators"] = [op._json_value() for op in self.state_operators]
-        out["sources"] = [s._json_value() for s in self.sources]
-        out["sink"] = self.sink._json_value()
+        out["stateOperators"] = [op._json_value() for op in self.state_operators]  # noqa: SLF001 - the progress classes render each other
+        out["sources"] = [s._json_value() for s in self.sources]  # noqa: SLF001 - the progress classes render each other
+        out["sink"] = self.sink._json_value()  # noqa: SLF001 - the progress classes render each other
         _put(out, "observedMetrics", _sorted_map(self.observed_metrics))
         return out
 

@@ -47,16 +47,16 @@ MODULE = "statestream.runtime.python_daemon"
 def preload() -> None:
     """Import what a state step imports in a worker (see the module docstring)."""
     import pandas  # noqa: F401 - pyarrow imports it the first time it builds an array
-    import pyarrow  # noqa: F401
-    import pyarrow.compute  # noqa: F401
+    import pyarrow
+    import pyarrow.compute
 
     try:  # Acero, behind pyarrow's Table.join and group_by (state/keys.py, the merges): 9-17 ms a worker
         import pyarrow.acero  # noqa: F401
     except ImportError:  # a pyarrow built without it: the steps that need it say so themselves
         pass
 
-    import statestream.operators.state_step  # noqa: F401 - lazy: main() chooses where PySpark comes from first
-    import statestream.operators.stateful  # noqa: F401 - lazy: main() chooses where PySpark comes from first
+    import statestream.operators.state_step  # lazy: main() chooses where PySpark comes from first
+    import statestream.operators.stateful  # lazy: main() chooses where PySpark comes from first
     import statestream.state.provider  # noqa: F401 - lazy: main() chooses where PySpark comes from first
 
 
@@ -148,7 +148,7 @@ def main() -> None:
     try:
         preload()
     except Exception as exc:  # noqa: BLE001 - the workers then import on their own, as without this
-        print(f"statestream: the Python daemon could not preload modules: {exc!r}", file=sys.stderr)
+        print(f"statestream: the Python daemon could not preload modules: {exc!r}", file=sys.stderr)  # noqa: T201 - no logging is set up in the daemon yet; stderr reaches the executor's log
 
     forget_zip_importers()
     daemon.manager()

@@ -177,7 +177,7 @@ def _workers_import_this_daemon(sc: object) -> bool:
         spark_path = str(jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath())
         python = str(sc.pythonExec)  # type: ignore[attr-defined]
         executor_env = dict(getattr(sc, "environment", None) or {})
-    except Exception:  # noqa: BLE001 - a context without them: leave PySpark's daemon alone
+    except Exception:  # a context without them: leave PySpark's daemon alone
         logger.debug("cannot tell what the Python workers import", exc_info=True)
         return False
     env = {**os.environ, **executor_env}
@@ -237,7 +237,7 @@ def start_worker_warm_up(
                 return
             spark.range(0, n, 1, n).mapInArrow(warm_up, "ok INT").collect()
             note_python_workers_used(sc)
-        except Exception:  # noqa: BLE001 - a stopped query or session; the batches start them anyway
+        except Exception:  # a stopped query or session; the batches start them anyway
             forget()
             logger.debug("Python worker warm-up did not finish", exc_info=True)
         finally:

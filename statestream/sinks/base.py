@@ -37,10 +37,10 @@ class Sink(ABC):
         """``sink.description`` in progress reports (e.g. ``MemorySink``, ``ForeachBatchSink``)."""
         return type(self).__name__
 
-    def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:
+    def on_query_start(self, checkpoint_location: str, plan: "LogicalPlan") -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Called once by ``start()`` with the query's checkpoint location and logical plan (its
         ``schema`` is the output's), before the first batch; an exception raised here is raised by ``start()``.
         The memory sink refuses a restart it cannot recover from and registers its view here."""
 
-    def stop(self) -> None:
+    def stop(self) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Release resources."""

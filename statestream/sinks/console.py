@@ -44,9 +44,9 @@ class ConsoleSink(Sink):
         self._last_rows = -1
 
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
-        print(_DASHES)
-        print(f"Batch: {batch_id}")
-        print(_DASHES)
+        print(_DASHES)  # noqa: T201 - the console sink prints
+        print(f"Batch: {batch_id}")  # noqa: T201 - the console sink prints
+        print(_DASHES)  # noqa: T201 - the console sink prints
         df.show(self.num_rows, self.truncate)
         # Spark's console sink is a V2 sink and reports the rows it received.
         self._last_rows = df.count()

@@ -41,7 +41,7 @@ class ForeachBatchSink(Sink):
     def add_batch(self, batch_id: int, df: "DataFrame", output_mode: str) -> None:
         try:
             self.func(df, batch_id)
-        except Exception as exc:  # noqa: BLE001 - any user failure, as Spark wraps any
+        except Exception as exc:  # any user failure, as Spark wraps any
             raise foreach_batch_user_function_error(exc) from exc
 
     def num_output_rows(self) -> int:

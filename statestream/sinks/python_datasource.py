@@ -96,7 +96,7 @@ class PythonDataSourceSink(Sink):
             messages = [serializer.loads(done[p]) if p in done else None for p in range(partitions)]
             try:
                 self._writer().abort(messages, batch_id)
-            except Exception:  # noqa: BLE001 - the write's own error is the one to raise
+            except Exception:  # the write's own error is the one to raise
                 logger.warning("Python data source %s: abort of batch %s failed", self.data_source_cls.name(), batch_id, exc_info=True)
             raise
         messages = [CloudPickleSerializer().loads(bytes(r.message)) for r in results]

@@ -100,17 +100,17 @@ class Source(ABC):
         offsets are compared as JSON text, as Spark compares them)."""
         return end is not None and end != start
 
-    def prepare_for_trigger_available_now(self) -> None:
+    def prepare_for_trigger_available_now(self) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Called once at the start of an ``availableNow`` run."""
 
-    def set_latest_seen_offset(self, offset: Offset) -> None:
+    def set_latest_seen_offset(self, offset: Offset) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Called once on a restart, before any batch, with the end offset of the last batch in
         the offset log, committed or not (Spark's ``AcceptsLatestSeenOffset``)."""
 
-    def commit(self, end: Offset) -> None:
+    def commit(self, end: Offset) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Everything up to ``end`` is processed and committed."""
 
-    def stop(self) -> None:
+    def stop(self) -> None:  # noqa: B027 - an optional hook: doing nothing is the default
         """Release resources."""
 
     def metrics(self, end: Offset | None) -> dict[str, str]:

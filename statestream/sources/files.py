@@ -133,7 +133,7 @@ def parse_schema(schema: "StructType | str | None") -> "StructType | None":
 
 def _require_existing_path(path: str) -> None:
     """Spark's PATH_NOT_FOUND for a source directory that does not exist (checked at load())."""
-    if not CheckpointFileManager(FileStreamSource._spark_path(path)).exists():
+    if not CheckpointFileManager(FileStreamSource._spark_path(path)).exists():  # noqa: SLF001 - the source's own path rule, shared with this check
         shown = path.partition("?")[0]  # as given (Spark's text); a URI's query may hold credentials
         raise path_not_found_error(shown)
 

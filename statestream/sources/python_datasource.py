@@ -99,7 +99,7 @@ def _calling(action: str, method: Any, *args: Any) -> Any:
     ``PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR`` naming the action, as Spark reports it."""
     try:
         return method(*args)
-    except Exception as exc:  # noqa: BLE001 - wrapped with the Python traceback
+    except Exception as exc:  # wrapped with the Python traceback
         raise python_streaming_source_error(action, exc) from exc
 
 
@@ -144,7 +144,7 @@ class PythonMicroBatchStream(Source):
         if self._planner is None:
             try:
                 self._planner = _streamReader(self.data_source, self._schema)
-            except Exception as exc:  # noqa: BLE001 - Spark's error, with the Python traceback
+            except Exception as exc:  # Spark's error, with the Python traceback
                 raise python_data_source_error("initialize source", exc) from exc
         return self._planner
 
@@ -234,7 +234,7 @@ class PythonMicroBatchStream(Source):
             if reader is not None:
                 try:
                     reader.stop()
-                except Exception:  # noqa: BLE001 - the query is stopping; say so and go on
+                except Exception:  # the query is stopping; say so and go on
                     logger.warning("Python data source %s: stop() failed", self.short_name, exc_info=True)
         self._planner = None
 

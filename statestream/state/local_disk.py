@@ -135,7 +135,7 @@ def local_state_root() -> Path:
             if lock is not None:
                 try:
                     sweep_dead_roots(base)
-                except Exception:  # noqa: BLE001 - a cleanup: never the batch's failure
+                except Exception:  # a cleanup: never the batch's failure
                     log.debug("could not sweep %s", base, exc_info=True)
         return _ROOT
 

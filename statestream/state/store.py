@@ -655,7 +655,7 @@ class StateStore(ReadStateStore):
     def commit(self) -> int:
         """Write ``<version+1>.delta`` atomically and return ``version + 1``."""
         self._check_updating("commit")
-        new_version, committed = self._provider._commit(self._version, self._rows(), self.pending_changes())
+        new_version, committed = self._provider._commit(self._version, self._rows(), self.pending_changes())  # noqa: SLF001 - a store commits through its provider
         # the version as the provider keeps it (mapped from local disk, or the same rows)
         self._table = committed
         self._state = "committed"

@@ -56,7 +56,7 @@ class DashboardServer:
         history = self.history
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 url = urlparse(self.path)
                 if url.path in ("/", "/index.html"):
                     self._send(200, "text/html; charset=utf-8", page)

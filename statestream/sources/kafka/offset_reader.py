@@ -115,7 +115,7 @@ class KafkaOffsetReader:
             low, high = self._consumer.get_watermark_offsets(KafkaTopicPartition(tp[0], tp[1]), timeout=self.timeout_s, cached=False)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            if err is not None and getattr(err, "code", lambda: None)() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+            if err is not None and getattr(err, "code", lambda: None)() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):  # noqa: SLF001 - librdkafka's internal error codes, as confluent_kafka names them
                 return None
             raise self._unreachable(f"fetch the offsets of {tp_text(tp)}", exc) from None
         return int(low), int(high)

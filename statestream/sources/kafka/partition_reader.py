@@ -241,7 +241,7 @@ class KafkaRangeReader:
         from confluent_kafka import KafkaError
 
         code = err.code()
-        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):  # noqa: SLF001 - librdkafka's internal error codes, as confluent_kafka names them
             low, high = self._watermarks(consumer, r)
             if nxt < low:
                 self._lost(r, nxt, min(low, r.until_offset))
@@ -250,9 +250,9 @@ class KafkaRangeReader:
                 self._lost(r, nxt, r.until_offset)  # the log ends below the offset asked for
                 return r.until_offset
             return nxt  # a stale answer (the log moved meanwhile): ask again
-        if code == KafkaError._PARTITION_EOF:
+        if code == KafkaError._PARTITION_EOF:  # noqa: SLF001 - librdkafka's internal error codes, as confluent_kafka names them
             return None
-        if not err.fatal() and (err.retriable() or code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)):
+        if not err.fatal() and (err.retriable() or code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)):  # noqa: SLF001 - librdkafka's internal error codes, as confluent_kafka names them
             log.warning("Kafka: %s while reading %s at offset %d: retrying", err, tp_text((r.topic, r.partition)), nxt)
             return None
         raise RuntimeError(f"Kafka: reading {tp_text((r.topic, r.partition))} at offset {nxt} failed: {err}")
