@@ -499,7 +499,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
     """Run the workload once on one engine inside this process and describe the run."""
     sys.path.insert(0, str(ROOT))
     try:
-        from statestream._java import ensure_java
+        from statestream._jvm.java import ensure_java
 
         ensure_java()
     except Exception:  # noqa: BLE001 - any failure here just means "use the machine's java"

@@ -62,7 +62,7 @@ def _feed(directory: Path, rows: int, interval: float, stop: threading.Event) ->
 def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[str, Any]:
     from run import _progress_dict, build_query, session_builder, with_bench_confs
 
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

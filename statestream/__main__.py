@@ -2,6 +2,6 @@
 
 import sys
 
-from statestream.cli import main
+from statestream.commands.cli import main
 
 sys.exit(main())

@@ -20,7 +20,7 @@ if ROOT not in sys.path:
 
 
 def _make_spark():
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

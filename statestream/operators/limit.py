@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
-from statestream.jvm_calls import jvm_plan_nodes
+from statestream._jvm.calls import jvm_plan_nodes
 from statestream.operators.aggregate import ShuffleExchangeExec
 from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
 from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics

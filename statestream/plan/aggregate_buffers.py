@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.aggregate_expressions import ExpressionCall
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from statestream.errors import (
 )
 from statestream.plan.aggregates import AggregateCall, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from statestream.errors import (
     star_aggregate_error,
 )
 from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

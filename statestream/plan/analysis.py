@@ -59,7 +59,7 @@ from statestream.errors.unsupported_operations import (
 )
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
-from statestream.jvm_calls import jvm_plan_nodes, jvm_seq
+from statestream._jvm.calls import jvm_plan_nodes, jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 from statestream.plan.optimizer import rebuild_expression
 

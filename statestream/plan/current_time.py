@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from statestream.jvm_calls import java_class, jvm_seq, static_member
+from statestream._jvm.calls import java_class, jvm_seq, static_member
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -21,7 +21,7 @@ from statestream.operators.dedup import (
     StreamingDeduplicateExec,
     StreamingDeduplicateWithinWatermarkExec,
 )
-from statestream.jvm_calls import expr_ids, jvm_seq
+from statestream._jvm.calls import expr_ids, jvm_seq
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from statestream.errors import stream_stream_join_not_supported_error
 from statestream.operators.join import SparkPlanNodeExec, StreamStaticJoinExec
 from statestream.plan import logical as L
-from statestream.jvm_calls import expr_ids, jvm_seq
+from statestream._jvm.calls import expr_ids, jvm_seq
 from statestream.plan.spark_text import (
     IdMap,
     node_texts,

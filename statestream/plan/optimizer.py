@@ -47,7 +47,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.joins import stream_side_conjuncts
 from statestream.plan.logical import (
     Aggregate,

@@ -42,7 +42,7 @@ from statestream.operators.session_window import (
 )
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.optimizer import push_down_filters
 from statestream.plan.spark_text import aggregate_region, aggregate_text, dress_with_ids, region_plan, stateless_chain
 from statestream.plan.transform_with_state import plan_transform_with_state

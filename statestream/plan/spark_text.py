@@ -36,7 +36,7 @@ from statestream.operators.join import SparkPlanNodeExec
 from statestream.operators.limit import SinglePartitionExchangeExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
-from statestream.jvm_calls import clone_session, expr_ids, jvm_seq
+from statestream._jvm.calls import clone_session, expr_ids, jvm_seq
 from statestream.plan.dedup import analysed_key_names
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
 from statestream.errors import not_supported_yet
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from statestream.errors import stream_join_without_equality_error
-from statestream.jvm_calls import clone_session, jvm_seq
+from statestream._jvm.calls import clone_session, jvm_seq
 from statestream.operators.stream_join import StreamingSymmetricHashJoinExec, StreamJoinExchangeExec
 from statestream.plan.joins import standin_join
 from statestream.plan.logical import WATERMARK_DELAY_KEY

@@ -39,7 +39,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream.jvm_calls import java_class, jvm_seq, static_member
+from statestream._jvm.calls import java_class, jvm_seq, static_member
 from statestream.operators.base import ExecutedByParent, StatefulOperator, StateStoreWriter, batch_args_property
 from statestream.operators.basic import UnionExec
 from statestream.operators.limit import LocalLimitExec

@@ -2,8 +2,8 @@
 
 The runtime is handed a logical plan and a session-like object, never the API's ``DataFrame`` or
 ``StreamingSession``: the API modules import the runtime, so the runtime must not import them.
-The API modules below ``session.py`` (the DataFrame, the reader and the writer) annotate the
-session with :class:`StreamingSessionLike` for the same reason (``session.py`` imports them).
+The API modules below ``api/session.py`` (the DataFrame, the reader and the writer) annotate the
+session with :class:`StreamingSessionLike` for the same reason (``api/session.py`` imports them).
 """
 
 from __future__ import annotations

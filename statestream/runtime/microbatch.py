@@ -58,7 +58,7 @@ from statestream.errors import (
     stream_failed_error,
 )
 from statestream.faults import crash_point
-from statestream.jvm_calls import clone_session
+from statestream._jvm.calls import clone_session
 from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import OBSERVED_METRICS, StreamingRelationExec
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from statestream.jvm_calls import jvm_plan_nodes
+from statestream._jvm.calls import jvm_plan_nodes
 from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import UnionExec
 from statestream.operators.context import latest_task_reports

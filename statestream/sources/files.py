@@ -74,7 +74,7 @@ from statestream.errors import (
     schema_required_error,
     source_path_not_specified_error,
 )
-from statestream.jvm_calls import static_member
+from statestream._jvm.calls import static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 from statestream.sources.options import log_settings, time_string_as_ms
 

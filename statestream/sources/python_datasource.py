@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from statestream.errors import python_data_source_broadcast_error, python_data_source_error, python_streaming_source_error
-from statestream.jvm_calls import static_member
+from statestream._jvm.calls import static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 
 if TYPE_CHECKING:

@@ -144,7 +144,7 @@ def wait_for_executors(spark, wanted: int, timeout_s: float = 180.0) -> None:
 
 
 def make_session(job: dict):
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

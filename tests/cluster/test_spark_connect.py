@@ -74,7 +74,7 @@ def connect_server(tmp_path_factory):
     pytest.importorskip("grpc", reason="the test extras install grpcio (pyspark's Connect client needs it)")
     import pyspark
 
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     work = tmp_path_factory.mktemp("connect")

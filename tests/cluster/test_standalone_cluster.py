@@ -129,7 +129,7 @@ def _spark_submit_unchanged(master_url: str, tmp_path: Path, env: dict[str, str]
 
 @pytest.mark.slow
 def test_standalone_cluster_survives_a_killed_worker(tmp_path):
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATESTREAM_TEST_")}

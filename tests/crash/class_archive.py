@@ -36,7 +36,7 @@ _options: str | None = None
 
 
 def _key() -> str:
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr

@@ -315,7 +315,7 @@ def main(job_path: str) -> int:
     if os.getpgrp() == os.getpid():
         # Only as a group leader: the crash point must never kill the group of whoever started us.
         os.environ["STATESTREAM_TEST_CRASH_PGID"] = str(os.getpgrp())
-    from statestream._java import ensure_java
+    from statestream._jvm.java import ensure_java
 
     ensure_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

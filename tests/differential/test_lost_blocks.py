@@ -45,7 +45,7 @@ def _drop_blocks(df: DataFrame) -> None:
     """Remove the blocks of the local checkpoint ``df`` reads, and wait until they are gone: the
     persisted RDDs in the lineage of its relations (the checkpoint itself, or, for a one-task
     batch's rows split into their partitions after the job, the RDD under that split)."""
-    from statestream.jvm_calls import jvm_seq
+    from statestream._jvm.calls import jvm_seq
 
     logical = df._jdf.queryExecution().logical()
     leaves = [leaf for leaf in jvm_seq(logical.collectLeaves()) if leaf.getClass().getSimpleName() == "LogicalRDD"]

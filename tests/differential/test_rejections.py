@@ -129,4 +129,4 @@ def test_batch_on_the_left_of_a_union_with_a_stream(spark, ours, tmp_path):
     with pytest.raises(AttributeError, match=r"DataFrame\.exceptAll\(\).*stream_df\.<method>\(batch_df\)"):
         static.exceptAll(stream)
     # PySpark's own join of the static DataFrame takes the stream (a join Spark accepts)
-    assert static.join(stream, "value").isStreaming and type(static.join(stream, "value")).__module__ == "statestream.dataframe"
+    assert static.join(stream, "value").isStreaming and type(static.join(stream, "value")).__module__ == "statestream.api.dataframe"

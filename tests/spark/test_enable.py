@@ -18,9 +18,9 @@ from pyspark.sql import functions as F
 import statestream
 import statestream.errors
 from statestream import StreamingSession
-from statestream.dataframe import DataFrame as StreamingDataFrame
+from statestream.api.dataframe import DataFrame as StreamingDataFrame
 from statestream.errors import MIXED_ENGINES_CONDITION
-from statestream.query import StreamingQuery, StreamingQueryManager
+from statestream.api.query import StreamingQuery, StreamingQueryManager
 
 
 @pytest.fixture
@@ -126,10 +126,10 @@ def test_a_query_statestream_cannot_run_is_handed_to_spark(session, spark, tmp_p
 
     statestream.enable(session)
     stream = session.readStream.schema("a INT, b INT").json(str(src))
-    with caplog.at_level(logging.WARNING, logger="statestream.handover"):
+    with caplog.at_level(logging.WARNING, logger="statestream.api.handover"):
         handed = _grouping_sets(stream.where("b < 2"))  # the filter before the refused call is replayed too
     assert isinstance(handed, SparkDataFrame) and handed.isStreaming
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "statestream.handover"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "statestream.api.handover"]
     assert "groupingSets" in warning and "Spark's own engine" in warning
     query = handed.writeStream.outputMode("complete").format("memory").queryName("handover_ours").start()
     try:

@@ -417,7 +417,7 @@ def test_not_yet_members_are_listed_in_the_readme():
     """The README's "moving a job from Spark" section names what is not supported yet."""
     from pathlib import Path
 
-    from statestream.dataframe import DataFrame
+    from statestream.api.dataframe import DataFrame
 
     readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
     missing = [m for m in DataFrame.NOT_YET if f"`{m}`" not in readme]
@@ -440,7 +440,7 @@ def test_static_dataframe_join_takes_a_statestream_stream(streams):
         expected, actual = call(theirs), call(ours)
         assert actual.isStreaming and expected.isStreaming, name
         assert actual.columns == expected.columns, name
-        assert type(actual).__module__ == "statestream.dataframe", name
+        assert type(actual).__module__ == "statestream.api.dataframe", name
     assert not static.join(static, "id").isStreaming  # a static argument: PySpark's join as before
 
 

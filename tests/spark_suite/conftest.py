@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import pytest
 
 import statestream
-from statestream.handover import HANDOVER_CONF
+from statestream.api.handover import HANDOVER_CONF
 
 ENGINES = (pytest.param("spark", marks=pytest.mark.soak), "statestream")
 

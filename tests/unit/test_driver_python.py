@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
-from statestream.session import use_driver_python
+from statestream.api.session import use_driver_python
 
 
 def test_unset_means_the_driver_interpreter_on_a_local_master(monkeypatch):

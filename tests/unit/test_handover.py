@@ -1,4 +1,4 @@
-"""The hand-over to Spark's engine (``statestream/handover.py``) with stand-ins for the API and
+"""The hand-over to Spark's engine (``statestream/api/handover.py``) with stand-ins for the API and
 for Spark: which calls are recorded, how a chain is replayed, when the refusal stands."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from statestream import handover
+from statestream.api import handover
 from statestream.errors import NotSupportedYetError
 
 

@@ -1,4 +1,4 @@
-"""Py4J calls without name lookups (statestream/jvm_calls), against a recording gateway client:
+"""Py4J calls without name lookups (statestream/_jvm/calls.py), against a recording gateway client:
 building a member or a class sends nothing, and a call is one command naming its target."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from py4j import protocol
 
-from statestream.jvm_calls import java_class, static_member
+from statestream._jvm.calls import java_class, static_member
 
 
 class RecordingClient:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from statestream import launcher
+from statestream.commands import launcher
 from statestream.plan import logical as L
 from statestream.plan.analysis import inputs_from_spark_engine
-from statestream.session import _wanted
+from statestream.api.session import _wanted
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType, TimestampType
 
-from statestream.cli import _rows, _table
+from statestream.commands.cli import _rows, _table
 from statestream.errors import StatestreamNumberFormatException, StatestreamSparkRuntimeException
 from statestream.tools.state_reader import StateSourceOptions, _fill_nulls, _recipe, _session_recipe
 

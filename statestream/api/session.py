@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
-from statestream.batch_reader import DataFrameReader
-from statestream.checkpoint_manager import StreamingCheckpointManager
-from statestream.dataframe import install_stream_on_the_right
+from statestream.api.batch_reader import DataFrameReader
+from statestream.api.checkpoint_manager import StreamingCheckpointManager
+from statestream.api.dataframe import install_stream_on_the_right
 from statestream.errors import not_supported_yet, spark_connect_session_error
 from statestream.plan.sql import relations_in
-from statestream.query import StreamingQueryManager
-from statestream.reader import DataStreamReader, memory_stream_df
+from statestream.api.query import StreamingQueryManager
+from statestream.api.reader import DataStreamReader, memory_stream_df
 from statestream.sources.memory import MemoryStream
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ def enable(spark: "SparkSession") -> "SparkSession":
     >>> spark = statestream.enable(SparkSession.builder.getOrCreate())        # doctest: +SKIP
     >>> q = spark.readStream.format("rate").load().writeStream.format("noop").start()  # doctest: +SKIP
     >>> type(q).__module__                                                    # doctest: +SKIP
-    'statestream.query'
+    'statestream.api.query'
     """
     with _SERVING_LOCK:
         if is_enabled(spark) and _SESSION_ATTRIBUTE in spark.__dict__:

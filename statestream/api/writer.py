@@ -26,9 +26,9 @@ from statestream.errors import (
     value_not_non_empty_str_error,
     value_not_true_error,
 )
-from statestream.handover import hands_over
+from statestream.api.handover import hands_over
 from statestream.plan.analysis import check_for_streaming, inputs_from_spark_engine, spark_stream_sources
-from statestream.query import StreamingQuery
+from statestream.api.query import StreamingQuery
 from statestream.runtime.intervals import parse_trigger_interval_ms
 from statestream.runtime.microbatch import UI_PORT_CONF, MicroBatchExecution, Trigger
 from statestream.sinks import FILE_FORMATS, create_sink

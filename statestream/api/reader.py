@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
-from statestream.dataframe import DataFrame
+from statestream.api.dataframe import DataFrame
 from statestream.errors import missing_member, not_supported_yet
-from statestream.handover import root
+from statestream.api.handover import root
 from statestream.plan import logical as L
 from statestream.sources import create_source
 from statestream.sources.options import default_source, option_string

@@ -26,10 +26,10 @@ from statestream.errors import (
     pivot_on_stream_error,
     union_stream_batch_error,
 )
-from statestream.handover import hands_over
+from statestream.api.handover import hands_over
 from statestream.operators.watermark import mark_event_time
 from statestream.plan import logical as L
-from statestream.jvm_calls import jvm_seq
+from statestream._jvm.calls import jvm_seq
 from statestream.plan.bindings import (
     JoinCondition,
     ambiguous_references,
@@ -46,7 +46,7 @@ from statestream.plan.spark_text import logical_sections
 from statestream.plan.sql import check_stateless_above_view, per_batch_sql
 from statestream.runtime.intervals import parse_watermark_delay_ms
 from statestream.runtime.microbatch import plan_for_explain
-from statestream.writer import DataStreamWriter
+from statestream.api.writer import DataStreamWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame

@@ -1,7 +1,7 @@
 """The seed query on an embedded local Spark: rate source, 20-second watermark, 5-second windows,
 count, printed to the console as it streams.
 
-Run with ``scripts/demo.sh`` (or ``python -m statestream.demo``); stop with Ctrl-C.
+Run with ``scripts/demo.sh`` (or ``python -m statestream.commands.demo``); stop with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import sys
 
 from statestream import StreamingSession
-from statestream._java import ensure_java
+from statestream._jvm.java import ensure_java
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 ``statestream run job.py [args...]`` and the ``statestream-python`` interpreter (for
 ``spark-submit``: ``--conf spark.pyspark.driver.python=statestream-python`` or
-``PYSPARK_DRIVER_PYTHON=statestream-python``) set :func:`statestream.session.enable_everywhere`
+``PYSPARK_DRIVER_PYTHON=statestream-python``) set :func:`statestream.api.session.enable_everywhere`
 and then run the program as ``python`` would: ``sys.argv``, ``__name__ == "__main__"``, the
 program's directory first on ``sys.path``, its exit status and its Ctrl-C. Every classic
 SparkSession the program makes, in any of its modules, then serves ``readStream``, ``streams``
@@ -19,7 +19,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from statestream.session import enable_everywhere
+from statestream.api.session import enable_everywhere
 
 __all__ = ["run_path", "run_module", "run_code", "run_stdin", "interact", "main", "configure_logging", "LOG_LEVEL_ENV"]
 
@@ -65,7 +65,7 @@ def run_path(path: str, args: Sequence[str] = ()) -> None:
 
     Examples
     --------
-    >>> from statestream.launcher import run_path                            # doctest: +SKIP
+    >>> from statestream.commands.launcher import run_path                   # doctest: +SKIP
     >>> run_path("wordcount.py", ["localhost", "9999"])                      # doctest: +SKIP
     """
     enable_everywhere()
@@ -79,7 +79,7 @@ def run_path(path: str, args: Sequence[str] = ()) -> None:
 def run_module(name: str, args: Sequence[str] = ()) -> None:
     """Run the module ``name`` as ``python -m name args...`` would, on statestream.
 
-    >>> from statestream.launcher import run_module                          # doctest: +SKIP
+    >>> from statestream.commands.launcher import run_module                 # doctest: +SKIP
     >>> run_module("jobs.sessionize", ["--date", "2026-12-06"])              # doctest: +SKIP
     """
     enable_everywhere()
@@ -91,7 +91,7 @@ def run_module(name: str, args: Sequence[str] = ()) -> None:
 def run_code(source: str, args: Sequence[str] = ()) -> None:
     """Run ``source`` as ``python -c source args...`` would, on statestream.
 
-    >>> from statestream.launcher import run_code                            # doctest: +SKIP
+    >>> from statestream.commands.launcher import run_code                   # doctest: +SKIP
     >>> run_code("import sys; print(sys.argv)", ["x"])                       # doctest: +SKIP
     ['-c', 'x']
     """
@@ -101,7 +101,7 @@ def run_code(source: str, args: Sequence[str] = ()) -> None:
 def run_stdin(args: Sequence[str] = ()) -> None:
     """Run the program read from standard input, as ``python - args...`` does, on statestream.
 
-    >>> from statestream.launcher import run_stdin                           # doctest: +SKIP
+    >>> from statestream.commands.launcher import run_stdin                  # doctest: +SKIP
     >>> run_stdin(["x"])                                                     # doctest: +SKIP
     """
     _run_text(sys.stdin.read(), "<stdin>", ["-", *args])
@@ -127,7 +127,7 @@ def interact() -> None:
     """An interactive console on statestream, after the ``PYTHONSTARTUP`` file (pyspark's shell
     names its ``shell.py`` there, which makes ``spark``).
 
-    >>> from statestream.launcher import interact                            # doctest: +SKIP
+    >>> from statestream.commands.launcher import interact                   # doctest: +SKIP
     >>> interact()                                                           # doctest: +SKIP
     """
     enable_everywhere()
@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console), with statestream serving every SparkSession. Exceptions leave as they leave
     ``python``: a traceback and status 1, ``SystemExit``'s status, Ctrl-C's.
 
-    >>> from statestream.launcher import main                                # doctest: +SKIP
+    >>> from statestream.commands.launcher import main                       # doctest: +SKIP
     >>> main(["job.py", "--once"])                                           # doctest: +SKIP
     0
     """

@@ -177,7 +177,7 @@ def _state_diff(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from statestream.demo import main as demo_main  # lazy: `statestream --help` stays fast
+    from statestream.commands.demo import main as demo_main  # lazy: `statestream --help` stays fast
 
     argv = [] if args.seconds is None else ["--seconds", str(args.seconds)]
     return demo_main(argv)
@@ -187,7 +187,7 @@ def _spark(args: argparse.Namespace) -> Any:
     """The Spark session a command's job runs on: ``--master`` (default ``local[*]``), UI off."""
     from pyspark.sql import SparkSession
 
-    from statestream.session import use_driver_python  # lazy: `statestream --help` stays fast
+    from statestream.api.session import use_driver_python  # lazy: `statestream --help` stays fast
 
     spark = (
         SparkSession.builder.master(args.master).appName(f"statestream checkpoint {args.action}")
@@ -248,7 +248,7 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from statestream.session import StreamingSession  # lazy: `statestream --help` stays fast
+    from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
     from statestream.tools.compatibility import check_compatibility, load_query_builder  # lazy: `statestream --help` stays fast
 
     build = load_query_builder(args.query)
@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     """``statestream run`` (``main`` hands the program to the launcher before parsing; this is
     reached only for a bare ``statestream run``)."""
-    from statestream.launcher import main as python_main  # lazy: `statestream --help` stays fast
+    from statestream.commands.launcher import main as python_main  # lazy: `statestream --help` stays fast
 
     return python_main([args.program, *args.arguments])
 
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"] and len(argv) > 1 and argv[1] not in ("-h", "--help"):
         # the program's own arguments (``-m``, its flags) are not statestream's to parse
-        from statestream.launcher import main as python_main  # lazy: `statestream --help` stays fast
+        from statestream.commands.launcher import main as python_main  # lazy: `statestream --help` stays fast
 
         return python_main(argv[1:])
     parser = build_parser()

@@ -63,8 +63,8 @@ from statestream.operators.stateful_processor_handle import (
 )
 from statestream.operators.transform_with_state import check_pandas_results, fire_expired_timers
 from statestream.plan.transform_with_state import declared_state_variables
-from statestream.readwriter import memory_stream_df
-from statestream.session import StreamingSession
+from statestream.api.reader import memory_stream_df
+from statestream.api.session import StreamingSession
 from statestream.sources.memory import MemoryStream as _MemoryStreamSource
 from statestream.state.provider import clear_provider_cache, get_provider
 from statestream.state.store import FOUND_COLUMN, StateStoreConf, StateStoreId
