@@ -65,6 +65,35 @@ class AggregateFunction:
     name; default: the class name in snake case) and ``columns`` (``"arrow"``, the default:
     ``update`` gets ``pyarrow.Array`` columns and ``merge``/``finish`` get ``pyarrow.Table``
     buffers; ``"pandas"``: ``pandas.Series`` and ``pandas.DataFrame``).
+
+    Calling an instance on columns gives the aggregate column for ``groupBy().agg()``.
+
+    Examples
+    --------
+    >>> import pyarrow.compute as pc
+    >>> from statestream import AggregateFunction
+    >>> class Total(AggregateFunction):
+    ...     buffer_schema = "total bigint"
+    ...     result_type = "bigint"
+    ...     def zero(self):
+    ...         return {"total": 0}
+    ...     def update(self, buffer, values):
+    ...         return {"total": buffer["total"] + (pc.sum(values).as_py() or 0)}
+    ...     def merge(self, left, right):
+    ...         return {"total": pc.add(left["total"], right["total"])}
+    ...     def finish(self, buffers):
+    ...         return buffers["total"]
+    >>> total = Total()
+    >>> ss = StreamingSession(spark)
+    >>> ms = ss.memoryStream("k STRING, v BIGINT")
+    >>> ms.add_data([("a", 1), ("a", 2), ("b", 5)])
+    0
+    >>> sums = ms.toDF().groupBy("k").agg(total("v").alias("total"))
+    >>> q = sums.writeStream.outputMode("update").format("memory").queryName("aggregate_function_total").start()
+    >>> q.processAllAvailable()
+    >>> sorted(spark.table("aggregate_function_total").collect())
+    [Row(k='a', total=3), Row(k='b', total=5)]
+    >>> q.stop()
     """
 
     buffer_schema: str = ""
@@ -122,4 +151,15 @@ class AggregateFunction:
 
     @property
     def function_name(self) -> str:
+        """The function's name in the output column (``total(v)``): ``name``, else the class name
+        in snake case.
+
+        Examples
+        --------
+        >>> from statestream import AggregateFunction
+        >>> class WeightedMean(AggregateFunction):
+        ...     pass
+        >>> WeightedMean().function_name
+        'weighted_mean'
+        """
         return self.name or _snake(type(self).__name__)

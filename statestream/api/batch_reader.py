@@ -27,7 +27,15 @@ __all__ = ["DataFrameReader"]
 
 class DataFrameReader:
     """PySpark's ``DataFrameReader`` surface (``format``, ``option``, ``options``, ``schema``,
-    ``load`` and the per-format shortcuts), chaining like it."""
+    ``load`` and the per-format shortcuts), chaining like it.
+
+    Examples
+    --------
+    >>> spark.range(3).write.parquet(f"{tmp}/batch_reader_class")
+    >>> ss = StreamingSession(spark)
+    >>> ss.read.format("parquet").load(f"{tmp}/batch_reader_class").count()
+    3
+    """
 
     def __init__(self, spark: "SparkSession") -> None:
         self._spark = spark
@@ -36,18 +44,49 @@ class DataFrameReader:
         self._schema: Any = None
 
     def format(self, source: str) -> "DataFrameReader":
+        """Set the format, as PySpark's ``DataFrameReader.format``; ``"statestore"`` and
+        ``"state-metadata"`` read statestream checkpoints, every other format is Spark's.
+
+        Returns
+        -------
+        DataFrameReader
+            This reader.
+        """
         self._format = source
         return self
 
     def option(self, key: str, value: Any) -> "DataFrameReader":
+        """Set an option, as PySpark's ``DataFrameReader.option`` (for the state sources:
+        ``batchId``, ``operatorId``, ``storeName``, ...).
+
+        Returns
+        -------
+        DataFrameReader
+            This reader.
+        """
         self._options[key] = value
         return self
 
     def options(self, **options: Any) -> "DataFrameReader":
+        """Set several options, as PySpark's ``DataFrameReader.options``.
+
+        Returns
+        -------
+        DataFrameReader
+            This reader.
+        """
         self._options.update(options)
         return self
 
     def schema(self, schema: Any) -> "DataFrameReader":
+        """Set the schema, as PySpark's ``DataFrameReader.schema``; the state sources refuse one at
+        ``load()``, as Spark's do.
+
+        Returns
+        -------
+        DataFrameReader
+            This reader.
+        """
         self._schema = schema
         return self
 
@@ -67,6 +106,47 @@ class DataFrameReader:
         return reader
 
     def load(self, path: Any = None, format: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: A002
+        """A batch DataFrame, as PySpark's ``DataFrameReader.load``: Spark reads every format but the
+        state sources, which read the statestream checkpoint at ``path`` (or the ``path`` option).
+
+        Parameters
+        ----------
+        path : str, optional
+            What to read; for the state sources, a query's checkpoint location.
+        format : str, optional
+            Sets the format, as ``format()`` would.
+        schema : StructType or str, optional
+            Sets the schema, as ``schema()`` would.
+        **options
+            Set as ``options()`` would.
+
+        Returns
+        -------
+        pyspark.sql.DataFrame
+            A batch (not streaming) DataFrame.
+
+        Raises
+        ------
+        AnalysisException
+            Spark's error of a schema given to a state source.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("k STRING")
+        >>> ms.add_data([("a",), ("b",), ("a",)])
+        0
+        >>> checkpoint = f"{tmp}/batch_reader_load"
+        >>> counts = ms.toDF().groupBy("k").count()
+        >>> q = counts.writeStream.outputMode("update").format("noop").option("checkpointLocation", checkpoint).start()
+        >>> q.processAllAvailable()
+        >>> q.stop()
+        >>> state = ss.read.format("statestore").load(checkpoint)
+        >>> state.isStreaming
+        False
+        >>> state.count()
+        2
+        """
         if format is not None:
             self.format(format)
         if schema is not None:

@@ -207,7 +207,24 @@ def _join_arguments(original: Callable[..., Any], self: Any, other: Any, args: t
 
 @hands_over
 class DataFrame:
-    """A streaming DataFrame of statestream (``isStreaming`` is always true)."""
+    """A streaming DataFrame of statestream (``isStreaming`` is always true): PySpark's
+    ``DataFrame`` methods build the query; ``writeStream`` runs it.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> ms = ss.memoryStream("a INT")
+    >>> ms.add_data([(1,), (2,), (3,)])
+    0
+    >>> df = ms.toDF().where(F.col("a") > 1).withColumn("b", F.col("a") * 10)
+    >>> df
+    DataFrame[a: int, b: int]
+    >>> q = df.writeStream.format("memory").queryName("dataframe_class").start()
+    >>> q.processAllAvailable()
+    >>> sorted(spark.table("dataframe_class").collect())
+    [Row(a=2, b=20), Row(a=3, b=30)]
+    >>> q.stop()
+    """
 
     def __init__(self, plan: L.LogicalPlan, session: "StreamingSession") -> None:
         self._plan = plan
@@ -216,25 +233,31 @@ class DataFrame:
     # ------------------------------------------------------------------ properties
     @property
     def isStreaming(self) -> bool:  # noqa: N802 - PySpark's name
+        """Always ``True``: a statestream DataFrame is a stream (PySpark's ``DataFrame.isStreaming``)."""
         return True
 
     @property
     def schema(self) -> "StructType":
+        """The stream's schema, as PySpark's ``DataFrame.schema`` (a ``StructType``, known before the query starts)."""
         return self._plan.schema
 
     @property
     def columns(self) -> list[str]:
+        """The stream's column names, in order, as PySpark's ``DataFrame.columns``."""
         return list(self._plan.schema.names)
 
     @property
     def dtypes(self) -> list[tuple[str, str]]:
+        """The stream's columns as ``(name, type)`` pairs of simple type strings, as PySpark's ``DataFrame.dtypes``."""
         return [(f.name, f.dataType.simpleString()) for f in self._plan.schema.fields]
 
     @property
     def sparkSession(self):  # noqa: N802 - PySpark's name
+        """The ``SparkSession`` the stream was read with (the wrapped one, not the ``StreamingSession``)."""
         return self._session.sparkSession
 
     def printSchema(self) -> None:  # noqa: N802 - PySpark's name
+        """Print the stream's schema as a tree, as PySpark's ``DataFrame.printSchema``."""
         self._plan.template.printSchema()
 
     def __getitem__(self, item: Any) -> Column:
@@ -309,15 +332,42 @@ class DataFrame:
 
     # ------------------------------------------------------------------ stateless
     def select(self, *cols: Any) -> "DataFrame":
+        """Project the stream onto columns or expressions, as PySpark's ``DataFrame.select``: a
+        stateless step, run on each micro-batch's rows.
+
+        Parameters
+        ----------
+        *cols : str or Column
+            Column names, ``"*"``, or column expressions (a single list of them is taken too).
+
+        Returns
+        -------
+        DataFrame
+            The projected stream.
+        """
         cs = _cols(cols)
         bound = self._bound_to_positions(cs)
         return self._stateless("Project", _describe(cs), lambda df: df.select(*bound(df)), [c for c in cs if isinstance(c, Column)])
 
     def selectExpr(self, *exprs: Any) -> "DataFrame":  # noqa: N802
+        """Project the stream onto SQL expressions, as PySpark's ``DataFrame.selectExpr``: a stateless step, run on each micro-batch's rows."""
         es = _cols(exprs)
         return self._stateless("Project", _describe(es), lambda df: df.selectExpr(*es), [F.expr(e) for e in es])
 
     def filter(self, condition: Any) -> "DataFrame":
+        """Keep the rows that meet a condition, as PySpark's ``DataFrame.filter`` (also ``where``): a
+        stateless step, run on each micro-batch's rows.
+
+        Parameters
+        ----------
+        condition : Column or str
+            A boolean column, or a SQL expression string.
+
+        Returns
+        -------
+        DataFrame
+            The filtered stream.
+        """
         cond = F.expr(condition) if isinstance(condition, str) else condition
         bound = self._bound_to_positions([cond])
         return self._stateless("Filter", _describe([cond]).strip("[]"), lambda df: df.filter(bound(df)[0]), [cond])
@@ -325,48 +375,74 @@ class DataFrame:
     where = filter  # noqa: A003 - PySpark's name
 
     def withColumn(self, colName: str, col: Column) -> "DataFrame":  # noqa: N802,N803
+        """Add or replace a column, as PySpark's ``DataFrame.withColumn``: a stateless step, run on each micro-batch's rows."""
         bound = self._bound_to_positions([col])
         return self._stateless(
             "Project", f"[*, {_describe([col]).strip('[]')} AS {colName}]", lambda df: df.withColumn(colName, bound(df)[0]), [col]
         )
 
     def withColumns(self, *colsMap: dict[str, Column]) -> "DataFrame":  # noqa: N802,N803
+        """Add or replace columns given as a ``{name: Column}`` dict, as PySpark's ``DataFrame.withColumns``: a stateless step, run on each micro-batch's rows."""
         mapping = dict(colsMap[0]) if colsMap else {}
         names, values = list(mapping), list(mapping.values())
         bound = self._bound_to_positions(values)
         return self._stateless("Project", _describe(values), lambda df: df.withColumns(dict(zip(names, bound(df)))), values)
 
     def withColumnRenamed(self, existing: str, new: str) -> "DataFrame":  # noqa: N802
+        """Rename one column, as PySpark's ``DataFrame.withColumnRenamed``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Project", f"[{existing} AS {new}]", lambda df: df.withColumnRenamed(existing, new))
 
     def withColumnsRenamed(self, colsMap: dict[str, str]) -> "DataFrame":  # noqa: N802,N803
+        """Rename columns given as an ``{existing: new}`` dict, as PySpark's ``DataFrame.withColumnsRenamed``: a stateless step, run on each micro-batch's rows."""
         mapping = dict(colsMap)
         return self._stateless("Project", str(mapping), lambda df: df.withColumnsRenamed(mapping))
 
     def drop(self, *cols: Any) -> "DataFrame":
+        """Drop columns (names or columns; an unknown name is ignored, as in Spark), as PySpark's ``DataFrame.drop``: a stateless step, run on each micro-batch's rows."""
         cs = list(cols)
         bound = self._bound_to_positions(cs)
         return self._stateless("Project", f"drop {_describe(cs)}", lambda df: df.drop(*bound(df)))
 
     def toDF(self, *cols: str) -> "DataFrame":  # noqa: N802
+        """Rename every column, in order, as PySpark's ``DataFrame.toDF``: a stateless step, run on each micro-batch's rows."""
         names = list(cols)
         return self._stateless("Project", _describe(names), lambda df: df.toDF(*names))
 
     def alias(self, alias: str) -> "DataFrame":
+        """The stream under an alias (for ``alias.column`` references, as in a self-join), as PySpark's ``DataFrame.alias``."""
         return self._stateless("SubqueryAlias", alias, lambda df: df.alias(alias))
 
     def sample(self, *args: Any, **kwargs: Any) -> "DataFrame":
+        """A random sample of the rows, as PySpark's ``DataFrame.sample``: built (PySpark's argument checks), then refused at ``start()``, as Spark refuses sampling a stream."""
         return self._stateless("Sample", "", lambda df: df.sample(*args, **kwargs))
 
     def offset(self, num: int) -> "DataFrame":
+        """Skip the first ``num`` rows, as PySpark's ``DataFrame.offset``: built, then refused at ``start()``, as Spark refuses an offset on a stream."""
         return self._stateless("Offset", str(num), lambda df: df.offset(num))
 
     def union(self, other: "DataFrame") -> "DataFrame":
+        """The rows of both DataFrames, matched by position, as PySpark's ``DataFrame.union`` (also
+        ``unionAll``); both may be streams. A batch DataFrame is accepted here and, as in Spark,
+        the query is refused at ``start()``.
+
+        Parameters
+        ----------
+        other : DataFrame
+            A DataFrame with as many columns, of compatible types.
+
+        Returns
+        -------
+        DataFrame
+            The union stream.
+        """
         return self._union(other, by_name=False)
 
     unionAll = union  # noqa: N815 - PySpark's name
 
     def unionByName(self, other: "DataFrame", allowMissingColumns: bool = False) -> "DataFrame":  # noqa: N802, N803 - PySpark's names
+        """The rows of both DataFrames, matched by column name, as PySpark's ``DataFrame.unionByName``;
+        ``allowMissingColumns=True`` fills a column one side lacks with nulls.
+        """
         return self._union(other, by_name=True, allow_missing=allowMissingColumns)
 
     def _union(self, other: Any, by_name: bool, allow_missing: bool = False) -> "DataFrame":
@@ -412,17 +488,37 @@ class DataFrame:
 
     # ------------------------------------------------------------------ views and SQL
     def createTempView(self, name: str) -> None:  # noqa: N802
+        """Register the stream as a temporary view of this ``StreamingSession``, as PySpark's
+        ``DataFrame.createTempView``: ``ss.table(name)``, ``ss.readStream.table(name)`` and
+        ``ss.sql`` over it give the stream. Spark's error when the view exists.
+        """
         self._session._register_view(name, self, replace=False)  # noqa: SLF001
 
     def createOrReplaceTempView(self, name: str) -> None:  # noqa: N802
+        """Register the stream as a temporary view of this ``StreamingSession``, replacing one of the same
+        name, as PySpark's ``DataFrame.createOrReplaceTempView`` (also ``registerTempTable``).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ss.memoryStream("a INT").toDF().createOrReplaceTempView("df_view")
+        >>> ss.table("df_view").isStreaming
+        True
+        """
         self._session._register_view(name, self, replace=True)  # noqa: SLF001
 
     registerTempTable = createOrReplaceTempView  # noqa: N815 - PySpark's name
 
     def createGlobalTempView(self, name: str) -> None:  # noqa: N802
+        """Register the stream as ``global_temp.<name>``, shared by every ``StreamingSession`` of the
+        process, as PySpark's ``DataFrame.createGlobalTempView``. Spark's error when the view exists.
+        """
         self._session._register_view(name, self, replace=False, is_global=True)  # noqa: SLF001
 
     def createOrReplaceGlobalTempView(self, name: str) -> None:  # noqa: N802
+        """Register the stream as ``global_temp.<name>``, replacing one of the same name, as PySpark's
+        ``DataFrame.createOrReplaceGlobalTempView``.
+        """
         self._session._register_view(name, self, replace=True, is_global=True)  # noqa: SLF001
 
     def _sql_over_view(self, view: str, query: str) -> "DataFrame":
@@ -435,9 +531,11 @@ class DataFrame:
         return DataFrame(node, self._session)
 
     def coalesce(self, numPartitions: int) -> "DataFrame":  # noqa: N803
+        """Each micro-batch in at most ``numPartitions`` partitions, as PySpark's ``DataFrame.coalesce``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Coalesce", str(numPartitions), lambda df: df.coalesce(numPartitions))
 
     def repartition(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N803
+        """Each micro-batch repartitioned (by number and/or columns), as PySpark's ``DataFrame.repartition``: a stateless step, run on each micro-batch's rows."""
         if isinstance(numPartitions, int) and not cols:  # Spark's text for the exchange
             description = f"RoundRobinPartitioning({numPartitions}), REPARTITION_BY_NUM"
         elif isinstance(numPartitions, int) and all(isinstance(c, str) for c in cols):
@@ -447,12 +545,15 @@ class DataFrame:
         return self._stateless("Exchange", description, lambda df: df.repartition(numPartitions, *cols))
 
     def repartitionByRange(self, numPartitions: Any, *cols: Any) -> "DataFrame":  # noqa: N802,N803
+        """Each micro-batch range-partitioned by the columns, as PySpark's ``DataFrame.repartitionByRange``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Exchange", "rangepartitioning", lambda df: df.repartitionByRange(numPartitions, *cols))
 
     def repartitionById(self, numPartitions: int, partitionIdCol: Any) -> "DataFrame":  # noqa: N802,N803
+        """Each micro-batch partitioned by a column that holds the partition id, as PySpark's ``DataFrame.repartitionById``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Exchange", "directpartitioning", lambda df: df.repartitionById(numPartitions, partitionIdCol))
 
     def hint(self, name: str, *parameters: Any) -> "DataFrame":
+        """The stream with a hint for Spark's planner (``broadcast``, ...), as PySpark's ``DataFrame.hint``."""
         return self._stateless("ResolvedHint", name, lambda df: df.hint(name, *parameters))
 
     def transform(self, func: Callable[..., "DataFrame"], *args: Any, **kwargs: Any) -> "DataFrame":
@@ -464,12 +565,15 @@ class DataFrame:
 
     @property
     def na(self) -> "DataFrameNaFunctions":
+        """The ``DataFrameNaFunctions`` of the stream (``drop``, ``fill``, ``replace``), as PySpark's ``DataFrame.na``."""
         return DataFrameNaFunctions(self)
 
     def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> "DataFrame":
+        """Drop the rows with nulls, as PySpark's ``DataFrame.dropna``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Filter", f"dropna({how})", lambda df: df.dropna(how, thresh, subset))
 
     def fillna(self, value: Any, subset: Any = None) -> "DataFrame":
+        """Replace nulls with a value, as PySpark's ``DataFrame.fillna``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Project", f"fillna({value!r})", lambda df: df.fillna(value, subset))
 
     def replace(self, to_replace: Any, value: Any = _NoValue, subset: Any = None) -> "DataFrame":
@@ -478,23 +582,33 @@ class DataFrame:
         return self._stateless("Project", f"replace({to_replace!r})", lambda df: df.replace(to_replace, value, subset))
 
     def mapInPandas(self, func: Callable, schema: Any, barrier: bool = False, profile: Any = None) -> "DataFrame":  # noqa: N802
+        """Transform each micro-batch with ``func``, an iterator of pandas DataFrames to an iterator of
+        pandas DataFrames, as PySpark's ``DataFrame.mapInPandas`` (a stateless step).
+        """
         return self._stateless("MapInPandas", getattr(func, "__name__", "func"), lambda df: df.mapInPandas(func, schema, barrier, profile))
 
     def mapInArrow(self, func: Callable, schema: Any, barrier: bool = False, profile: Any = None) -> "DataFrame":  # noqa: N802
+        """Transform each micro-batch with ``func``, an iterator of ``pyarrow.RecordBatch`` to an
+        iterator of them, as PySpark's ``DataFrame.mapInArrow`` (a stateless step).
+        """
         return self._stateless("MapInArrow", getattr(func, "__name__", "func"), lambda df: df.mapInArrow(func, schema, barrier, profile))
 
     def unpivot(self, ids: Any, values: Any, variableColumnName: str, valueColumnName: str) -> "DataFrame":  # noqa: N803
+        """Turn value columns into rows of ``(variable, value)``; also ``melt``, as PySpark's ``DataFrame.unpivot``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Expand", "unpivot", lambda df: df.unpivot(ids, values, variableColumnName, valueColumnName))
 
     melt = unpivot
 
     def to(self, schema: "StructType") -> "DataFrame":
+        """The columns reconciled to ``schema`` (by name, with casts), as PySpark's ``DataFrame.to``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Project", schema.simpleString(), lambda df: df.to(schema))
 
     def withMetadata(self, columnName: str, metadata: dict[str, Any]) -> "DataFrame":  # noqa: N802,N803
+        """The stream with new metadata on one column, as PySpark's ``DataFrame.withMetadata``."""
         return self._stateless("Project", f"[{columnName}]", lambda df: df.withMetadata(columnName, metadata))
 
     def sampleBy(self, col: Any, fractions: dict[Any, float], seed: int | None = None) -> "DataFrame":  # noqa: N802
+        """A stratified sample of each micro-batch's rows (a fraction per value of ``col``), as PySpark's ``DataFrame.sampleBy``: a stateless step, run on each micro-batch's rows."""
         return self._stateless("Filter", "sampleBy", lambda df: df.sampleBy(col, fractions, seed))
 
     def randomSplit(self, weights: list[float], seed: int | None = None) -> list["DataFrame"]:  # noqa: N802
@@ -506,37 +620,49 @@ class DataFrame:
         return [self._stateless("Sample", f"randomSplit[{i}]", lambda df, i=i: df.randomSplit(weights, seed)[i]) for i in range(n)]
 
     def colRegex(self, colName: str) -> Column:  # noqa: N802,N803
+        """The columns whose names match the regex (a back-quoted name), as PySpark's ``DataFrame.colRegex``."""
         return self._plan.template.colRegex(colName)
 
     def isLocal(self) -> bool:  # noqa: N802
+        """``False``: a stream is never local (PySpark's ``DataFrame.isLocal``)."""
         return False
 
     def sameSemantics(self, other: Any) -> bool:  # noqa: N802
+        """Whether the two DataFrames' plans do the same, as PySpark's ``DataFrame.sameSemantics``;
+        statestream compares the two streams' templates (Spark's per-batch plans over empty
+        input), not its own streaming plans.
+        """
         plan = other._plan.template if isinstance(other, DataFrame) else other  # noqa: SLF001
         return self._plan.template.sameSemantics(plan)
 
     def semanticHash(self) -> int:  # noqa: N802
+        """The semantic hash of the stream's Spark plan template (per-batch plan), as PySpark's ``DataFrame.semanticHash``."""
         return self._plan.template.semanticHash()
 
     @property
     def storageLevel(self) -> Any:  # noqa: N802
+        """The storage level of the stream's template, as PySpark's ``DataFrame.storageLevel``: a stream is never cached."""
         return self._plan.template.storageLevel
 
     @property
     def stat(self) -> "DataFrameStatFunctions":
+        """The ``DataFrameStatFunctions`` of the stream, as PySpark's ``DataFrame.stat``."""
         return DataFrameStatFunctions(self)
 
     @property
     def plot(self) -> Any:
+        """PySpark's plot accessor; a plot collects the DataFrame, so on a stream it is Spark's batch-action error."""
         from pyspark.sql.plot import PySparkPlotAccessor
 
         return PySparkPlotAccessor(self)  # its plots collect the DataFrame: Spark's batch-action error
 
     @property
     def executionInfo(self) -> Any:  # noqa: N802
+        """PySpark's ``DataFrame.executionInfo`` (a Spark Connect member): PySpark Classic's own error."""
         return self._plan.template.executionInfo  # PySpark Classic's own error (a Spark Connect member)
 
     def unpersist(self, blocking: bool = False) -> "DataFrame":
+        """Return the stream unchanged: nothing of a stream is cached (Spark's ``cache()`` refuses one)."""
         return self  # nothing is cached (Spark's cache() refuses a stream)
 
     # ------------------------------------------------------------------ watermark
@@ -573,6 +699,37 @@ class DataFrame:
                 )
 
     def groupBy(self, *cols: Any) -> "GroupedData":  # noqa: N802
+        """Group the stream by columns for an aggregation, as PySpark's ``DataFrame.groupBy`` (also
+        ``groupby``); the aggregation keeps its state per group across micro-batches.
+
+        Parameters
+        ----------
+        *cols : str or Column
+            The grouping columns (``F.window(...)`` too).
+
+        Returns
+        -------
+        GroupedData
+            Its ``agg``, ``count``, ``sum``, ... give the aggregated stream.
+
+        Raises
+        ------
+        NotSupportedYetError
+            For a column taken from one side of a join whose name both sides have.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("k STRING, v INT")
+        >>> ms.add_data([("a", 1), ("a", 2), ("b", 5)])
+        0
+        >>> sums = ms.toDF().groupBy("k").agg(F.sum("v").alias("total"))
+        >>> q = sums.writeStream.outputMode("update").format("memory").queryName("df_group_by").start()
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("df_group_by").collect())
+        [Row(k='a', total=3), Row(k='b', total=5)]
+        >>> q.stop()
+        """
         keys = [_col(c) for c in _cols(cols)]
         self._refuse_join_side_names(keys, "groupBy")
         return GroupedData(self, keys)
@@ -593,12 +750,24 @@ class DataFrame:
         return GroupedData(self, keys, grouping_sets="rollup")
 
     def agg(self, *exprs: Any) -> "DataFrame":
+        """Aggregate the whole stream (no grouping columns), as PySpark's ``DataFrame.agg``: ``groupBy().agg(...)``."""
         return self.groupBy().agg(*exprs)
 
     def count(self) -> Any:
+        """PySpark's ``DataFrame.count`` runs the query now, so on a stream it is Spark's error:
+        count with ``groupBy().count()`` and a ``writeStream`` instead.
+
+        Raises
+        ------
+        AnalysisException
+            Spark's error of a batch action on a streaming DataFrame.
+        """
         raise self._batch_action_error()
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> "DataFrame":  # noqa: N802
+        """Sort the stream, as PySpark's ``DataFrame.orderBy`` (also ``sort``): as in Spark, allowed
+        only after an aggregation in complete output mode (checked at ``start()``).
+        """
         cs = _cols(cols)
         fn = lambda df: df.orderBy(*cs, **kwargs)  # noqa: E731
         node = L.Sort(template=fn(self._plan.template), child=self._plan, transform=fn, description=_describe(cs))
@@ -607,23 +776,39 @@ class DataFrame:
     sort = orderBy
 
     def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> "DataFrame":  # noqa: N802
+        """Sort the stream as ``orderBy`` does (a total sort, refused where ``orderBy`` is); PySpark's
+        ``DataFrame.sortWithinPartitions`` sorts within each partition only."""
         return self.orderBy(*cols, **kwargs)
 
     def limit(self, num: int) -> "DataFrame":
+        """The first ``num`` rows of the stream, as PySpark's ``DataFrame.limit``; as in Spark, refused at ``start()`` in update output mode."""
         return DataFrame(L.Limit(template=self._plan.template.limit(num), child=self._plan, n=int(num)), self._session)
 
     def dropDuplicates(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # PySpark's own checks and resolution first (an empty list means "no key", as in Spark)
+        """Drop rows seen before (in any earlier micro-batch too), as PySpark's
+        ``DataFrame.dropDuplicates`` (also ``drop_duplicates``): the keys seen are kept as state,
+        and with a watermark on a key column Spark's eviction of old keys applies.
+
+        Parameters
+        ----------
+        subset : list of str, optional
+            The columns that make a row a duplicate; all columns when omitted.
+        """
         template = self._plan.template.dropDuplicates(subset)
         return DataFrame(L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset)), self._session)
 
     drop_duplicates = dropDuplicates
 
     def distinct(self) -> "DataFrame":
+        """Drop rows seen before, over all columns, as PySpark's ``DataFrame.distinct`` (``dropDuplicates()``)."""
         return self.dropDuplicates()
 
     def dropDuplicatesWithinWatermark(self, subset: list[str] | None = None) -> "DataFrame":  # noqa: N802
         # the template is a batch DataFrame, on which Spark refuses dropDuplicatesWithinWatermark
+        """Drop rows whose key was seen within the watermark delay, as PySpark's
+        ``DataFrame.dropDuplicatesWithinWatermark`` (the stream needs a ``withWatermark``).
+        """
         template = self._plan.template.dropDuplicates(subset)
         node = L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset), within_watermark=True)
         return DataFrame(node, self._session)
@@ -639,6 +824,20 @@ class DataFrame:
     # ------------------------------------------------------------------ output
     @property
     def writeStream(self) -> "DataStreamWriter":  # noqa: N802
+        """The ``DataStreamWriter`` that starts this stream's query, as PySpark's ``DataFrame.writeStream``.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,)])
+        0
+        >>> q = ms.toDF().writeStream.format("memory").queryName("df_write_stream").start()
+        >>> q.processAllAvailable()
+        >>> spark.table("df_write_stream").collect()
+        [Row(a=1)]
+        >>> q.stop()
+        """
         return DataStreamWriter(self._plan, self._session)
 
     def explain(self, extended: bool | str | None = None, mode: str | None = None) -> None:
@@ -669,6 +868,14 @@ class DataFrame:
         return check_batch_action_on_stream()
 
     def collect(self) -> Any:
+        """PySpark's ``DataFrame.collect`` runs the query now, so on a stream it is Spark's error:
+        use ``writeStream`` (the ``memory`` sink, or ``foreachBatch``) instead.
+
+        Raises
+        ------
+        AnalysisException
+            Spark's error of a batch action on a streaming DataFrame.
+        """
         raise self._batch_action_error()
 
     def _batch_action(name: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
@@ -688,19 +895,24 @@ class DataFrame:
 
     @property
     def rdd(self) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (PySpark's ``DataFrame.rdd``)."""
         raise self._batch_action_error()
 
     @property
     def write(self) -> Any:
+        """Spark's error (``write`` cannot be called on a streaming DataFrame): use ``writeStream``."""
         raise call_on_streaming_dataset_unsupported_error("write")
 
     def writeTo(self, table: str) -> Any:  # noqa: N802
+        """Spark's error (``writeTo`` cannot be called on a streaming DataFrame): use ``writeStream.toTable``."""
         raise call_on_streaming_dataset_unsupported_error("writeTo")
 
     def mergeInto(self, table: str, condition: Any) -> Any:  # noqa: N802
+        """Spark's error (``mergeInto`` cannot be called on a streaming DataFrame)."""
         raise call_on_streaming_dataset_unsupported_error("mergeInto")
 
     def crosstab(self, col1: str, col2: str) -> Any:
+        """Spark's error: ``crosstab`` is a pivot, which Spark refuses on a stream."""
         raise pivot_on_stream_error()
 
     # ------------------------------------------------------------------ not yet
@@ -739,18 +951,23 @@ class DataFrame:
     del _name, _hint, _not_yet
 
     def show(self, *args: Any, **kwargs: Any) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame: use the ``console`` sink instead."""
         raise self._batch_action_error()
 
     def toPandas(self) -> Any:  # noqa: N802
+        """Spark's error of a batch action on a streaming DataFrame: ``foreachBatch`` gives each batch's DataFrame."""
         raise self._batch_action_error()
 
     def take(self, num: int) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (PySpark's ``DataFrame.take``)."""
         raise self._batch_action_error()
 
     def first(self) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (PySpark's ``DataFrame.first``)."""
         raise self._batch_action_error()
 
     def head(self, n: int | None = None) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (PySpark's ``DataFrame.head``)."""
         raise self._batch_action_error()
 
     def __repr__(self) -> str:
@@ -793,6 +1010,24 @@ class GroupedData:
         return DataFrame(node, self._df._session)  # noqa: SLF001
 
     def agg(self, *exprs: Any) -> DataFrame:
+        """The aggregated stream, as PySpark's ``GroupedData.agg``: aggregate columns, or one
+        ``{column: function}`` dict; result names are Spark's.
+
+        Parameters
+        ----------
+        *exprs : Column or dict
+            Aggregate expressions (``F.sum("v")``, ...), or one dict.
+
+        Returns
+        -------
+        DataFrame
+            The stream of the grouping columns and the aggregates.
+
+        Raises
+        ------
+        ValueError
+            PySpark's ``CANNOT_BE_EMPTY``, without any expression.
+        """
         if len(exprs) == 1 and isinstance(exprs[0], dict):
             return self._agg_dict(dict(exprs[0]))
         aggs = list(_cols(exprs))
@@ -819,6 +1054,21 @@ class GroupedData:
         return self._aggregate(template, aggs)
 
     def count(self) -> DataFrame:
+        """The number of rows per group, in a column ``count``, as PySpark's ``GroupedData.count``.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("k STRING")
+        >>> ms.add_data([("a",), ("b",), ("a",)])
+        0
+        >>> counts = ms.toDF().groupBy("k").count()
+        >>> q = counts.writeStream.outputMode("complete").format("memory").queryName("grouped_count").start()
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("grouped_count").collect())
+        [Row(k='a', count=2), Row(k='b', count=1)]
+        >>> q.stop()
+        """
         return self._aggregate(self._template().count(), [F.count(F.lit(1)).alias("count")])
 
     def _numeric(self, fn: str, cols: tuple[str, ...]) -> DataFrame:
@@ -837,21 +1087,27 @@ class GroupedData:
         return self._aggregate(template, aggs)
 
     def sum(self, *cols: str) -> DataFrame:
+        """The sum of each named numeric column (all numeric columns without names) per group, as PySpark's ``GroupedData.sum``."""
         return self._numeric("sum", cols)
 
     def avg(self, *cols: str) -> DataFrame:
+        """The mean of each named numeric column (all numeric columns without names) per group, as PySpark's ``GroupedData.avg``."""
         return self._numeric("avg", cols)
 
     def mean(self, *cols: str) -> DataFrame:
+        """The mean of each named numeric column per group, as PySpark's ``GroupedData.mean`` (columns named ``avg(...)``)."""
         return self._numeric("mean", cols)
 
     def min(self, *cols: str) -> DataFrame:
+        """The minimum of each named numeric column (all numeric columns without names) per group, as PySpark's ``GroupedData.min``."""
         return self._numeric("min", cols)
 
     def max(self, *cols: str) -> DataFrame:
+        """The maximum of each named numeric column (all numeric columns without names) per group, as PySpark's ``GroupedData.max``."""
         return self._numeric("max", cols)
 
     def pivot(self, pivot_col: str, values: Any = None) -> Any:
+        """Spark's error: a pivot is not supported on a streaming DataFrame."""
         raise pivot_on_stream_error()
 
     def _not_yet(name: str, hint: str) -> Callable[..., Any]:  # type: ignore[misc]  # noqa: N805
@@ -1040,12 +1296,15 @@ class DataFrameNaFunctions:
         self._df = df
 
     def drop(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> DataFrame:
+        """Drop the rows with nulls, as PySpark's ``DataFrameNaFunctions.drop`` (``df.dropna``)."""
         return self._df.dropna(how, thresh, subset)
 
     def fill(self, value: Any, subset: Any = None) -> DataFrame:
+        """Replace nulls with a value, as PySpark's ``DataFrameNaFunctions.fill`` (``df.fillna``)."""
         return self._df.fillna(value, subset)
 
     def replace(self, to_replace: Any, value: Any = _NoValue, subset: Any = None) -> DataFrame:
+        """Replace values, as PySpark's ``DataFrameNaFunctions.replace`` (``df.replace``)."""
         return self._df.replace(to_replace, value, subset)
 
     def __getattr__(self, name: str) -> Any:
@@ -1063,21 +1322,27 @@ class DataFrameStatFunctions:
         self._df = df
 
     def sampleBy(self, col: Any, fractions: dict[Any, float], seed: int | None = None) -> DataFrame:  # noqa: N802
+        """A stratified sample of each micro-batch, as PySpark's ``DataFrameStatFunctions.sampleBy`` (``df.sampleBy``)."""
         return self._df.sampleBy(col, fractions, seed)
 
     def approxQuantile(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        """Spark's error of a batch action on a streaming DataFrame (``df.approxQuantile``)."""
         return self._df.approxQuantile(*args, **kwargs)
 
     def corr(self, *args: Any, **kwargs: Any) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (``df.corr``)."""
         return self._df.corr(*args, **kwargs)
 
     def cov(self, *args: Any, **kwargs: Any) -> Any:
+        """Spark's error of a batch action on a streaming DataFrame (``df.cov``)."""
         return self._df.cov(*args, **kwargs)
 
     def crosstab(self, col1: str, col2: str) -> Any:
+        """Spark's error: ``crosstab`` is a pivot, which Spark refuses on a stream (``df.crosstab``)."""
         return self._df.crosstab(col1, col2)
 
     def freqItems(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        """``NotSupportedYetError``: statestream does not run ``freqItems`` on a stream yet (``df.freqItems``)."""
         return self._df.freqItems(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

@@ -37,7 +37,22 @@ def _progress(values: dict) -> Any:
 
 
 class StreamingQuery:
-    """A handle to a running (or terminated) query."""
+    """A handle to a running (or terminated) query: PySpark's ``StreamingQuery``.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> ms = ss.memoryStream("a INT")
+    >>> ms.add_data([(1,)])
+    0
+    >>> q = ms.toDF().writeStream.format("noop").queryName("query_class").start()
+    >>> q.processAllAvailable()
+    >>> q.name, q.isActive
+    ('query_class', True)
+    >>> q.stop()
+    >>> q.isActive
+    False
+    """
 
     def __init__(self, execution: "MicroBatchExecution") -> None:
         self._ex = execution
@@ -56,45 +71,161 @@ class StreamingQuery:
 
     @property
     def id(self) -> str:
+        """The query's id, as PySpark's ``StreamingQuery.id``: a UUID string kept in the checkpoint, the
+        same across restarts from it.
+
+        Examples
+        --------
+        >>> import uuid
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").option("checkpointLocation", f"{tmp}/query_id").start()
+        >>> first = q.id
+        >>> q.stop()
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").option("checkpointLocation", f"{tmp}/query_id").start()
+        >>> q.id == first, str(uuid.UUID(first)) == first
+        (True, True)
+        >>> q.stop()
+        """
         return self._ex.query_id
 
     @property
     def runId(self) -> str:  # noqa: N802
+        """The id of this run of the query, as PySpark's ``StreamingQuery.runId``: a new UUID string at
+        every start, restarts from the checkpoint included.
+        """
         return self._ex.run_id
 
     @property
     def name(self) -> str | None:
+        """The name given with ``queryName``, or ``None``, as PySpark's ``StreamingQuery.name``.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("query_name").start()
+        >>> q.name
+        'query_name'
+        >>> q.stop()
+        """
         return self._ex.query_name
 
     @property
     def isActive(self) -> bool:  # noqa: N802
+        """Whether the query is running, as PySpark's ``StreamingQuery.isActive``: false once it was
+        stopped, failed, or finished (``trigger(once=True)`` / ``availableNow=True``).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").start()
+        >>> q.isActive
+        True
+        >>> q.stop()
+        >>> q.isActive
+        False
+        """
         return self._ex.is_active
 
     @property
     def status(self) -> dict:
+        """What the query is doing now, as PySpark's ``StreamingQuery.status``: a dict with
+        ``message``, ``isDataAvailable`` and ``isTriggerActive`` (a copy: it does not change).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").start()
+        >>> q.processAllAvailable()
+        >>> sorted(q.status)
+        ['isDataAvailable', 'isTriggerActive', 'message']
+        >>> q.stop()
+        >>> q.status["message"]
+        'Stopped'
+        """
         return self._ex.status
 
     @property
     def lastProgress(self) -> Any:  # noqa: N802
         """PySpark's ``StreamingQueryProgress`` of the last trigger (attribute and dict access,
-        ``json``, ``prettyJson``), or ``None`` before the first one."""
+        ``json``, ``prettyJson``), or ``None`` before the first one.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,), (2,)])
+        0
+        >>> q = ms.toDF().writeStream.format("noop").queryName("query_progress").start()
+        >>> q.processAllAvailable()
+        >>> q.lastProgress["name"]
+        'query_progress'
+        >>> q.stop()
+        """
         last = self._ex.progress.last()
         return _progress(last) if last is not None else None
 
     @property
     def recentProgress(self) -> list[Any]:  # noqa: N802
+        """The progress of the recent triggers, oldest first, as PySpark's
+        ``StreamingQuery.recentProgress`` (a list of ``StreamingQueryProgress``).
+        """
         return [_progress(p) for p in self._ex.progress.recent()]
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:  # noqa: N802
         """Wait until the query terminates, or for ``timeout`` seconds (a number above 0, else
         PySpark's ``VALUE_NOT_POSITIVE``); with a timeout, whether it terminated. A failed
-        query's exception is raised."""
+        query's exception is raised.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most; without it, wait as long as the query runs.
+
+        Returns
+        -------
+        bool or None
+            With a timeout, whether the query terminated; without one, ``None``.
+
+        Raises
+        ------
+        StreamingQueryException
+            The failure of a failed query.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,)])
+        0
+        >>> q = ms.toDF().writeStream.format("noop").start()
+        >>> q.awaitTermination(0.1)
+        False
+        >>> q.stop()
+        >>> q.awaitTermination(0.1)
+        True
+        """
         timeout = checked_timeout(timeout, allow_zero=False)
         with self._stop_on_interrupt():
             done = self._ex.await_termination(timeout)
         return done if timeout is not None else None
 
     def processAllAvailable(self) -> None:  # noqa: N802
+        """Block until every row available in the sources when it was called has been processed and
+        committed, as PySpark's ``StreamingQuery.processAllAvailable`` (meant for tests). A failed
+        query's exception is raised; Ctrl-C while waiting stops the query, then goes on.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,), (2,)])
+        0
+        >>> q = ms.toDF().writeStream.format("memory").queryName("query_all_available").start()
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("query_all_available").collect())
+        [Row(a=1), Row(a=2)]
+        >>> q.stop()
+        """
         with self._stop_on_interrupt():
             self._ex.process_all_available()
 
@@ -111,6 +242,23 @@ class StreamingQuery:
             raise
 
     def stop(self) -> None:
+        """Stop the query, as PySpark's ``StreamingQuery.stop``: the Spark jobs of the batch in flight
+        are cancelled (that batch runs again from the checkpoint at the next start), then the query's
+        thread is waited for, at most ``spark.sql.streaming.stopTimeout`` (0: as long as it takes).
+
+        Raises
+        ------
+        TimeoutError
+            With Spark's message, when the thread still runs after ``spark.sql.streaming.stopTimeout``.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").start()
+        >>> q.stop()
+        >>> q.isActive, q.exception()
+        (False, None)
+        """
         self._ex.stop()  # the run's end stops the dashboard it serves
 
     def exception(self) -> BaseException | None:
@@ -122,6 +270,9 @@ class StreamingQuery:
         return exc
 
     def explain(self, extended: bool = False) -> None:
+        """Print the physical plan of the last micro-batch (``"N/A"`` before the first one), as
+        PySpark's ``StreamingQuery.explain``; ``extended=True`` prints the logical plans too.
+        """
         plan = self._ex.explained_plan()
         if plan is None:
             print("N/A")  # noqa: T201 - like PySpark, explain prints
@@ -139,7 +290,19 @@ _ACTIVE_LOCK = threading.Lock()
 
 
 class StreamingQueryManager:
-    """``StreamingSession.streams``: the active queries of one session."""
+    """``StreamingSession.streams``: the active queries of one session, as PySpark's
+    ``StreamingQueryManager``.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> ss.streams.active
+    []
+    >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("manager_class").start()
+    >>> ss.streams.get(q.id) is q
+    True
+    >>> q.stop()
+    """
 
     def __init__(self, spark: Any = None) -> None:
         #: the session whose queries these are: when statestream.enable serves it, a query handed
@@ -220,7 +383,16 @@ class StreamingQueryManager:
     def active(self) -> list[Any]:
         """The runs started and not terminated yet, as Spark's list: a query whose ``stop()``
         timed out is inactive (``isActive`` is false) but listed until its thread ends. On a
-        session that statestream.enable serves, the queries handed to Spark's engine follow."""
+        session that statestream.enable serves, the queries handed to Spark's engine follow.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("manager_active").start()
+        >>> [query.name for query in ss.streams.active]
+        ['manager_active']
+        >>> q.stop()
+        """
         with self._lock:
             ours: list[Any] = list(self._running.values())
         return ours + self._spark_engine_queries()
@@ -263,6 +435,21 @@ class StreamingQueryManager:
             self._spark_listeners.append(listener)
 
     def get(self, id: str) -> Any:  # noqa: A002 - PySpark's name
+        """The active query whose id is ``id``, or ``None``, as PySpark's ``StreamingQueryManager.get``.
+
+        Parameters
+        ----------
+        id : str
+            A query's ``id`` (not its ``runId``).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("manager_get").start()
+        >>> ss.streams.get(q.id).name
+        'manager_get'
+        >>> q.stop()
+        """
         for q in self.active:
             if q.id == id:
                 return q
@@ -278,9 +465,16 @@ class StreamingQueryManager:
 
         Examples
         --------
-        >>> q = ss.readStream.format("rate").load().writeStream.format("noop").start()  # doctest: +SKIP
-        >>> ss.streams.awaitAnyTermination(1.0)                                         # doctest: +SKIP
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,)])
+        0
+        >>> q = ms.toDF().writeStream.format("noop").start()
+        >>> ss.streams.awaitAnyTermination(0.1)
         False
+        >>> q.stop()
+        >>> ss.streams.awaitAnyTermination(0.1)
+        True
         """
         timeout = checked_timeout(timeout, allow_zero=True)
         deadline = None if timeout is None else time.monotonic() + timeout

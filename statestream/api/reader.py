@@ -56,6 +56,17 @@ class SourceSpec:
         return self.format
 
     def create(self, spark: "SparkSession", metadata_dir: str | None) -> "Source":
+        """The source this spec describes: the ``MemoryStream`` instance itself, or a new source made
+        from the format, options, schema and path (with the schema fixed at ``load()``, when the
+        source can keep it).
+
+        Parameters
+        ----------
+        spark : SparkSession
+            The session the source reads with.
+        metadata_dir : str or None
+            The checkpoint's directory for the source's own metadata; ``None`` for a probe.
+        """
         if self.instance is not None:
             return self.instance
 
@@ -66,7 +77,16 @@ class SourceSpec:
 
 
 class DataStreamReader:
-    """``StreamingSession.readStream``."""
+    """``StreamingSession.readStream``: PySpark's ``DataStreamReader``, whose streams run on
+    statestream's engine.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> reader = ss.readStream.format("rate").option("rowsPerSecond", 10)
+    >>> reader.load().dtypes
+    [('timestamp', 'timestamp'), ('value', 'bigint')]
+    """
 
     def __init__(self, session: "StreamingSessionLike") -> None:
         self._session = session
@@ -81,22 +101,95 @@ class DataStreamReader:
         raise missing_member("DataStreamReader", _PySpark, name)
 
     def format(self, source: str) -> "DataStreamReader":
+        """Set the source's format (``"rate"``, ``"json"``, ``"kafka"``, ...), as PySpark's
+        ``DataStreamReader.format``; without it ``load()`` uses ``spark.sql.sources.default``.
+
+        Parameters
+        ----------
+        source : str
+            The source's short name.
+
+        Returns
+        -------
+        DataStreamReader
+            This reader.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.format("rate").load().columns
+        ['timestamp', 'value']
+        """
         self._format = source
         return self
 
     def option(self, key: str, value: Any) -> "DataStreamReader":
         """Set an option; ``None`` sets it to null, as PySpark does (a file source's own option
         then reads as ``'null'``, a V2 source's takes its default, a file format's option goes
-        to Spark's reader as null)."""
+        to Spark's reader as null).
+
+        Parameters
+        ----------
+        key : str
+            The option's name (Spark's options are case-insensitive).
+        value : str, int, float, bool or None
+            Kept as Spark keeps it: a string (``True`` becomes ``'true'``).
+
+        Returns
+        -------
+        DataStreamReader
+            This reader.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.format("rate").option("rowsPerSecond", 10).load().isStreaming
+        True
+        """
         self._options[key] = option_string(value)
         return self
 
     def options(self, **options: Any) -> "DataStreamReader":
+        """Set several options, as PySpark's ``DataStreamReader.options``: each as ``option(key, value)``
+        would (a ``None`` value sets the option to null).
+
+        Returns
+        -------
+        DataStreamReader
+            This reader.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.format("rate").options(rowsPerSecond=10, numPartitions=1).load().isStreaming
+        True
+        """
         for k, v in options.items():
             self.option(k, v)
         return self
 
     def schema(self, schema: "StructType | str") -> "DataStreamReader":
+        """Set the schema of the rows to read, as PySpark's ``DataStreamReader.schema`` (file sources
+        need one unless schema inference is on).
+
+        Parameters
+        ----------
+        schema : StructType or str
+            A ``StructType``, or a DDL string (``"a INT, b STRING"``) parsed with ``StructType.fromDDL``.
+
+        Returns
+        -------
+        DataStreamReader
+            This reader.
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_schema")
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.schema("a INT, b STRING").json(f"{tmp}/reader_schema").dtypes
+        [('a', 'int'), ('b', 'string')]
+        """
         from pyspark.sql.types import StructType
 
         if isinstance(schema, str):
@@ -105,6 +198,39 @@ class DataStreamReader:
         return self
 
     def load(self, path: str | None = None, format: str | None = None, schema: Any = None, **options: Any) -> "DataFrame":  # noqa: A002
+        """The streaming DataFrame over the source, as PySpark's ``DataStreamReader.load``. The source
+        is made once here, so a bad option or a missing schema fails at ``load()``, as in Spark.
+
+        Parameters
+        ----------
+        path : str, optional
+            The path of a file source (or a source's ``path`` option).
+        format : str, optional
+            Sets the format, as ``format()`` would.
+        schema : StructType or str, optional
+            Sets the schema, as ``schema()`` would.
+        **options
+            Set as ``options()`` would.
+
+        Returns
+        -------
+        DataFrame
+            A streaming DataFrame (``isStreaming`` is true).
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_load")
+        >>> with open(f"{tmp}/reader_load/part-0.json", "w") as f:
+        ...     _ = f.write('{"a": 1}' + chr(10) + '{"a": 2}' + chr(10))
+        >>> ss = StreamingSession(spark)
+        >>> df = ss.readStream.load(f"{tmp}/reader_load", format="json", schema="a INT")
+        >>> q = df.writeStream.format("memory").queryName("reader_load").start()
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("reader_load").collect())
+        [Row(a=1), Row(a=2)]
+        >>> q.stop()
+        """
         if format is not None:
             self.format(format)
         if schema is not None:
@@ -117,12 +243,45 @@ class DataStreamReader:
     # PySpark's format methods name their options as arguments and leave those given as None
     # unset (only option()/options()/load() set an option to null)
     def parquet(self, path: str, **options: Any) -> "DataFrame":
+        """A stream of the Parquet files that arrive under ``path``, as PySpark's
+        ``DataStreamReader.parquet``; options given as ``None`` are left unset.
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_parquet")
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.schema("a INT").parquet(f"{tmp}/reader_parquet").isStreaming
+        True
+        """
         return self.format("parquet").load(path, **_not_none(options))
 
     def json(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        """A stream of the JSON-lines files that arrive under ``path``, as PySpark's
+        ``DataStreamReader.json``; options given as ``None`` are left unset.
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_json")
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.json(f"{tmp}/reader_json", schema="a INT, b STRING").columns
+        ['a', 'b']
+        """
         return self.format("json").load(path, schema=schema, **_not_none(options))
 
     def csv(self, path: str, schema: Any = None, **options: Any) -> "DataFrame":
+        """A stream of the CSV files that arrive under ``path``, as PySpark's ``DataStreamReader.csv``;
+        options given as ``None`` are left unset.
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_csv")
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.csv(f"{tmp}/reader_csv", schema="a INT, b STRING", header=True).columns
+        ['a', 'b']
+        """
         return self.format("csv").load(path, schema=schema, **_not_none(options))
 
     def text(
@@ -146,6 +305,17 @@ class DataStreamReader:
         recursiveFileLookup: Any = None,  # noqa: N803
         **options: Any,
     ) -> "DataFrame":
+        """A stream of the ORC files that arrive under ``path``, as PySpark's ``DataStreamReader.orc``;
+        options given as ``None`` are left unset.
+
+        Examples
+        --------
+        >>> import os
+        >>> os.makedirs(f"{tmp}/reader_orc")
+        >>> ss = StreamingSession(spark)
+        >>> ss.readStream.schema("a INT").orc(f"{tmp}/reader_orc").isStreaming
+        True
+        """
         given = dict(mergeSchema=mergeSchema, pathGlobFilter=pathGlobFilter, recursiveFileLookup=recursiveFileLookup)
         return self.format("orc").load(path, **_not_none({**options, **given}))
 

@@ -56,8 +56,29 @@ _GLOBAL_VIEWS: dict[str, Any] = {}
 class StreamingSession:
     """Wraps a ``SparkSession``; ``readStream`` and ``streams`` behave as Spark's.
 
-    >>> ss = StreamingSession(spark)                                          # doctest: +SKIP
-    >>> counts = ss.readStream.format("rate").load().groupBy("value").count() # doctest: +SKIP
+    Parameters
+    ----------
+    spark : SparkSession
+        A classic (not Spark Connect) session. Its batch API stays reachable through the
+        wrapper (``ss.createDataFrame``, ``ss.range``, ...).
+
+    Raises
+    ------
+    NotSupportedYetError
+        When ``spark`` is a Spark Connect session.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> words = ss.memoryStream("word STRING")
+    >>> words.add_data([("a",), ("b",), ("a",)])
+    0
+    >>> counts = words.toDF().groupBy("word").count()
+    >>> q = counts.writeStream.outputMode("complete").format("memory").queryName("session_words").start()
+    >>> q.processAllAvailable()
+    >>> sorted(spark.table("session_words").collect())
+    [Row(word='a', count=2), Row(word='b', count=1)]
+    >>> q.stop()
     """
 
     def __new__(cls, spark: "SparkSession") -> "StreamingSession":
@@ -143,15 +164,68 @@ class StreamingSession:
 
     @property
     def readStream(self) -> "DataStreamReader":  # noqa: N802
+        """The ``DataStreamReader`` of this session: behaves as PySpark's ``SparkSession.readStream``,
+        and the streams it reads run on statestream's engine.
+
+        Returns
+        -------
+        DataStreamReader
+            A new reader (its settings are its own).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> df = ss.readStream.format("rate").load()
+        >>> df.isStreaming
+        True
+        >>> df.columns
+        ['timestamp', 'value']
+        """
         return DataStreamReader(self)
 
     @property
     def streams(self) -> StreamingQueryManager:
+        """The ``StreamingQueryManager`` of the queries this session started, as PySpark's
+        ``SparkSession.streams``.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("session_streams").start()
+        >>> [query.name for query in ss.streams.active]
+        ['session_streams']
+        >>> q.stop()
+        >>> ss.streams.active
+        []
+        """
         return self._streams
 
     def memoryStream(self, schema) -> "Any":  # noqa: N802
         """A ``MemoryStream`` (for tests): ``add_data(rows)`` adds one batch; ``toDF()`` is the
-        streaming DataFrame over it."""
+        streaming DataFrame over it.
+
+        Parameters
+        ----------
+        schema : StructType or str
+            The rows' schema, a ``StructType`` or a DDL string (``"k STRING, v INT"``).
+
+        Returns
+        -------
+        MemoryStream
+            ``add_data(rows)`` returns the offset of the batch it added (``0`` first).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("k STRING, v INT")
+        >>> ms.add_data([("a", 1), ("b", 2)])
+        0
+        >>> q = ms.toDF().writeStream.format("memory").queryName("memory_stream_rows").start()
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("memory_stream_rows").collect())
+        [Row(k='a', v=1), Row(k='b', v=2)]
+        >>> q.stop()
+        """
         stream = MemoryStream(self.sparkSession, schema)
         stream.to_df = lambda: memory_stream_df(self, stream)
         stream.toDF = stream.to_df
@@ -159,6 +233,13 @@ class StreamingSession:
 
     @property
     def conf(self):
+        """The runtime configuration of the wrapped SparkSession (``spark.conf``, the same object).
+
+        Examples
+        --------
+        >>> StreamingSession(spark).conf.get("spark.sql.shuffle.partitions")
+        '2'
+        """
         return self.sparkSession.conf
 
 

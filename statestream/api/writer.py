@@ -48,7 +48,22 @@ __all__ = ["DataStreamWriter"]
 
 @hands_over
 class DataStreamWriter:
-    """``DataFrame.writeStream``."""
+    """``DataFrame.writeStream``: PySpark's ``DataStreamWriter``; ``start()`` runs the query on
+    statestream's engine.
+
+    Examples
+    --------
+    >>> ss = StreamingSession(spark)
+    >>> ms = ss.memoryStream("a INT")
+    >>> ms.add_data([(1,), (2,)])
+    0
+    >>> writer = ms.toDF().writeStream.format("memory").queryName("writer_class").outputMode("append")
+    >>> q = writer.start()
+    >>> q.processAllAvailable()
+    >>> sorted(spark.table("writer_class").collect())
+    [Row(a=1), Row(a=2)]
+    >>> q.stop()
+    """
 
     #: its settings return the writer itself; once a setting or ``start`` handed the query over
     #: to Spark's engine (``handover.py``), the rest of its calls go to Spark's writer
@@ -75,6 +90,37 @@ class DataStreamWriter:
         raise missing_member("DataStreamWriter", _PySpark, name)
 
     def outputMode(self, outputMode: str) -> "DataStreamWriter":  # noqa: N802,N803
+        """Set how each trigger's result reaches the sink, as PySpark's ``DataStreamWriter.outputMode``:
+        ``"append"`` (the default), ``"update"`` or ``"complete"``, in any case.
+
+        Parameters
+        ----------
+        outputMode : str
+            ``"append"``, ``"update"`` or ``"complete"``.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Raises
+        ------
+        Exception
+            PySpark's error of an unknown output mode (checked here, not at ``start()``).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("k STRING")
+        >>> ms.add_data([("a",), ("a",)])
+        0
+        >>> counts = ms.toDF().groupBy("k").count()
+        >>> q = counts.writeStream.outputMode("Complete").format("memory").queryName("writer_mode").start()
+        >>> q.processAllAvailable()
+        >>> spark.table("writer_mode").collect()
+        [Row(k='a', count=2)]
+        >>> q.stop()
+        """
         mode = outputMode.lower() if isinstance(outputMode, str) else outputMode
         if mode not in ("append", "update", "complete"):
             raise invalid_output_mode_error(outputMode)
@@ -82,21 +128,90 @@ class DataStreamWriter:
         return self
 
     def format(self, source: str) -> "DataStreamWriter":
+        """Set the sink (``"memory"``, ``"console"``, ``"noop"``, ``"parquet"``, ``"kafka"``, ...), as
+        PySpark's ``DataStreamWriter.format``; the name is kept lower-cased. Without it ``start()``
+        uses ``spark.sql.sources.default``.
+
+        Parameters
+        ----------
+        source : str
+            The sink's short name.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,)])
+        0
+        >>> q = ms.toDF().writeStream.format("noop").start()
+        >>> q.processAllAvailable()
+        >>> q.isActive
+        True
+        >>> q.stop()
+        """
         self._format = source.lower()
         return self
 
     def option(self, key: str, value: Any) -> "DataStreamWriter":
         """Set an option; ``None`` sets it to null, as PySpark does (``checkpointLocation`` set to
-        null then fails ``start()`` as in Spark, a V2 sink's option takes its default)."""
+        null then fails ``start()`` as in Spark, a V2 sink's option takes its default).
+
+        Parameters
+        ----------
+        key : str
+            The option's name (``checkpointLocation``, ``path``, a sink's own option).
+        value : str, int, float, bool or None
+            Kept as Spark keeps it: a string (``True`` becomes ``'true'``).
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Examples
+        --------
+        >>> import os
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,)])
+        0
+        >>> checkpoint = f"{tmp}/writer_option"
+        >>> q = ms.toDF().writeStream.format("noop").option("checkpointLocation", checkpoint).start()
+        >>> q.processAllAvailable()
+        >>> q.stop()
+        >>> os.path.isdir(checkpoint)
+        True
+        """
         self._options[key] = option_string(value)
         return self
 
     def options(self, **options: Any) -> "DataStreamWriter":
+        """Set several options, as PySpark's ``DataStreamWriter.options``: each as ``option(key, value)``
+        would.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+        """
         for k, v in options.items():
             self.option(k, v)
         return self
 
     def partitionBy(self, *cols: str) -> "DataStreamWriter":  # noqa: N802
+        """Partition a file sink's output by these columns (directories ``col=value``), as PySpark's
+        ``DataStreamWriter.partitionBy``; one list or tuple of names is taken as the names.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+        """
         self._partition_by = list(cols[0]) if len(cols) == 1 and isinstance(cols[0], (list, tuple)) else list(cols)
         return self
 
@@ -108,6 +223,32 @@ class DataStreamWriter:
         return self
 
     def queryName(self, queryName: str) -> "DataStreamWriter":  # noqa: N802,N803
+        """Name the query, as PySpark's ``DataStreamWriter.queryName``: the name shows in ``query.name``
+        and its progress, and names the memory sink's table. Two active queries cannot share one.
+
+        Parameters
+        ----------
+        queryName : str
+            A non-empty name.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Raises
+        ------
+        Exception
+            PySpark's ``VALUE_NOT_NON_EMPTY_STR`` error, for an empty or non-string name.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> q = ss.memoryStream("a INT").toDF().writeStream.format("noop").queryName("writer_named").start()
+        >>> q.name
+        'writer_named'
+        >>> q.stop()
+        """
         if not queryName or not isinstance(queryName, str) or not queryName.strip():
             raise value_not_non_empty_str_error("queryName", queryName)
         self._query_name = queryName
@@ -122,6 +263,46 @@ class DataStreamWriter:
         availableNow: bool | None = None,  # noqa: N803
     ) -> "DataStreamWriter":
         # PySpark's checks, in its order: exactly one kind, then that kind's value
+        """Set when micro-batches run, as PySpark's ``DataStreamWriter.trigger``, with PySpark's checks
+        (exactly one keyword). Without a trigger, a batch starts as soon as the previous one ends.
+
+        Parameters
+        ----------
+        processingTime : str, optional
+            An interval (``"5 seconds"``): one micro-batch per interval.
+        once : bool, optional
+            ``True``: one micro-batch of everything available, then the query stops.
+        continuous : str, optional
+            Continuous processing; statestream runs micro-batches only.
+        availableNow : bool, optional
+            ``True``: everything available, in as many micro-batches as the sources' limits ask,
+            then the query stops.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Raises
+        ------
+        NotSupportedYetError
+            For ``continuous=...``: statestream does not run continuous processing (Spark does).
+        Exception
+            PySpark's errors of no keyword or several, or of a bad value.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,), (2,)])
+        0
+        >>> q = ms.toDF().writeStream.format("memory").queryName("writer_available_now").trigger(availableNow=True).start()
+        >>> q.awaitTermination(60)
+        True
+        >>> sorted(spark.table("writer_available_now").collect())
+        [Row(a=1), Row(a=2)]
+        >>> q.stop()
+        """
         given = [x for x in (processingTime, once, continuous, availableNow) if x is not None]
         if len(given) != 1:
             raise only_allow_single_trigger_error()
@@ -145,11 +326,54 @@ class DataStreamWriter:
         return self
 
     def foreachBatch(self, func: Callable) -> "DataStreamWriter":  # noqa: N802
+        """Hand each micro-batch's output to ``func(batch_df, batch_id)``, as PySpark's
+        ``DataStreamWriter.foreachBatch``: ``batch_df`` is a batch DataFrame.
+
+        Parameters
+        ----------
+        func : callable
+            Called with the batch's DataFrame and the batch id (an int), on the driver.
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,), (2,)])
+        0
+        >>> seen = []
+        >>> def record(batch_df, batch_id):
+        ...     seen.append((batch_id, sorted(row.a for row in batch_df.collect())))
+        >>> q = ms.toDF().writeStream.foreachBatch(record).start()
+        >>> q.processAllAvailable()
+        >>> q.stop()
+        >>> seen
+        [(0, [1, 2])]
+        """
         self._foreach_batch = func
         self._format = "foreachbatch"
         return self
 
     def foreach(self, f: Any) -> "DataStreamWriter":
+        """Hand each output row to a function or a writer object, as PySpark's
+        ``DataStreamWriter.foreach``: a callable ``f(row)``, or an object with ``process(row)``
+        (and optional ``open(partition_id, epoch_id)`` and ``close(error)``).
+
+        Parameters
+        ----------
+        f : callable or object
+            The row function, or the writer object (without a callable ``process`` it is refused
+            here, as PySpark refuses it).
+
+        Returns
+        -------
+        DataStreamWriter
+            This writer.
+        """
         partition_task(f)  # PySpark refuses a writer without a callable process() right here
         self._foreach_writer = f
         self._foreach_batch = None
@@ -178,6 +402,22 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
+        """Start the query writing to a catalog table, as PySpark's ``DataStreamWriter.toTable``: the
+        table is created when missing (with the format, partitioning and ``clusterBy`` columns
+        given), and its files are written as a file sink writes.
+
+        Parameters
+        ----------
+        tableName : str
+            The table's name.
+        format, outputMode, partitionBy, queryName, **options
+            Applied as their setters would (``None`` keeps the setter's value).
+
+        Returns
+        -------
+        StreamingQuery
+            The started query.
+        """
         self._set(format, outputMode, partitionBy, queryName, options)
         clustering = self._clustering_columns(check_names=True)
         target = prepare_table(
@@ -219,6 +459,43 @@ class DataStreamWriter:
         queryName: str | None = None,  # noqa: N803
         **options: Any,
     ) -> "StreamingQuery":
+        """Start the query, as PySpark's ``DataStreamWriter.start``: it runs in a background thread
+        and the handle is returned at once.
+
+        The checkpoint is ``option("checkpointLocation")``, else a directory named after the query
+        under ``spark.sql.streaming.checkpointLocation``, else a temporary directory deleted when
+        the query stops; file sinks need one of the first two.
+
+        Parameters
+        ----------
+        path : str, optional
+            The output path of a file sink (the ``path`` option).
+        format, outputMode, partitionBy, queryName, **options
+            Applied as their setters would (``None`` keeps the setter's value).
+
+        Returns
+        -------
+        StreamingQuery
+            The running query.
+
+        Raises
+        ------
+        Exception
+            Spark's errors of a query Spark's engine would refuse (an output mode the query does not
+            support, a file sink without a checkpoint, a name an active query has, ...).
+
+        Examples
+        --------
+        >>> ss = StreamingSession(spark)
+        >>> ms = ss.memoryStream("a INT")
+        >>> ms.add_data([(1,), (2,), (3,)])
+        0
+        >>> q = ms.toDF().where("a > 1").writeStream.start(format="memory", queryName="writer_start", checkpointLocation=f"{tmp}/writer_start")
+        >>> q.processAllAvailable()
+        >>> sorted(spark.table("writer_start").collect())
+        [Row(a=2), Row(a=3)]
+        >>> q.stop()
+        """
         self._set(format, outputMode, partitionBy, queryName, options)
         if path is not None:
             self._options["path"] = path
