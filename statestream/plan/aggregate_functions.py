@@ -144,6 +144,32 @@ class DecimalArg:
         return f"decimal({min(38, self.precision + 4)},{min(38, self.scale + 4)})"
 
 
+@dataclass(frozen=True)
+class IntervalArg:
+    """The last option of an avg call over an ANSI interval column (``decompose_aggregate`` adds
+    it). Spark's ``Average`` keeps such a column's sum as the interval type's widest form
+    (``sql_type``: DAY TO SECOND or YEAR TO MONTH, starting at ``zero``) beside the count, and
+    divides the sum by the count (an interval again, null for no rows), not as doubles."""
+
+    sql_type: str
+    zero: str
+
+
+def interval_arg(types: Sequence[Any]) -> IntervalArg | None:
+    """The :class:`IntervalArg` of a call whose first argument is an ANSI interval, else None."""
+    from pyspark.sql.types import DayTimeIntervalType, YearMonthIntervalType
+
+    if types and isinstance(types[0], DayTimeIntervalType):
+        return IntervalArg("interval day to second", "INTERVAL '0 00:00:00' DAY TO SECOND")
+    if types and isinstance(types[0], YearMonthIntervalType):
+        return IntervalArg("interval year to month", "INTERVAL '0-0' YEAR TO MONTH")
+    return None
+
+
+def _interval(o: tuple) -> IntervalArg | None:
+    return o[-1] if o and isinstance(o[-1], IntervalArg) else None
+
+
 def decimal_arg(types: Sequence[Any]) -> DecimalArg | None:
     from pyspark.sql.types import DecimalType
 
@@ -272,7 +298,9 @@ def _avg_final(b: Cols, o: tuple, try_mode: bool = False) -> "Column":
 
 
 def _avg_partial(a: Cols, o: tuple) -> list["Column"]:
-    F, d = _F(), _decimal(o)
+    F, d, i = _F(), _decimal(o), _interval(o)
+    if i is not None:
+        return [F.coalesce(F.sum(a[0].cast(i.sql_type)), F.expr(i.zero)), F.count(a[0])]
     if d is not None and d.decimal_avg:
         return [F.coalesce(F.sum(a[0]).cast(d.sum_type), F.lit(0).cast(d.sum_type)), F.count(a[0])]
     # Spark's Average starts its sum at 0 and skips null inputs: the buffer is 0.0, not null,
@@ -281,7 +309,9 @@ def _avg_partial(a: Cols, o: tuple) -> list["Column"]:
 
 
 def _avg_row(a: Cols, o: tuple) -> list["Column"]:
-    F, d = _F(), _decimal(o)
+    F, d, i = _F(), _decimal(o), _interval(o)
+    if i is not None:
+        return [F.coalesce(a[0].cast(i.sql_type), F.expr(i.zero)), _ind(a[0].isNotNull())]
     if d is not None and d.decimal_avg:
         return [F.coalesce(a[0].cast(d.sum_type), F.lit(0).cast(d.sum_type)), _ind(a[0].isNotNull())]
     return [F.coalesce(_dbl(a[0]), F.lit(0.0)), _ind(a[0].isNotNull())]

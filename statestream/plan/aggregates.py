@@ -28,7 +28,7 @@ from statestream.errors import (
     distinct_aggregation_disabled_error,
     star_aggregate_error,
 )
-from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec
+from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec, interval_arg
 from statestream._jvm.calls import jvm_seq
 
 if TYPE_CHECKING:
@@ -210,6 +210,8 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
         options = options + ("integral",)
     if function in ("sum", "avg", "try_sum", "try_avg") and not node.isDistinct() and decimal_arg(types) is not None:
         options = options + (decimal_arg(types),)
+    elif function == "avg" and not node.isDistinct() and interval_arg(types) is not None:
+        options = options + (interval_arg(types),)
     elif function in ("regr_avgx", "regr_avgy") and len(types) == 2:
         # Spark replaces them with avg of the pairs' x (or y): a decimal keeps avg's decimal buffers
         picked = decimal_arg([types[1] if function == "regr_avgx" else types[0]])

@@ -281,3 +281,22 @@ def test_transform_with_state_struct_key_timers(spark, ours, tmp_path, form, key
     batches = (((0, start, value), (1, start, value)), ((2, start + dt.timedelta(seconds=20), {"a": 7, "b": "z"}),), ())
     case = Case(("struct<a:int,b:string>",), (), f"transform_with_state_{form}", (), 0, 3, 0, "update", 1, batches, gap=3, every_batch=False, python_watermark=True)
     run_case(spark, ours, case, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_avg_of_a_day_time_interval(spark, ours, tmp_path, mode):
+    """``avg`` of a day-time interval column: Spark's ``Average`` sums it as an interval (DAY TO
+    SECOND, from 0) beside the count and divides the sum by the count; statestream cast it to a
+    double and failed to plan (random tester, seed 16: an empty first batch). Rows, nulls, a
+    group of nulls only, an odd division (7 s / 2), over two batches and an empty one."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    batches = (
+        (),
+        ((0, start, 1, 1), (1, start, 1, 2), (2, start, 2, None), (3, start, 3, 7)),
+        ((4, start, 1, None), (5, start, 3, 0), (6, start, 4, -5)),
+    )
+    case = Case(("tinyint",), ("interval day to second",), "aggregate", (("avg", 0), ("count", 0)), 0, 3, 0, mode, 2, batches)
+    run_case(spark, ours, case, tmp_path)
