@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: the sinks a query may start without a checkpoint location (Spark's
+#: ``SOURCES_ALLOW_ONE_TIME_QUERY``): it then gets a temporary one; any other sink (files, Kafka, a
+#: Python data source, a table) needs ``checkpointLocation``
+ONE_TIME_QUERY_SINKS = frozenset({"memory", "foreach", "foreachbatch", "console", "noop"})
+
 __all__ = ["DataStreamWriter"]
 
 
@@ -526,7 +531,7 @@ class DataStreamWriter:
             if root:
                 checkpoint = os.path.join(root, self._query_name or __import__("uuid").uuid4().hex)
         if checkpoint is None:
-            if fmt in FILE_FORMATS:
+            if fmt not in ONE_TIME_QUERY_SINKS:
                 raise checkpoint_location_required_error()
             checkpoint = tempfile.mkdtemp(prefix="statestream-checkpoint-")
             temporary_checkpoint = True

@@ -230,7 +230,8 @@ def clustering_column_not_found_error(column: Any, names: Sequence[str]) -> Stat
 
 
 def checkpoint_location_required_error() -> StatestreamAnalysisException:
-    """Spark's ``_LEGACY_ERROR_TEMP_1298``: a file sink started without a checkpoint location."""
+    """Spark's ``_LEGACY_ERROR_TEMP_1298``: a query started without a checkpoint location on a sink
+    that needs one (any but memory, foreach, foreachBatch, console and noop)."""
     return analysis_error(
         "_LEGACY_ERROR_TEMP_1298",
         "checkpointLocation must be specified either through option(\"checkpointLocation\", ...) or "

@@ -7,6 +7,7 @@ allowed shapes must start on both.
 
 from __future__ import annotations
 
+import uuid
 from typing import Callable
 
 import pytest
@@ -130,3 +131,40 @@ def test_batch_on_the_left_of_a_union_with_a_stream(spark, ours, tmp_path):
         static.exceptAll(stream)
     # PySpark's own join of the static DataFrame takes the stream (a join Spark accepts)
     assert static.join(stream, "value").isStreaming and type(static.join(stream, "value")).__module__ == "statestream.api.dataframe"
+
+
+def _sink(writer, sink: str, where: str):
+    """``writer`` pointed at ``sink`` (no checkpoint location), as a user would write it."""
+    if sink == "foreach":
+        return writer.foreach(lambda row: None)
+    if sink == "foreachBatch":
+        return writer.foreachBatch(lambda df, batch_id: None)
+    if sink == "memory":
+        return writer.format("memory").queryName(f"no_checkpoint_{uuid.uuid4().hex[:8]}")
+    if sink == "kafka":
+        # the broker is never reached: the checkpoint location is checked first
+        return writer.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9").option("topic", "t")
+    if sink == "parquet":
+        return writer.format("parquet").option("path", where)
+    return writer.format(sink)
+
+
+@pytest.mark.parametrize("sink", ["memory", "foreach", "foreachBatch", "console", "noop", "parquet", "kafka"])
+def test_start_without_a_checkpoint_location(spark, ours, tmp_path, sink):
+    """Only the sinks Spark lets a one-time query use (memory, foreach, foreachBatch, console,
+    noop) start without ``checkpointLocation`` (on a temporary one); the others are refused at
+    ``start()`` with ``_LEGACY_ERROR_TEMP_1298``, as on Spark's engine."""
+    from pyspark.errors import AnalysisException
+
+    verdicts = []
+    for engine in (spark, ours()):
+        writer = engine.readStream.format("rate").load().writeStream
+        try:
+            query = _sink(writer, sink, str(tmp_path / f"out-{uuid.uuid4().hex[:8]}")).start()
+        except AnalysisException as exc:
+            verdicts.append((exc.getCondition(), error_text(exc)))
+        else:
+            query.stop()
+            verdicts.append(None)
+    assert verdicts[0] == verdicts[1]
+    assert (verdicts[0] is None) == (sink not in ("parquet", "kafka"))
