@@ -10,12 +10,33 @@ driver. The objects made here know their class and member already, so a call is 
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from py4j import protocol
 from py4j.java_gateway import JavaClass, JavaMember
 
-__all__ = ["java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes", "clone_session"]
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+__all__ = ["jvm_view", "java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes", "clone_session"]
+
+
+def jvm_view(owner: SparkSession | SparkContext) -> Any:
+    """The JVM view (py4j's ``JVMView``) of ``owner``, a classic SparkSession or its SparkContext:
+    what ``owner._jvm.org.apache...`` reaches. PySpark types the handle as optional (None before
+    a gateway is launched); reaching it through here names that case instead of failing on
+    ``None.org``.
+
+    Raises
+    ------
+    RuntimeError
+        ``owner`` has no JVM view.
+    """
+    view = owner._jvm  # noqa: SLF001
+    if view is None:
+        raise RuntimeError(f"{type(owner).__name__} has no JVM view (no gateway to the JVM)")
+    return view
 
 
 def _client(jvm: Any) -> Any:

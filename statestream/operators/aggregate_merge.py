@@ -19,7 +19,7 @@ Two entry points:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +45,7 @@ MERGE_MAX = "max"
 #: rules over one column whose two-way merge has a direct kernel
 _SIMPLE = (MERGE_SUM0, MERGE_SUM, MERGE_MIN, MERGE_MAX)
 
-Array = pa.Array | pa.ChunkedArray
+Array: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def _plain(a: Array) -> pa.Array:
@@ -190,7 +190,7 @@ def merge_buffer_segments(rule: str, values: pa.Array | pa.ChunkedArray, starts:
     elif rule in (MERGE_MIN, MERGE_MAX):
         if floating:
             fill = np.inf if rule == MERGE_MIN else -np.inf
-            ufunc = np.fmin if rule == MERGE_MIN else np.maximum  # NaN: above every number
+            ufunc: np.ufunc = np.fmin if rule == MERGE_MIN else np.maximum  # NaN: above every number
         else:
             info = np.iinfo(storage.type.to_pandas_dtype())
             fill = info.max if rule == MERGE_MIN else info.min
@@ -403,15 +403,15 @@ def _max_min_by(is_max: bool):
         ords = ordering.take(pa.array(valid))
         if is_nested(ords.type):
             ords = spark_order_ranks(ords)
-        columns = {"run": run[valid], "nan": np.zeros(len(valid), dtype=bool), "ord": ords, "pos": valid}
+        keys = {"run": run[valid], "nan": np.zeros(len(valid), dtype=bool), "ord": ords, "pos": valid}
         if pa.types.is_floating(ords.type):
             # Spark orders NaN above every number; Arrow's sort puts it last in either direction
             nan = _bools(pc.is_nan(ords))
-            columns["nan"] = nan
-            columns["ord"] = pc.if_else(pa.array(nan), pa.scalar(0.0, ords.type), ords)
+            keys["nan"] = nan
+            keys["ord"] = pc.if_else(pa.array(nan), pa.scalar(0.0, ords.type), ords)
         direction = "ascending" if is_max else "descending"
         idx = pc.sort_indices(
-            pa.table(columns),
+            pa.table(keys),
             sort_keys=[("run", "ascending"), ("nan", direction), ("ord", direction), ("pos", "ascending")],
         ).to_numpy()
         runs = run[valid][idx]

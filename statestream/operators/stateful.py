@@ -130,7 +130,7 @@ def _arrow_schema(struct) -> pa.Schema:
     return to_arrow_schema(struct, timestamp_utc=True)
 
 
-def event_time_micros(table: pa.Table, column: str, is_struct: bool) -> pa.ChunkedArray:
+def event_time_micros(table: pa.Table, column: str | int, is_struct: bool) -> pa.ChunkedArray:
     """The event time of each row in µs: the raw timestamp, or a window's ``end``."""
     arr = table.column(column)
     if is_struct:
@@ -142,7 +142,7 @@ def event_time_micros(table: pa.Table, column: str, is_struct: bool) -> pa.Chunk
     return arr
 
 
-def older_than_watermark(table: pa.Table, column: str, is_struct: bool, watermark_ms: int) -> pa.ChunkedArray:
+def older_than_watermark(table: pa.Table, column: str | int, is_struct: bool, watermark_ms: int) -> pa.ChunkedArray:
     """Rows whose event time is ``<=`` the watermark (a null time is never older)."""
     return pc.fill_null(pc.less_equal(event_time_micros(table, column, is_struct), watermark_ms * 1000), False)
 

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream._jvm.calls import jvm_view
 from statestream.faults import record_state_task
 from statestream.operators.arrow_predicate import evaluate_predicate, predicate_columns
 from statestream.operators.base import (
@@ -217,7 +218,7 @@ class StreamingSymmetricHashJoinExec(PhysicalOperator, StateStoreWriter, Waterma
         si = self.get_state_info()
         n = int(si.num_partitions)
         spark = ctx.spark
-        jvm = spark._jvm  # noqa: SLF001
+        jvm = jvm_view(spark)
 
         def col(jexpr: Any) -> Column:
             node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(jexpr)

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import jvm_seq, jvm_view
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 from statestream.plan.optimizer import rebuild_expression
 
@@ -152,7 +152,7 @@ def remember_binding(column: "Column", plan: "LogicalPlan", name: str) -> "Colum
         origin = node.origin()
         if not origin.stackTrace().isDefined():
             return column
-        jvm = plan.template.sparkSession._jvm  # noqa: SLF001
+        jvm = jvm_view(plan.template.sparkSession)
         _REGISTRY.remember(int(jvm.System.identityHashCode(origin)), origin, Binding(plan, name))
     except Exception:  # py4j / internal API drift: the column resolves by name
         logger.debug("cannot remember the binding of column %r", name, exc_info=True)
@@ -175,7 +175,7 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
         from pyspark.sql import Column
 
         session = grouped.template.sparkSession
-        jvm = session._jvm  # noqa: SLF001
+        jvm = jvm_view(session)
         jss = session._jsparkSession  # noqa: SLF001
         conv = jvm.scala.jdk.javaapi.CollectionConverters
         expr = jss.expression(column._jc)  # noqa: SLF001
@@ -215,7 +215,7 @@ def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: in
         from pyspark.sql import DataFrame
 
         session = template.sparkSession
-        jvm = session._jvm  # noqa: SLF001
+        jvm = jvm_view(session)
         jss = session._jsparkSession  # noqa: SLF001
         plan = template._jdf.queryExecution().analyzed()  # noqa: SLF001
         target = jss.expression(template[column]._jc)  # noqa: SLF001
@@ -300,7 +300,7 @@ class JoinCondition:
 
         try:
             session = session or self.column_session()
-            jvm = session._jvm  # noqa: SLF001
+            jvm = jvm_view(session)
             jss = session._jsparkSession  # noqa: SLF001
             conv = jvm.scala.jdk.javaapi.CollectionConverters
             new_at = {}
@@ -327,7 +327,7 @@ def _side_references(column: "Column", left: "LogicalPlan", right: "LogicalPlan"
     if not len(_REGISTRY):
         return None, ()
     session = left.template.sparkSession
-    jvm = session._jvm  # noqa: SLF001
+    jvm = jvm_view(session)
     expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
     left_ids = {id(n) for n in left.walk()}
     right_ids = {id(n) for n in right.walk()}
@@ -377,7 +377,7 @@ def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[
         return ()
     try:
         session = child.template.sparkSession
-        jvm = session._jvm  # noqa: SLF001
+        jvm = jvm_view(session)
         jss = session._jsparkSession  # noqa: SLF001
         output = [int(a.exprId().id()) for a in jvm_seq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
         found: list[tuple[tuple[int, ...], int]] = []
@@ -410,7 +410,7 @@ def bind_positions(column: "Column", positions: Sequence[tuple[tuple[int, ...], 
     from pyspark.sql import Column
 
     session = df.sparkSession
-    jvm = session._jvm  # noqa: SLF001
+    jvm = jvm_view(session)
     conv = jvm.scala.jdk.javaapi.CollectionConverters
     output = df._jdf.queryExecution().analyzed().output()  # noqa: SLF001
     new_at = {path: output.apply(pos) for path, pos in positions}

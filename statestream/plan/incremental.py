@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.limit import LocalLimitExec, StreamingGlobalLimitExec, StreamingLocalLimitExec, has_no_stateful_op
@@ -25,13 +26,13 @@ from statestream.plan.stream_joins import join_output_watermark, join_state_wate
 __all__ = ["IncrementalExecution", "state_writers", "input_watermarks"]
 
 
-def state_writers(plan: PhysicalOperator) -> list[PhysicalOperator]:
+def state_writers(plan: PhysicalOperator) -> list[StateStoreWriter]:
     """State-writing operators in plan pre-order (= operator id order, closest to the sink
     first). A restore operator shares its save operator's id and is not listed."""
     return [n for n in plan.walk() if isinstance(n, StateStoreWriter) and not isinstance(n, StateStoreRestoreExec)]
 
 
-def _state_identity(node: PhysicalOperator) -> object:
+def _state_identity(node: PhysicalOperator | StateStoreWriter) -> object:
     """What identifies one stateful operator across the copies ``transform_up`` makes of it:
     the aggregation info its restore/save pair shares, else its ``node_id``."""
     info = getattr(node, "info", None)
@@ -107,13 +108,13 @@ class IncrementalExecution:
         def with_watermarks(node: PhysicalOperator, **extra: object) -> PhysicalOperator:
             """``node`` with its state info and its own late-event and eviction watermarks."""
             late, evict = watermarks(node)
-            return dataclasses.replace(
-                node,
-                state_info=info_for(ids[_state_identity(node)]),
-                event_time_watermark_for_late_events=late,
-                event_time_watermark_for_eviction=evict,
-                **extra,
-            )
+            # fields of the stateful operators (``node`` is typed as any physical operator)
+            fields: dict[str, Any] = {
+                "state_info": info_for(ids[_state_identity(node)]),
+                "event_time_watermark_for_late_events": late,
+                "event_time_watermark_for_eviction": evict,
+            }
+            return dataclasses.replace(node, **fields, **extra)
 
         def rule(node: PhysicalOperator) -> PhysicalOperator:
             if isinstance(node, StateStoreRestoreExec):

@@ -273,20 +273,22 @@ def _with_spark_display(
             sides = []
             for c in m.children:
                 standin = next(c.find_standins(), None)
-                sides.append(stream_path(c, standin.standin) if standin is not None else convert(c))
+                side = standin.standin if standin is not None else None  # find_standins yields nodes with one
+                sides.append(stream_path(c, side) if side is not None else convert(c))
             texts = shown(m)
-            return dataclasses.replace(
-                join,
-                left=sides[0],
-                right=sides[1],
-                spark_text=texts["text"],
-                codegen=m.codegen,
-                stage_start=stage_start,
-                verbose_text=texts["verbose_text"],
-                details=texts["details"],
-                output_text=texts["output_text"],
-                formatted_tree_name=texts["formatted_tree_name"],
-            )
+            # the join's own fields (``join`` is typed as any physical operator)
+            fields: dict[str, Any] = {
+                "left": sides[0],
+                "right": sides[1],
+                "spark_text": texts["text"],
+                "codegen": m.codegen,
+                "stage_start": stage_start,
+                "verbose_text": texts["verbose_text"],
+                "details": texts["details"],
+                "output_text": texts["output_text"],
+                "formatted_tree_name": texts["formatted_tree_name"],
+            }
+            return dataclasses.replace(join, **fields)
         inner = next((c for c in m.children if c.holds_standin()), None)
         if inner is None:  # pragma: no cover - the join's node always holds a stand-in
             return join

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeVar
 
 from statestream.operators.watermark import WATERMARK_DELAY_KEY
 
@@ -46,6 +46,9 @@ __all__ = [
 TIME_WINDOW_KEY = "spark.timeWindow"
 SESSION_WINDOW_KEY = "spark.sessionWindow"
 
+#: a kind of plan node (``LogicalPlan.find``'s answer has that type)
+_Node = TypeVar("_Node", bound="LogicalPlan")
+
 
 @dataclass(frozen=True, eq=False)
 class LogicalPlan:
@@ -65,13 +68,13 @@ class LogicalPlan:
     def node_name(self) -> str:
         return type(self).__name__
 
-    def walk(self):
+    def walk(self) -> Iterator[LogicalPlan]:
         """Pre-order traversal (the node, then its children, left to right)."""
         yield self
         for c in self.children:
             yield from c.walk()
 
-    def find(self, kind: type) -> list["LogicalPlan"]:
+    def find(self, kind: type[_Node]) -> list[_Node]:
         return [n for n in self.walk() if isinstance(n, kind)]
 
     def with_new_children(self, children: tuple["LogicalPlan", ...]) -> "LogicalPlan":

@@ -42,7 +42,7 @@ from statestream.operators.session_window import (
 )
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import jvm_seq, jvm_view
 from statestream.plan.optimizer import push_down_filters
 from statestream.plan.spark_text import aggregate_region, aggregate_text, dress_with_ids, region_plan, stateless_chain
 from statestream.plan.transform_with_state import plan_transform_with_state
@@ -415,7 +415,7 @@ def spark_aggregate_node(agg_df: "DataFrame") -> tuple[str, bool]:
         current = jvm_aggregate(agg_df, ("ReplaceExpressions", *_GROUPING_RULES))
         if current is None:
             return HASH_AGGREGATE, True
-        jvm = agg_df.sparkSession._jvm  # noqa: SLF001
+        jvm = jvm_view(agg_df.sparkSession)
         pending = jvm_seq(current.aggregateExpressions())
         aggregates = []
         while pending:

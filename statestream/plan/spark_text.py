@@ -36,7 +36,7 @@ from statestream.operators.join import SparkPlanNodeExec
 from statestream.operators.limit import SinglePartitionExchangeExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
-from statestream._jvm.calls import clone_session, expr_ids, jvm_seq
+from statestream._jvm.calls import clone_session, expr_ids, jvm_seq, jvm_view
 from statestream.plan.dedup import analysed_key_names
 
 if TYPE_CHECKING:
@@ -219,7 +219,7 @@ def same_active_session(session: Any) -> Iterator[None]:
     JVM thread); a stand-in must not change which session the user's code sees as active."""
     from pyspark.sql import SparkSession
 
-    jvm = session._jvm  # noqa: SLF001
+    jvm = jvm_view(session)
     previous_jvm = jvm.SparkSession.getActiveSession()
     previous = SparkSession._activeSession  # noqa: SLF001
     try:
@@ -617,7 +617,7 @@ def _new_plan_id() -> int:
 
         sc = SparkContext._active_spark_context  # noqa: SLF001
         assert sc is not None
-        module = getattr(getattr(sc._jvm.org.apache.spark.sql.execution, "SparkPlan$"), "MODULE$")  # noqa: SLF001
+        module = getattr(getattr(jvm_view(sc).org.apache.spark.sql.execution, "SparkPlan$"), "MODULE$")
         return int(module.newPlanId())
     except Exception:  # noqa: BLE001 - no JVM: a local counter
         return next(_plan_ids)
@@ -658,7 +658,7 @@ def _file_data_source(source: L.StreamingRelation) -> str:
             json = user.json() if hasattr(user, "json") else None
             if json is None:  # a DDL string
                 json = source.template.sparkSession.createDataFrame([], user).schema.json()
-            jvm = source.template.sparkSession._jvm  # noqa: SLF001
+            jvm = jvm_view(source.template.sparkSession)
             schema = f"Some({jvm.org.apache.spark.sql.types.DataType.fromJson(json).toString()})"
         options = {k: v for k, v in dict(getattr(spec, "options", None) or {}).items() if v is not None}
         if getattr(spec, "path", None):

@@ -124,6 +124,7 @@ from statestream.state.store import StateStoreConf, on_local_disk_from_conf, ver
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame as SparkDataFrame
     from pyspark.sql import SparkSession
+    from pyspark.sql.conf import RuntimeConfig
 
     from statestream.operators.base import PhysicalOperator
     from statestream.runtime.interfaces import StreamingSessionLike
@@ -191,11 +192,20 @@ def _now_ms() -> int:
 _LONG_MIN = -(2**63)
 
 
+def _conf(conf: RuntimeConfig, key: str, default: str | None = None) -> str:
+    """The session's value of ``key`` (``default`` when unset; without one, Spark's default):
+    ``conf.get`` as the string it returns, which PySpark types as optional even with a default."""
+    value = conf.get(key) if default is None else conf.get(key, default)
+    if value is None:  # not reached: Spark answers a string, or raises for an unknown key
+        raise KeyError(key)
+    return value
+
+
 def plan_for_explain(logical: L.LogicalPlan, spark: "SparkSession", output_mode: str) -> "PhysicalOperator":
     """The physical plan a streaming DataFrame's logical plan would run with, before any batch
     (Spark's explain of a streaming DataFrame shows state info with an unknown checkpoint);
     ``spark`` is the DataFrame's session."""
-    n = int(spark.conf.get(SHUFFLE_PARTITIONS))
+    n = int(_conf(spark.conf, SHUFFLE_PARTITIONS))
     relations = logical.find(L.StreamingRelation)
     indexes = {id(r): i for i, r in enumerate(relations)}
 
@@ -254,11 +264,11 @@ class MicroBatchExecution:
         conf = self.session.sparkSession.conf
         self.progress = ProgressTracker(
             self,
-            keep=int(conf.get("spark.sql.streaming.numRecentProgressUpdates", "100")),
-            no_data_interval_ms=parse_time_conf_ms(conf.get("spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
+            keep=int(_conf(conf, "spark.sql.streaming.numRecentProgressUpdates", "100")),
+            no_data_interval_ms=parse_time_conf_ms(_conf(conf, "spark.sql.streaming.noDataProgressEventInterval", "10000ms")),
         )
         #: how long stop() waits for the query thread (0: no limit)
-        self._stop_timeout_ms = max(0, parse_time_conf_ms(conf.get(STOP_TIMEOUT_CONF, "0")))
+        self._stop_timeout_ms = max(0, parse_time_conf_ms(_conf(conf, STOP_TIMEOUT_CONF, "0")))
         self._last_plan: "PhysicalOperator" | None = None
         #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
         #: every batch
@@ -271,7 +281,7 @@ class MicroBatchExecution:
         self._runs_state_tasks = False
         self.fm = CheckpointFileManager(self.checkpoint_location)
         self.writer_lock = CheckpointWriterLock(
-            self.fm, lease_ms=parse_time_conf_ms(conf.get(WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
+            self.fm, lease_ms=parse_time_conf_ms(_conf(conf, WRITER_LEASE_CONF, f"{DEFAULT_LEASE_MS}ms"))
         )
         #: the dashboard served while this run lasts (given by the writer; has ``stop()``)
         self.dashboard: Any = None
@@ -280,8 +290,8 @@ class MicroBatchExecution:
         self.late_rows_path: str | None = None if not ledger else (ledger if "://" in ledger else os.path.abspath(ledger))
         #: each batch's progress, kept in the checkpoint (``checkpoint.progress_log``)
         self.progress_log: ProgressLog | None = None
-        if conf.get(PROGRESS_HISTORY_CONF, "true").lower() == "true":
-            self.progress_log = ProgressLog(self.fm.child("progress"), int(conf.get(PROGRESS_RETAIN_CONF, str(DEFAULT_RETAIN))))
+        if _conf(conf, PROGRESS_HISTORY_CONF, "true").lower() == "true":
+            self.progress_log = ProgressLog(self.fm.child("progress"), int(_conf(conf, PROGRESS_RETAIN_CONF, str(DEFAULT_RETAIN))))
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -519,7 +529,7 @@ class MicroBatchExecution:
         user = self.session.sparkSession
         if str(user.conf.get(REPARTITION_ON_RESTART_CONF, "false")).strip().lower() != "true" or recovery.action == "fresh":
             return recovery
-        wanted = int(user.conf.get(SHUFFLE_PARTITIONS))
+        wanted = int(_conf(user.conf, SHUFFLE_PARTITIONS))
         last = recovery.batch_id if recovery.action == "rerun" else recovery.batch_id - 1
         pinned = partitions_of_batch(self.offset_log.get(last))
         if pinned is None or pinned == wanted:
@@ -572,11 +582,11 @@ class MicroBatchExecution:
         user = self.session.sparkSession
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
-        session_conf = {}
+        candidates: dict[str, str | None] = {}
         for k in _pinned_keys():
             v = user.conf.get(k, None)
-            session_conf[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
-        session_conf = {k: v for k, v in session_conf.items() if v is not None}
+            candidates[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
+        session_conf = {k: v for k, v in candidates.items() if v is not None}
         relations = self.plan.find(L.StreamingRelation)
         self.relations = relations
         self.sources: list[Source] = [
@@ -627,8 +637,8 @@ class MicroBatchExecution:
         indexes = {id(r): i for i, r in enumerate(relations)}
 
         self.store_conf = StateStoreConf(
-            min_deltas_for_snapshot=int(user.conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
-            min_batches_to_retain=int(user.conf.get("spark.sql.streaming.minBatchesToRetain", "100")),
+            min_deltas_for_snapshot=int(_conf(user.conf, "spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
+            min_batches_to_retain=int(_conf(user.conf, "spark.sql.streaming.minBatchesToRetain", "100")),
             max_versions_in_memory=versions_in_memory_from_conf(
                 user.conf.get("spark.sql.streaming.maxBatchesToRetainInMemory", "2")
             ),
@@ -679,9 +689,9 @@ class MicroBatchExecution:
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
         # another one, once it has a watermark other than 0 to propagate
         self._redefined_watermark = (
-            user.conf.get(ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
+            _conf(user.conf, ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
         )
-        no_data_enabled = user.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
+        no_data_enabled = _conf(user.conf, "spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
         first_batch_of_run = True
         self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
 
@@ -1017,9 +1027,9 @@ class MicroBatchExecution:
         delays = {n.node_id: n.delay_ms for n in self.plan.find(L.EventTimeWatermark)}
         observed = {}
         for name, obs in ctx.extra.get(OBSERVED_METRICS, []):
-            values = observed_values(obs)
-            if values is not None:
-                observed[name] = values
+            metrics = observed_values(obs)
+            if metrics is not None:
+                observed[name] = metrics
         self.progress.record_batch(
             record, plan, list(self.accumulator.value), stats, num_input, materialized, observed, shuffled_rows=shuffled_now
         )

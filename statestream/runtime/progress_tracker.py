@@ -87,8 +87,9 @@ class TrackedExecution(Protocol):
     num_partitions: int
     has_watermark: bool
     sink: "Sink"
-    #: the StreamingQueryListener bus of the query's manager
-    listeners: Any
+    @property
+    def listeners(self) -> Any:
+        """The StreamingQueryListener bus of the query's manager (a property of the query)."""
 
 
 class ProgressTracker:

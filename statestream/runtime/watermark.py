@@ -16,7 +16,7 @@ import logging
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Hashable, Iterable, Mapping, Union
+from typing import Hashable, Iterable, Mapping, TypeVar, Union
 
 from statestream.errors import multiple_watermark_policy_error
 
@@ -180,6 +180,8 @@ def parse_policy(value: str | None) -> MultipleWatermarkPolicy:
 
 
 StatsLike = Union[EventTimeStats, "tuple[int, int, float, int]"]
+#: what names a watermark node (the plan's node ids)
+_Node = TypeVar("_Node", bound=Hashable)
 
 
 def _as_stats(value: StatsLike) -> EventTimeStats:
@@ -243,8 +245,8 @@ class WatermarkTracker:
 
     def update_watermark(
         self,
-        stats_by_node: Mapping[Hashable, StatsLike],
-        delays_by_node: Mapping[Hashable, int],
+        stats_by_node: Mapping[_Node, StatsLike],
+        delays_by_node: Mapping[_Node, int],
         now_ms: int | None = None,
     ) -> bool:
         """Fold one batch's event-time statistics into the watermark.
@@ -289,7 +291,7 @@ class WatermarkTracker:
             self._node_watermarks.setdefault(node, 0)
             if now_ms is not None:
                 self._last_data_ms.setdefault(node, now_ms)
-        values = self._node_watermarks.values()
+        values: Iterable[int] = self._node_watermarks.values()
         if self.idle_timeout_ms is not None and now_ms is not None:
             idle = self.idle_nodes(now_ms)
             active = [w for n, w in self._node_watermarks.items() if n not in idle]

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from statestream._jvm.calls import jvm_view
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.runtime import python_daemon
 from statestream.runtime.python_daemon import MODULE, preload
@@ -95,7 +96,7 @@ def use_unix_domain_sockets(spark: "SparkSession") -> bool:
     master = str(sc.master)
     if not (master == "local" or master.startswith("local[")) or not hasattr(socket, "AF_UNIX"):
         return False
-    directory = conf.get(SPARK_UNIX_SOCKET_DIR_CONF, None) or sc._jvm.java.lang.System.getProperty("java.io.tmpdir")  # noqa: SLF001
+    directory = conf.get(SPARK_UNIX_SOCKET_DIR_CONF, None) or jvm_view(sc).java.lang.System.getProperty("java.io.tmpdir")
     if not directory or len(str(directory).rstrip("/").encode()) + _SOCKET_NAME_LEN > _MAX_SOCKET_PATH:
         return False
     conf.set(SPARK_UNIX_SOCKET_CONF, "true")

@@ -33,7 +33,7 @@ import datetime as dt
 import decimal
 import logging
 import math
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 _LEFT_INDEX = "__ss_left_row"
 _RIGHT_INDEX = "__ss_right_row"
 
-ArrayLike = pa.Array | pa.ChunkedArray
+ArrayLike: TypeAlias = pa.Array | pa.ChunkedArray
 
 
 def _chunked(col: ArrayLike) -> pa.ChunkedArray:
