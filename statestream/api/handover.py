@@ -172,5 +172,5 @@ def _wrapped(function: Callable[..., Any], name: str, attribute: bool = False) -
                 remember(result, self, name, args, kwargs, attribute=attribute)
         return result
 
-    call.__wrapped__ = function  # type: ignore[attr-defined]
+    call.__wrapped__ = function
     return call

@@ -5,6 +5,8 @@ Pure module: no PySpark import (the storage layers' errors derive from these).
 
 from __future__ import annotations
 
+import sys
+
 __all__ = [
     "StatestreamError",
     "NotSupportedYetError",
@@ -108,3 +110,12 @@ def missing_member(owner: str, pyspark_class: type, name: str) -> AttributeError
     if not name.startswith("_") and hasattr(pyspark_class, name):
         return not_supported_yet_attribute(owner, name)
     return AttributeError(f"'{owner}' object has no attribute '{name}'")
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``: a line the traceback prints below ``exc``'s message, telling where
+    a user's function failed. Notes came with Python 3.11; on 3.10 ``exc`` is left as it is (the
+    traceback there would not print the note), rather than failing in the handler and hiding
+    ``exc`` behind an ``AttributeError``."""
+    if sys.version_info >= (3, 11):
+        exc.add_note(note)

@@ -113,12 +113,47 @@ class AggregateCallLike(Protocol):
     """What the aggregation's operators read of one planned aggregate call (the planner's
     ``AggregateCall`` of ``plan/aggregates.py`` and its kin): the output column's name, the state
     buffers, how they merge (``spec``), and the final value's column. Some calls also have
-    ``hidden``, ``finished_column``, ``final_over``/``inner`` (an expression over aggregates) or
-    ``recomputed_column`` (a ``spec.recompute`` call), read with ``getattr``."""
+    ``hidden``, ``finished_column`` or ``final_over``/``inner`` (an expression over aggregates),
+    read with ``getattr``. Read-only members: the calls are frozen dataclasses."""
 
-    output_name: str
-    buffers: tuple[Any, ...]
-    spec: Any
+    @property
+    def output_name(self) -> str: ...
+
+    @property
+    def buffers(self) -> tuple[Any, ...]: ...
+
+    @property
+    def spec(self) -> Any: ...
+
+    @property
+    def sql(self) -> str:
+        """The call's SQL text, as Spark's plan shows it."""
+        ...
+
+    @property
+    def merge_groups(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The buffers' merge rules, each with the buffer columns it merges."""
+        ...
+
+    def partial_columns(self) -> list["Column"]:
+        """The partial aggregation's columns (the buffers of one batch's rows)."""
+        ...
+
+    def partial_names(self) -> list[str]:
+        """The names of :meth:`partial_columns`."""
+        ...
+
+    def state_fields(self) -> list[Any]:
+        """The buffers' fields in the state's value schema."""
+        ...
+
+    def row_columns(self) -> list["Column"]:
+        """The buffers of one row (a session window's rows before they merge)."""
+        ...
+
+    def recomputed_column(self, values: "Column", values_sql: str = "") -> "Column":
+        """The final value recomputed over all kept ``values`` (a ``spec.recompute`` call)."""
+        ...
 
     def final_column(self) -> "Column":
         """The call's final value, from its buffer columns."""
@@ -415,7 +450,8 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
 
     def result(c: "AggregateCallLike") -> "Column":
         if hasattr(c, "final_over"):
-            return c.final_over([result(i) for i in c.inner])
+            over: Any = c  # an expression over aggregates (``ExpressionCall``)
+            return over.final_over([result(i) for i in over.inner])
         return value[id(c)]
 
     shown = [c for c in info.calls if not getattr(c, "hidden", False)]

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.errors.base import add_note
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.python_state_values import (
@@ -299,7 +300,7 @@ class FlatMapGroupsWithStateStep(StateStep):
                         frames.append(pdf)
             except Exception as exc:
                 # beyond Spark: say which key the function failed on (shown under the traceback)
-                exc.add_note(f"applyInPandasWithState: the function failed for key {key!r}{' (timed out)' if timed_out else ''}")
+                add_note(exc, f"applyInPandasWithState: the function failed for key {key!r}{' (timed out)' if timed_out else ''}")
                 raise
             timeout = int(state._timeout_timestamp) if timeout_on else NO_TIMESTAMP  # noqa: SLF001
             action = state_write_action(state._removed, state._updated, timeout)  # noqa: SLF001

@@ -48,6 +48,7 @@ from statestream.errors import (
     state_variable_type_changed_error,
     value_schema_not_compatible_error,
 )
+from statestream.errors.base import add_note
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.aggregate_merge import is_nested, spark_order_ranks
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
@@ -856,7 +857,7 @@ class TransformWithStateStep(StateStep):
         try:
             out.add(processor.handleInputRows(key, values, tv))
         except Exception as exc:
-            exc.add_note(f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
+            add_note(exc, f"transformWithState: the processor failed for key {key!r}")  # beyond Spark
             raise
 
     def _piece_rows(self, table: pa.Table) -> int:
@@ -906,7 +907,7 @@ def fire_expired_timers(task: TaskState, processor: Any, threshold: int | None, 
         try:
             out.add(processor.handleExpiredTimer(key=tuples[row], timerValues=timer_values, expiredTimerInfo=ExpiredTimerInfo(ts)))
         except Exception as exc:
-            exc.add_note(f"transformWithState: handleExpiredTimer failed for key {tuples[row]!r}, timer {ts}")  # beyond Spark
+            add_note(exc, f"transformWithState: handleExpiredTimer failed for key {tuples[row]!r}, timer {ts}")  # beyond Spark
             raise
         task.timers.delete(row, ts)
         task.metrics["numDeletedTimers"] += 1

@@ -503,7 +503,7 @@ def redefines_watermark(plan: LogicalPlan) -> bool:
     have their own watermark and meet in a union are fine. Spark only checks this when it
     simulates the propagation, i.e. for a batch whose watermark is not 0."""
     return any(
-        isinstance(n, EventTimeWatermark) and any(isinstance(c, EventTimeWatermark) for c in n.child.walk())
+        isinstance(n, EventTimeWatermark) and any(isinstance(c, EventTimeWatermark) for c in n.input_plan.walk())
         for n in plan.walk()
     )
 

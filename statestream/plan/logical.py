@@ -118,6 +118,15 @@ class UnaryNode(LogicalPlan):
     child: LogicalPlan | None = None
 
     @property
+    def input_plan(self) -> LogicalPlan:
+        """``child``, which every node the API builds has (the field's default only lets a
+        subclass give its own fields defaults)."""
+        if self.child is None:
+            msg = f"{self.node_name} has no child"
+            raise ValueError(msg)
+        return self.child
+
+    @property
     def children(self) -> tuple[LogicalPlan, ...]:
         return (self.child,) if self.child is not None else ()
 

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from statestream.errors import global_session_aggregation_error, grouping_column_error, grouping_id_columns_error
 from statestream.operators.aggregate import (
@@ -57,7 +57,7 @@ from statestream.plan.stream_joins import plan_stream_stream_join
 from statestream.plan.limits import plan_limit, push_projections_below_limits
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, GroupedData
 
     from statestream.operators.base import PhysicalOperator
 
@@ -140,7 +140,7 @@ def plan_streaming_query(
             )
         if isinstance(node, L.EventTimeWatermark):
             return EventTimeWatermarkExec(
-                child=go(node.child),
+                child=go(node.input_plan),
                 column=node.column,
                 delay_ms=node.delay_ms,
                 delay_text=node.delay_text,
@@ -148,23 +148,23 @@ def plan_streaming_query(
                 column_type=node.schema[node.column].dataType.simpleString() if node.column in node.schema.names else "",
             )
         if isinstance(node, L.Aggregate) and node.is_session_window():
-            return plan_streaming_aggregation_for_session(node, go(node.child), num_partitions, store_conf)
+            return plan_streaming_aggregation_for_session(node, go(node.input_plan), num_partitions, store_conf)
         if isinstance(node, L.Aggregate):
-            return plan_streaming_aggregation(node, go(node.child), num_partitions, store_conf)
+            return plan_streaming_aggregation(node, go(node.input_plan), num_partitions, store_conf)
         if isinstance(node, L.Deduplicate):
-            return plan_streaming_deduplication(node, go(node.child), num_partitions, store_conf, root=top)
+            return plan_streaming_deduplication(node, go(node.input_plan), num_partitions, store_conf, root=top)
         if isinstance(node, L.FlatMapGroupsWithState):
-            return plan_flat_map_groups_with_state(node, go(node.child), num_partitions, store_conf)
+            return plan_flat_map_groups_with_state(node, go(node.input_plan), num_partitions, store_conf)
         if isinstance(node, L.TransformWithState):
-            return plan_transform_with_state(node, go(node.child), num_partitions, store_conf)
+            return plan_transform_with_state(node, go(node.input_plan), num_partitions, store_conf)
         if isinstance(node, L.Limit):
             return plan_limit(node, go, output_mode, store_conf, root=node is top, for_explain=for_explain)
         if isinstance(node, L.Sort):
-            return SortExec(child=go(node.child), description=node.description, transform=node.transform)
+            return SortExec(child=go(node.input_plan), description=node.description, transform=node.transform)
         if isinstance(node, L.Stateless):
-            return StatelessExec(child=go(node.child), op=node.op, description=node.description, transform=node.transform)
+            return StatelessExec(child=go(node.input_plan), op=node.op, description=node.description, transform=node.transform)
         if isinstance(node, L.CollectMetrics):
-            return CollectMetricsExec(child=go(node.child), name=node.name, exprs=node.exprs)
+            return CollectMetricsExec(child=go(node.input_plan), name=node.name, exprs=node.exprs)
         if isinstance(node, L.Union):
             return UnionExec(inputs=tuple(go(i) for i in node.inputs), by_name=node.by_name, options=node.allow_missing)
         if isinstance(node, L.BatchRelation):
@@ -211,7 +211,7 @@ def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
         for call in _output_calls(c, i, n, node, keys)
     )
     # calls Spark's planner merges into one (first(s) and any_value(s), ...) share its buffers
-    buffers = spark_buffers(node.child.template, calls)
+    buffers = spark_buffers(node.input_plan.template, calls)
     calls = share_equal_calls(calls, buffers)
     et_name = node.event_time_key()
     et_key = None
@@ -250,7 +250,7 @@ def _output_calls(col, index: int, output_name: str, node: L.Aggregate, keys: tu
     """The calls one output column of the aggregation needs (``decompose_output``), or its
     ``GroupingCall`` under cube/rollup."""
     grouping = _grouping_call(col, output_name, node, keys)
-    return [grouping] if grouping is not None else decompose_output(col, index, output_name, node.child.template)
+    return [grouping] if grouping is not None else decompose_output(col, index, output_name, node.input_plan.template)
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ def _grouping_call(col, output_name: str, node: L.Aggregate, keys: tuple[str, ..
         except Exception:  # noqa: BLE001
             text = out
         grouping_sql.append({text, out})
-    common = dict(function=name, args=(), is_distinct=False, output_name=output_name, buffers=(), sql=str(fn.sql()), gid_column=keys[n])
+    common: dict[str, Any] = dict(function=name, args=(), is_distinct=False, output_name=output_name, buffers=(), sql=str(fn.sql()), gid_column=keys[n])
     if name == "grouping_id":
         if args and (len(args) != n or any(a not in g for a, g in zip(args, grouping_sql))):
             raise grouping_id_columns_error()
@@ -318,8 +318,9 @@ def _state_schema_json(node: L.Aggregate, calls, spark: dict | None = None) -> t
     from pyspark.sql.types import LongType, StructField, StructType
 
     partials = [p for c in calls for p in c.partial_columns()]
-    t = node.child.template
-    group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[node.grouping_sets]
+    t = node.input_plan.template
+    groupings: dict[str | None, Callable[..., GroupedData]] = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}
+    group = groupings[node.grouping_sets]
     buffers = group(*node.grouping).agg(*partials).schema if partials else None
     key_json = spark_grouping_key_schema(node.template)  # cube/rollup: ends with spark_grouping_id
     if key_json is None:
@@ -336,7 +337,7 @@ def _state_schema_json(node: L.Aggregate, calls, spark: dict | None = None) -> t
         names = [b.spark_name for b in c.buffers]
         nullable = [n for _, n in declared.fields] if declared and [f for f, _ in declared.fields] == names else None
         for j, b in enumerate(c.buffers):
-            f = own.get(b.column) or buffers[b.column]
+            f = own.get(b.column) or buffers[b.column]  # type: ignore[index]  # a buffer not in `own` is a partial column: buffers is set
             value_fields.append(StructField(b.spark_name, f.dataType, nullable[j] if nullable else f.nullable))
     return key_json, StructType(value_fields).jsonValue()
 
@@ -369,7 +370,7 @@ def spark_partition_key_indexes(agg_df, num_keys: int) -> tuple[int, ...] | None
         if grouping.length() != num_keys:
             return None
         kept: list[int] = []
-        seen = []
+        seen: list[Any] = []  # py4j expressions
         for i in range(num_keys):
             e = grouping.apply(i)
             if e.foldable():
@@ -589,7 +590,7 @@ def session_window_info(node: L.Aggregate):
         call.row_columns()  # a function without per-row buffers says so here, from start()
     spark_key, value_buffers = _state_schema_json(node, agg.calls)
     partials = [p for c in agg.calls for p in c.partial_columns()]
-    buffer_schema = node.child.template.groupBy(*node.grouping).agg(*partials).schema
+    buffer_schema = node.input_plan.template.groupBy(*node.grouping).agg(*partials).schema
     # buffers the batch aggregation does not compute itself (sketch words) declare their fields
     declared = {f.name: f for c in agg.calls for f in c.state_fields()}
     buffer_types = tuple((declared.get(b) or buffer_schema[b]).dataType for b in agg.buffer_columns)

@@ -849,9 +849,9 @@ def _region_text(node: L.LogicalPlan) -> LogicalText | None:
         below = {ids: k for (ids, _), k in zip(region.standins, kids)}  # type: ignore[misc]
         mapping: dict[int, int] = {}
         for ids, k in below.items():
-            mapping.update(IdMap.between(ids, k.output).mapping)  # type: ignore[union-attr]
+            mapping.update(IdMap.between(ids, k.output).mapping)
         region.ids = IdMap(mapping)
-    return _composed(region.query_execution, region.ids, below)  # type: ignore[arg-type]
+    return _composed(region.query_execution, region.ids, below)
 
 
 def _join_text(node: L.Join) -> LogicalText | None:

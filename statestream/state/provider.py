@@ -298,7 +298,7 @@ class StateStoreProvider:
         """Write one state file; returns the CRC-32 of what was written (its trailer's)."""
         name = self.file_name(version, kind)
         data = self._serialize(table, kind, version)
-        self._files.write_atomic(name, data)  # type: ignore[arg-type]
+        self._files.write_atomic(name, data)
         log.debug("wrote %s (%d rows)", self._display(name), table.num_rows)
         return trailer_checksum(data[-_TRAILER.size:])
 

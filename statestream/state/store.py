@@ -526,7 +526,7 @@ class StateStore(ReadStateStore):
             keep[li] = False
             dirty = np.concatenate([self._dirty[keep], np.ones(rows_t.num_rows, dtype=bool)])
             self._kept_and_put = KeptAndPut(base, keep, rows_t)
-            self._whole = None  # type: ignore[assignment]
+            self._whole = None
             self._dirty = dirty
             self._generation += 1
             return

@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from statestream.checkpoint.files import CheckpointFileManager
+from statestream.errors.base import add_note
 from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.flat_map_groups_with_state import (
     EVENT_TIME_TIMEOUT,
@@ -95,7 +96,7 @@ class MemoryStream(_MemoryStreamSource):
         del self.to_df  # the base class sets it per instance; here it is the method below
         self.session = session
 
-    def to_df(self) -> Any:  # type: ignore[override]
+    def to_df(self) -> Any:
         """The streaming DataFrame over this stream (each call gives a new one, as in Spark)."""
         return memory_stream_df(self.session, self)
 
@@ -132,7 +133,7 @@ def _struct_type(schema: Any, what: str) -> Any:
         try:
             return StructType.fromDDL(schema)
         except Exception as exc:
-            exc.add_note(f"{what} {schema!r}: a DDL string needs an active SparkSession; pass a StructType to test without one")
+            add_note(exc, f"{what} {schema!r}: a DDL string needs an active SparkSession; pass a StructType to test without one")
             raise
     msg = f"{what} must be a StructType or a DDL string, got {type(schema).__name__}"
     raise TypeError(msg)
@@ -539,7 +540,7 @@ class TwsTester:
             return declared_state_variables(self.processor, self.timeMode)
         except Exception as exc:
             if "SESSION_OR_CONTEXT_NOT_EXISTS" in str(exc):
-                exc.add_note("the processor gives a state schema as a DDL string, which PySpark parses only with an active SparkSession; use a StructType or start a session")
+                add_note(exc, "the processor gives a state schema as a DDL string, which PySpark parses only with an active SparkSession; use a StructType or start a session")
             raise
 
     def _variable(self, name: str, kind: str | None) -> Any:
@@ -748,7 +749,7 @@ class TwsTester:
             try:
                 out.add(processor.handleInputRows(tuples[0], values, tv))
             except Exception as exc:
-                exc.add_note(f"transformWithState: the processor failed for key {tuples[0]!r}")
+                add_note(exc, f"transformWithState: the processor failed for key {tuples[0]!r}")
                 raise
             task.end_phase()
 
