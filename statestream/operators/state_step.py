@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -139,10 +139,10 @@ class StateStep:
         m.update(extra)
         return m
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        yield from self.for_this_task().run_partition(TaskContext.get().partitionId(), batches)
+        yield from self.for_this_task().run_partition(TaskContext.get().partitionId(), batches)  # type: ignore[union-attr]  # a task's function: its TaskContext is set
 
     def run_partition(self, partition: int, batches) -> Iterator[pa.RecordBatch]:
         """Process ``partition``'s rows, send the metrics to the driver and emit the output.
@@ -179,7 +179,7 @@ class AllStatePartitions:
     step: StateStep
     routes: tuple[int, ...]
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         step = self.step.for_this_task()
         n = len(self.routes)
         batches = [b for b in batches if b.num_rows]
@@ -290,7 +290,8 @@ def commit_state(store, provider, version: int, partition: int) -> float:
     commit_ms = (time.perf_counter() - c0) * 1000
     crash_point("after_state_commit", version, partition)
     sid = provider.store_id
-    record_state_task(sid.checkpoint_root, sid.operator_id, partition, version, provider.run_id, *provider.cache_counts(), store=sid.store_name, mapped=len(provider.mapped_versions()))
+    hits, misses = provider.cache_counts()
+    record_state_task(sid.checkpoint_root, sid.operator_id, partition, version, provider.run_id, hits, misses, store=sid.store_name, mapped=len(provider.mapped_versions()))
     provider.maybe_do_maintenance(committed)
     return commit_ms
 

@@ -470,7 +470,8 @@ class JoinStateScan:
                 continue
             provider = providers[f"{name}-keyWithIndexToValue"]
             t = provider.get_read_store(self.version).table()
-            record_state_task(self.state_root, self.operator_id, p, self.version, self.run_id, *provider.cache_counts(), store=provider.store_id.store_name, read=True)
+            hits, misses = provider.cache_counts()
+            record_state_task(self.state_root, self.operator_id, p, self.version, self.run_id, hits, misses, store=provider.store_id.store_name, read=True)
             if t.num_rows == 0:
                 continue
             m = t.num_rows

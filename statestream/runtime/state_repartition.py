@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -273,7 +273,7 @@ def _split_store(spark: "SparkSession", store: _Store, hashed_schema: pa.Schema)
     hashed = pa.schema([pa.field(f"_k{i}", f.type, True) for i, f in enumerate(hashed_schema)])
     wire = StructType([StructField("_p", IntegerType()), StructField("_i", LongType()), *from_arrow_schema(hashed).fields])
 
-    def emit_keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def emit_keys(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for partition in batch.column(0).to_pylist():
                 table = _old_table(store, partition)
@@ -286,7 +286,7 @@ def _split_store(spark: "SparkSession", store: _Store, hashed_schema: pa.Schema)
 
     done = StructType([StructField("_p", IntegerType()), StructField("rows", LongType())])
 
-    def write_shares(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def write_shares(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         parts, idx, new, check = [], [], [], []
         for batch in batches:
             parts.append(batch.column(0).to_numpy())
@@ -329,7 +329,7 @@ def _build_snapshots(spark: "SparkSession", stores: list[_Store]) -> None:
 
     tasks = [(i, p) for i, s in enumerate(stores) for p in range(1 if s.single_partition else s.new_partitions)]
 
-    def build(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def build(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for t in batch.column(0).to_pylist():
                 i, partition = tasks[t]

@@ -27,7 +27,7 @@ import os
 import subprocess
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from statestream._jvm.calls import jvm_view
 from statestream.operators.python_worker import forget_zip_importers
@@ -271,7 +271,7 @@ def note_python_workers_used(sc: object) -> None:
     setattr(sc, _WARMED_ATTR, time.monotonic())
 
 
-def warm_up(batches: "Iterator[pa.RecordBatch]") -> "Iterator[pa.RecordBatch]":
+def warm_up(batches: "Iterable[pa.RecordBatch]") -> "Iterator[pa.RecordBatch]":
     """The warm-up's ``mapInArrow`` function: it only imports what a state step needs (already
     imported when the daemon is ``runtime.python_daemon``)."""
     preload()

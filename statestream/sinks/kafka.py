@@ -12,7 +12,7 @@ At least once, as Spark's: a batch that runs again after a crash produces its ro
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +85,7 @@ class KafkaWriteTask:
     params: Mapping[str, str] = field(repr=False)  # may hold credentials
     topic: str | None = None
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Producer
 
         producer = None

@@ -63,7 +63,7 @@ class PythonDataSourceSink(Sink):
         from pyspark.sql.datasource import DataSourceStreamArrowWriter, DataSourceStreamWriter
 
         data_source = self.data_source_cls(options=data_source_options(self.options))
-        writer = data_source.streamWriter(schema=self._schema, overwrite=self.overwrite)
+        writer = data_source.streamWriter(schema=self._schema, overwrite=self.overwrite)  # type: ignore[arg-type]  # set by on_query_start, before any writer
         if not isinstance(writer, (DataSourceStreamWriter, DataSourceStreamArrowWriter)):
             raise PySparkAssertionError(
                 errorClass="DATA_SOURCE_TYPE_MISMATCH",
@@ -154,7 +154,7 @@ def _write_partition_function(writer: Any, schema: "StructType", name: str, fini
             for batch in counting(batches):
                 columns = [c.to_pylist() for c in batch.columns]
                 for i in range(batch.num_rows):
-                    yield _create_row(fields=fields, values=[converters[c](columns[c][i]) for c in range(batch.num_columns)])
+                    yield _create_row(fields=fields, values=[converters[c](columns[c][i]) for c in range(batch.num_columns)])  # type: ignore[misc]  # none_on_identity=False: never None
 
         result = writer.write(counting(batches)) if isinstance(writer, DataSourceStreamArrowWriter) else writer.write(rows())
         if not isinstance(result, WriterCommitMessage):
@@ -163,7 +163,7 @@ def _write_partition_function(writer: Any, schema: "StructType", name: str, fini
                 messageParameters={"expected": "'WriterCommitMessage' as the return type of the `write` method", "actual": type(result).__name__},
             )
         message = CloudPickleSerializer().dumps(result)
-        finished.add({TaskContext.get().partitionId(): message})
+        finished.add({TaskContext.get().partitionId(): message})  # type: ignore[union-attr]  # a task's function: its TaskContext is set
         yield pa.record_batch([pa.array([message], pa.binary()), pa.array([counted[0]], pa.int64())], names=["message", "rows"])
 
     return write

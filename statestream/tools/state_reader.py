@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -660,7 +660,7 @@ def read_state_store(spark: "SparkSession", options: Mapping[str, Any], path: st
     plan, (schema, final) = _plan(opts)
     partitions = list(plan.partitions)
 
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for partition in batch.column(0).to_pylist():
                 yield from _any_partition_table(plan, partitions[partition]).to_batches()

@@ -11,7 +11,7 @@ warning and the rest of the range.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,7 +114,7 @@ class KafkaRangeReader:
         """The group id the tasks' consumers use: the user's, or the query's with ``-executor``."""
         return self.kafka_params.get("group.id") or f"{self.group_id}-executor"
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ids = [int(i) for b in batches for i in b.column(0).to_pylist() if int(i) < len(self.ranges)]
         if not ids:
             return
