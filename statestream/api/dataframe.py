@@ -30,6 +30,7 @@ from statestream.api.handover import hands_over
 from statestream.operators.watermark import mark_event_time
 from statestream.plan import logical as L
 from statestream._jvm.calls import jvm_seq
+from statestream.plan.aggregates import column_node
 from statestream.plan.bindings import (
     JoinCondition,
     ambiguous_references,
@@ -78,7 +79,7 @@ def _describe(cols: list[Any]) -> str:
     for c in cols:
         if isinstance(c, Column):
             try:
-                out.append(str(c._jc.node().sql()))  # noqa: SLF001
+                out.append(str(column_node(c).sql()))
             except Exception:  # noqa: BLE001 - description only
                 out.append(str(c))
         else:
@@ -617,7 +618,11 @@ class DataFrame:
 
         seed = seed if seed is not None else random.randint(0, 2**31 - 1)
         n = len(self._plan.template.randomSplit(weights, seed))  # PySpark's own argument checks
-        return [self._stateless("Sample", f"randomSplit[{i}]", lambda df, i=i: df.randomSplit(weights, seed)[i]) for i in range(n)]
+
+        def split(i: int) -> Callable[["SparkDataFrame"], "SparkDataFrame"]:
+            return lambda df: df.randomSplit(weights, seed)[i]
+
+        return [self._stateless("Sample", f"randomSplit[{i}]", split(i)) for i in range(n)]
 
     def colRegex(self, colName: str) -> Column:  # noqa: N802,N803
         """The columns whose names match the regex (a back-quoted name), as PySpark's ``DataFrame.colRegex``."""
@@ -654,7 +659,7 @@ class DataFrame:
         """PySpark's plot accessor; a plot collects the DataFrame, so on a stream it is Spark's batch-action error."""
         from pyspark.sql.plot import PySparkPlotAccessor
 
-        return PySparkPlotAccessor(self)  # its plots collect the DataFrame: Spark's batch-action error
+        return PySparkPlotAccessor(self)  # type: ignore[arg-type]  # its plots collect the DataFrame: Spark's batch-action error
 
     @property
     def executionInfo(self) -> Any:  # noqa: N802
@@ -849,12 +854,13 @@ class DataFrame:
 
     def _explain_string(self, extended: bool = False, mode: str | None = None) -> str:
         schema_line = ", ".join(f"{f.name}: {f.dataType.simpleString()}" for f in self.schema.fields)
-        logical: str | dict[str, str] = logical_tree_string(self._plan)
+        outline = logical_tree_string(self._plan)
+        logical: str | dict[str, str] = outline
         if (mode or ("extended" if extended else "simple")).lower() in ("extended", "cost"):
             # Spark's own logical plans, section by section where they can be composed
             # (statestream's outline for the others)
             composed = logical_sections(self._plan, optimized_plan(self._plan)) or {}
-            logical = {key: composed.get(key, logical) for key in ("parsed", "analyzed", "optimized", "cost")}
+            logical = {key: composed.get(key, outline) for key in ("parsed", "analyzed", "optimized", "cost")}
         return explain_string(
             plan_for_explain(self._plan, self.sparkSession, "append"),
             extended=extended,
@@ -994,8 +1000,8 @@ class GroupedData:
         carry the event-time marker exactly when Spark's would; the replay keeps the names."""
         plan = self._df._plan  # noqa: SLF001
         t = plan.template
-        group = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}[self._grouping_sets]
-        return group(*(bind_for_template(c, plan) for c in self._cols))
+        groupings: dict[str | None, Callable[..., Any]] = {None: t.groupBy, "cube": t.cube, "rollup": t.rollup}
+        return groupings[self._grouping_sets](*(bind_for_template(c, plan) for c in self._cols))
 
     def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
         self._df._refuse_join_side_names(aggs, "agg")  # noqa: SLF001
@@ -1327,15 +1333,15 @@ class DataFrameStatFunctions:
 
     def approxQuantile(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
         """Spark's error of a batch action on a streaming DataFrame (``df.approxQuantile``)."""
-        return self._df.approxQuantile(*args, **kwargs)
+        return self._df.approxQuantile(*args, **kwargs)  # type: ignore[operator]  # a method DataFrame's class body makes (mypy sees __getattr__)
 
     def corr(self, *args: Any, **kwargs: Any) -> Any:
         """Spark's error of a batch action on a streaming DataFrame (``df.corr``)."""
-        return self._df.corr(*args, **kwargs)
+        return self._df.corr(*args, **kwargs)  # type: ignore[operator]  # a method DataFrame's class body makes (mypy sees __getattr__)
 
     def cov(self, *args: Any, **kwargs: Any) -> Any:
         """Spark's error of a batch action on a streaming DataFrame (``df.cov``)."""
-        return self._df.cov(*args, **kwargs)
+        return self._df.cov(*args, **kwargs)  # type: ignore[operator]  # a method DataFrame's class body makes (mypy sees __getattr__)
 
     def crosstab(self, col1: str, col2: str) -> Any:
         """Spark's error: ``crosstab`` is a pivot, which Spark refuses on a stream (``df.crosstab``)."""
@@ -1343,7 +1349,7 @@ class DataFrameStatFunctions:
 
     def freqItems(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
         """``NotSupportedYetError``: statestream does not run ``freqItems`` on a stream yet (``df.freqItems``)."""
-        return self._df.freqItems(*args, **kwargs)
+        return self._df.freqItems(*args, **kwargs)  # type: ignore[operator]  # a method DataFrame's class body makes (mypy sees __getattr__)
 
     def __getattr__(self, name: str) -> Any:
         from pyspark.sql.dataframe import DataFrameStatFunctions as _PySpark

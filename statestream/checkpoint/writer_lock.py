@@ -39,12 +39,15 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow.fs as pafs
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.errors.checkpoint import CheckpointLockedError, WriterLeaseLostError
+
+if TYPE_CHECKING:
+    from statestream.checkpoint.object_store import S3ConditionalWrites
 
 __all__ = ["LEASE_DIR", "LOCK_FILE", "CheckpointWriterLock", "ObjectStoreLease"]
 
@@ -186,6 +189,15 @@ class ObjectStoreLease:
 
     # -- files ----------------------------------------------------------------------------------
 
+    @property
+    def _writes(self) -> S3ConditionalWrites:
+        """The store's conditional writes: a lease is taken only on a store that has them."""
+        writes = self.fm.conditional
+        if writes is None:
+            msg = f"checkpoint {self.fm.display()} has no conditional writes: its writer lease cannot be taken"
+            raise RuntimeError(msg)
+        return writes
+
     def _rel(self, number: int) -> str:
         return f"{LEASE_DIR}/{number}"
 
@@ -222,7 +234,7 @@ class ObjectStoreLease:
                 current is None or current.get("released") or current.get("runId") == holder.get("runId")
                 or _dead_here(current)
             )
-            if not free:
+            if not free and current is not None:  # (a held lease is one that was read)
                 beat = (top, current.get("beat"))
                 if watched != beat:
                     if watched is not None:
@@ -239,7 +251,7 @@ class ObjectStoreLease:
                     "checkpoint %s: the lease of run %s has not moved for %.0f s; taking it over",
                     self.fm.display(), current.get("runId"), self.lease_s,
                 )
-            if self.fm.conditional.create(self.fm.path(self._rel(top + 1)), self._body()):
+            if self._writes.create(self.fm.path(self._rel(top + 1)), self._body()):
                 self.number = top + 1
                 break
             watched = None  # another writer took the next number first: look again
@@ -258,7 +270,7 @@ class ObjectStoreLease:
             self._thread = None
         if self.number is not None and self._lost is None and self._still_top():
             with self._write_lock:
-                self.fm.conditional.put(self.fm.path(self._rel(self.number)), self._body(released=True))
+                self._writes.put(self.fm.path(self._rel(self.number)), self._body(released=True))
         self.number = None
 
     # -- renewing --------------------------------------------------------------------------------
@@ -276,11 +288,12 @@ class ObjectStoreLease:
         if self._lost is not None or self.number is None:
             return False
         if not self._still_top():
-            log.error("checkpoint %s: lost the writer lease to run %s", self.fm.display(), self._lost.get("runId"))
+            lost: dict[str, Any] = self._lost or {}  # set by _still_top
+            log.error("checkpoint %s: lost the writer lease to run %s", self.fm.display(), lost.get("runId"))
             return False
         self._beats += 1
         with self._write_lock:
-            self.fm.conditional.put(self.fm.path(self._rel(self.number)), self._body())
+            self._writes.put(self.fm.path(self._rel(self.number)), self._body())
         return True
 
     def _renew_loop(self) -> None:

@@ -135,7 +135,8 @@ def _column_from_node(jvm: Any, node: Any) -> "Column":
 
 def column_node(col: "Column") -> Any:
     """The unresolved ``ColumnNode`` behind a classic PySpark column."""
-    return col._jc.node()  # noqa: SLF001 - the only way to read a classic Column's expression
+    jc: Any = col._jc  # noqa: SLF001 - the only way to read a classic Column's expression (PySpark's Column type does not declare it)
+    return jc.node()
 
 
 def _literal(node: Any) -> Any:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
 from statestream._jvm.calls import jvm_seq, jvm_view
+from statestream.plan.aggregates import column_node
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 from statestream.plan.optimizer import rebuild_expression
 
@@ -146,7 +147,7 @@ def remember_binding(column: "Column", plan: "LogicalPlan", name: str) -> "Colum
     ``plan``'s column ``name``; returns ``column``. References whose origin is not unique to them
     (no captured stack trace) are not remembered: they resolve by name."""
     try:
-        node = column._jc.node()  # noqa: SLF001 - the JVM column node holds the origin
+        node = column_node(column)  # the JVM column node holds the origin
         if _jclass(node) != "UnresolvedAttribute":
             return column
         origin = node.origin()
