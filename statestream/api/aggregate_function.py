@@ -143,7 +143,7 @@ class AggregateFunction:
         evaluate.__name__ = self.function_name
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # the function type is given, not hinted
-            udaf = F.arrow_udf(evaluate, result_type, F.ArrowUDFType.GROUPED_AGG)
+            udaf = F.arrow_udf(evaluate, result_type, F.ArrowUDFType.GROUPED_AGG)  # type: ignore[call-overload]  # PySpark's overloads omit GROUPED_AGG
         args = tuple(F.col(c) if isinstance(c, str) else c for c in cols)
         col = udaf(*args)
         register_python_aggregate(col, self, args)

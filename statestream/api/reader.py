@@ -193,7 +193,7 @@ class DataStreamReader:
         from pyspark.sql.types import StructType
 
         if isinstance(schema, str):
-            schema = StructType.fromDDL(schema)
+            schema = StructType.fromDDL(schema)  # type: ignore[assignment]  # a field list parses to a StructType
         self._schema = schema
         return self
 

@@ -228,7 +228,7 @@ class StreamingSession:
         """
         stream = MemoryStream(self.sparkSession, schema)
         stream.to_df = lambda: memory_stream_df(self, stream)
-        stream.toDF = stream.to_df
+        stream.toDF = stream.to_df  # type: ignore[attr-defined]  # the API's name, set per instance beside to_df
         return stream
 
     @property
@@ -261,7 +261,7 @@ def _served(spark: "SparkSession") -> StreamingSession:
             served = spark.__dict__.get(_SESSION_ATTRIBUTE)
             if served is None:
                 served = object.__new__(StreamingSession)
-                served.__init__(spark)
+                StreamingSession.__init__(served, spark)
                 spark.__dict__[_SESSION_ATTRIBUTE] = served
     return served
 
@@ -354,7 +354,7 @@ def enable(spark: "SparkSession") -> "SparkSession":
         if is_enabled(spark) and _SESSION_ATTRIBUTE in spark.__dict__:
             return spark
         served = object.__new__(StreamingSession)
-        served.__init__(spark)  # refuses a Connect session before anything changes
+        StreamingSession.__init__(served, spark)  # refuses a Connect session before anything changes
         spark.__dict__[_SESSION_ATTRIBUTE] = served
         if not is_enabled(spark):
             spark.__class__ = _enabled_class(type(spark))

@@ -280,7 +280,7 @@ class CompactibleFileStreamLog:
         """Write batch ``batch_id``; ``False`` (and nothing written) if it already exists."""
         if self.get(batch_id) is not None:
             return False
-        to_write: list[Mapping[str, Any]] = list(entries)
+        to_write: Sequence[Mapping[str, Any]] = list(entries)
         if self.is_compaction_batch(batch_id) and batch_id > 0:
             previous: list[dict[str, Any]] = []
             for b in self._valid_batches(batch_id - 1):

@@ -310,6 +310,7 @@ def effective_conf(
         for a fresh start).
     """
     clean = {k: str(v) for k, v in session.items() if v is not None}
+    warnings: list[str]
     if stored is None:
         effective, warnings = {k: clean[k] for k in PINNED_CONF_KEYS if k in clean}, []
     else:

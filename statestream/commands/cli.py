@@ -202,7 +202,7 @@ def _repartition(args: argparse.Namespace) -> int:
 
     plan_repartition(args.checkpoint, args.partitions, not args.skip_failed_batch)  # refusals before Spark starts
     result = repartition_state(_spark(args), args.checkpoint, args.partitions, not args.skip_failed_batch)
-    summary = {
+    summary: dict[str, Any] = {
         "checkpoint": result.checkpoint,
         "repartitionBatchId": result.repartition_batch,
         "baseBatchId": result.base_batch,

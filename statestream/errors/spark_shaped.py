@@ -86,7 +86,7 @@ class _JvmShapedException(_SparkShapedMixin):
         params: dict[str, Any] | None = None,
         sql_state: str | None = None,
     ) -> None:
-        Exception.__init__(self, message)
+        Exception.__init__(self, message)  # type: ignore[arg-type]  # a mixin: each of its classes is an Exception
         self._init_spark_fields(message, error_class, params, sql_state)
 
 

@@ -280,7 +280,7 @@ class FlatMapGroupsWithStateStep(StateStep):
 
         def call(key: tuple, values, stored, timed_out: bool, row: int) -> None:
             state = GroupState(
-                optionalValue=Row(**stored) if stored is not None else None,
+                optionalValue=Row(**stored) if stored is not None else None,  # type: ignore[arg-type]  # None with defined=False: no state (PySpark reads the value only when defined)
                 batchProcessingTimeMs=batch_ts,
                 eventTimeWatermarkMs=watermark,
                 timeoutConf=info.timeout_conf,

@@ -277,13 +277,13 @@ class _Codec:
             return []
         if self.flat:
             columns = [arr.field(i).to_pylist() for i in range(arr.type.num_fields)]
-            rows = list(zip(*columns)) if columns else [()] * n
+            rows: list[tuple[Any, ...] | None] = list(zip(*columns)) if columns else [()] * n
             if arr.null_count:
                 valid = arr.is_valid().to_pylist()
                 rows = [r if ok else None for r, ok in zip(rows, valid)]
             return rows
 
-        out = []
+        out: list[tuple[Any, ...] | None] = []
         for d in arr.to_pylist():
             if d is None:
                 out.append(None)
@@ -1056,7 +1056,7 @@ def DriverStatefulProcessorHandle(time_mode: str) -> Any:  # noqa: N802 - a fact
     """A handle that records the declarations of ``init`` (Spark's
     ``DriverStatefulProcessorHandleImpl``): ``handle.variables`` lists them, with Spark's
     errors for a duplicate name or a TTL outside processing time."""
-    StatefulProcessorHandle, *_ = _pyspark_classes()  # noqa: N806
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
     class _Driver(StatefulProcessorHandle):
         def __init__(self) -> None:

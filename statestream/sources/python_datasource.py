@@ -76,9 +76,9 @@ def data_source_schema(data_source: "DataSource", user_schema: "StructType | str
     """The stream's schema: the reader's ``schema(...)`` when given, else the source's
     ``schema()`` (a ``StructType`` or a DDL string), as Spark takes it."""
     from pyspark.errors import PySparkAssertionError
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
-    schema = user_schema if user_schema is not None else data_source.schema()
+    schema: DataType | str = user_schema if user_schema is not None else data_source.schema()
     if isinstance(schema, str):
         schema = StructType.fromDDL(schema)
     if not isinstance(schema, StructType):
