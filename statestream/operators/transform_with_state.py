@@ -522,10 +522,10 @@ class TransformWithStateExec(PhysicalOperator, StateStoreWriter, WatermarkSuppor
         keys as the later batches' exchange partitions the data alone; and the data's columns."""
         from pyspark.sql import functions as F
 
-        assert self.child is not None and self.child.child is not None and self.info is not None
+        assert self.child is not None and self.child.child is not None and self.info is not None  # type: ignore[attr-defined]  # the planner's exchange: a unary node
         info = self.info
         n = int(self.get_state_info().num_partitions or 1)
-        data = self.child.child.execute(ctx)
+        data = self.child.child.execute(ctx)  # type: ignore[attr-defined]  # (as above)
         init = info.initial_state
 
         def quoted(name: str) -> Any:

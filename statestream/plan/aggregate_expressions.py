@@ -206,7 +206,7 @@ def _case_when(pairs: list, otherwise: Any, values: list["Column"]) -> "Column":
     col = None
     for cond, value in pairs:
         col = F.when(cond(values), value(values)) if col is None else col.when(cond(values), value(values))
-    return col.otherwise(otherwise(values)) if otherwise is not None else col  # type: ignore[union-attr]
+    return col.otherwise(otherwise(values)) if otherwise is not None else col  # type: ignore[union-attr, return-value]  # a CASE has a WHEN
 
 
 # -- SQL strings (Spark's parser) ---------------------------------------------------------------

@@ -261,7 +261,8 @@ def decimal_averages(sums: Sequence[Any], counts: Sequence[Any], precision: int,
                     f"Decimal({precision}, {scale}). If necessary set \"spark.sql.ansi.enabled\" to \"false\" to "
                     "bypass this error, and return NULL instead. SQLSTATE: 22003"
                 )
-            q = None
+            out.append(None)
+            continue
         out.append(q)
     return out
 
@@ -718,7 +719,7 @@ TRY_AVG = FunctionSpec(
     "try_avg",
     (1, 1),
     AVG.layout,
-    lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])] if not (_decimal(o) and _decimal(o).decimal_avg) else _avg_partial(a, o),
+    lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])] if not ((d := _decimal(o)) and d.decimal_avg) else _avg_partial(a, o),
     AVG.row,
     lambda b, o: _avg_final(b, o, try_mode=True),
 )

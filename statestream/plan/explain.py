@@ -222,7 +222,8 @@ def explain_string(
     if mode == "codegen":
         return codegen_string(plan) + "\n"
     out = []
-    sections = logical if isinstance(logical, dict) else dict.fromkeys(("parsed", "analyzed", "optimized", "cost"), logical)
+    # (read only when ``logical`` is given)
+    sections = logical if isinstance(logical, dict) else dict.fromkeys(("parsed", "analyzed", "optimized", "cost"), logical or "")
     if mode == "extended" and logical:
         out.append("== Parsed Logical Plan ==\n" + sections["parsed"] + "\n")
         out.append("== Analyzed Logical Plan ==\n" + (schema_line + "\n" if schema_line else "") + sections["analyzed"] + "\n")

@@ -767,7 +767,7 @@ class JvmPlanInspector:
             if len(kids) != len(children):
                 return None
             out = jvm_seq(top.output())
-            branches = []
+            branches: list[tuple[Step, ...]] = []
             for k, t in zip(kids, targets):
                 into = self._remap(out, jvm_seq(k.output()))
                 chain = self._chain(k, t)

@@ -586,7 +586,7 @@ def dress_with_ids(plan: "PhysicalOperator") -> "PhysicalOperator":
             if max(op.info.key_indices, default=-1) < len(below):
                 return dataclasses.replace(op, keys_text=", ".join(below[i] for i in op.info.key_indices))
         if isinstance(op, StatefulShuffleExchangeExec) and not op.spark_text and op.info is not None:
-            keys = [below[i] for i in op.info.key_indices] if below and max(op.info.key_indices, default=-1) < len(below) else None
+            keys = tuple(below[i] for i in op.info.key_indices) if below and max(op.info.key_indices, default=-1) < len(below) else None
             if keys is not None:
                 text = f"Exchange hashpartitioning({', '.join(keys)}, {op.num_partitions}), REQUIRED_BY_STATEFUL_OPERATOR"
                 return dataclasses.replace(op, spark_text=f"{text}, [plan_id={_new_plan_id()}]")
@@ -956,8 +956,8 @@ def _replace_leaves(
             head = sub[0]
             if suffixes[i] and not _STATS.search(head):  # a source's scan: the stand-in's size
                 head += suffixes[i]
-            found = _STATS.search(head)
-            if section == "cost" and (found is None or f", {found.group(1)}" != suffixes[i]):
+            stats = _STATS.search(head)
+            if section == "cost" and (stats is None or f", {stats.group(1)}" != suffixes[i]):
                 # Spark estimated the nodes above the stand-in from the stand-in's size (a
                 # stream's default); another size below would change their statistics
                 return None

@@ -169,9 +169,10 @@ def rows_emitted(task_metrics: Iterable[Mapping[str, Any]]) -> int | None:
     """The rows the state tasks of a batch emitted (``numOutputRows``, the last report of each
     operator's partition: a retried task reports again), None when a report lacks it."""
     rows = [m.get("numOutputRows") for m in latest_task_reports(task_metrics).values()]
-    if any(not isinstance(n, int) for n in rows):
+    counts = [n for n in rows if isinstance(n, int)]
+    if len(counts) != len(rows):
         return None
-    return sum(rows)
+    return sum(counts)
 
 
 #: the metric of Spark's shuffle exchange that counts the rows its map tasks wrote

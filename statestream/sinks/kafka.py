@@ -68,11 +68,12 @@ def validate_kafka_output(schema: "StructType", topic: str | None) -> None:
         raise kafka_output_value_required_error()
     check("value", (StringType, BinaryType), "string or binary")
     if "headers" in by_name:
-        expected = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        expected = ArrayType(header)
         got = by_name["headers"]
         fits = isinstance(got, ArrayType) and isinstance(got.elementType, StructType) and [
             (f.name, type(f.dataType)) for f in got.elementType.fields
-        ] == [(f.name, type(f.dataType)) for f in expected.elementType.fields]
+        ] == [(f.name, type(f.dataType)) for f in header.fields]
         if not fits:
             raise kafka_output_type_error("headers", got.simpleString(), expected.simpleString())
     check("partition", (IntegerType,), "int")

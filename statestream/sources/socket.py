@@ -126,6 +126,7 @@ class TextSocketSource(Source):
             if lo + 1 < self._first_offset:
                 raise socket_lines_gone_error(lo + 1, self._first_offset - 1)
             rows = self._lines[lo + 1 - self._first_offset : hi + 1 - self._first_offset]
+        data: list[tuple[Any, ...]]
         if self.include_timestamp:
             data = [(v, ts) for v, ts in rows]
         else:

@@ -381,7 +381,7 @@ def _parse_interval(name: str, units: dict[str, int], kind: str) -> _Type | None
     return None
 
 
-def _parse_type(value: Any, collation: str | None = None) -> _Type:
+def _parse_type(value: Any, collation: str | dict[str, str] | None = None) -> _Type:
     if isinstance(value, str):
         name = value.strip()
         lower = name.lower()
@@ -393,10 +393,10 @@ def _parse_type(value: Any, collation: str | None = None) -> _Type:
             return ("simple", _SIMPLE_TYPES[lower])
         if lower == "decimal":
             return ("decimal", 10, 0)
-        for prefix, kind in (("decimal(", "decimal"), ("char(", "char"), ("varchar(", "varchar"), ("time(", "time")):
+        for prefix, sized in (("decimal(", "decimal"), ("char(", "char"), ("varchar(", "varchar"), ("time(", "time")):
             if lower.startswith(prefix) and lower.endswith(")"):
                 args = tuple(int(a) for a in lower[len(prefix) : -1].split(","))
-                return (kind, *args)
+                return (sized, *args)
         if lower.startswith("interval "):
             parsed = _parse_interval(lower, _DAY_TIME_UNITS, "dayTime") or _parse_interval(lower, _YEAR_MONTH_UNITS, "yearMonth")
             if parsed is not None:

@@ -49,12 +49,13 @@ def describe_checkpoint(checkpoint: str) -> dict[str, Any]:
     commits_log = CommitLog(fm.child("commits"))
     commits = commits_log.list_batch_ids()
     last = commits[-1] if commits else None
-    watermark = commits_log.get(last).next_batch_watermark_ms if last is not None else None
+    committed = commits_log.get(last) if last is not None else None
+    watermark = committed.next_batch_watermark_ms if committed is not None else None
     state_root = fm.child("state").root
     operators = []
     for op_id, md in sorted(read_all_operator_metadata(state_root).items()):
         files, size = _tree_size(fm, f"state/{op_id}")
-        stores = []
+        stores: list[dict[str, Any]] = []
         for store in md.state_store_info:
             rows = 0
             if last is not None:

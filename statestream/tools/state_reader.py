@@ -393,7 +393,7 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
         if name not in stored:
             raise _schema_unreadable(opts)
         kind = variable_kind(stored[name])
-        t = _parse_datatype_json_value(stored[name]["type"])
+        t: Any = _parse_datatype_json_value(stored[name]["type"])  # an ArrayType or MapType by its kind
         value, user_key = (t.elementType, None) if kind == "list" else (t.valueType, t.keyType) if kind == "map" else (t, None)
     change_feed = opts.read_change_feed
     ttl = variables[name][1]
@@ -419,7 +419,7 @@ def _plan_python_state(opts: StateSourceOptions, files: CheckpointFileManager, m
     return plan, (spark_schema, {})
 
 
-def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan, Any]:
+def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan | PythonStateReadPlan, Any]:
     """What the read needs, and its schema; Spark's errors for what the checkpoint lacks."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import IntegerType, LongType, StringType, StructType

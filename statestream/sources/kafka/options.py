@@ -226,13 +226,13 @@ def _starting(opts: Mapping[str, str]) -> OffsetRangeLimit:
     if "startingoffsetsbytimestamp" in opts:
         stamps = _partition_map(opts["startingoffsetsbytimestamp"].strip(), kafka_timestamps_json_error)
         return OffsetRangeLimit("timestamps", offsets=stamps, on_no_match=strategy)
-    raw = opts.get("startingoffsets")
-    if raw is None:
+    offsets = opts.get("startingoffsets")
+    if offsets is None:
         return OffsetRangeLimit("latest")
-    low = raw.strip().lower()
+    low = offsets.strip().lower()
     if low in ("earliest", "latest"):
         return OffsetRangeLimit(low)
-    return OffsetRangeLimit("specific", offsets=parse_partition_offsets_json(raw.strip()))
+    return OffsetRangeLimit("specific", offsets=parse_partition_offsets_json(offsets.strip()))
 
 
 def validate_stream_options(options: Mapping[str, Any]) -> None:
