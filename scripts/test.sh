@@ -9,8 +9,10 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
   $SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
-# the linter first (pyproject's [tool.ruff]): a second, no Spark
+# the linter first (pyproject's [tool.ruff]): a second, no Spark; then the type checker on the
+# package (pyproject's [tool.mypy]): a few seconds, no Spark
 "$VENV/bin/ruff" check --quiet statestream tests bench scripts
+"$VENV/bin/mypy" --no-error-summary statestream
 WORKERS="${STATESTREAM_TEST_WORKERS:-2}"
 PARALLEL=()
 if [ "$WORKERS" != "1" ] && [ "$WORKERS" != "0" ]; then
