@@ -11,7 +11,8 @@ One child process (``cluster_child.py``; one SparkSession per process) runs the 
 deduplication, a session-window aggregation and a stream-stream join on Spark's engine and on
 statestream over the same files, each started twice on its checkpoint (first start, then a restart), and compares
 every batch (rows, watermark, event-time statistics, state metrics). statestream reaches the
-executors as a zip shipped with ``addPyFile`` (what ``--py-files`` does).
+executors as a zip shipped with ``addPyFile`` (what ``--py-files`` does). CI runs the seed query
+and the join (:data:`SAMPLE_QUERIES`); the soak tier runs all four.
 
 With ``STATESTREAM_TEST_TASK_LOG`` set, every state task logs which process and executor served
 which store version and how its provider cache answered (``statestream.faults.record_state_task``;
@@ -48,13 +49,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).resolve().parent / "cluster_child.py"
 CHILD_TIMEOUT_S = float(os.environ.get("STATESTREAM_CLUSTER_CHILD_TIMEOUT", "1500"))
 QUERIES = ["seed", "dedup", "session", "stream_join"]
+#: CI's sample: one query with a single store per partition, and the join's four stores
+SAMPLE_QUERIES = ["seed", "stream_join"]
 
 
-def run_child(workdir: Path) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]], str]:
+def run_child(workdir: Path, queries: list[str]) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]], str]:
     """Run the child to the end; (exit code, result, task log records, tail of its output)."""
     job = {
         "master": "local-cluster[2,1,1024]",
-        "queries": QUERIES,
+        "queries": queries,
         "workdir": str(workdir),
         "result": str(workdir / "result.json"),
         "py_files": True,
@@ -145,15 +148,28 @@ def cache_history(records: list[dict[str, Any]]) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.covered_by_slow("test_local_cluster_two_executors_all_queries")
 def test_local_cluster_two_executors(tmp_path):
+    """CI's sample: the seed query and the stream-stream join on the cluster."""
+    _run_on_the_cluster(tmp_path, SAMPLE_QUERIES)
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+def test_local_cluster_two_executors_all_queries(tmp_path):
+    """The four queries (the seed query, deduplication, session windows kept in memory, the join)."""
+    _run_on_the_cluster(tmp_path, QUERIES)
+
+
+def _run_on_the_cluster(tmp_path: Path, queries: list[str]) -> None:
     t0 = time.monotonic()
-    rc, result, records, tail = run_child(tmp_path)
+    rc, result, records, tail = run_child(tmp_path, queries)
     elapsed = time.monotonic() - t0
     assert result is not None, f"child exited {rc} without a result\n{tail}"
     failures = {n: q["error"] + "\n" + q.get("trace", "") for n, q in result["queries"].items() if not q["ok"]}
     assert not failures, "\n\n".join(f"{n}: {e}" for n, e in failures.items())
     assert rc == 0, tail
-    assert sorted(result["queries"]) == sorted(QUERIES)
+    assert sorted(result["queries"]) == sorted(queries)
     for name, q in result["queries"].items():
         assert len(q["starts"]) == 2 and all(s["batches"] for s in q["starts"]), (name, q)
         assert q["starts"][1]["batches"][0] == q["starts"][0]["batches"][-1] + 1, (name, q)
@@ -167,7 +183,7 @@ def test_local_cluster_two_executors(tmp_path):
     assert len({r["pid"] for r in records}) >= 2
     assert all("statestream.zip" in (r["module"] or "") for r in records), {r["module"] for r in records}
     roots = {r["root"] for r in records}
-    for name in QUERIES:
+    for name in queries:
         query_records = [r for r in records if f"/{name}/statestream/" in r["root"]]
         assert len({r["runId"] for r in query_records}) == 2, f"{name}: expected a first start and a restart"
         assert {r["partition"] for r in query_records} == {0, 1, 2, 3}, name
@@ -175,11 +191,13 @@ def test_local_cluster_two_executors(tmp_path):
     # other queries with them on the executors' local disks (the default)
     mapped = collections.Counter(("/session/statestream/" in r["root"], r["mapped"] > 0) for r in records if not r["read"])
     assert mapped[(False, True)] > 0 and mapped[(True, True)] == 0, mapped
+    if "session" in queries:
+        assert mapped[(True, False)] > 0, mapped
     join_stores = {(r["store"], r["read"]) for r in records if "/stream_join/statestream/" in r["root"]}
     # the join matches in its state tasks (its condition has an Arrow form): the four stores are
     # opened for writing only, no read-only scan of the stored rows
     assert join_stores == {(f"{side}-{kind}", False) for side in ("left", "right") for kind in ("keyToNumValues", "keyWithIndexToValue")}, join_stores
-    assert len(roots) == len(QUERIES), roots
+    assert len(roots) == len(queries), roots
 
     counts = cache_history(records)
     log.info("cluster test: %.0f s (child %.0f s, cluster start %.0f s); %s", elapsed, result["seconds"],

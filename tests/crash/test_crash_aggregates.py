@@ -40,12 +40,14 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     assert got, "the recovered run wrote no rows"
 
 
+@pytest.mark.covered_by_slow("test_object_hash_aggregate_survives_sigkill_at_every_point")
 def test_object_hash_aggregate_sigkill_after_partial_state_commit(spark, tmp_path):
     """Batch 2 dies after state partition 0 committed: the re-run merges from version 2."""
     _gauntlet(spark, tmp_path, [("after_state_commit", 2, 0)])
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_object_hash_aggregate_survives_sigkill_at_every_point(spark, tmp_path):
     _gauntlet(
         spark,

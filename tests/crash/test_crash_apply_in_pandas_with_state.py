@@ -34,6 +34,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
 
 
 @pytest.mark.slow  # about 45 s: three engines' runs and a killed child
+@pytest.mark.covered_by_slow("test_apply_in_pandas_survives_sigkill_at_every_point")
 def test_apply_in_pandas_sigkill_after_sink_then_restart(spark, tmp_path):
     """Batch 2 dies after its sink write, before its commit: the re-run must rebuild the same
     sessions from state version 2 and the sink must not hold them twice."""
@@ -42,6 +43,7 @@ def test_apply_in_pandas_sigkill_after_sink_then_restart(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_apply_in_pandas_survives_sigkill_at_every_point(spark, tmp_path):
     _gauntlet(
         spark, tmp_path,

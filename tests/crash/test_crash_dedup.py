@@ -82,6 +82,7 @@ def test_dedup_sigkill_after_partial_state_commit_then_restart(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_dedup_survives_sigkill_at_every_point(spark, tmp_path):
     _gauntlet(
         spark,

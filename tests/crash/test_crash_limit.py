@@ -61,6 +61,7 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
     assert got == [1, 2, 3, 4, 5, 6, 7]
 
 
+@pytest.mark.covered_by_slow("test_limit_survives_sigkill_at_every_point")
 def test_limit_sigkill_after_its_state_commit_then_restart(spark, tmp_path):
     """Batch 2 dies right after the limit committed count 7 (version 3): the re-run opens
     version 2 (count 6) and emits the 7th row again."""
@@ -68,6 +69,7 @@ def test_limit_sigkill_after_its_state_commit_then_restart(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_limit_survives_sigkill_at_every_point(spark, tmp_path):
     _gauntlet(
         spark,

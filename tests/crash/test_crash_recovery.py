@@ -519,6 +519,7 @@ def test_sigkill_after_partial_state_commit_then_restart(spark, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_append_file_sink_survives_sigkill_at_every_point(spark, tmp_path):
     kills = [
         ("after_offsets", 1, None),

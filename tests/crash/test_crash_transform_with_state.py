@@ -34,7 +34,16 @@ def _gauntlet(spark: Any, tmp_path: Path, kills: list[tuple[str, int, int | None
         )
 
 
+@pytest.mark.slow
+@pytest.mark.covered_by_slow("test_transform_with_state_survives_sigkill_at_every_point")
+def test_transform_with_state_sigkill_mid_state_commit_then_restart(spark, tmp_path):
+    """CI's sample: batch 3 dies after state partition 0 committed (its variables and timers):
+    the re-run opens the previous version everywhere and the sessions come out once each."""
+    assert _gauntlet(spark, tmp_path, [("after_state_commit", 3, 0)])
+
+
 @pytest.mark.slow  # about a minute: three engines' runs and killed children
+@pytest.mark.soak
 def test_transform_with_state_survives_sigkill_at_every_point(spark, tmp_path):
     """Killed after the offsets, after the sink write, mid state commit and after the commit,
     restarted each time: the sessions come out once each, as on Spark's engine."""

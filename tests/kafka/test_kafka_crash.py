@@ -79,6 +79,7 @@ def test_kafka_source_sigkill_mid_state_commit_then_restart(spark, tmp_path, kaf
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 def test_kafka_source_survives_sigkill_at_every_point(spark, tmp_path, kafka_bootstrap, kafka_topic):
     _gauntlet(
         spark,
