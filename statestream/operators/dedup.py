@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.errors import dedup_key_list_type_error
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
+from statestream.operators.state_step import StateStep, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ShuffleExchangeExec
 from statestream.operators.partition_routes import exchange_keys, state_partition_id
 from statestream.operators.base import (
@@ -440,9 +440,9 @@ class DeduplicationStateStep(StateStep):
         )
         key_schema = keys_all.schema
         value_schema = self._value_schema()
-        provider, store = self.open_store(partition, key_schema, value_schema)
         m = self.new_metrics(partition)
-        try:
+        with self.store_task(partition) as stores:
+            store = stores.open(self.provider(partition, key_schema, value_schema))
             t0 = time.perf_counter()
             keys = keys_all
             if self.event_time_index is not None and self.w_late_ms is not None and table.num_rows:
@@ -473,12 +473,8 @@ class DeduplicationStateStep(StateStep):
             evicted = self._evict(store)
             removal_ms = (time.perf_counter() - r0) * 1000
             m["numRemovedStateRows"] = evicted
-            commit_ms = commit_state(store, provider, self.version, partition)
-        except BaseException:
-            store.abort()
-            raise
         finish_writer_metrics(
-            m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows,
+            m, stores, updates_ms, removal_ms, num_output_rows=output.num_rows,
             custom={DROPPED_DUPLICATES_METRIC: m[DROPPED_DUPLICATES_METRIC]},
         )
         return output, m

@@ -48,7 +48,7 @@ from statestream.operators.python_state_values import (
     session_zone,
     to_session_wall_clock,
 )
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.state_step import StateStep, finish_writer_metrics
 from statestream.operators.stateful import older_than_watermark
 
 if TYPE_CHECKING:
@@ -257,7 +257,6 @@ class FlatMapGroupsWithStateStep(StateStep):
         keys = pa.Table.from_arrays([table.column(i) for i in info.key_indices], names=key_names)
         key_schema = keys.schema
         value_schema = self._value_schema()
-        provider, store = self.open_store(partition, key_schema, value_schema)
         ser = ArrowStreamPandasUDFSerializer(self.timezone, False, True, arrow_cast=True)
         out_type = to_arrow_type(info.output_schema, timestamp_utc=True)
         n_out_cols = len(info.output_schema.fields)
@@ -324,7 +323,8 @@ class FlatMapGroupsWithStateStep(StateStep):
                 return values
             return [None if v is None else to_session_wall_clock(v, state_type, zone) for v in values]
 
-        try:
+        with self.store_task(partition) as stores:
+            store = stores.open(self.provider(partition, key_schema, value_schema))
             t0 = time.perf_counter()
             order, offsets = group_rows_by_key(keys)
             sorted_table = table.take(pa.array(order, type=pa.int64())) if table.num_rows else table
@@ -365,11 +365,7 @@ class FlatMapGroupsWithStateStep(StateStep):
             m["numUpdatedStateRows"] = counts["put"]
             m["numRemovedStateRows"] = counts["remove"]
             out = pandas_frames_to_arrow(ser, frames, out_type, padded=True)
-            commit_ms = commit_state(store, provider, self.version, partition)
-        except BaseException:
-            store.abort()
-            raise
-        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=out.num_rows)
+        finish_writer_metrics(m, stores, updates_ms, removal_ms, num_output_rows=out.num_rows)
         return out, m
 
     def _apply(self, store, key_table: pa.Table, puts, put_rows, remove_rows, value_schema: pa.Schema) -> None:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from statestream._jvm.calls import jvm_plan_nodes
 from statestream.operators.aggregate import ShuffleExchangeExec
 from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics
+from statestream.operators.state_step import StateStep, finish_writer_metrics
 from statestream.operators.base import (
     PhysicalOperator,
     StatefulOperator,
@@ -232,11 +232,11 @@ class GlobalLimitStateStep(StateStep):
                 "its input must be a single partition"
             )
             raise RuntimeError(msg)
-        provider, store = self.open_store(partition, _KEY_SCHEMA, _VALUE_SCHEMA)
         m = self.new_metrics(partition, allRemovalsTimeMs=0)
         key = pa.table({"key": pa.nulls(1)}, schema=_KEY_SCHEMA)
         out: list[pa.RecordBatch] = []
-        try:
+        with self.store_task(partition) as stores:
+            store = stores.open(self.provider(partition, _KEY_SCHEMA, _VALUE_SCHEMA))
             t0 = time.perf_counter()
             found = store.lookup(key)
             stored = found.column("value")[0].as_py() if found.column("__found")[0].as_py() else None
@@ -254,11 +254,7 @@ class GlobalLimitStateStep(StateStep):
                 m["numUpdatedStateRows"] = 1
                 m["numOutputRows"] = count - before
             updates_ms = (time.perf_counter() - t0) * 1000
-            commit_ms = commit_state(store, provider, self.version, partition)
-        except BaseException:
-            store.abort()
-            raise
-        finish_writer_metrics(m, store, updates_ms, commit_ms)
+        finish_writer_metrics(m, stores, updates_ms)
         return out, m
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from statestream.errors import OP_SESSION_WINDOW, output_mode_error
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
+from statestream.operators.state_step import StateStep, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, AggregationInfo, aggregate_string
 from statestream.operators.base import (
     ExecutedByParent,
@@ -571,14 +571,14 @@ class SessionWindowStateStep(StateStep):
             msg = f"Invalid output mode: {mode.capitalize() if mode else mode} for session window aggregation"
             raise ValueError(msg)
         key_schema, value_schema = self.store_schemas()
-        provider, store = self.open_store(partition, key_schema, value_schema)
         m = self.new_metrics(
             partition,
             **{RESTORE_HIT_METRIC: 0},
             # Spark's Complete branch never sets the operator metrics, so it reports 0 instances
             numStateStoreInstances=1 if mode == "append" else 0,
         )
-        try:
+        with self.store_task(partition) as stores:
+            store = stores.open(self.provider(partition, key_schema, value_schema))
             t0 = time.perf_counter()
             table = self._drop_late(table, m, partition)
             if table.num_rows:
@@ -593,11 +593,7 @@ class SessionWindowStateStep(StateStep):
             else:
                 output = store.table()
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
-            commit_ms = commit_state(store, provider, self.version, partition)
-        except BaseException:
-            store.abort()
-            raise
-        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
+        finish_writer_metrics(m, stores, updates_ms, removal_ms, num_output_rows=output.num_rows)
         return self._to_output(output), m
 
     def _evict(self, store) -> pa.Table:

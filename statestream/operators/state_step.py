@@ -30,6 +30,7 @@ __all__ = [
     "AllStatePartitions",
     "ROUTE_COLUMN",
     "StateStep",
+    "StateStoreTask",
     "commit_state",
     "finish_writer_metrics",
     "map_state_partitions",
@@ -111,12 +112,15 @@ class StateStep:
                 raise RuntimeError(msg)
         return table.drop_columns([PARTITION_ID_COLUMN]) if drop_partition_column else table
 
-    def open_store(self, partition: int, key_schema: pa.Schema, value_schema: pa.Schema):
-        """(provider, store) for this operator's ``partition`` at the batch's version."""
+    def store_task(self, partition: int) -> "StateStoreTask":
+        """The lifecycle of this task's stores (:class:`StateStoreTask`) at the batch's version."""
+        return StateStoreTask(self.version, partition)  # type: ignore[attr-defined]
+
+    def provider(self, partition: int, key_schema: pa.Schema, value_schema: pa.Schema) -> Any:
+        """The provider of this operator's store of ``partition`` (its default store)."""
         store_id = StateStoreId(self.state_root, self.operator_id, partition)  # type: ignore[attr-defined]
         conf = self.store_conf or StateStoreConf()  # type: ignore[attr-defined]
-        provider = get_provider(store_id, key_schema, value_schema, conf, self.run_id)  # type: ignore[attr-defined]
-        return provider, provider.get_store(self.version)  # type: ignore[attr-defined]
+        return get_provider(store_id, key_schema, value_schema, conf, self.run_id)  # type: ignore[attr-defined]
 
     def record_late_rows(self, partition: int, rows: pa.Table, watermark_ms: int | None) -> None:
         """Write the rows this task dropped as late to the late-row ledger, when it is on."""
@@ -284,7 +288,8 @@ def _shuffled_by_route(df: Any, num_partitions: int) -> Any:
 
 def commit_state(store, provider, version: int, partition: int) -> float:
     """Commit ``store`` (batch ``version`` writes version + 1), then run maintenance when it is
-    due; returns the commit time in ms. The caller aborts the store if this raises."""
+    due; returns the commit time in ms. :class:`StateStoreTask` calls it for each of its stores
+    (and aborts them all if it raises)."""
     c0 = time.perf_counter()
     committed = store.commit()
     commit_ms = (time.perf_counter() - c0) * 1000
@@ -296,25 +301,104 @@ def commit_state(store, provider, version: int, partition: int) -> float:
     return commit_ms
 
 
+class StateStoreTask:
+    """The stores one state task writes, and their one lifecycle: each opened at the batch's
+    version (:meth:`open`), all committed (version + 1) when the ``with`` block ends without an
+    error, all aborted when it raises (what Spark's ``StateStoreWriter`` and the task's completion
+    listener do). Every state step runs its store work inside one; ``commit_ms`` is then the
+    time the commits took, and the store metrics are summed over the stores.
+
+    Parameters
+    ----------
+    version : int
+        The batch's state version: the stores open at it and commit ``version + 1``.
+    partition : int
+        The state partition (for the crash points and the task log).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import pyarrow as pa
+    >>> from statestream.state.provider import get_provider
+    >>> from statestream.state.store import StateStoreConf, StateStoreId
+    >>> schema = pa.schema([pa.field("k", pa.int64())]), pa.schema([pa.field("n", pa.int64())])
+    >>> provider = get_provider(StateStoreId(tempfile.mkdtemp(), 0, 0), *schema, StateStoreConf(), "run")
+    >>> with StateStoreTask(version=0, partition=0) as stores:
+    ...     store = stores.open(provider)
+    ...     store.put(pa.table({"k": [1, 2], "n": [10, 20]}))
+    >>> sorted(provider.list_files()), stores.num_keys()
+    ([1], 2)
+    """
+
+    def __init__(self, version: int, partition: int) -> None:
+        self.version = version
+        self.partition = partition
+        #: (provider, store) of each store opened, in the order opened
+        self.opened: list[tuple[Any, Any]] = []
+        #: the time the commits took (ms), once the block ended without an error
+        self.commit_ms = 0.0
+
+    def open(self, provider: Any, **get_store_args: Any) -> Any:
+        """``provider``'s store at the batch's version (``get_store_args`` go to
+        ``get_store``), committed or aborted with the others when the block ends."""
+        store = provider.get_store(self.version, **get_store_args)
+        self.opened.append((provider, store))
+        return store
+
+    def __enter__(self) -> "StateStoreTask":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            try:
+                self.commit_ms = sum(commit_state(store, provider, self.version, self.partition) for provider, store in self.opened)
+            except BaseException:
+                self.abort()
+                raise
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        """Abort every store opened (a committed store ignores it)."""
+        for _, store in self.opened:
+            store.abort()
+
+    def num_keys(self) -> int:
+        """The rows the stores hold after the batch."""
+        return sum(store.metrics().num_keys for _, store in self.opened)
+
+    def memory_used_bytes(self) -> int:
+        """The stores' memory, summed."""
+        return sum(store.metrics().memory_used_bytes for _, store in self.opened)
+
+    def custom_metrics(self) -> dict[str, Any]:
+        """The stores' custom metrics, summed by name."""
+        custom: dict[str, Any] = {}
+        for _, store in self.opened:
+            for k, v in store.metrics().custom_metrics.items():
+                custom[k] = custom.get(k, 0) + v
+        return custom
+
+
 def finish_writer_metrics(
     m: dict,
-    store,
+    stores: StateStoreTask,
     updates_ms: float,
-    commit_ms: float,
     removal_ms: float | None = None,
     num_output_rows: int | None = None,
     custom: dict | None = None,
+    num_total_state_rows: int | None = None,
 ) -> dict:
-    """Complete a step's metric record with the store's figures and the timings (Spark's
-    StateStoreWriter names). ``removal_ms`` is left out for operators that never remove."""
-    sm = store.metrics()
+    """Complete a step's metric record with its stores' figures and the timings (Spark's
+    StateStoreWriter names). ``removal_ms`` is left out for operators that never remove;
+    ``num_total_state_rows`` replaces the stores' key count where Spark counts otherwise."""
     if num_output_rows is not None:
         m["numOutputRows"] = num_output_rows
-    m["numTotalStateRows"] = sm.num_keys
+    m["numTotalStateRows"] = stores.num_keys() if num_total_state_rows is None else num_total_state_rows
     m["allUpdatesTimeMs"] = int(updates_ms)
     if removal_ms is not None:
         m["allRemovalsTimeMs"] = int(removal_ms)
-    m["commitTimeMs"] = int(commit_ms)
-    m["stateMemory"] = sm.memory_used_bytes
-    m["customMetrics"] = {**sm.custom_metrics, **(custom or {})}
+    m["commitTimeMs"] = int(stores.commit_ms)
+    m["stateMemory"] = stores.memory_used_bytes()
+    m["customMetrics"] = {**stores.custom_metrics(), **(custom or {})}
     return m

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statestream.operators.state_step import StateStep, commit_state, finish_writer_metrics, map_state_partitions
+from statestream.operators.state_step import StateStep, finish_writer_metrics, map_state_partitions
 from statestream.operators.aggregate import AggregationInfo
 from statestream.operators.base import (
     ExecutedByParent,
@@ -184,9 +184,9 @@ class AggregationStateStep(StateStep):
                 table = rule.update_table(table)
         key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
         value_schema = pa.schema([table.schema.field(c) for c in self._buffer_columns()])
-        provider, store = self.open_store(partition, key_schema, value_schema)
         m = self.new_metrics(partition, **{RESTORE_HIT_METRIC: 0})
-        try:
+        with self.store_task(partition) as stores:
+            store = stores.open(self.provider(partition, key_schema, value_schema))
             t0 = time.perf_counter()
             keys = table.select(list(self.key_columns))
             if table.num_rows:
@@ -233,11 +233,7 @@ class AggregationStateStep(StateStep):
             else:
                 raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
-            commit_ms = commit_state(store, provider, self.version, partition)
-        except BaseException:
-            store.abort()
-            raise
-        finish_writer_metrics(m, store, updates_ms, commit_ms, removal_ms, num_output_rows=output.num_rows)
+        finish_writer_metrics(m, stores, updates_ms, removal_ms, num_output_rows=output.num_rows)
         output = output.select(list(self.key_columns) + self._buffer_columns())
         if self.finishers:
             finished = [f.finish(output) for f in self.finishers]

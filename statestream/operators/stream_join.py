@@ -60,7 +60,7 @@ from statestream.operators.aggregate import PARTITION_ID_COLUMN
 from statestream.operators.local_checkpoint import local_checkpoint
 from statestream.operators.partition_routes import partition_routes, state_partition_id
 from statestream.operators.python_worker import forget_zip_importers
-from statestream.operators.state_step import StateStep, commit_state
+from statestream.operators.state_step import StateStep, finish_writer_metrics
 from statestream.operators.stateful import event_time_micros
 from statestream.state.keys import group_ids, match_keys
 from statestream.state.provider import get_provider
@@ -542,10 +542,10 @@ class JoinStateStep(StateStep):
         nk = len(self.key_schema)
         kcols = [key_column(j) for j in range(nk)]
         providers = _providers(self.state_root, self.run_id, self.operator_id, partition, self.key_schema, self.row_schemas, self.store_conf)
-        stores = {name: p.get_store(self.version) for name, p in providers.items()}
         m = self.new_metrics(partition, numStateStoreInstances=4)
         t0 = time.perf_counter()
-        try:
+        with self.store_task(partition) as task_stores:
+            stores = {name: task_stores.open(p) for name, p in providers.items()}
             kind = table.column(KIND).to_numpy(zero_copy_only=False)
             side_arr = table.column(SIDE).to_numpy(zero_copy_only=False)
             late = np.asarray(pc.fill_null(table.column(LATE), False).to_numpy(zero_copy_only=False), dtype=bool)
@@ -677,33 +677,10 @@ class JoinStateStep(StateStep):
             updates_ms = (time.perf_counter() - t0) * 1000
             m["numUpdatedStateRows"] = updated
             m["numRemovedStateRows"] = removed_counted
-            c0 = time.perf_counter()
-
-            for name in STORE_NAMES:
-                commit_state(stores[name], providers[name], self.version, partition)
-            commit_ms = (time.perf_counter() - c0) * 1000
-        except BaseException:
-            for s in stores.values():
-                s.abort()
-            raise
         out = pa.concat_tables(outputs) if outputs else self.output_schema.empty_table()
-        total = 0
-        memory = 0
-        custom: dict[str, int] = {}
-        for name, s in stores.items():
-            sm_ = s.metrics()
-            if name.endswith("keyWithIndexToValue"):
-                total += sm_.num_keys  # Spark counts each stored row once (not its key's count)
-            memory += sm_.memory_used_bytes
-            for k, v in sm_.custom_metrics.items():
-                custom[k] = custom.get(k, 0) + int(v)
-        m["numOutputRows"] = out.num_rows
-        m["numTotalStateRows"] = total
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["allRemovalsTimeMs"] = 0
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = memory
-        m["customMetrics"] = custom
+        # Spark counts each stored row once (keyWithIndexToValue), not its key's count too
+        total = sum(s.metrics().num_keys for name, s in stores.items() if name.endswith("keyWithIndexToValue"))
+        finish_writer_metrics(m, task_stores, updates_ms, 0, num_output_rows=out.num_rows, num_total_state_rows=total)
         return out, m
 
     def _match_in_task(self, table: pa.Table, stores: dict, nk: int, joining: np.ndarray, side_arr: np.ndarray) -> "_TaskMatches":

@@ -60,7 +60,7 @@ from statestream.operators.python_state_values import (
     session_zone,
     to_pandas,
 )
-from statestream.operators.state_step import StateStep, commit_state
+from statestream.operators.state_step import StateStep, StateStoreTask, finish_writer_metrics
 from statestream.operators.stateful import older_than_watermark
 from statestream.operators.stateful_processor_handle import (
     CLOSED,
@@ -646,7 +646,7 @@ class TransformWithStateStep(StateStep):
 
     # -- stores ---------------------------------------------------------------------------------
 
-    def _opener(self, partition: int, opened: list):
+    def _opener(self, partition: int, stores: StateStoreTask):
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
             sid = StateStoreId(self.state_root, self.operator_id, partition, name)
             provider = get_provider(sid, key_schema, value_schema, self.store_conf or StateStoreConf(), self.run_id)
@@ -662,13 +662,12 @@ class TransformWithStateStep(StateStep):
                 provider.replace_version(self.version, content)
                 log.info("state variable %r of operator %d, partition %d declared again: version %d from version %d",
                          name, self.operator_id, partition, self.version, frozen)
-            store = provider.get_store(self.version, begins_at=recorded)
+            store = stores.open(provider, begins_at=recorded)
             if recorded is None and self.version > 0 and store.num_keys() == 0 and not provider.list_files():
                 # an older checkpoint that did not record when the variable was declared: said
                 # aloud, since a lost store directory would look the same
                 log.warning("state variable %r of operator %d, partition %d has no stored version: starting empty at version %d",
                             name, self.operator_id, partition, self.version)
-            opened.append(store)
             return provider, store
 
         return open_store
@@ -711,10 +710,10 @@ class TransformWithStateStep(StateStep):
         data_keys = pa.Table.from_arrays([data.column(i) for i in info.key_indices], names=key_names)
         key_schema = data_keys.schema
         zone = session_zone(self.timezone)
-        opened: list = []
+        stores = self.store_task(partition)
         mode = info.time_mode
         task = TaskState(
-            self._opener(partition, opened),
+            self._opener(partition, stores),
             key_schema,
             mode,
             self.batch_timestamp_ms,
@@ -725,7 +724,7 @@ class TransformWithStateStep(StateStep):
         )
         out_rows = Output(info, self.timezone)
         tv = TimerValues(*timer_values(mode, self.batch_timestamp_ms, self.w_evict_ms))
-        try:
+        with stores:
             t0 = time.perf_counter()
             processor = cloudpickle.loads(cloudpickle.dumps(info.processor))  # a fresh copy per task, as in Spark
             processor.init(StatefulProcessorHandleImpl(task))
@@ -743,29 +742,12 @@ class TransformWithStateStep(StateStep):
             removal_ms = (time.perf_counter() - r0) * 1000
             out = out_rows.table()
             self._check_output_event_time(out)
-            c0 = time.perf_counter()
-            for store in opened:
-                provider = store._provider  # noqa: SLF001 - the store's own provider
-                commit_state(store, provider, self.version, partition)
-            commit_ms = (time.perf_counter() - c0) * 1000
-        except BaseException:
-            for store in opened:
-                store.abort()
-            raise
-        m["numOutputRows"] = out.num_rows
         m["numUpdatedStateRows"] = task.updated
         m["numRemovedStateRows"] = task.removed
-        m["numTotalStateRows"] = task.num_rows_total()
-        m["allUpdatesTimeMs"] = int(updates_ms)
-        m["allRemovalsTimeMs"] = int(removal_ms)
-        m["commitTimeMs"] = int(commit_ms)
-        m["stateMemory"] = sum(s.metrics().memory_used_bytes for s in opened)
-        custom: dict[str, Any] = {}
-        for s in opened:
-            for k, v in s.metrics().custom_metrics.items():
-                custom[k] = custom.get(k, 0) + v
-        custom.update(task.metrics)
-        m["customMetrics"] = custom
+        finish_writer_metrics(
+            m, stores, updates_ms, removal_ms, num_output_rows=out.num_rows, custom=task.metrics,
+            num_total_state_rows=task.num_rows_total(),
+        )
         return out, m
 
     def _process_data(

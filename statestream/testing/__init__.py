@@ -46,7 +46,7 @@ from statestream.operators.flat_map_groups_with_state import (
     FlatMapGroupsWithStateStep,
 )
 from statestream.operators.python_state_values import from_session_wall_clock, session_zone, to_session_wall_clock
-from statestream.operators.state_step import commit_state
+from statestream.operators.state_step import StateStoreTask
 from statestream.operators.stateful import older_than_watermark
 from statestream.operators.stateful_processor_handle import (
     CLOSED,
@@ -520,14 +520,13 @@ class TwsTester:
         self._require_timers("registeredTimers")
         if self._key_schema is None:
             return []
-        opened: list = []
-        task = self._task(opened)
+        stores = self._batch_stores()
         try:
+            task = self._task(stores, set())
             assert task.timers is not None
             keys, times = task.timers.expired(np.iinfo(np.int64).max)
         finally:
-            for _, _, store in opened:
-                store.abort()
+            stores.abort()
         columns = [c.to_pylist() for c in keys.columns]
         return [(_shown_key(tuple(k)), int(t)) for k, t in zip(zip(*columns), times)]
 
@@ -599,14 +598,19 @@ class TwsTester:
         columns = [c.to_pylist() for c in table.columns]
         return table, [tuple(t) for t in zip(*columns)]
 
-    def _task(self, opened: list) -> Any:
-        """The engine's ``TaskState`` of a batch at the current clock and version."""
+    def _batch_stores(self) -> StateStoreTask:
+        """The lifecycle of a batch's stores at the current version (the engine's)."""
+        return StateStoreTask(self._version, 0)
+
+    def _task(self, stores: StateStoreTask, names: set[str]) -> Any:
+        """The engine's ``TaskState`` of a batch at the current clock and version, opening its
+        stores in ``stores`` (their names added to ``names``)."""
         assert self._key_schema is not None
 
         def open_store(name: str, key_schema: pa.Schema, value_schema: pa.Schema) -> tuple[Any, Any]:
             provider = self._dir.provider(name, key_schema, value_schema)
-            store = provider.get_store(self._version, begins_at=None)
-            opened.append((name, provider, store))
+            store = stores.open(provider, begins_at=None)
+            names.add(name)
             self._stores[name] = (key_schema, value_schema)
             return provider, store
 
@@ -626,30 +630,24 @@ class TwsTester:
             known=self._variables,
         )
 
-    def _commit(self, opened: list) -> None:
-        """Commit version N+1 of every store, those this batch did not open included (the
-        engine opens them all in every batch), so that all stay at the same version."""
-        names = {name for name, _, _ in opened}
+    def _open_the_others(self, stores: StateStoreTask, names: set[str]) -> None:
+        """Open every store this batch did not (the engine opens them all in every batch), so
+        that all commit version N+1 and stay at the same version."""
         for name, (key_schema, value_schema) in list(self._stores.items()):
             if name not in names:
-                provider = self._dir.provider(name, key_schema, value_schema)
-                opened.append((name, provider, provider.get_store(self._version, begins_at=None)))
-        for _, provider, store in opened:
-            commit_state(store, provider, self._version, 0)
-        self._version += 1
+                stores.open(self._dir.provider(name, key_schema, value_schema), begins_at=None)
 
     def _with_key(self, values: tuple, read: "Callable[[Any], Any]") -> Any:
         """``read(task)`` with ``key`` being processed, in a batch that commits nothing."""
         table, tuples = self._keys_table([values])
-        opened: list = []
+        stores = self._batch_stores()
         try:
-            task = self._task(opened)
+            task = self._task(stores, set())
             task.begin_phase(table, tuples)
             task.set_key(0)
             return read(task)
         finally:
-            for _, _, store in opened:
-                store.abort()
+            stores.abort()
 
     def _peek(self, name: str, key: Any, kind: str, read: "Callable[[Any], Any]") -> Any:
         info = self._variable(name, kind)
@@ -663,9 +661,9 @@ class TwsTester:
         """``write(state)`` under ``key`` in a batch of its own, committed like any batch."""
         info = self._variable(name, kind)
         table, tuples = self._keys_table([_key_values(key)])
-        opened: list = []
-        try:
-            task = self._task(opened)
+        stores, names = self._batch_stores(), set[str]()
+        with stores:
+            task = self._task(stores, names)
             handle = StatefulProcessorHandleImpl(task)
             state = _declare(handle, info)
             for other in self._variables:  # every store is opened, as by the processor's init
@@ -675,11 +673,8 @@ class TwsTester:
             task.set_key(0)
             write(state)
             task.end_phase()
-            self._commit(opened)
-        except BaseException:
-            for _, _, store in opened:
-                store.abort()
-            raise
+            self._open_the_others(stores, names)
+        self._version += 1
 
     def _pandas_initial_state(self, initial: Any) -> "list[tuple[Any, list]]":
         import pandas as pd
@@ -767,9 +762,9 @@ class TwsTester:
             return out
         clock = self._clock
         tv = TimerValues(*timer_values(self.timeMode, clock.processing_time_ms, clock.watermark_ms))
-        opened: list = []
-        try:
-            task = self._task(opened)
+        stores, names = self._batch_stores(), set[str]()
+        with stores:
+            task = self._task(stores, names)
             processor = cloudpickle.loads(cloudpickle.dumps(self.processor))  # a fresh copy, as in Spark
             processor.init(StatefulProcessorHandleImpl(task))
             task.handle_state = INITIALIZED
@@ -783,11 +778,8 @@ class TwsTester:
             task.handle_state = CLOSED
             if self.timeMode == PROCESSING_TIME:
                 task.remove_expired()
-            self._commit(opened)
-        except BaseException:
-            for _, _, store in opened:
-                store.abort()
-            raise
+            self._open_the_others(stores, names)
+        self._version += 1
         return out
 
     def _fire_timers(self, task: Any, processor: Any, tv: Any, out: _Results) -> None:
@@ -1002,8 +994,8 @@ class ApplyInPandasWithStateTester:
         keys = self._key_table(key)
         value_schema = self._value_schema()
         provider = self._dir.provider("default", keys.schema, value_schema)
-        store = provider.get_store(self._version)
-        try:
+        with StateStoreTask(self._version, 0) as stores:
+            store = stores.open(provider)
             if value is None and timeoutTimestampMs is None:
                 store.remove(keys)
             else:
@@ -1013,10 +1005,6 @@ class ApplyInPandasWithStateTester:
                 if self.timeoutConf != NO_TIMEOUT:
                     cols.append(pa.array([NO_TIMESTAMP if timeoutTimestampMs is None else int(timeoutTimestampMs)], type=pa.int64()))
                 store.put(pa.Table.from_arrays(cols, schema=provider.schema))
-            commit_state(store, provider, self._version, 0)
-        except BaseException:
-            store.abort()
-            raise
         self._version += 1
 
     # -- internals ---------------------------------------------------------------------------------

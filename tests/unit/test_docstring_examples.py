@@ -9,10 +9,16 @@ import pkgutil
 
 import pytest
 
+import statestream.checkpoint
 import statestream.errors
+import statestream.operators
+import statestream.plan
+import statestream.runtime
+import statestream.state
 
-#: the packages whose docstring examples are checked
-PACKAGES = (statestream.errors,)
+#: the packages whose docstring examples are checked here, without Spark (the public API's,
+#: which need a session, are in tests/spark/test_api_docstring_examples.py)
+PACKAGES = (statestream.errors, statestream.state, statestream.checkpoint, statestream.operators, statestream.plan, statestream.runtime)
 
 MODULES = sorted(
     {package.__name__ for package in PACKAGES}
