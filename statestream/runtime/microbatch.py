@@ -225,6 +225,25 @@ class _BatchRecord:
 
 
 @dataclass
+class _StreamCursor:
+    """Where the query thread is between batches: the next batch's id and start offsets, the
+    watermark the last batch ran with (its late-row threshold), the watermark recovered at the
+    start, and a logged batch still to run (``pending``: the one a restart runs again)."""
+
+    batch_id: int
+    start: list[Any]
+    prev_wm: int
+    watermark_ms: int
+    pending: _BatchRecord | None = None
+
+    def advance_past(self, record: _BatchRecord) -> None:
+        """After ``record`` committed: the next batch starts at its end."""
+        self.prev_wm = record.watermark_ms
+        self.start = list(record.end)
+        self.batch_id = record.batch_id + 1
+
+
+@dataclass
 class MicroBatchExecution:
     """Runs one streaming query in a background thread (see the module docstring)."""
 
@@ -579,31 +598,72 @@ class MicroBatchExecution:
         return spark
 
     def _run_stream(self) -> None:
+        """The query thread's life, in Spark's phases: open the sources, find where the last run
+        stopped (``populateStartOffsets``), plan the query, then per trigger construct the next
+        batch (``constructNextBatch``), run it (``runBatch``) and commit it."""
         user = self.session.sparkSession
+        self._open_sources(user)
+        cursor, conf = self._populate_start_offsets(user)
+        self._prepare_execution(user, conf, cursor.watermark_ms)
+        no_data_enabled = _conf(user.conf, "spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
+        first_batch_of_run = True
+        self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+        while not self._stop.is_set():
+            trigger_start = time.monotonic()
+            with self._lock:
+                self._trigger_generation += 1
+                generation = self._trigger_generation
+            self.progress.start_trigger()
+            self._status = {"message": "Processing new data", "isDataAvailable": False, "isTriggerActive": True}
+            record, cursor.pending = cursor.pending, None
+            if record is None:
+                record = self._construct_next_batch(cursor, conf, no_data_enabled)
+            if record is None:
+                self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+                self.progress.idle(cursor.batch_id, list(cursor.start))
+                self._tell_waiters_idle(generation)
+                if self.trigger.kind in ("once", "availableNow"):
+                    break
+                self._sleep_until_next(trigger_start, ran_batch=False)
+                continue
+            self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
+            crash_point("after_offsets", record.batch_id)
+            self._run_batch_surviving_lost_blocks(record, cursor.prev_wm, first_batch_of_run)
+            first_batch_of_run = False
+            self._commit_batch(record, generation)
+            cursor.advance_past(record)
+            if self.trigger.kind == "once":
+                break
+            self._sleep_until_next(trigger_start, ran_batch=True)
+        self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+
+    def _open_sources(self, user: "SparkSession") -> None:
+        """The checkpoint's logs and one source per streaming relation of the plan."""
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
-        candidates: dict[str, str | None] = {}
-        for k in _pinned_keys():
-            v = user.conf.get(k, None)
-            candidates[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
-        session_conf = {k: v for k, v in candidates.items() if v is not None}
         relations = self.plan.find(L.StreamingRelation)
         self.relations = relations
         self.sources: list[Source] = [
             r.source_spec.create(user, self.fm.uri(f"sources/{i}")) for i, r in enumerate(relations)
         ]
+        self._source_indexes = {id(r): i for i, r in enumerate(relations)}
         if self.trigger.kind == "availableNow":
             for s in self.sources:
                 s.prepare_for_trigger_available_now()
 
-        # ---- populate start offsets (recovery): Spark's populateStartOffsets
+    def _populate_start_offsets(self, user: "SparkSession") -> "tuple[_StreamCursor, dict[str, str]]":
+        """Spark's ``populateStartOffsets``: where the logs say the last run stopped (a fresh
+        start, a batch to run again, or the batch after the last committed one), and the
+        confs the query keeps from its first run; each source learns the last end offset logged."""
+        candidates: dict[str, str | None] = {}
+        for k in _pinned_keys():
+            v = user.conf.get(k, None)
+            candidates[k] = v if v is not None else PINNED_CONF_SESSION_DEFAULTS.get(k)
+        session_conf = {k: v for k, v in candidates.items() if v is not None}
         recovery = plan_recovery_from_logs(self.offset_log, self.commit_log)
         self._check_sources_unchanged(recovery)
         recovery = self._finish_interrupted_repartition(recovery)
         recovery = self._repartition_on_restart(recovery)
-        pending: _BatchRecord | None = None
-        batch_id = recovery.batch_id
-        watermark = recovery.watermark_ms
         if recovery.action == "fresh":
             conf = dict(session_conf)
         else:
@@ -611,31 +671,34 @@ class MicroBatchExecution:
         start: list[Any] = list(recovery.start_offsets.offsets) if recovery.start_offsets else [None] * len(self.sources)
         # the previous batch's recorded watermark filters late rows of the next batch (W_late)
         prev_wm = recovery.start_offsets.metadata.batch_watermark_ms if recovery.start_offsets and recovery.start_offsets.metadata else 0
+        cursor = _StreamCursor(recovery.batch_id, start, prev_wm, recovery.watermark_ms)
         if recovery.action == "rerun":
             entry = recovery.end_offsets
             assert entry is not None and entry.metadata is not None
-            pending = _BatchRecord(
-                batch_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms
+            cursor.pending = _BatchRecord(
+                cursor.batch_id, start, list(entry.offsets), entry.metadata.batch_watermark_ms, entry.metadata.batch_timestamp_ms
             )
         # Spark's setLatestSeenOffset: the last logged end offset of each source, before any batch
-        latest_seen = pending.end if pending is not None else start
+        latest_seen = cursor.pending.end if cursor.pending is not None else start
         for source, seen in zip(self.sources, latest_seen):
             if seen is not None:
                 source.set_latest_seen_offset(seen)
+        return cursor, conf
+
+    def _prepare_execution(self, user: "SparkSession", conf: dict[str, str], watermark_ms: int) -> None:
+        """The query's session (with its pinned confs), watermark tracker, store settings and
+        physical plan, and the Python workers' start-up optimisations."""
         self.conf = conf
         self.num_partitions = int(conf[SHUFFLE_PARTITIONS])
         self.spark = self._setup_session(self.num_partitions, conf)
         self.spark.sparkContext.addJobTag(self.job_tag)  # every job of this thread: interrupt() cancels them
-
         idle = user.conf.get(IDLE_TIMEOUT_CONF, None)
         self.tracker = WatermarkTracker(
             parse_policy(conf.get("spark.sql.streaming.multipleWatermarkPolicy") or "min"),
             idle_timeout_ms=parse_time_conf_ms(idle) if idle else None,
         )
-        self.tracker.set_watermark(watermark)
+        self.tracker.set_watermark(watermark_ms)
         self.accumulator = user.sparkContext.accumulator([], ListAccumulatorParam())
-        indexes = {id(r): i for i, r in enumerate(relations)}
-
         self.store_conf = StateStoreConf(
             min_deltas_for_snapshot=int(_conf(user.conf, "spark.sql.streaming.stateStore.minDeltasForSnapshot", "10")),
             min_batches_to_retain=int(_conf(user.conf, "spark.sql.streaming.minBatchesToRetain", "100")),
@@ -644,9 +707,8 @@ class MicroBatchExecution:
             ),
             on_local_disk=on_local_disk_from_conf(user.conf.get(ON_LOCAL_DISK_CONF, str(ON_LOCAL_DISK_DEFAULT))),
         )
-        self._source_indexes = indexes
         self._physical = plan_streaming_query(
-            self.plan, self.num_partitions, indexes, self.store_conf, output_mode=self.output_mode
+            self.plan, self.num_partitions, self._source_indexes, self.store_conf, output_mode=self.output_mode
         )
         writers = state_writers(self._physical)
         self._runs_state_tasks = bool(writers)
@@ -663,6 +725,17 @@ class MicroBatchExecution:
         }
         reuse_on = str(user.conf.get(PLAN_REUSE_CONF, "true")).strip().lower() == "true"
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
+        self._speed_up_python_workers(user)
+        self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
+        # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
+        # another one, once it has a watermark other than 0 to propagate
+        self._redefined_watermark = (
+            _conf(user.conf, ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
+        )
+
+    def _speed_up_python_workers(self, user: "SparkSession") -> None:
+        """Unix domain sockets, the preloading daemon and a warm-up job for a query with state
+        tasks: each only an optimisation, so a failure leaves PySpark's defaults."""
         try:
             use_unix_domain_sockets(user)
         except Exception:  # only an optimisation: the workers then use loopback TCP
@@ -674,112 +747,86 @@ class MicroBatchExecution:
             except Exception:  # only an optimisation: the workers then import on their own
                 logger.debug("Python workers stay on PySpark's daemon", exc_info=True)
 
-        if self._runs_state_tasks:
-            warm_up = None
-            try:
-                # the daemon is chosen in the warm-up's thread, before its job (its check starts a
-                # Python process: not on the query thread's way to the first batch)
-                warm_up = start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop, before=preloading_daemon)
-            except Exception:  # only an optimisation: the batches start the workers
-                logger.debug("Python worker warm-up not started", exc_info=True)
-            if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
-                preloading_daemon()
-        self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
+        if not self._runs_state_tasks:
+            return
+        warm_up = None
+        try:
+            # the daemon is chosen in the warm-up's thread, before its job (its check starts a
+            # Python process: not on the query thread's way to the first batch)
+            warm_up = start_worker_warm_up(user, self.job_tag, self.num_partitions, self._stop, before=preloading_daemon)
+        except Exception:  # only an optimisation: the batches start the workers
+            logger.debug("Python worker warm-up not started", exc_info=True)
+        if warm_up is None:  # no warm-up (recently warm, no worker reuse): here, before the first batch
+            preloading_daemon()
 
-        # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
-        # another one, once it has a watermark other than 0 to propagate
-        self._redefined_watermark = (
-            _conf(user.conf, ALLOW_MULTIPLE_CONF, "true").lower() == "true" and redefines_watermark(self.plan)
+    def _construct_next_batch(self, cursor: "_StreamCursor", conf: dict[str, str], no_data_enabled: bool) -> "_BatchRecord | None":
+        """Spark's ``constructNextBatch``: ask each source for its latest offset; when there is
+        new data, or the last plan wants a batch for the new watermark, log the batch's offsets
+        (the write-ahead log) and tell the sources the previous batch is done. None: no batch."""
+        start, batch_id = cursor.start, cursor.batch_id
+        t = time.perf_counter()
+        ends = []
+        for s, st in zip(self.sources, start):
+            # Spark: Trigger.Once admits everything available, whatever the source's limits
+            limit = ReadLimit.ALL_AVAILABLE if self.trigger.kind == "once" else s.default_read_limit()
+            ends.append(s.latest_offset(st, limit))
+        self.progress.record_duration("latestOffset", t)
+        has_data = any(s.has_new_data(st, e) for s, e, st in zip(self.sources, ends, start))
+        if no_data_enabled and self._last_plan is not None:
+            # Spark asks the last batch's plan whether the new watermark needs another
+            # batch (and simulates its propagation) before it looks at new data
+            self._check_watermark_propagation(self.tracker.current_watermark)
+        wants_nd = (
+            no_data_enabled
+            and self.trigger.kind != "once"
+            and self._last_plan is not None
+            and self._another_batch_wanted(self._last_plan, self.tracker.current_watermark)
         )
-        no_data_enabled = _conf(user.conf, "spark.sql.streaming.noDataMicroBatches.enabled", "true").lower() == "true"
-        first_batch_of_run = True
-        self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+        if not (has_data or wants_nd):
+            return None
+        record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
+        crash_point("before_offsets", batch_id)
+        t = time.perf_counter()
+        meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
+        self.writer_lock.check_held()
+        if not self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta)):
+            raise concurrent_stream_log_update_error(batch_id, self.offset_log.path_of(batch_id))
+        self.progress.record_duration("walCommit", t)
+        # Spark tells the sources that the previous batch is done only now, once the
+        # next batch's offsets are logged (a file source's cleanSource acts then)
+        if batch_id > 0:
+            for s, e in zip(self.sources, start):
+                if e is not None:
+                    s.commit(e)
+        return record
 
-        while not self._stop.is_set():
-            trigger_start = time.monotonic()
-            with self._lock:
-                self._trigger_generation += 1
-                generation = self._trigger_generation
-            self.progress.start_trigger()
-            self._status = {"message": "Processing new data", "isDataAvailable": False, "isTriggerActive": True}
-            record = pending
-            pending = None
-            if record is None:
-                t = time.perf_counter()
-                ends = []
-                for s, st in zip(self.sources, start):
-                    # Spark: Trigger.Once admits everything available, whatever the source's limits
-                    limit = ReadLimit.ALL_AVAILABLE if self.trigger.kind == "once" else s.default_read_limit()
-                    ends.append(s.latest_offset(st, limit))
-                self.progress.record_duration("latestOffset", t)
-                has_data = any(s.has_new_data(st, e) for s, e, st in zip(self.sources, ends, start))
-                if no_data_enabled and self._last_plan is not None:
-                    # Spark asks the last batch's plan whether the new watermark needs another
-                    # batch (and simulates its propagation) before it looks at new data
-                    self._check_watermark_propagation(self.tracker.current_watermark)
-                wants_nd = (
-                    no_data_enabled
-                    and self.trigger.kind != "once"
-                    and self._last_plan is not None
-                    and self._another_batch_wanted(self._last_plan, self.tracker.current_watermark)
-                )
-                if has_data or wants_nd:
-                    record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
-                    crash_point("before_offsets", batch_id)
-                    t = time.perf_counter()
-                    meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
-                    self.writer_lock.check_held()
-                    if not self.offset_log.add(batch_id, OffsetSeq(list(record.end), meta)):
-                        raise concurrent_stream_log_update_error(batch_id, self.offset_log.path_of(batch_id))
-                    self.progress.record_duration("walCommit", t)
-                    # Spark tells the sources that the previous batch is done only now, once the
-                    # next batch's offsets are logged (a file source's cleanSource acts then)
-                    if batch_id > 0:
-                        for s, e in zip(self.sources, start):
-                            if e is not None:
-                                s.commit(e)
-            if record is None:
-                self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
-                self.progress.idle(batch_id, list(start))
-                with self._lock:
-                    self._idle_generation = generation
-                    self._lock.notify_all()
-                if self.trigger.kind in ("once", "availableNow"):
-                    break
-                self._sleep_until_next(trigger_start, ran_batch=False)
-                continue
-            self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
-            crash_point("after_offsets", record.batch_id)
-            self._run_batch_surviving_lost_blocks(record, prev_wm, first_batch_of_run)
-            first_batch_of_run = False
-            # finish: watermark, commit
-            t = time.perf_counter()
-            self.writer_lock.check_held()
-            if not self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark)):
-                # Spark fails here too (CONCURRENT_STREAM_LOG_UPDATE); statestream does not, as a
-                # batch whose commit is already there was run again from a checkpoint that lost
-                # a later offsets entry (the rerun gives the same output). A second writer is
-                # stopped where it matters, before it runs a batch: at the offsets entry above.
-                logger.warning("commit log entry %s was already there; kept", self.commit_log.path_of(record.batch_id))
-            self.progress.record_duration("commitOffsets", t)
-            crash_point("after_commit", record.batch_id)
-            self.progress.finish_batch(record)
-            if record.start == record.end and self._last_plan is not None and any(
-                getattr(w, "runs_batches_on_processing_time", lambda: False)() for w in state_writers(self._last_plan)
-            ):
-                # a processing-time timeout wants a batch on every trigger, so the query is never
-                # idle; a batch without new data then means everything available was processed
-                with self._lock:
-                    self._idle_generation = generation
-                    self._lock.notify_all()
-            self._purge(record.batch_id)
-            prev_wm = record.watermark_ms
-            start = list(record.end)
-            batch_id = record.batch_id + 1
-            if self.trigger.kind == "once":
-                break
-            self._sleep_until_next(trigger_start, ran_batch=True)
-        self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+    def _commit_batch(self, record: "_BatchRecord", generation: int) -> None:
+        """After a batch ran: its commit log entry (with the watermark for the next batch), its
+        progress, and the purge of what the logs no longer need."""
+        t = time.perf_counter()
+        self.writer_lock.check_held()
+        if not self.commit_log.add(record.batch_id, CommitMetadata(self.tracker.current_watermark)):
+            # Spark fails here too (CONCURRENT_STREAM_LOG_UPDATE); statestream does not, as a
+            # batch whose commit is already there was run again from a checkpoint that lost
+            # a later offsets entry (the rerun gives the same output). A second writer is
+            # stopped where it matters, before it runs a batch: at the offsets entry above.
+            logger.warning("commit log entry %s was already there; kept", self.commit_log.path_of(record.batch_id))
+        self.progress.record_duration("commitOffsets", t)
+        crash_point("after_commit", record.batch_id)
+        self.progress.finish_batch(record)
+        if record.start == record.end and self._last_plan is not None and any(
+            getattr(w, "runs_batches_on_processing_time", lambda: False)() for w in state_writers(self._last_plan)
+        ):
+            # a processing-time timeout wants a batch on every trigger, so the query is never
+            # idle; a batch without new data then means everything available was processed
+            self._tell_waiters_idle(generation)
+        self._purge(record.batch_id)
+
+    def _tell_waiters_idle(self, generation: int) -> None:
+        """``processAllAvailable``'s waiters: trigger ``generation`` found nothing more to do."""
+        with self._lock:
+            self._idle_generation = generation
+            self._lock.notify_all()
 
     @staticmethod
     def _another_batch_wanted(plan: "PhysicalOperator", watermark_ms: int) -> bool:
@@ -908,6 +955,9 @@ class MicroBatchExecution:
                         release_local_checkpoint(df)
 
     def _run_batch(self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool) -> None:
+        """Spark's ``runBatch``: read each source's rows between the logged offsets
+        (``getBatch``), plan the batch with its watermarks (``queryPlanning``), run it into the
+        sink (``addBatch``), then record its progress and the watermark for the next batch."""
         assert self._physical is not None
         # Spark sums the rows of every scan of a source (a self-union reads it twice); a source
         # the plan does not read (below a limit(0)) reports no input rows
@@ -924,6 +974,43 @@ class MicroBatchExecution:
         }
         self.progress.record_duration("getBatch", t)
         t = time.perf_counter()
+        reuse = self._plan_reuse if self._plan_reuse is not None and not self._plan_reuse.disabled else None
+        inc, plan, ctx = self._plan_batch(record, prev_wm, first_batch_of_run, batches, reuse is not None)
+        sc = self.spark.sparkContext
+        # every job this thread runs for the batch gives its state steps this batch's fields
+        batch_args: list[str] = []
+        try:
+            if reuse is not None:
+                set_batch_args(sc, plan, batch_args)
+            result, template = self._batch_dataframe(record, plan, ctx, reuse, raw, read, input_obs)
+            self.progress.record_duration("queryPlanning", t)
+            t = time.perf_counter()
+            materialized = self._materialise(record, result, ctx)
+        finally:
+            clear_batch_args(sc, batch_args)
+        if template is not None:
+            input_obs = self._observations_of_the_reused_plan(record, result, template, ctx)
+        if self._runs_state_tasks:
+            # the state tasks have just run: their workers stay warm for a while (not after the
+            # sink, which may take long)
+            note_python_workers_used(self.spark.sparkContext)
+        num_input = self._input_rows(record, plan, result, ctx, input_obs, scans, counted, raw)
+        # only a batch that read more rows than a single task takes needs the plan read
+        many = self._measures_shuffled_rows and sum(num_input) > self._single_task_max_rows > 0
+        shuffled_now = shuffled_rows(result) if many else None
+        self.sink.add_batch(record.batch_id, materialized, self.output_mode)
+        crash_point("after_sink", record.batch_id)
+        self.progress.record_duration("addBatch", t)
+        self._record_batch(record, plan, ctx, num_input, materialized, shuffled_now)
+        self._last_plan = plan
+        self._last_execution = inc
+
+    def _plan_batch(
+        self, record: _BatchRecord, prev_wm: int, first_batch_of_run: bool, batches: dict[int, Any], reuses_plans: bool
+    ) -> "tuple[IncrementalExecution, PhysicalOperator, BatchContext]":
+        """The batch's ``IncrementalExecution`` (its watermarks, version and timestamp filled
+        into the operators), the plan it gives, and the ``BatchContext`` it runs in
+        (``reuses_plans``: its state steps take their batch fields from a local property)."""
         # planning simulates the propagation of the previous batch's and this batch's watermark
         self._check_watermark_propagation(prev_wm if record.batch_id > 0 else 0, record.watermark_ms)
         inc = IncrementalExecution(
@@ -938,7 +1025,6 @@ class MicroBatchExecution:
         )
         assert self._physical is not None
         plan = inc.apply(self._physical)
-        reuse = self._plan_reuse if self._plan_reuse is not None and not self._plan_reuse.disabled else None
         if first_batch_of_run:
             check_state_on_first_batch(self, plan, record.batch_id)
         self.accumulator.value = []
@@ -957,50 +1043,60 @@ class MicroBatchExecution:
                 self.progress.last_with_input(), self.progress.last(), self._single_task_max_rows, shuffled
             ),
             skip_partial=skip_partial,
-            batch_args_by_property=reuse is not None,
+            batch_args_by_property=reuses_plans,
             route_at_materialisation=self._route_at_materialisation,
         )
         if ctx.single_state_task:
             logger.debug("batch %d runs each stateful operator's state partitions in one task (a small batch)", record.batch_id)
         if ctx.skip_partial != SKIP_NONE:
             logger.debug("batch %d: aggregations skip their partial step (%s)", record.batch_id, ctx.skip_partial)
-        sc = self.spark.sparkContext
-        # every job this thread runs for the batch gives its state steps this batch's fields
-        batch_args: list[str] = []
-        try:
+        return inc, plan, ctx
+
+    def _batch_dataframe(
+        self, record: _BatchRecord, plan: "PhysicalOperator", ctx: BatchContext, reuse: PlanReuse | None,
+        raw: dict[int, Any], read: set[int], input_obs: dict[int, Any],
+    ) -> tuple[Any, Any]:
+        """The batch's DataFrame (with its timestamp), built from the plan or instantiated from
+        an earlier batch's reusable plan; and that plan's template (None when built)."""
+        reused = reuse.instantiate(self.spark, self._with_empty_relations(raw, read), ctx.plan_shape) if reuse is not None else None
+        template = None
+        if reused is None:
+            built = plan.execute(ctx)
             if reuse is not None:
-                set_batch_args(sc, plan, batch_args)
-            reused = reuse.instantiate(self.spark, self._with_empty_relations(raw, read), ctx.plan_shape) if reuse is not None else None
-            if reused is None:
-                built = plan.execute(ctx)
-                if reuse is not None:
-                    reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.plan_shape, ctx.extra)
-            else:
-                built, template = reused
-                logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)
-            result = with_batch_timestamp(built, record.timestamp_ms)
-            self.progress.record_duration("queryPlanning", t)
-            t = time.perf_counter()
-            sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
-            sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
-            materialized = local_checkpoint(result)
-            if ctx.single_state_task and self._route_at_materialisation:
-                logger.debug("batch %d: the state task's rows take their partitions after the batch's job", record.batch_id)
-                materialized = split_routed_rows(materialized, self.num_partitions, rows_emitted(self.accumulator.value))
-        finally:
-            clear_batch_args(sc, batch_args)
-        if reused is not None:
-            # the template's observations, read by name from this batch's executed plan
-            names = [*template.input_names.values(), *template.watermark_names.values()]
-            values = observed_by_name(result, names)
-            for name in (n for n in names if values[n] is None):
-                logger.warning("batch %d: observation %s of the reused plan did not run", record.batch_id, name)
-            input_obs = {i: values[n] for i, n in template.input_names.items()}
-            ctx.observations.update({node: values[n] for node, n in template.watermark_names.items()})
-        if self._runs_state_tasks:
-            # the state tasks have just run: their workers stay warm for a while (not after the
-            # sink, which may take long)
-            note_python_workers_used(self.spark.sparkContext)
+                reuse.capture(built, raw, read, input_obs, ctx.observations, ctx.plan_shape, ctx.extra)
+        else:
+            built, template = reused
+            logger.debug("batch %d runs on the reused plan of an earlier batch", record.batch_id)
+        return with_batch_timestamp(built, record.timestamp_ms), template
+
+    def _materialise(self, record: _BatchRecord, result: Any, ctx: BatchContext) -> Any:
+        """Run the batch's job: its rows checkpointed locally (the state tasks run here), in
+        Spark's partitions."""
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"statestream query {self.query_name or self.query_id} batch {record.batch_id}")
+        sc.addJobTag(self.job_tag)  # interrupt() cancels the batch's jobs by it
+        materialized = local_checkpoint(result)
+        if ctx.single_state_task and self._route_at_materialisation:
+            logger.debug("batch %d: the state task's rows take their partitions after the batch's job", record.batch_id)
+            materialized = split_routed_rows(materialized, self.num_partitions, rows_emitted(self.accumulator.value))
+        return materialized
+
+    @staticmethod
+    def _observations_of_the_reused_plan(record: _BatchRecord, result: Any, template: Any, ctx: BatchContext) -> dict[int, Any]:
+        """A reused plan's observations, read by name from this batch's executed plan: the
+        sources' input counts (returned) and the watermarks' statistics (into ``ctx``)."""
+        names = [*template.input_names.values(), *template.watermark_names.values()]
+        values = observed_by_name(result, names)
+        for name in (n for n in names if values[n] is None):
+            logger.warning("batch %d: observation %s of the reused plan did not run", record.batch_id, name)
+        ctx.observations.update({node: values[n] for node, n in template.watermark_names.items()})
+        return {i: values[n] for i, n in template.input_names.items()}
+
+    def _input_rows(
+        self, record: _BatchRecord, plan: "PhysicalOperator", result: Any, ctx: BatchContext, input_obs: dict[int, Any],
+        scans: Counter, counted: dict[int, Any], raw: dict[int, Any],
+    ) -> list[int]:
+        """Each source's ``numInputRows``, counted as Spark counts them."""
         num_input = [_observed_count(input_obs.get(i)) * scans.get(i, 0) for i in range(len(self.sources))]
         for i, node_id in counted.items():
             if i in raw:  # the source had new data
@@ -1012,13 +1108,14 @@ class MicroBatchExecution:
                 num_input = [scanned.get(i, 0) for i in range(len(self.sources))]
             else:
                 logger.debug("batch %s: scans do not match the plan's sources; input rows observed", record.batch_id)
-        # only a batch that read more rows than a single task takes needs the plan read
-        many = self._measures_shuffled_rows and sum(num_input) > self._single_task_max_rows > 0
-        shuffled_now = shuffled_rows(result) if many else None
-        self.sink.add_batch(record.batch_id, materialized, self.output_mode)
-        crash_point("after_sink", record.batch_id)
-        self.progress.record_duration("addBatch", t)
-        # watermark from this batch's event-time statistics
+        return num_input
+
+    def _record_batch(
+        self, record: _BatchRecord, plan: "PhysicalOperator", ctx: BatchContext, num_input: list[int],
+        materialized: Any, shuffled_now: Any,
+    ) -> None:
+        """The batch's progress (its event-time statistics, observed metrics and the state
+        tasks' metrics) and the watermark its statistics give the next batch."""
         stats = {}
         for node_id, obs in ctx.observations.items():
             s = stats_from_observation(obs)
@@ -1034,9 +1131,6 @@ class MicroBatchExecution:
             record, plan, list(self.accumulator.value), stats, num_input, materialized, observed, shuffled_rows=shuffled_now
         )
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
-        self._last_plan = plan
-        self._last_execution = inc
-
 
 
 #: how many times a batch runs again after losing a block of its local checkpoints (Spark's
