@@ -26,6 +26,8 @@ factories in the module of its area:
                             the repartition's own checks
 ``spark_tools``             the tools Spark has too: the state data sources (``STDS_*``),
                             the state repartition (``STATE_REPARTITION_INVALID_*``)
+``stateful_processor``      transformWithState's handle and state variables, as PySpark's
+                            client reports the state server's errors
 ==========================  =============================================================
 
 ``state``, ``checkpoint``, ``tools`` and ``base`` import no PySpark (the storage layers and the
@@ -56,12 +58,13 @@ if TYPE_CHECKING:
     from statestream.errors.spark_shaped import *  # noqa: F403
     from statestream.errors.spark_tools import *  # noqa: F403
     from statestream.errors.state import *  # noqa: F403
+    from statestream.errors.stateful_processor import *  # noqa: F403
     from statestream.errors.tools import *  # noqa: F403
     from statestream.errors.unsupported_operations import *  # noqa: F403
 
 #: the area modules, in the order a name is looked up: those that import no PySpark first, so
 #: that a name of theirs never brings PySpark in
-AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "unsupported_operations", "sources_sinks", "spark_tools")
+AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "unsupported_operations", "sources_sinks", "spark_tools", "stateful_processor")
 
 
 def area_module(area: str) -> ModuleType:

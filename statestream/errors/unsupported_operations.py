@@ -85,6 +85,76 @@ MSG_BATCH_ACTION_ON_STREAM = (
 )
 
 
+#: Spark's refusals of a stream-static join by type and streaming side
+#: (``(join type, the streaming side) -> text``); the rule that picks one is ``plan.joins``
+MSG_STREAM_STATIC_JOIN = {
+    ("FullOuter", "left"): (
+        "FullOuter joins with streaming DataFrames/Datasets on the left and a static "
+        "DataFrame/Dataset on the right is not supported"
+    ),
+    ("FullOuter", "right"): (
+        "FullOuter joins with streaming DataFrames/Datasets on the right and a static "
+        "DataFrame/Dataset on the left is not supported"
+    ),
+    ("LeftAnti", "right"): "LeftAnti joins with a streaming DataFrame/Dataset on the right are not supported",
+    ("LeftOuter", "right"): (
+        "LeftOuter join with a streaming DataFrame/Dataset on the right and a static "
+        "DataFrame/Dataset on the left is not supported"
+    ),
+    ("LeftSemi", "right"): (
+        "LeftSemi join with a streaming DataFrame/Dataset on the right and a static "
+        "DataFrame/Dataset on the left is not supported"
+    ),
+    ("RightOuter", "left"): (
+        "RightOuter join with a streaming DataFrame/Dataset on the left and a static "
+        "DataFrame/DataSet on the right not supported"
+    ),
+}
+
+
+def stream_stream_join_mode_message(output_mode: str) -> str:
+    """Spark's refusal of a join of two streams outside append mode."""
+    return (
+        "Join between two streaming DataFrames/Datasets is not supported in "
+        f"{output_mode.capitalize()} output mode, only in Append output mode"
+    )
+
+
+def unsupported_join_type_message(join_type: str) -> str:
+    """Spark's refusal of a join type it never streams."""
+    return f"Join type {join_type} is not supported with streaming DataFrame/Dataset"
+
+
+def stream_stream_bound_message(join_type: str) -> str:
+    """Spark's message for a stream-stream outer or semi join without the watermark bound it needs."""
+    return (
+        f"Stream-stream {join_type} join between two streaming DataFrame/Datasets is not supported "
+        "without a watermark in the join keys, or a watermark on the nullable side and an "
+        "appropriate range condition"
+    )
+
+
+def apply_in_pandas_with_state_mode_message(function_mode: str, query_mode: str) -> str:
+    """Spark's refusal of an ``applyInPandasWithState`` whose output mode (``function_mode``,
+    lower case) is not the query's (``query_mode``) in a query without aggregation."""
+    return (
+        f"applyInPandasWithState in {function_mode} mode is not supported with {query_mode.capitalize()} "
+        "output mode on a streaming DataFrame/Dataset"
+    )
+
+
+MSG_APPLY_IN_PANDAS_UPDATE_WITH_AGGREGATION = (
+    "applyInPandasWithState in update mode is not supported with aggregation on a streaming DataFrame/Dataset"
+)
+MSG_APPLY_IN_PANDAS_APPEND_AFTER_AGGREGATION = (
+    "applyInPandasWithState in append mode is not supported after aggregation on a streaming DataFrame/Dataset"
+)
+MSG_APPLY_IN_PANDAS_EVENT_TIME_TIMEOUT_WITHOUT_WATERMARK = (
+    "Watermark must be specified in the query using '[Dataset/DataFrame].withWatermark()' for using "
+    "event-time timeout in a applyInPandasWithState. Event-time timeout not supported without watermark."
+)
+
+
 def unsupported_expressions_message(sqls: Sequence[str]) -> str:
     return "Expression(s): " + ", ".join(sqls) + " is not supported with streaming DataFrames/Datasets"
 

@@ -36,6 +36,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream.errors.stateful_processor import (
+    Prefix,
+    empty_list,
+    implicit_key_not_found,
+    invalid_handle_state,
+    invalid_time_mode,
+    not_initialized,
+    null_value,
+    state_already_exists,
+    stateful_processor_error,
+    ttl_not_positive,
+    ttl_time_mode,
+)
 from statestream.operators.python_state_values import from_session_wall_clock, has_timestamp, to_session_wall_clock
 from statestream.state.keys import group_ids, match_keys
 
@@ -146,57 +159,6 @@ def timer_values(time_mode: str, batch_timestamp_ms: int | None, watermark_ms: i
 def timer_store_name(time_mode: str) -> str:
     """Spark's column family of a time mode's timers (keyed by grouping key, then time)."""
     return "$procTimers_keyToTimestamp" if time_mode == PROCESSING_TIME else "$eventTimers_keyToTimestamp"
-
-
-# ----------------------------------------------------------------------------------------------
-# Errors, as Spark raises them and as PySpark's client wraps them
-# ----------------------------------------------------------------------------------------------
-
-
-def _runtime_error(prefix: str, message: str) -> Exception:
-    from pyspark.errors import PySparkRuntimeError
-
-    return PySparkRuntimeError(f"{prefix}{message}")
-
-
-def _invalid_handle_state(operation: str, state: str) -> str:
-    return (
-        "[STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE] Failed to perform stateful "
-        f"processor operation={operation} with invalid handle state={state}. SQLSTATE: 42802"
-    )
-
-
-def _invalid_time_mode(operation: str, time_mode: str) -> str:
-    return (
-        "[STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE] Failed to perform stateful "
-        f"processor operation={operation} with invalid timeMode={time_mode_shown(time_mode)} SQLSTATE: 42802"
-    )
-
-
-def _ttl_time_mode(state_name: str, time_mode: str) -> str:
-    return (
-        f"[STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL] Cannot use TTL for state={state_name} in "
-        f"timeMode={time_mode_shown(time_mode)}, use TimeMode.ProcessingTime() instead. SQLSTATE: 42802"
-    )
-
-
-def _ttl_not_positive(state_name: str) -> str:
-    return (
-        "[STATEFUL_PROCESSOR_TTL_DURATION_MUST_BE_POSITIVE] TTL duration must be greater than zero for "
-        f"State store operation=update on state={state_name}. SQLSTATE: 42802"
-    )
-
-
-def _not_initialized(info: Any) -> str:
-    """Spark's state server's answer to a call on a variable that ``deleteIfExists`` dropped."""
-    return f"{info.kind.capitalize()} state {info.name} is not initialized."
-
-
-def _empty_list(state_name: str) -> str:
-    return (
-        "[ILLEGAL_STATE_STORE_VALUE.EMPTY_LIST_VALUE] Illegal value provided to the State Store Cannot write "
-        f"empty list values to State Store for StateName {state_name}. SQLSTATE: 42601"
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -701,7 +663,7 @@ class TaskState:
 
     def declare(self, info: StateVariableInfo) -> _Variable:
         if info.name in self.variables:
-            raise _runtime_error(_DECLARE_PREFIX[info.kind], f"{info.kind.capitalize()} state {info.name} already exists")
+            raise stateful_processor_error(_DECLARE_PREFIX[info.kind], state_already_exists(info.kind, info.name))
         variable = _Variable(self, info)
         self.variables[info.name] = variable
         ttl = "WithTTL" if info.ttl_ms is not None else ""
@@ -728,7 +690,7 @@ class TaskState:
     def current_row(self, operation: str) -> int:
         if self.row is None:
             # Spark: a state call outside a key (in init or close) finds no implicit key
-            raise _runtime_error("", f"Implicit key not found in state store for stateName={operation}")
+            raise stateful_processor_error("", implicit_key_not_found(operation))
         return self.row
 
     def delete_if_exists(self, name: str) -> None:
@@ -773,11 +735,7 @@ class TaskState:
         return out
 
 
-_DECLARE_PREFIX = {
-    VALUE: "Error initializing value state: ",
-    LIST: "Error initializing list state: ",
-    MAP: "Error initializing map state: ",
-}
+_DECLARE_PREFIX = {VALUE: Prefix.INIT_VALUE, LIST: Prefix.INIT_LIST, MAP: Prefix.INIT_MAP}
 _OPERATION = {VALUE: "get_value_state", LIST: "get_list_state", MAP: "get_map_state"}
 
 #: Spark's custom metrics of the operator, all sums over tasks
@@ -799,20 +757,20 @@ _CUSTOM_METRICS = (
 def _check_declaration(state: str, kind: str, name: str, ttl: int | None, time_mode: str) -> None:
     """Spark's checks of a ``get*State`` call: only in ``init``; TTL only in processing time."""
     if state not in (CREATED, PRE_INIT):
-        raise _runtime_error(_DECLARE_PREFIX[kind], _invalid_handle_state(_OPERATION[kind], state))
+        raise stateful_processor_error(_DECLARE_PREFIX[kind], invalid_handle_state(_OPERATION[kind], state))
     if ttl is not None:
         if time_mode != PROCESSING_TIME:
-            raise _runtime_error(_DECLARE_PREFIX[kind], _ttl_time_mode(name, time_mode))
+            raise stateful_processor_error(_DECLARE_PREFIX[kind], ttl_time_mode(name, time_mode_shown(time_mode)))
         if ttl <= 0:
-            raise _runtime_error(_DECLARE_PREFIX[kind], _ttl_not_positive(name))
+            raise stateful_processor_error(_DECLARE_PREFIX[kind], ttl_not_positive(name))
 
 
 def _check_timer_call(state: str, operation: str, time_mode: str, prefix: str) -> None:
     """Spark's checks of a timer call: a time mode, and a key being processed."""
     if time_mode == NO_TIME:
-        raise _runtime_error(prefix, _invalid_time_mode(operation, time_mode))
+        raise stateful_processor_error(prefix, invalid_time_mode(operation, time_mode_shown(time_mode)))
     if _ORDER[state] < _ORDER[INITIALIZED] or _ORDER[state] >= _ORDER[TIMER_PROCESSED]:
-        raise _runtime_error(prefix, _invalid_handle_state(operation, state))
+        raise stateful_processor_error(prefix, invalid_handle_state(operation, state))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -841,7 +799,7 @@ def _make_classes():
             """The current key's row; refused as Spark's state server refuses a call on a
             variable ``deleteIfExists`` dropped (PySpark's client puts ``prefix`` before it)."""
             if self._variable.deleted:
-                raise _runtime_error(prefix, _not_initialized(self._variable.info))
+                raise stateful_processor_error(prefix, not_initialized(self._variable.info.kind, self._variable.info.name))
             return self._variable.task.current_row(self._stateName)
 
         def _value(self, value: Any) -> Any:
@@ -855,24 +813,20 @@ def _make_classes():
         """PySpark's ``ValueState`` over the task's state."""
 
         def exists(self) -> bool:
-            return self._variable.value(self._row("Error checking value state exists: ")) is not None
+            return self._variable.value(self._row(Prefix.VALUE_EXISTS)) is not None
 
         def get(self) -> Any:
-            return self._variable.value(self._row("Error getting value state: "))
+            return self._variable.value(self._row(Prefix.GET_VALUE_STATE))
 
         def update(self, newValue: Any) -> None:  # noqa: N803
-            row = self._row("Error updating value state: ")
+            row = self._row(Prefix.UPDATE_VALUE)
             if newValue is None:
-                raise _runtime_error(
-                    "Error updating value state: ",
-                    "[ILLEGAL_STATE_STORE_VALUE.NULL_VALUE] Illegal value provided to the State Store Cannot write null values "
-                    f"to State Store for StateName {self._stateName}. SQLSTATE: 42601",
-                )
+                raise stateful_processor_error(Prefix.UPDATE_VALUE, null_value(self._stateName))
             self._variable.writes[row] = self._value(newValue)
             self._variable.task.updated += 1
 
         def clear(self) -> None:
-            row = self._row("Error clearing value state: ")
+            row = self._row(Prefix.CLEAR_VALUE)
             self._variable.writes[row] = _REMOVED
             self._variable.task.removed += 1
 
@@ -881,7 +835,7 @@ def _make_classes():
 
         def exists(self) -> bool:
             # PySpark's list client words this one as the value client does
-            return self._variable.has_elements(self._row("Error checking value state exists: "))
+            return self._variable.has_elements(self._row(Prefix.VALUE_EXISTS))
 
         def get(self) -> Iterator[tuple]:
             if self._variable.deleted:  # PySpark's client ends an iterator on any error
@@ -889,30 +843,30 @@ def _make_classes():
             return iter(self._variable.elements(self._row("")))
 
         def put(self, newState: list) -> None:  # noqa: N803
-            row = self._row("Error updating value state: ")
+            row = self._row(Prefix.UPDATE_VALUE)
             values = [self._value(v) for v in (newState or [])]
             if not values:
-                raise _runtime_error("Error updating value state: ", _empty_list(self._stateName))
+                raise stateful_processor_error(Prefix.UPDATE_VALUE, empty_list(self._stateName))
             self._variable.cleared.add(row)
             self._variable.writes[row] = values
             # Spark's put restarts the task's count of updated rows, then counts each element
             self._variable.task.updated = len(values)
 
         def appendValue(self, newState: Any) -> None:  # noqa: N802,N803
-            row = self._row("Error updating value state: ")
+            row = self._row(Prefix.UPDATE_VALUE)
             self._variable.writes.setdefault(row, []).append(self._value(newState))
             self._variable.task.updated += 1
 
         def appendList(self, newState: list) -> None:  # noqa: N802,N803
-            row = self._row("Error updating value state: ")
+            row = self._row(Prefix.UPDATE_VALUE)
             values = [self._value(v) for v in (newState or [])]
             if not values:
-                raise _runtime_error("Error updating value state: ", _empty_list(self._stateName))
+                raise stateful_processor_error(Prefix.UPDATE_VALUE, empty_list(self._stateName))
             self._variable.writes.setdefault(row, []).extend(values)
             self._variable.task.updated += len(values)
 
         def clear(self) -> None:
-            row = self._row("Error clearing value state: ")
+            row = self._row(Prefix.CLEAR_VALUE)
             self._variable.task.removed += len(self._variable.elements(row))  # Spark: the entry count
             self._variable.cleared.add(row)
             self._variable.writes[row] = []
@@ -921,16 +875,16 @@ def _make_classes():
         """PySpark's ``MapState`` over the task's state."""
 
         def exists(self) -> bool:
-            return self._variable.has_elements(self._row("Error checking map state exists: "))
+            return self._variable.has_elements(self._row(Prefix.MAP_EXISTS))
 
         def getValue(self, key: Any) -> Any:  # noqa: N802
-            return self._variable.entry(self._row("Error getting value: "), self._key(key))
+            return self._variable.entry(self._row(Prefix.GET_VALUE), self._key(key))
 
         def containsKey(self, key: Any) -> bool:  # noqa: N802
-            return self._variable.entry(self._row("Error checking if map state contains key: "), self._key(key)) is not None
+            return self._variable.entry(self._row(Prefix.CONTAINS_KEY), self._key(key)) is not None
 
         def updateValue(self, key: Any, value: Any) -> None:  # noqa: N802
-            row = self._row("Error updating map state value: ")
+            row = self._row(Prefix.UPDATE_MAP)
             self._variable.writes.setdefault(row, {})[self._key(key)] = self._value(value)
             self._variable.task.updated += 1
 
@@ -949,12 +903,12 @@ def _make_classes():
             return iter(list(self._entries().values()))
 
         def removeKey(self, key: Any) -> None:  # noqa: N802
-            row = self._row("Error removing key from map state: ")
+            row = self._row(Prefix.REMOVE_MAP_KEY)
             self._variable.writes.setdefault(row, {})[self._key(key)] = _REMOVED
             self._variable.task.removed += 1
 
         def clear(self) -> None:
-            row = self._row("Error clearing map state: ")
+            row = self._row(Prefix.CLEAR_MAP)
             self._variable.task.removed += len(self._variable.entries(row))  # Spark: a removeKey each
             self._variable.cleared.add(row)
             self._variable.writes[row] = {}
@@ -990,28 +944,28 @@ def _make_classes():
 
         def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802,N803
             t = self._task
-            _check_timer_call(t.handle_state, "register_timer", t.time_mode, "Error register timer: ")
+            _check_timer_call(t.handle_state, "register_timer", t.time_mode, Prefix.REGISTER_TIMER)
             assert t.timers is not None
             t.timers.register(t.current_row("register_timer"), int(expiryTimestampMs))
             t.metrics["numRegisteredTimers"] += 1
 
         def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802,N803
             t = self._task
-            _check_timer_call(t.handle_state, "delete_timer", t.time_mode, "Error deleting timer: ")
+            _check_timer_call(t.handle_state, "delete_timer", t.time_mode, Prefix.DELETE_TIMER)
             assert t.timers is not None
             t.timers.delete(t.current_row("delete_timer"), int(expiryTimestampMs))
             t.metrics["numDeletedTimers"] += 1
 
         def listTimers(self) -> Iterator[int]:  # noqa: N802
             t = self._task
-            _check_timer_call(t.handle_state, "list_timers", t.time_mode, "Error listing timers: ")
+            _check_timer_call(t.handle_state, "list_timers", t.time_mode, Prefix.LIST_TIMERS)
             assert t.timers is not None
             return iter(timer_list_order(t.timers.current(t.current_row("list_timers"))))
 
         def deleteIfExists(self, stateName: str) -> None:  # noqa: N802,N803
             t = self._task
             if t.handle_state not in (CREATED, PRE_INIT):
-                raise _runtime_error("Error deleting state: ", _invalid_handle_state("delete_if_exists", t.handle_state))
+                raise stateful_processor_error(Prefix.DELETE_STATE, invalid_handle_state("delete_if_exists", t.handle_state))
             t.delete_if_exists(stateName)
 
     return ValueStateImpl, ListStateImpl, MapStateImpl, StatefulProcessorHandleImpl
@@ -1067,7 +1021,7 @@ def DriverStatefulProcessorHandle(time_mode: str) -> Any:  # noqa: N802 - a fact
             ttl_ms = _ttl_ms(ttl)
             _check_declaration(PRE_INIT, kind, name, ttl_ms, time_mode)
             if any(v.name == name for v in self.variables):
-                raise _runtime_error(_DECLARE_PREFIX[kind], f"{kind.capitalize()} state {name} already exists")
+                raise stateful_processor_error(_DECLARE_PREFIX[kind], state_already_exists(kind, name))
             self.variables.append(
                 StateVariableInfo(name, kind, _parse_schema(schema), _parse_schema(key_schema) if key_schema is not None else None, ttl_ms)
             )
@@ -1083,13 +1037,13 @@ def DriverStatefulProcessorHandle(time_mode: str) -> Any:  # noqa: N802 - a fact
             return self._declare(MAP, stateName, valueSchema, userKeySchema, ttlDurationMs)
 
         def registerTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802,N803
-            _check_timer_call(PRE_INIT, "register_timer", time_mode, "Error register timer: ")
+            _check_timer_call(PRE_INIT, "register_timer", time_mode, Prefix.REGISTER_TIMER)
 
         def deleteTimer(self, expiryTimestampMs: int) -> None:  # noqa: N802,N803
-            _check_timer_call(PRE_INIT, "delete_timer", time_mode, "Error deleting timer: ")
+            _check_timer_call(PRE_INIT, "delete_timer", time_mode, Prefix.DELETE_TIMER)
 
         def listTimers(self) -> Iterator[int]:  # noqa: N802
-            _check_timer_call(PRE_INIT, "list_timers", time_mode, "Error listing timers: ")
+            _check_timer_call(PRE_INIT, "list_timers", time_mode, Prefix.LIST_TIMERS)
             return iter([])
 
         def deleteIfExists(self, stateName: str) -> None:  # noqa: N802,N803

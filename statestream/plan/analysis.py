@@ -38,6 +38,9 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 from statestream.errors import StatestreamAnalysisException, analysis_error
 from statestream.errors.unsupported_operations import (
+    MSG_APPLY_IN_PANDAS_APPEND_AFTER_AGGREGATION,
+    MSG_APPLY_IN_PANDAS_EVENT_TIME_TIMEOUT_WITHOUT_WATERMARK,
+    MSG_APPLY_IN_PANDAS_UPDATE_WITH_AGGREGATION,
     MSG_CORRECTNESS,
     MSG_DEDUP_WITHIN_WATERMARK,
     MSG_DISTINCT_AGGREGATE,
@@ -55,10 +58,12 @@ from statestream.errors.unsupported_operations import (
     legacy_analysis_error,
     non_time_window_message,
     output_mode_error,
+    apply_in_pandas_with_state_mode_message,
+    stream_stream_bound_message,
     unsupported_expressions_message,
 )
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
-from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal, stream_stream_bound_message
+from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal
 from statestream._jvm.calls import jvm_plan_nodes, jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
@@ -544,21 +549,15 @@ def apply_in_pandas_with_state_message(node: FlatMapGroupsWithState, plan: Logic
     """Spark's checks of a streaming ``applyInPandasWithState``: the function's output mode
     against the query's and the aggregations in the query, then the watermark an event-time
     timeout needs."""
-    shown = output_mode.capitalize()  # Spark prints its OutputMode objects: Append, Update, Complete
     if not aggregates_in(plan):
-        if node.output_mode == "update" and output_mode != "update":
-            return f"applyInPandasWithState in update mode is not supported with {shown} output mode on a streaming DataFrame/Dataset"
-        if node.output_mode == "append" and output_mode != "append":
-            return f"applyInPandasWithState in append mode is not supported with {shown} output mode on a streaming DataFrame/Dataset"
+        if node.output_mode in ("update", "append") and node.output_mode != output_mode:
+            return apply_in_pandas_with_state_mode_message(node.output_mode, output_mode)
     elif node.output_mode == "update":
-        return "applyInPandasWithState in update mode is not supported with aggregation on a streaming DataFrame/Dataset"
+        return MSG_APPLY_IN_PANDAS_UPDATE_WITH_AGGREGATION
     elif node.child is not None and aggregates_in(node.child):
-        return "applyInPandasWithState in append mode is not supported after aggregation on a streaming DataFrame/Dataset"
+        return MSG_APPLY_IN_PANDAS_APPEND_AFTER_AGGREGATION
     if node.timeout_conf == "EventTimeTimeout" and (node.child is None or not node.child.event_time_columns()):
-        return (
-            "Watermark must be specified in the query using '[Dataset/DataFrame].withWatermark()' for using "
-            "event-time timeout in a applyInPandasWithState. Event-time timeout not supported without watermark."
-        )
+        return MSG_APPLY_IN_PANDAS_EVENT_TIME_TIMEOUT_WITHOUT_WATERMARK
     return None
 
 

@@ -26,6 +26,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from statestream.errors import stream_stream_join_not_supported_error
+from statestream.errors.unsupported_operations import (
+    MSG_STREAM_STATIC_JOIN,
+    stream_stream_join_mode_message,
+    unsupported_join_type_message,
+)
 from statestream.operators.join import SparkPlanNodeExec, StreamStaticJoinExec
 from statestream.plan import logical as L
 from statestream._jvm.calls import expr_ids, jvm_seq
@@ -49,7 +54,6 @@ __all__ = [
     "join_type_name",
     "stream_join_refusal",
     "needs_stream_stream_bound",
-    "stream_stream_bound_message",
     "is_stream_stream",
     "check_joins_supported",
     "plan_join",
@@ -103,54 +107,20 @@ def stream_join_refusal(join_type: str, left_streaming: bool, right_streaming: b
         return None
     both = left_streaming and right_streaming
     if both and output_mode != "append":
-        return (
-            "Join between two streaming DataFrames/Datasets is not supported in "
-            f"{output_mode.capitalize()} output mode, only in Append output mode"
-        )
-    if join_type == "FullOuter":
-        if left_streaming and not right_streaming:
-            return (
-                "FullOuter joins with streaming DataFrames/Datasets on the left and a static "
-                "DataFrame/Dataset on the right is not supported"
-            )
-        if right_streaming and not left_streaming:
-            return (
-                "FullOuter joins with streaming DataFrames/Datasets on the right and a static "
-                "DataFrame/Dataset on the left is not supported"
-            )
-    elif join_type == "LeftAnti":
-        if right_streaming:
-            return "LeftAnti joins with a streaming DataFrame/Dataset on the right are not supported"
-    elif join_type in ("LeftOuter", "LeftSemi"):
-        if right_streaming and not left_streaming:
-            return (
-                f"{join_type} join with a streaming DataFrame/Dataset on the right and a static "
-                "DataFrame/Dataset on the left is not supported"
-            )
-    elif join_type == "RightOuter":
-        if left_streaming and not right_streaming:
-            return (
-                "RightOuter join with a streaming DataFrame/Dataset on the left and a static "
-                "DataFrame/DataSet on the right not supported"
-            )
-    elif join_type not in ("Inner", "Cross"):
-        return f"Join type {join_type} is not supported with streaming DataFrame/Dataset"
-    return None
+        return stream_stream_join_mode_message(output_mode)
+    if join_type not in ("Inner", "Cross", "FullOuter", "LeftAnti", "LeftOuter", "LeftSemi", "RightOuter"):
+        return unsupported_join_type_message(join_type)
+    if join_type == "LeftAnti" and right_streaming:  # with a stream on the left too
+        return MSG_STREAM_STATIC_JOIN[("LeftAnti", "right")]
+    if both:
+        return None
+    return MSG_STREAM_STATIC_JOIN.get((join_type, "left" if left_streaming else "right"))
 
 
 def needs_stream_stream_bound(join_type: str, left_streaming: bool, right_streaming: bool) -> bool:
     """Whether Spark requires a watermark in the join keys, or a watermark on one side and a
     range condition bounding the other, for this join (outer and semi joins of two streams)."""
     return left_streaming and right_streaming and join_type in _BOUNDED_STREAM_STREAM
-
-
-def stream_stream_bound_message(join_type: str) -> str:
-    """Spark's message for a stream-stream outer or semi join without the watermark bound it needs."""
-    return (
-        f"Stream-stream {join_type} join between two streaming DataFrame/Datasets is not supported "
-        "without a watermark in the join keys, or a watermark on the nullable side and an "
-        "appropriate range condition"
-    )
 
 
 def _streaming(plan: L.LogicalPlan) -> bool:

@@ -21,8 +21,8 @@ from statestream.plan.joins import (
     join_type_name,
     needs_stream_stream_bound,
     stream_join_refusal,
-    stream_stream_bound_message,
 )
+from statestream.errors.unsupported_operations import stream_stream_bound_message
 from statestream.plan.limits import max_rows
 from statestream.plan.logical import WATERMARK_DELAY_KEY, BatchRelation, EventTimeWatermark, Join, Limit, LogicalPlan, StreamingRelation
 
