@@ -67,8 +67,8 @@ def _local_abspath(path: str) -> str:
 
 def qualified_path(path: str) -> str:
     """The path as Spark's ``makeQualified`` shows it (``file:/abs/dir`` for local paths), used in
-    ``description()`` strings."""
-    if is_remote_path(path):
+    ``description()`` strings and plans; ``<unknown>`` (a plan shown before a query starts) is kept."""
+    if path.startswith("<") or is_remote_path(path):
         return path.rstrip("/")
     return "file:" + _local_abspath(path)
 

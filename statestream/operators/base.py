@@ -9,10 +9,11 @@ dataclasses; the planner builds them with per-batch fields left empty and
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from statestream.checkpoint.file_stream_log import qualified_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,14 +56,6 @@ BATCH_ARGS_PROPERTY_PREFIX = "spark.statestream.batchArgs.operator"
 def batch_args_property(operator_id: int) -> str:
     """The local property of operator ``operator_id``'s per-batch step fields."""
     return f"{BATCH_ARGS_PROPERTY_PREFIX}{int(operator_id)}"
-
-
-def qualified_path(path: str) -> str:
-    """A path as Spark shows it in plans: local paths get the ``file:`` scheme Hadoop qualifies
-    them with; URIs (``hdfs://``, ``s3a://``, ``file:``) and ``<unknown>`` are kept."""
-    if path.startswith("<") or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
-        return path
-    return "file:" + os.path.abspath(path)
 
 
 #: The metrics every state-writing operator reports, with Spark's names: name -> (kind, meaning).
