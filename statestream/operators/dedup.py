@@ -143,6 +143,8 @@ def _encode_list(arr: pa.Array) -> pa.Array:
             out[starts[:-1] + 1 + b] = (lens >> (8 * b)) & 0xFF
         if m and lens.sum():
             src = values.cast(pa.large_binary()) if not pa.types.is_large_binary(t) else values
+            if src.null_count:  # a null's slot may still hold bytes (an if_else's output): drop them
+                src = pc.fill_null(src, _NO_SEPARATOR)
             src_offsets = np.frombuffer(src.buffers()[1], dtype=np.int64)[src.offset : src.offset + m + 1]
             raw = np.frombuffer(src.buffers()[2], dtype=np.uint8)[src_offsets[0] : src_offsets[-1]]
             src_starts = src_offsets[:-1] - src_offsets[0]
@@ -151,13 +153,70 @@ def _encode_list(arr: pa.Array) -> pa.Array:
         data = out.tobytes()
         row_offsets = starts[offsets]
     else:
-        raise dedup_key_list_type_error(t)
+        # structs, nested lists, decimals...: each element's own exact byte encoding, then the
+        # length-prefixed branch above
+        elements = _element_bytes(values)
+        list_type = pa.list_(elements.type) if offsets[-1] < 2**31 else pa.large_list(elements.type)
+        offsets_array = pa.array(offsets, pa.int32() if pa.types.is_list(list_type) else pa.int64())
+        return _encode_list(pa.ListArray.from_arrays(offsets_array, elements, mask=arr.is_null() if arr.null_count else None)
+                            if pa.types.is_list(list_type) else
+                            pa.LargeListArray.from_arrays(offsets_array, elements, mask=arr.is_null() if arr.null_count else None))
     validity = None
     if arr.null_count:
         validity = pa.array(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)).buffers()[1]
     return pa.Array.from_buffers(
         pa.large_binary(), n, [validity, pa.py_buffer(row_offsets.astype(np.int64).tobytes()), pa.py_buffer(data)]
     )
+
+
+_NO_SEPARATOR = pa.scalar(b"", pa.large_binary())
+
+
+def _length_prefixed(values: pa.Array) -> pa.Array:
+    """Each value of a ``large_binary`` array (nulls as empty) after a validity byte and its
+    length in 4 bytes: parts that concatenate without ambiguity."""
+    n = len(values)
+    valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=np.uint8) if n else np.zeros(0, np.uint8)
+    filled = pc.fill_null(values, b"") if values.null_count else values
+    lens = pc.binary_length(filled).to_numpy(zero_copy_only=False).astype("<i4") if n else np.zeros(0, "<i4")
+    head = np.empty(n, dtype=[("n", "u1"), ("len", "<i4")])
+    head["n"] = valid
+    head["len"] = lens
+    heads = pa.FixedSizeBinaryArray.from_buffers(pa.binary(5), n, [None, pa.py_buffer(head.tobytes())])
+    return pc.binary_join_element_wise(heads.cast(pa.large_binary()), filled, _NO_SEPARATOR)
+
+
+def _element_bytes(values: pa.Array) -> pa.Array:
+    """Each element of a list as ``large_binary`` bytes equal exactly when Spark's binary rows of
+    the elements are (null elements are told apart by the list encoding's validity byte): a
+    struct as its fields' parts in order, a list by :func:`_encode_list`, a fixed-width value by
+    its 8-byte code, a string or binary by its bytes, a decimal (of the column's one scale) by
+    its text."""
+    t = values.type
+    n = len(values)
+    if pa.types.is_struct(t):
+        if t.num_fields == 0:
+            return pa.array([b""] * n, pa.large_binary())
+        parts = [_length_prefixed(_element_bytes(child)) for child in values.flatten()]
+        return _with_nulls_of(values, pc.binary_join_element_wise(*parts, _NO_SEPARATOR))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _encode_list(values)
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return values.cast(pa.large_binary())
+    if pa.types.is_decimal(t):
+        return values.cast(pa.string()).cast(pa.large_binary())
+    codes = _fixed_width_codes(values)
+    if codes is None:
+        raise dedup_key_list_type_error(t)
+    encoded = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(codes.astype("<i8").tobytes())])
+    return _with_nulls_of(values, encoded.cast(pa.large_binary()))
+
+
+def _with_nulls_of(values: pa.Array, encoded: pa.Array) -> pa.Array:
+    """``encoded``, null where ``values`` is."""
+    if not values.null_count:
+        return encoded
+    return pc.if_else(values.is_valid(), encoded, pa.scalar(None, encoded.type))
 
 
 def _binary_view(arr: pa.Array) -> pa.Array:

@@ -212,3 +212,27 @@ def test_list_keys_are_matched_exactly():
     assert first_occurrence_indices(binary_comparable(pa.table({"a": floats}))).tolist() == [0, 1, 2]
     nested = pa.array([{"l": [1]}, {"l": [1]}, {"l": [2]}, None])
     assert first_occurrence_indices(binary_comparable(pa.table({"a": nested}))).tolist() == [0, 2, 3]
+
+
+def test_binary_comparable_lists_of_nested_values():
+    """A list of structs, of lists, of decimals: equal exactly when Spark's binary rows are
+    (``-0.0`` apart from ``0.0``, a null element apart from a struct of nulls, a null list
+    apart from an empty one, a slice read from its offset)."""
+    import decimal
+
+    structs = pa.array(
+        [[None], [{"a": 1, "b": "x"}], [{"a": 1, "b": "x"}], [{"a": None, "b": None}], None, [], [{"a": 1, "b": "xy"}],
+         [{"a": 1, "b": "x"}, {"a": 2, "b": None}], [None], [{"a": 0, "b": ""}], [{"a": None, "b": ""}]],
+        pa.list_(pa.struct([("a", pa.int32()), ("b", pa.string())])),
+    )
+    assert first_occurrence_indices(binary_comparable(pa.table({"k": structs}))).tolist() == [0, 1, 3, 4, 5, 6, 7, 9, 10]
+    assert first_occurrence_indices(binary_comparable(pa.table({"k": structs.slice(1)}))).tolist() == [0, 2, 3, 4, 5, 6, 7, 8, 9]
+    nested = pa.array([[[0.0]], [[-0.0]], [[0.0]], [None], [[]], [], None, [[float("nan")]], [[float("nan")]]], pa.list_(pa.list_(pa.float64())))
+    assert first_occurrence_indices(binary_comparable(pa.table({"k": nested}))).tolist() == [0, 1, 3, 4, 5, 6, 7]
+    decimals = pa.array([[decimal.Decimal("1.50")], [decimal.Decimal("1.5")], [None], [decimal.Decimal("2")]], pa.list_(pa.decimal128(10, 2)))
+    assert first_occurrence_indices(binary_comparable(pa.table({"k": decimals}))).tolist() == [0, 2, 3]
+    deep = pa.array(
+        [[{"a": [1], "d": 0.0}], [{"a": [1], "d": -0.0}], [{"a": [1], "d": 0.0}], [{"a": None, "d": None}], [{"a": [], "d": None}]],
+        pa.list_(pa.struct([("a", pa.list_(pa.int64())), ("d", pa.float64())])),
+    )
+    assert first_occurrence_indices(binary_comparable(pa.table({"k": deep}))).tolist() == [0, 1, 3, 4]
