@@ -19,12 +19,26 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["jvm_view", "java_class", "static_member", "jvm_seq", "expr_ids", "jvm_plan_nodes", "clone_session"]
+__all__ = [
+    "jvm_view",
+    "java_session",
+    "java_context",
+    "java_dataframe",
+    "java_column",
+    "py4j_gateway",
+    "java_class",
+    "static_member",
+    "jvm_seq",
+    "expr_ids",
+    "jvm_plan_nodes",
+    "clone_session",
+]
 
 
-def jvm_view(owner: SparkSession | SparkContext) -> Any:
-    """The JVM view (py4j's ``JVMView``) of ``owner``, a classic SparkSession or its SparkContext:
-    what ``owner._jvm.org.apache...`` reaches. PySpark types the handle as optional (None before
+def jvm_view(owner: SparkSession | SparkContext | type[SparkContext]) -> Any:
+    """The JVM view (py4j's ``JVMView``) of ``owner``, a classic SparkSession or its SparkContext
+    (or the ``SparkContext`` class: the running context's): what ``owner._jvm.org.apache...``
+    reaches. PySpark types the handle as optional (None before
     a gateway is launched); reaching it through here names that case instead of failing on
     ``None.org``.
 
@@ -37,6 +51,33 @@ def jvm_view(owner: SparkSession | SparkContext) -> Any:
     if view is None:
         raise RuntimeError(f"{type(owner).__name__} has no JVM view (no gateway to the JVM)")
     return view
+
+
+def java_session(session: Any) -> Any:
+    """The JVM ``SparkSession`` behind a classic PySpark session (``session._jsparkSession``)."""
+    return session._jsparkSession  # noqa: SLF001
+
+
+def java_context(sc: Any) -> Any:
+    """The ``JavaSparkContext`` behind a PySpark ``SparkContext`` (``sc._jsc``)."""
+    return sc._jsc  # noqa: SLF001
+
+
+def java_dataframe(df: Any) -> Any:
+    """The JVM ``Dataset`` behind a classic PySpark DataFrame (``df._jdf``): its plans
+    (``queryExecution()``), schema and RDD."""
+    return df._jdf  # noqa: SLF001
+
+
+def java_column(column: Any) -> Any:
+    """The JVM ``Column`` behind a classic PySpark column (``column._jc``); the session's
+    ``expression(...)`` of it is its Catalyst expression."""
+    return column._jc  # noqa: SLF001
+
+
+def py4j_gateway(sc: Any) -> Any:
+    """The Py4J gateway of a PySpark ``SparkContext`` (``sc._gateway``): what makes Java arrays."""
+    return sc._gateway  # noqa: SLF001
 
 
 def _client(jvm: Any) -> Any:

@@ -29,7 +29,7 @@ from statestream.errors import (
 from statestream.api.handover import hands_over
 from statestream.operators.watermark import mark_event_time
 from statestream.plan import logical as L
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import java_dataframe, jvm_seq
 from statestream.plan.aggregates import column_node
 from statestream.plan.bindings import (
     JoinCondition,
@@ -1256,7 +1256,7 @@ def _grouping_attribute_names(
     one below it: an event-time column update sits above a transformWithState), as names of its
     input's columns; ``None`` when a grouping key is an expression, not an input column."""
     try:
-        node = template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        node = java_dataframe(template).queryExecution().analyzed()
         while node.nodeName() != node_name and node.children().size() >= 1:
             node = node.children().apply(0)
         if node.nodeName() != node_name:

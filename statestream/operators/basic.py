@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from statestream._jvm.calls import java_dataframe, java_session, jvm_view
 from statestream.operators.base import PhysicalOperator, ShownAsSpark, StateStoreWriter
 from statestream.operators.local_checkpoint import local_checkpoint
 
@@ -49,9 +50,9 @@ def in_session(df: "DataFrame", session: Any) -> "DataFrame":
 
     if df.sparkSession is session:
         return df
-    jvm = session._jvm  # noqa: SLF001
-    plan = df._jdf.queryExecution().analyzed()  # noqa: SLF001
-    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, plan), session)  # noqa: SLF001
+    jvm = jvm_view(session)
+    plan = java_dataframe(df).queryExecution().analyzed()
+    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(java_session(session), plan), session)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class BatchRelationExec(PhysicalOperator):
         """How many leaves (scans) the static DataFrame's plan has, for matching a batch's
         executed plan to its sources (``operators/limit.py``); 1 if the plan cannot be read."""
         try:
-            return int(self.df._jdf.queryExecution().optimizedPlan().collectLeaves().size())  # noqa: SLF001
+            return int(java_dataframe(self.df).queryExecution().optimizedPlan().collectLeaves().size())
         except Exception:  # noqa: BLE001 - not a classic DataFrame
             return 1
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pyarrow as pa
 
-from statestream._jvm.calls import jvm_plan_nodes
+from statestream._jvm.calls import java_dataframe, jvm_plan_nodes
 from statestream.operators.aggregate import ShuffleExchangeExec
 from statestream.operators.basic import BatchRelationExec, StreamingRelationExec
 from statestream.operators.state_step import StateStep, finish_writer_metrics
@@ -332,7 +332,7 @@ def scan_input_rows(result: "DataFrame") -> list[int] | None:
     rows actually read. Observing a count on the batch would see only the rows the limit pulled.
     """
     try:
-        plan = result._jdf.queryExecution().executedPlan()  # noqa: SLF001
+        plan = java_dataframe(result).queryExecution().executedPlan()
     except Exception:  # noqa: BLE001 - not a classic DataFrame
         return None
     rows: list[int] = []

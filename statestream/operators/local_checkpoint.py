@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 
+from statestream._jvm.calls import java_dataframe
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -95,7 +97,7 @@ def batch_local_checkpoints() -> Iterator[list["DataFrame"]]:
 def _checkpointed_rdd(df: "DataFrame") -> Any:
     """The JVM RDD whose blocks the local checkpoint ``df`` reads (they are named after its id),
     or None when ``df`` is not one. Raises what py4j raises."""
-    logical = df._jdf.queryExecution().logical()  # noqa: SLF001 - the JVM DataFrame behind PySpark's
+    logical = java_dataframe(df).queryExecution().logical()
     return logical.rdd() if logical.getClass().getSimpleName() == "LogicalRDD" else None
 
 

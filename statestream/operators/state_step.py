@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statestream._jvm.calls import java_context, java_dataframe, java_session, jvm_view, py4j_gateway
 from statestream.faults import crash_point, record_state_task
 from statestream.operators.aggregate import PARTITION_ID_COLUMN, ROUTE_COLUMN
 from statestream.operators.late_rows import write_late_rows
@@ -263,13 +264,13 @@ def split_routed_rows(df: Any, num_partitions: int, rows: int | None) -> Any:
     session = df.sparkSession
     try:
         sc = session.sparkContext
-        jdf = df._jdf  # noqa: SLF001 - the rows' RDD is only reachable through the JVM
+        jdf = java_dataframe(df)
         block = jdf.queryExecution().toRdd().toJavaRDD()
-        copies = sc._gateway.new_array(sc._jvm.org.apache.spark.api.java.JavaRDD, num_partitions)  # noqa: SLF001
+        copies = py4j_gateway(sc).new_array(jvm_view(sc).org.apache.spark.api.java.JavaRDD, num_partitions)
         for p in range(num_partitions):
             copies[p] = block
-        union = sc._jsc.union(copies).rdd()  # noqa: SLF001
-        unknown = DataFrame(session._jsparkSession.internalCreateDataFrame(union, jdf.schema(), False), session)  # noqa: SLF001
+        union = java_context(sc).union(copies).rdd()
+        unknown = DataFrame(java_session(session).internalCreateDataFrame(union, jdf.schema(), False), session)
     except Exception:  # only an optimisation: the sink's job then shuffles
         logger.debug("the one-task batch's rows go back to their partitions by a shuffle", exc_info=True)
         return _shuffled_by_route(df, num_partitions)

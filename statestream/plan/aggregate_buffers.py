@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Sequence
 
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import java_dataframe, jvm_seq, jvm_view
 from statestream.plan.aggregate_expressions import ExpressionCall
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ class SparkBuffer:
 def jvm_aggregate(agg_df: Any, rules: tuple[str, ...]) -> Any:
     """The first ``Aggregate`` node of ``agg_df``'s analysed plan after Spark's optimizer rules
     ``rules`` (names in ``org.apache.spark.sql.catalyst.optimizer``), or ``None``."""
-    plan = agg_df._jdf.queryExecution().analyzed()  # noqa: SLF001
-    package = agg_df.sparkSession._jvm.org.apache.spark.sql.catalyst.optimizer  # noqa: SLF001
+    plan = java_dataframe(agg_df).queryExecution().analyzed()
+    package = jvm_view(agg_df.sparkSession).org.apache.spark.sql.catalyst.optimizer
     for name in rules:
         plan = getattr(getattr(package, name + "$"), "MODULE$").apply(plan)
     pending = [plan]

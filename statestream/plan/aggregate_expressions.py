@@ -27,7 +27,7 @@ from statestream.errors import (
 )
 from statestream.plan.aggregates import AggregateCall, column_node, decompose_aggregate
 from statestream.plan.hyperloglog import as_hyperloglog
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import jvm_seq, jvm_view
 from statestream.plan.python_aggregates import decompose_python_aggregate, python_aggregate_of
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _is_aggregate_name(name: str) -> bool:
 def _jvm() -> Any:
     from pyspark import SparkContext
 
-    jvm = SparkContext._jvm  # noqa: SLF001
+    jvm = jvm_view(SparkContext)
     assert jvm is not None, "no SparkContext is running"
     return jvm
 

@@ -29,7 +29,7 @@ from statestream.errors import (
     star_aggregate_error,
 )
 from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec, interval_arg
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import java_column, jvm_seq, jvm_view
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -135,7 +135,7 @@ def _column_from_node(jvm: Any, node: Any) -> "Column":
 
 def column_node(col: "Column") -> Any:
     """The unresolved ``ColumnNode`` behind a classic PySpark column."""
-    jc: Any = col._jc  # noqa: SLF001 - the only way to read a classic Column's expression (PySpark's Column type does not declare it)
+    jc: Any = java_column(col)
     return jc.node()
 
 
@@ -173,7 +173,7 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
     """
     from pyspark import SparkContext
 
-    jvm = SparkContext._jvm  # noqa: SLF001 - the active session is thread-local; the JVM is not
+    jvm = jvm_view(SparkContext)
     assert jvm is not None, "no SparkContext is running"
     node = column_node(col)
     while node.getClass().getSimpleName() == "Alias":

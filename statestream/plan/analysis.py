@@ -64,7 +64,7 @@ from statestream.errors.unsupported_operations import (
 )
 from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal
-from statestream._jvm.calls import jvm_plan_nodes, jvm_seq
+from statestream._jvm.calls import java_dataframe, jvm_plan_nodes, jvm_seq
 from statestream.plan.logical import (
     SESSION_WINDOW_KEY,
     WATERMARK_DELAY_KEY,
@@ -406,7 +406,7 @@ def spark_stream_sources(df: Any) -> list[str]:
     and columns (``rate [timestamp, value]``), read from its logical plan: how the refusal of a
     mixed query names the input to change."""
     out = []
-    for node in jvm_plan_nodes(df._jdf.queryExecution().logical()):  # noqa: SLF001
+    for node in jvm_plan_nodes(java_dataframe(df).queryExecution().logical()):
         if jvm_seq(node.children()) or not node.isStreaming():
             continue
         try:

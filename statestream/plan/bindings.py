@@ -36,7 +36,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
 
-from statestream._jvm.calls import jvm_seq, jvm_view
+from statestream._jvm.calls import java_column, java_dataframe, java_session, jvm_seq, jvm_view
 from statestream.plan.aggregates import column_node
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 from statestream.plan.optimizer import rebuild_expression
@@ -177,9 +177,9 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
 
         session = grouped.template.sparkSession
         jvm = jvm_view(session)
-        jss = session._jsparkSession  # noqa: SLF001
+        jss = java_session(session)
         conv = jvm.scala.jdk.javaapi.CollectionConverters
-        expr = jss.expression(column._jc)  # noqa: SLF001
+        expr = jss.expression(java_column(column))
 
         def attribute(e: Any) -> Any | None:
             if _jclass(e) != "UnresolvedAttribute":
@@ -190,7 +190,7 @@ def bind_for_template(column: "Column", grouped: "LogicalPlan") -> "Column":
                 return None
             if [str(p) for p in jvm_seq(e.nameParts())] != [binding.name]:
                 return None
-            bound = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
+            bound = jss.expression(java_column(binding.plan.template[binding.name]))
             return bound if _jclass(bound) == "AttributeReference" else None
 
         new = rebuild_expression(expr, attribute, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
@@ -217,9 +217,9 @@ def mark_event_time_keeping_ids(template: "DataFrame", column: str, delay_ms: in
 
         session = template.sparkSession
         jvm = jvm_view(session)
-        jss = session._jsparkSession  # noqa: SLF001
-        plan = template._jdf.queryExecution().analyzed()  # noqa: SLF001
-        target = jss.expression(template[column]._jc)  # noqa: SLF001
+        jss = java_session(session)
+        plan = java_dataframe(template).queryExecution().analyzed()
+        target = jss.expression(java_column(template[column]))
         if _jclass(target) != "AttributeReference":
             return None
         output = jvm_seq(plan.output())
@@ -280,7 +280,7 @@ class JoinCondition:
         attribute (for the join's template)."""
         if not self.references:
             return self.column
-        return self._rebuilt(lambda ref, jss: jss.expression(ref.plan.template[ref.name]._jc))  # noqa: SLF001
+        return self._rebuilt(lambda ref, jss: jss.expression(java_column(ref.plan.template[ref.name])))
 
     def for_batch(self, left: "DataFrame", right: "DataFrame") -> "Column":
         """The condition bound to one micro-batch's DataFrames of both sides (references from
@@ -292,7 +292,7 @@ class JoinCondition:
         def bound(ref: SideReference, jss: Any) -> Any:
             if ref.side is None:
                 return None
-            return jss.expression(sides[ref.side][ref.name]._jc)  # noqa: SLF001
+            return jss.expression(java_column(sides[ref.side][ref.name]))
 
         return self._rebuilt(bound, session=left.sparkSession)
 
@@ -302,7 +302,7 @@ class JoinCondition:
         try:
             session = session or self.column_session()
             jvm = jvm_view(session)
-            jss = session._jsparkSession  # noqa: SLF001
+            jss = java_session(session)
             conv = jvm.scala.jdk.javaapi.CollectionConverters
             new_at = {}
             for ref in self.references:
@@ -329,7 +329,7 @@ def _side_references(column: "Column", left: "LogicalPlan", right: "LogicalPlan"
         return None, ()
     session = left.template.sparkSession
     jvm = jvm_view(session)
-    expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
+    expr = java_session(session).expression(java_column(column))
     left_ids = {id(n) for n in left.walk()}
     right_ids = {id(n) for n in right.walk()}
     found: list[SideReference] = []
@@ -379,8 +379,8 @@ def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[
     try:
         session = child.template.sparkSession
         jvm = jvm_view(session)
-        jss = session._jsparkSession  # noqa: SLF001
-        output = [int(a.exprId().id()) for a in jvm_seq(child.template._jdf.queryExecution().analyzed().output())]  # noqa: SLF001
+        jss = java_session(session)
+        output = [int(a.exprId().id()) for a in jvm_seq(java_dataframe(child.template).queryExecution().analyzed().output())]
         found: list[tuple[tuple[int, ...], int]] = []
 
         def visit(e: Any, path: tuple[int, ...]) -> None:
@@ -389,14 +389,14 @@ def ambiguous_references(column: "Column", child: "LogicalPlan") -> tuple[tuple[
                 binding = _REGISTRY.lookup(int(jvm.System.identityHashCode(origin)), origin, lambda a, b: bool(a.equals(b)))
                 parts = [str(p) for p in jvm_seq(e.nameParts())]
                 if binding is not None and parts == [binding.name] and names.count(binding.name.lower()) > 1:
-                    attribute = jss.expression(binding.plan.template[binding.name]._jc)  # noqa: SLF001
+                    attribute = jss.expression(java_column(binding.plan.template[binding.name]))
                     if _jclass(attribute) == "AttributeReference" and int(attribute.exprId().id()) in output:
                         found.append((path, output.index(int(attribute.exprId().id()))))
                 return
             for i, c in enumerate(jvm_seq(e.children())):
                 visit(c, (*path, i))
 
-        visit(jss.expression(column._jc), ())  # noqa: SLF001
+        visit(jss.expression(java_column(column)), ())
         return tuple(found)
     except Exception:  # py4j / internal API drift: the column resolves by name
         logger.debug("cannot bind a column to its DataFrame's attribute after a join", exc_info=True)
@@ -413,9 +413,9 @@ def bind_positions(column: "Column", positions: Sequence[tuple[tuple[int, ...], 
     session = df.sparkSession
     jvm = jvm_view(session)
     conv = jvm.scala.jdk.javaapi.CollectionConverters
-    output = df._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+    output = java_dataframe(df).queryExecution().analyzed().output()
     new_at = {path: output.apply(pos) for path, pos in positions}
-    expr = session._jsparkSession.expression(column._jc)  # noqa: SLF001
+    expr = java_session(session).expression(java_column(column))
     rebuilt = replace_at_paths(expr, new_at, lambda items: conv.asScala(jvm.java.util.ArrayList(items)).toSeq())
     node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(rebuilt)
     return Column(jvm.org.apache.spark.sql.Column(node))

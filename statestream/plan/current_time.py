@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from statestream._jvm.calls import java_class, jvm_seq, static_member
+from statestream._jvm.calls import java_class, java_dataframe, jvm_seq, jvm_view, static_member
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -54,8 +54,8 @@ def with_batch_timestamp(df: "DataFrame", batch_timestamp_ms: int) -> "DataFrame
     ``batch_timestamp_ms`` (Spark's ``CurrentBatchTimestamp``). ``df`` itself when it has none."""
     from pyspark.sql import DataFrame
 
-    jdf = df._jdf  # noqa: SLF001 - the plan is only reachable through the JVM Dataset
-    jvm = df.sparkSession._jvm  # noqa: SLF001
+    jdf = java_dataframe(df)
+    jvm = jvm_view(df.sparkSession)
     plan = jdf.queryExecution().analyzed()
     pattern = static_member(jvm, "org.apache.spark.sql.catalyst.trees.TreePattern", "CURRENT_LIKE")()
     if not plan.containsPattern(pattern):

@@ -21,7 +21,7 @@ from statestream.operators.dedup import (
     StreamingDeduplicateExec,
     StreamingDeduplicateWithinWatermarkExec,
 )
-from statestream._jvm.calls import expr_ids, jvm_seq
+from statestream._jvm.calls import expr_ids, java_dataframe, jvm_seq
 from statestream.plan.logical import WATERMARK_DELAY_KEY
 
 if TYPE_CHECKING:
@@ -77,9 +77,9 @@ def _jvm_required_above(root: "L.LogicalPlan", node: "L.Deduplicate") -> set[int
     plus everything the operators above the dedup reference. ``None`` when Spark's analysed plans
     cannot be read."""
     try:
-        target = node.template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        target = java_dataframe(node.template).queryExecution().analyzed()
         key_ids = expr_ids(target.keys())
-        analyzed = root.template._jdf.queryExecution().analyzed()  # noqa: SLF001
+        analyzed = java_dataframe(root.template).queryExecution().analyzed()
     except Exception:  # not a classic JVM DataFrame
         logger.debug("could not read the analysed plans for column pruning", exc_info=True)
         return None
@@ -112,7 +112,7 @@ def _event_time_pruned(root: "L.LogicalPlan | None", node: "L.Deduplicate", et_i
     if required is None:
         return False
     try:
-        child_ids = expr_ids(node.template._jdf.queryExecution().analyzed().child().output())  # noqa: SLF001
+        child_ids = expr_ids(java_dataframe(node.template).queryExecution().analyzed().child().output())
     except Exception:  # noqa: BLE001
         return False
     return child_ids[et_index] not in required

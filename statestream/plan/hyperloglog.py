@@ -22,6 +22,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statestream._jvm.calls import jvm_view
 from statestream.operators.hyperloglog import (
     MAX_BIAS_PRECISION,
     REGISTER_SIZE,
@@ -54,7 +55,7 @@ def bias_tables(p: int) -> BiasTables:
         return BiasTables(p)
     from pyspark import SparkContext
 
-    jvm = SparkContext._jvm  # noqa: SLF001 - the tables are JVM constants of the running Spark
+    jvm = jvm_view(SparkContext)
     assert jvm is not None, "no SparkContext is running"
     helper = jvm.org.apache.spark.sql.catalyst.util.HyperLogLogPlusPlusHelper
     raw = helper.RAW_ESTIMATE_DATA()[p - 4]

@@ -33,7 +33,7 @@ from statestream.errors.unsupported_operations import (
 )
 from statestream.operators.join import SparkPlanNodeExec, StreamStaticJoinExec
 from statestream.plan import logical as L
-from statestream._jvm.calls import expr_ids, jvm_seq
+from statestream._jvm.calls import expr_ids, java_dataframe, jvm_seq
 from statestream.plan.spark_text import (
     IdMap,
     node_texts,
@@ -285,7 +285,7 @@ def spark_join_plan(node: L.Join) -> tuple[MirrorNode, dict[int, list[int]]] | N
         session = planning_session(node.template)
         joined, ids = standin_join(node, session)
         max_fields = int(session.conf.get("spark.sql.debug.maxToStringFields", "25"))
-        plan = joined._jdf.queryExecution().executedPlan()  # noqa: SLF001
+        plan = java_dataframe(joined).queryExecution().executedPlan()
         by_ids = {tuple(v): k for k, v in ids.items()}
         output_ids = spark_output_ids
         same = IdMap({})
@@ -324,7 +324,7 @@ def stream_side_conjuncts(node: L.Join) -> dict[int, list[tuple[Any, list[int]]]
         joined, ids = standin_join(node)
         if not ids:
             return out
-        optimized = joined._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+        optimized = java_dataframe(joined).queryExecution().optimizedPlan()
         join_op = _find_join(optimized)
         if join_op is None:
             return out

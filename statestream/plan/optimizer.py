@@ -47,7 +47,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import java_column, jvm_seq, jvm_view
 from statestream.plan.joins import stream_side_conjuncts
 from statestream.plan.logical import (
     Aggregate,
@@ -390,7 +390,7 @@ def _describe(columns: Iterable[Any]) -> str:
     parts = []
     for c in columns:
         try:
-            parts.append(str(c._jc.node().sql()))  # noqa: SLF001 - description only
+            parts.append(str(java_column(c).node().sql()))
         except Exception:  # noqa: BLE001 - description only
             parts.append(str(c))
     return " AND ".join(parts)
@@ -671,7 +671,7 @@ class JvmPlanInspector:
             jdf = getattr(node.template, "_jdf", None)
             self._analyzed[key] = jdf.queryExecution().analyzed() if jdf is not None else None
             if self._jvm is None and jdf is not None:
-                self._jvm = node.template.sparkSession._jvm  # noqa: SLF001
+                self._jvm = jvm_view(node.template.sparkSession)
         return self._analyzed[key]
 
     def _expr(self, j: Any) -> JvmExpr:

@@ -36,7 +36,7 @@ from statestream.operators.join import SparkPlanNodeExec
 from statestream.operators.limit import SinglePartitionExchangeExec
 from statestream.operators.watermark import EventTimeWatermarkExec
 from statestream.plan import logical as L
-from statestream._jvm.calls import clone_session, expr_ids, jvm_seq, jvm_view
+from statestream._jvm.calls import clone_session, expr_ids, java_dataframe, java_session, jvm_seq, jvm_view
 from statestream.plan.dedup import analysed_key_names
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, li
     for i, child in enumerate(node.children):
         if any(isinstance(n, L.StreamingRelation) for n in child.walk()):
             standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
-            output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+            output = java_dataframe(standin).queryExecution().analyzed().output()
             ids[i] = expr_ids(output)
             sides.append(standin)
         else:
@@ -281,7 +281,7 @@ def spark_region(
             df: "DataFrame | None" = None
             for item in inputs:
                 standin = session.createDataFrame(session.sparkContext.emptyRDD(), item.schema)
-                output = standin._jdf.queryExecution().analyzed().output()  # noqa: SLF001
+                output = java_dataframe(standin).queryExecution().analyzed().output()
                 ids = tuple(expr_ids(output))
                 text = tuple(str(a.toString()) for a in jvm_seq(output))
                 standins.append((ids, text))
@@ -297,7 +297,7 @@ def spark_region(
                 df = node.transform(df)
             if top is not None:
                 df = top(df)
-            qe = df._jdf.queryExecution()  # noqa: SLF001
+            qe = java_dataframe(df).queryExecution()
             max_fields = int(session.conf.get("spark.sql.debug.maxToStringFields", "25"))
             (ids, text), *more = standins
             return SparkRegion(ids, text, qe.executedPlan(), qe, max_fields, more_standins=tuple(more))
@@ -650,7 +650,7 @@ def _file_data_source(source: L.StreamingRelation) -> str:
     options with the path, no catalog table. ``""`` when it cannot be written."""
     spec = source.source_spec
     try:
-        jsession = source.template.sparkSession._jsparkSession  # noqa: SLF001
+        jsession = java_session(source.template.sparkSession)
         session = f"{jsession.getClass().getName()}@{int(jsession.hashCode()) & 0xFFFFFFFF:x}"
         schema = "None"
         if getattr(spec, "schema", None) is not None:
@@ -869,7 +869,7 @@ def _join_text(node: L.Join) -> LogicalText | None:
     # Spark's optimizer pushes filters to the streaming sides of the stand-in join; statestream's
     # optimizer has put the same filters into each streaming side's plan, so the optimised
     # trees show them there, once
-    return _composed(joined._jdf.queryExecution(), IdMap(mapping), below, collapse=True)  # noqa: SLF001
+    return _composed(java_dataframe(joined).queryExecution(), IdMap(mapping), below, collapse=True)
 
 
 def _collapse_above_standins(parsed: list[tuple[str, str]], below: dict[tuple[int, ...], LogicalText]) -> list[tuple[str, str]]:

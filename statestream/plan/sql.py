@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from pyspark.sql.session import SparkSession as ClassicSparkSession
 
 from statestream.errors import not_supported_yet
-from statestream._jvm.calls import jvm_seq
+from statestream._jvm.calls import java_dataframe, java_session, jvm_seq
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,7 +38,7 @@ _LOCK = threading.Lock()
 
 def relations_in(spark: "SparkSession", query: str) -> list[str]:
     """The table or view names ``query`` reads (lower case, dotted), from Spark's parser."""
-    plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)  # noqa: SLF001
+    plan = java_session(spark).sessionState().sqlParser().parsePlan(query)
     names: list[str] = []
     pending = [plan]
     while pending:
@@ -63,7 +63,7 @@ def relations_in(spark: "SparkSession", query: str) -> list[str]:
 
 def check_stateless_above_view(template: "DataFrame", view: str, query: str) -> None:
     """Refuse SQL whose plan above the streaming view ``view`` has a stateful node."""
-    plan = template._jdf.queryExecution().analyzed()  # noqa: SLF001
+    plan = java_dataframe(template).queryExecution().analyzed()
     pending = [plan]
     while pending:
         node = pending.pop()

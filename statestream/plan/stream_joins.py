@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from statestream.errors import stream_join_without_equality_error
-from statestream._jvm.calls import clone_session, jvm_seq
+from statestream._jvm.calls import clone_session, java_dataframe, jvm_seq, jvm_view
 from statestream.operators.stream_join import StreamingSymmetricHashJoinExec, StreamJoinExchangeExec
 from statestream.plan.joins import standin_join
 from statestream.plan.logical import WATERMARK_DELAY_KEY
@@ -699,8 +699,8 @@ def kept_side_columns(node: "L.Join", root: "L.LogicalPlan | None") -> tuple[tup
     if root is None:
         return None
     try:
-        analyzed = next(iter(_nodes(node.template._jdf.queryExecution().analyzed(), "Join")), None)  # noqa: SLF001
-        optimized = root.template._jdf.queryExecution().optimizedPlan()  # noqa: SLF001
+        analyzed = next(iter(_nodes(java_dataframe(node.template).queryExecution().analyzed(), "Join")), None)
+        optimized = java_dataframe(root.template).queryExecution().optimizedPlan()
         if analyzed is None:
             return None
         sides = [_renames(child, _ids(jvm_seq(child.output()))) for child in (analyzed.left(), analyzed.right())]
@@ -729,8 +729,8 @@ def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> Str
     session = clone_session(user)
     session.conf.set("spark.sql.adaptive.enabled", "false")
     joined, ids = standin_join(node, session)
-    jvm = session._jvm  # noqa: SLF001
-    qe = joined._jdf.queryExecution()  # noqa: SLF001
+    jvm = jvm_view(session)
+    qe = java_dataframe(joined).queryExecution()
     optimized = qe.optimizedPlan()
     analyzed = qe.analyzed()
     join = next(iter(_nodes(optimized, "Join")), None)
@@ -857,7 +857,7 @@ def stream_join_info(node: "L.Join", root: "L.LogicalPlan | None" = None) -> Str
 
 def _fixed_offset_zone(session: Any) -> bool:
     try:
-        zone = session._jvm.java.time.ZoneId.of(session.conf.get("spark.sql.session.timeZone"))  # noqa: SLF001
+        zone = jvm_view(session).java.time.ZoneId.of(session.conf.get("spark.sql.session.timeZone"))
         return bool(zone.getRules().isFixedOffset())
     except Exception:  # noqa: BLE001 - a zone Java does not parse is not known to be fixed
         return False

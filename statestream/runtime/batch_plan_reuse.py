@@ -39,7 +39,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream._jvm.calls import java_class, jvm_seq, static_member
+from statestream._jvm.calls import java_class, java_dataframe, java_session, jvm_seq, jvm_view, static_member
 from statestream.operators.base import ExecutedByParent, StatefulOperator, StateStoreWriter, batch_args_property
 from statestream.operators.basic import UnionExec
 from statestream.operators.limit import LocalLimitExec
@@ -84,7 +84,7 @@ def reusable_plan(plan: "PhysicalOperator") -> bool:
 
 def _file_relation(df: "DataFrame") -> Any:
     """The analysed plan of ``df`` when it is a file source's ``LogicalRelation``, else None."""
-    plan = df._jdf.queryExecution().analyzed()  # noqa: SLF001 - the plan is only reachable through the JVM
+    plan = java_dataframe(df).queryExecution().analyzed()
     return plan if plan.getClass().getSimpleName() == "LogicalRelation" else None
 
 
@@ -226,7 +226,7 @@ class PlanReuse:
                 logger.debug("source %d does not give file relations: every batch is built", i)
                 return
             leaves[i] = relation
-        plan = result._jdf.queryExecution().analyzed()  # noqa: SLF001
+        plan = java_dataframe(result).queryExecution().analyzed()
         why = _not_a_template(plan, leaves)
         if why:
             self.disabled = True
@@ -250,7 +250,7 @@ class PlanReuse:
         template = self.templates.get(shape)
         if template is None or self.disabled:
             return None
-        jvm = spark._jvm  # noqa: SLF001
+        jvm = jvm_view(spark)
         swaps = java_class(jvm, "java.util.HashMap")()
         try:
             for i, old in template.leaves.items():
@@ -261,7 +261,7 @@ class PlanReuse:
                 swaps.put(old, old.copy(new.relation(), *template.leaf_fields[i]))
             # A Scala Map is a PartialFunction: it rewrites exactly the relations it holds as keys.
             plan = template.plan.transform(static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")(swaps))
-            jdf = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(spark._jsparkSession, plan)  # noqa: SLF001
+            jdf = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(java_session(spark), plan)
         except Exception:  # only an optimisation: the batch is built instead
             logger.warning("statestream: a batch plan could not be reused; building every batch", exc_info=True)
             self.disabled = True
@@ -272,7 +272,7 @@ class PlanReuse:
 def observed_by_name(df: "DataFrame", names: list[str]) -> dict[str, dict | None]:
     """The values of the observations ``names`` in ``df``'s executed plan (None for one that
     did not run)."""
-    metrics = df._jdf.queryExecution().observedMetrics()  # noqa: SLF001
+    metrics = java_dataframe(df).queryExecution().observedMetrics()
     out: dict[str, dict | None] = {}
     for name in names:
         row = metrics.get(name)

@@ -58,7 +58,7 @@ from statestream.errors import (
     stream_failed_error,
 )
 from statestream.faults import crash_point
-from statestream._jvm.calls import clone_session
+from statestream._jvm.calls import clone_session, java_session
 from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import OBSERVED_METRICS, StreamingRelationExec
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
@@ -586,7 +586,7 @@ class MicroBatchExecution:
         spark.conf.set("spark.sql.adaptive.enabled", "false")
         spark.conf.set("spark.sql.cbo.joinReorder.enabled", "false")
         spark.conf.set(SHUFFLE_PARTITIONS, str(num_partitions))
-        user_conf = user._jsparkSession.conf()  # noqa: SLF001 - RuntimeConfig.contains: set, not defaulted
+        user_conf = java_session(user).conf()
         for k, v in arrow_exchange_confs(lambda key: bool(user_conf.contains(key))).items():
             spark.conf.set(k, v)
         for k, v in conf.items():

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from statestream._jvm.calls import jvm_plan_nodes
+from statestream._jvm.calls import java_dataframe, jvm_plan_nodes
 from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import UnionExec
 from statestream.operators.context import latest_task_reports
@@ -187,7 +187,7 @@ def shuffled_rows(result: Any) -> int | None:
     cannot be read or has no other exchange."""
     try:
         total: int | None = None
-        for node in jvm_plan_nodes(result._jdf.queryExecution().executedPlan()):  # noqa: SLF001
+        for node in jvm_plan_nodes(java_dataframe(result).queryExecution().executedPlan()):
             metric = node.metrics().get(_SHUFFLE_RECORDS_WRITTEN)
             if metric.isDefined() and ROUTE_COLUMN not in str(node.outputPartitioning().toString()):
                 total = (total or 0) + int(metric.get().value())

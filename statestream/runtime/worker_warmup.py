@@ -173,7 +173,7 @@ def _workers_import_this_daemon(sc: object) -> bool:
     PySpark comes from, and falls back to Spark's zips itself); a Python start, once per
     context."""
     try:
-        jvm = sc._jvm  # type: ignore[attr-defined]  # noqa: SLF001
+        jvm = jvm_view(sc)  # type: ignore[arg-type]
         cwd = str(jvm.java.lang.System.getProperty("user.dir"))
         spark_path = str(jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath())
         python = str(sc.pythonExec)  # type: ignore[attr-defined]

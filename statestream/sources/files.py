@@ -74,7 +74,7 @@ from statestream.errors import (
     schema_required_error,
     source_path_not_specified_error,
 )
-from statestream._jvm.calls import static_member
+from statestream._jvm.calls import java_session, jvm_view, static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 from statestream.sources.options import log_settings, time_string_as_ms
 
@@ -670,7 +670,7 @@ class FileStreamSource(Source):
         and parses the schema again on every call, some twenty Py4J round trips a batch."""
         from pyspark.sql import DataFrame
 
-        jsession = spark._jsparkSession  # noqa: SLF001 - the JVM's reader, see the docstring
+        jsession = java_session(spark)
         text = self._schema.json()
         cached = self._jvm_schema
         if cached is None or cached[0] is not jsession or cached[1] != text:
@@ -681,7 +681,7 @@ class FileStreamSource(Source):
         if len(paths) == 1:
             jdf = jreader.load(paths[0])
         else:
-            jdf = jreader.load(static_member(spark._jvm, "org.apache.spark.api.python.PythonUtils", "toSeq")(paths))  # noqa: SLF001
+            jdf = jreader.load(static_member(jvm_view(spark), "org.apache.spark.api.python.PythonUtils", "toSeq")(paths))
         return DataFrame(jdf, spark)
 
     def commit(self, end: Any) -> None:

@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from statestream.errors import python_data_source_broadcast_error, python_data_source_error, python_streaming_source_error
-from statestream._jvm.calls import static_member
+from statestream._jvm.calls import java_session, jvm_view, static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 
 if TYPE_CHECKING:
@@ -54,13 +54,13 @@ def lookup_python_data_source(spark: "SparkSession", name: str) -> "type[DataSou
     """
     from pyspark.serializers import CloudPickleSerializer
 
-    manager = spark._jsparkSession.sessionState().dataSourceManager()  # noqa: SLF001
+    manager = java_session(spark).sessionState().dataSourceManager()
     if not manager.dataSourceExists(name):
         return None
     function = manager.lookupDataSource(name).dataSourceCls()
     if function.broadcastVars().size() > 0:  # a class pickled larger than PySpark's broadcast threshold
         raise python_data_source_broadcast_error(name)
-    raw = function.command().toArray(static_member(spark._jvm, "scala.reflect.ClassTag", "Byte")())  # noqa: SLF001
+    raw = function.command().toArray(static_member(jvm_view(spark), "scala.reflect.ClassTag", "Byte")())
     return CloudPickleSerializer().loads(bytes(raw))
 
 
