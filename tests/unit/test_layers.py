@@ -123,3 +123,26 @@ def test_error_texts_live_in_the_errors_package():
             if builds_error and any(_is_text(arg) for arg in texts):
                 inline.append(f"{relative}:{node.lineno}: {name}(...)")
     assert inline == [], "error texts outside statestream/errors/ (move each into a factory there):\n" + "\n".join(inline)
+
+
+#: PySpark's private handles of its JVM objects: only ``_jvm/calls.py``'s accessors read them
+JVM_HANDLES = frozenset({"_jvm", "_jsparkSession", "_jsc", "_jdf", "_jc", "_gateway"})
+
+
+def test_jvm_handles_are_read_only_through_the_bridge():
+    """Outside ``statestream/_jvm/``, no module reads ``x._jdf``, ``x._jvm``, ... of a PySpark
+    object (a class's own attribute, ``self._jvm``, is its own business): the accessors of
+    ``_jvm/calls.py`` are the one place that knows PySpark's private names."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name == "_jvm":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in JVM_HANDLES
+                and isinstance(node.ctx, ast.Load)
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            ):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: .{node.attr}")
+    assert not found, "PySpark's JVM handles read outside statestream/_jvm (use its accessors):\n" + "\n".join(found)
