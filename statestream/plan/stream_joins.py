@@ -15,7 +15,7 @@ partitioned on its keys into the state partitions. Each side's state may be boun
 
 The solver works on a pure description of the condition (``Attr``, ``Lit``, ``Add``, ``Sub``,
 ``Neg``, ``Opaque`` and ``Comparison``), which ``condition_terms`` reads from Spark's analysed or
-optimised expression; so the rules are tested without Spark (``tests/unit/test_stream_join_rules.py``),
+optimised expression; so the rules are tested without Spark (``tests/unit/plan/test_stream_join_rules.py``),
 and the analysis check (an outer or semi join needs a bound) and the runtime use the same code.
 Units follow Spark's solver: timestamps and intervals in microseconds as doubles, a number
 literal is read as seconds, the result is truncated to whole milliseconds.

@@ -61,7 +61,7 @@ def test_one_writer_per_checkpoint_on_s3(spark, s3_endpoint, tmp_path):
     another process holds the checkpoint, and ``start()`` here is refused naming it, before this
     run writes anything; once that process is killed (no release), the start takes the lease
     over at once (its holder was a process of this host that is gone; a holder on another host
-    is watched for a whole timeout, tests/unit/test_object_store_lease.py) and goes on from the
+    is watched for a whole timeout, tests/unit/checkpoint/test_object_store_lease.py) and goes on from the
     checkpoint. And a
     run that lost its lease (stalled while another took over) stops before its next log write."""
     import os

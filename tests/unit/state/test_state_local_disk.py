@@ -152,7 +152,7 @@ def test_a_worker_that_ended_without_its_exit_hooks_leaves_files_the_next_one_de
             "import os; from statestream.state import local_disk as d; r = d.local_state_root(); "
             "(r / 'x.arrow').write_bytes(b'1'); print(r); os._exit(0)"
         )],
-        env={**os.environ, "SPARK_LOCAL_DIRS": str(base), "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={**os.environ, "SPARK_LOCAL_DIRS": str(base), "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
         capture_output=True, text=True, check=True,
     )
     dead = Path(ended.stdout.strip())

@@ -219,7 +219,7 @@ def test_warm_up_function_imports_the_state_modules_and_emits_nothing():
     )
     from pathlib import Path
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "[]", "True", "True"]
@@ -285,7 +285,7 @@ class _DaemonSession(_SocketSession):
         from types import SimpleNamespace
 
         super().__init__(master, conf, session_conf)
-        cwd = cwd or str(Path(__file__).resolve().parents[2])
+        cwd = cwd or str(Path(__file__).resolve().parents[3])
         system = SimpleNamespace(getProperty=lambda key: cwd if key == "user.dir" else None)
         utils = SimpleNamespace(sparkPythonPath=lambda: spark_path)
         self.sparkContext._jvm = SimpleNamespace(
@@ -391,7 +391,7 @@ def test_the_preloading_daemon_started_as_spark_starts_it_answers_with_its_port(
 
     from statestream.runtime.python_daemon import MODULE
 
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*_spark_zips(), root])}
     daemon = subprocess.Popen([sys.executable, "-m", MODULE, "pyspark.worker"], cwd=tmp_path, env=env,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -427,7 +427,7 @@ def test_the_preloading_daemon_imports_the_state_modules_and_forks_with_no_zip_i
         "from statestream.runtime import python_daemon\n"
         "python_daemon.main()\n"
     )
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*zips, root])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -501,7 +501,7 @@ def _run_daemon_import(tmp_path, extra_path: list[str]) -> list[str]:
     import subprocess
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     code = (
         "import sys\n"
         "sys.argv = ['daemon', 'pyspark.worker']\n"

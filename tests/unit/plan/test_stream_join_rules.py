@@ -30,7 +30,7 @@ from statestream.plan.stream_joins import (
     one_side_state_watermark,
     state_value_watermark,
 )
-from tests.unit.test_join_rules import FakeInspector, join, refusal, stream
+from tests.unit.plan.test_join_rules import FakeInspector, join, refusal, stream
 
 LTS = Attr(1, 0, True, "lts")  # the left side's event-time column
 RTS = Attr(2, 1, True, "rts")  # the right side's
