@@ -49,7 +49,8 @@ def jvm_view(owner: SparkSession | SparkContext | type[SparkContext]) -> Any:
     """
     view = owner._jvm  # noqa: SLF001
     if view is None:
-        raise RuntimeError(f"{type(owner).__name__} has no JVM view (no gateway to the JVM)")
+        shown = owner.__name__ if isinstance(owner, type) else type(owner).__name__
+        raise RuntimeError(f"{shown} has no JVM view (no gateway to the JVM: no SparkContext is running)")
     return view
 
 

@@ -116,7 +116,7 @@ def _encode_list(arr: pa.Array) -> pa.Array:
     """A list column as one ``large_binary`` value per row that is equal exactly when Spark's
     binary rows are: per element a validity byte, then 8 bytes of value (fixed-width elements) or
     4 bytes of length and the bytes (strings, binary). A null list stays null; an empty list is
-    the empty string. Vectorised with numpy: no per-row Python."""
+    the empty string. Vectorised with numpy and Arrow's kernels: no per-row Python."""
     n = len(arr)
     # a null list may still span values in Arrow: make it empty first, so offsets and values agree
     dense = arr.fill_null(pa.scalar([], arr.type)) if arr.null_count else arr
@@ -133,34 +133,14 @@ def _encode_list(arr: pa.Array) -> pa.Array:
         elem["v"] = codes
         data = elem.tobytes()
         row_offsets = offsets * 9
-    elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
-        lens = pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False).astype(np.int64) if m else np.zeros(0, np.int64)
-        size = 5 + lens
-        starts = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-        out = np.zeros(int(starts[-1]), dtype=np.uint8)
-        out[starts[:-1]] = valid
-        for b in range(4):
-            out[starts[:-1] + 1 + b] = (lens >> (8 * b)) & 0xFF
-        if m and lens.sum():
-            src = values.cast(pa.large_binary()) if not pa.types.is_large_binary(t) else values
-            if src.null_count:  # a null's slot may still hold bytes (an if_else's output): drop them
-                src = pc.fill_null(src, _NO_SEPARATOR)
-            src_offsets = np.frombuffer(src.buffers()[1], dtype=np.int64)[src.offset : src.offset + m + 1]
-            raw = np.frombuffer(src.buffers()[2], dtype=np.uint8)[src_offsets[0] : src_offsets[-1]]
-            src_starts = src_offsets[:-1] - src_offsets[0]
-            dst = np.repeat(starts[:-1] + 5 - src_starts, lens) + np.arange(int(lens.sum()), dtype=np.int64)
-            out[dst] = raw
-        data = out.tobytes()
-        row_offsets = starts[offsets]
     else:
-        # structs, nested lists, decimals...: each element's own exact byte encoding, then the
-        # length-prefixed branch above
-        elements = _element_bytes(values)
-        list_type = pa.list_(elements.type) if offsets[-1] < 2**31 else pa.large_list(elements.type)
-        offsets_array = pa.array(offsets, pa.int32() if pa.types.is_list(list_type) else pa.int64())
-        return _encode_list(pa.ListArray.from_arrays(offsets_array, elements, mask=arr.is_null() if arr.null_count else None)
-                            if pa.types.is_list(list_type) else
-                            pa.LargeListArray.from_arrays(offsets_array, elements, mask=arr.is_null() if arr.null_count else None))
+        # per element a validity byte, 4 bytes of length and the bytes: of a string or binary
+        # element itself, of any other element its exact encoding (structs, nested lists, decimals)
+        text = pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+        parts = _length_prefixed(values.cast(pa.large_binary()) if text else _element_bytes(values))
+        part_offsets = np.frombuffer(parts.buffers()[1], dtype=np.int64)[parts.offset : parts.offset + m + 1] if m else np.zeros(1, np.int64)
+        data = np.frombuffer(parts.buffers()[2], dtype=np.uint8)[part_offsets[0] : part_offsets[-1]].tobytes() if m else b""
+        row_offsets = part_offsets[offsets] - part_offsets[0]
     validity = None
     if arr.null_count:
         validity = pa.array(np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)).buffers()[1]
@@ -196,7 +176,7 @@ def _element_bytes(values: pa.Array) -> pa.Array:
     n = len(values)
     if pa.types.is_struct(t):
         if t.num_fields == 0:
-            return pa.array([b""] * n, pa.large_binary())
+            return _with_nulls_of(values, pa.array([b""] * n, pa.large_binary()))
         parts = [_length_prefixed(_element_bytes(child)) for child in values.flatten()]
         return _with_nulls_of(values, pc.binary_join_element_wise(*parts, _NO_SEPARATOR))
     if pa.types.is_list(t) or pa.types.is_large_list(t):

@@ -710,21 +710,21 @@ class TransformWithStateStep(StateStep):
         data_keys = pa.Table.from_arrays([data.column(i) for i in info.key_indices], names=key_names)
         key_schema = data_keys.schema
         zone = session_zone(self.timezone)
-        stores = self.store_task(partition)
         mode = info.time_mode
-        task = TaskState(
-            self._opener(partition, stores),
-            key_schema,
-            mode,
-            self.batch_timestamp_ms,
-            self.w_evict_ms,
-            self.version,
-            zone,
-            known=info.variables,
-        )
         out_rows = Output(info, self.timezone)
         tv = TimerValues(*timer_values(mode, self.batch_timestamp_ms, self.w_evict_ms))
-        with stores:
+        with self.store_task(partition) as stores:
+            # the task state opens the timers' store: inside the lifecycle
+            task = TaskState(
+                self._opener(partition, stores),
+                key_schema,
+                mode,
+                self.batch_timestamp_ms,
+                self.w_evict_ms,
+                self.version,
+                zone,
+                known=info.variables,
+            )
             t0 = time.perf_counter()
             processor = cloudpickle.loads(cloudpickle.dumps(info.processor))  # a fresh copy per task, as in Spark
             processor.init(StatefulProcessorHandleImpl(task))

@@ -174,7 +174,6 @@ def decompose_aggregate(col: "Column", index: int | str, output_name: str, input
     from pyspark import SparkContext
 
     jvm = jvm_view(SparkContext)
-    assert jvm is not None, "no SparkContext is running"
     node = column_node(col)
     while node.getClass().getSimpleName() == "Alias":
         node = node.child()

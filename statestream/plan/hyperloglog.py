@@ -56,7 +56,6 @@ def bias_tables(p: int) -> BiasTables:
     from pyspark import SparkContext
 
     jvm = jvm_view(SparkContext)
-    assert jvm is not None, "no SparkContext is running"
     helper = jvm.org.apache.spark.sql.catalyst.util.HyperLogLogPlusPlusHelper
     raw = helper.RAW_ESTIMATE_DATA()[p - 4]
     bias = helper.BIAS_DATA()[p - 4]
