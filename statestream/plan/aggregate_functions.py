@@ -368,7 +368,9 @@ def _first_last(name: str) -> FunctionSpec:
             # which is never null, so that ignoring nulls skips only the rows filtered out
             picked = fn(F.when(cond, F.struct(a[0].alias("v"))), True).getField("v")
             return [picked, F.count(F.when(cond, F.lit(1))) > 0]
-        value_set = (F.count(a[0]) > 0) if ignore else F.lit(True)
+        # set once a row (a non-null value, ignoring nulls) was seen: a global aggregation over
+        # no rows keeps Spark's initial buffer, valueSet false
+        value_set = (F.count(a[0]) > 0) if ignore else (F.count(F.lit(1)) > 0)
         return [fn(a[0], ignore), value_set]
 
     def row(a: Cols, o: tuple) -> list["Column"]:

@@ -330,3 +330,19 @@ def test_dedup_over_arrays_of_nested_values(spark, ours, tmp_path, key_type):
     second = tuple((10 + i, start, i % 2, v) for i, v in enumerate(values[2:] + values[:1]))
     case = Case(("tinyint", key_type), (), "dedup", (), 0, 3, 0, "append", 2, (first, (), second))
     run_case(spark, ours, case, tmp_path)
+
+
+@pytest.mark.parametrize("function", ["first", "last"])
+def test_first_and_last_of_a_global_aggregation_over_no_rows(spark, ours, tmp_path, function):
+    """``first``/``last`` in a global aggregation (no grouping key) whose batch has no rows:
+    Spark keeps its initial buffer (``valueSet`` false); statestream's partial step set
+    ``valueSet`` true with no row seen (random tester, soak seed 85098921: the state differed).
+    An empty batch, then rows (a null among them), then another empty batch."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    for family in ("union_aggregate", "aggregate"):
+        batches = ((), ((0, start, [1, None]), (1, start, None), (2, start, [2])), ())
+        case = Case((), ("array<int>",), family, ((function, 0),), 0, 3, 0, "update", 1, batches)
+        run_case(spark, ours, case, tmp_path / family)
