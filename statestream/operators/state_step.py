@@ -25,7 +25,7 @@ from statestream.operators.late_rows import write_late_rows
 from statestream.operators.partition_routes import partition_routes
 from statestream.operators.python_worker import forget_zip_importers
 from statestream.state.provider import get_provider
-from statestream.state.store import StateStoreConf, StateStoreId
+from statestream.state.store import StateStoreConf, StateStoreId, StateStoreMetrics
 
 __all__ = [
     "AllStatePartitions",
@@ -327,7 +327,7 @@ class StateStoreTask:
     >>> with StateStoreTask(version=0, partition=0) as stores:
     ...     store = stores.open(provider)
     ...     store.put(pa.table({"k": [1, 2], "n": [10, 20]}))
-    >>> sorted(provider.list_files()), stores.num_keys()
+    >>> sorted(provider.list_files()), stores.metrics().num_keys
     ([1], 2)
     """
 
@@ -364,21 +364,17 @@ class StateStoreTask:
         for _, store in self.opened:
             store.abort()
 
-    def num_keys(self) -> int:
-        """The rows the stores hold after the batch."""
-        return sum(store.metrics().num_keys for _, store in self.opened)
-
-    def memory_used_bytes(self) -> int:
-        """The stores' memory, summed."""
-        return sum(store.metrics().memory_used_bytes for _, store in self.opened)
-
-    def custom_metrics(self) -> dict[str, Any]:
-        """The stores' custom metrics, summed by name."""
-        custom: dict[str, Any] = {}
+    def metrics(self) -> StateStoreMetrics:
+        """The stores' metrics summed, each store read once: the rows they hold after the batch,
+        their memory, and their custom metrics summed by name."""
+        total = StateStoreMetrics(num_keys=0, memory_used_bytes=0)
         for _, store in self.opened:
-            for k, v in store.metrics().custom_metrics.items():
-                custom[k] = custom.get(k, 0) + v
-        return custom
+            one = store.metrics()
+            total.num_keys += one.num_keys
+            total.memory_used_bytes += one.memory_used_bytes
+            for k, v in one.custom_metrics.items():
+                total.custom_metrics[k] = total.custom_metrics.get(k, 0) + v
+        return total
 
 
 def finish_writer_metrics(
@@ -395,11 +391,12 @@ def finish_writer_metrics(
     ``num_total_state_rows`` replaces the stores' key count where Spark counts otherwise."""
     if num_output_rows is not None:
         m["numOutputRows"] = num_output_rows
-    m["numTotalStateRows"] = stores.num_keys() if num_total_state_rows is None else num_total_state_rows
+    summed = stores.metrics()
+    m["numTotalStateRows"] = summed.num_keys if num_total_state_rows is None else num_total_state_rows
     m["allUpdatesTimeMs"] = int(updates_ms)
     if removal_ms is not None:
         m["allRemovalsTimeMs"] = int(removal_ms)
     m["commitTimeMs"] = int(stores.commit_ms)
-    m["stateMemory"] = stores.memory_used_bytes()
-    m["customMetrics"] = {**stores.custom_metrics(), **(custom or {})}
+    m["stateMemory"] = summed.memory_used_bytes
+    m["customMetrics"] = {**summed.custom_metrics, **(custom or {})}
     return m
