@@ -3,7 +3,7 @@
     scripts/bench.sh                    # every workload at its report size, then the trickle
     scripts/bench.sh --quick            # small sizes, about 17 minutes: checks that everything runs
     scripts/bench.sh --workloads W1,W9  # some workloads only
-    scripts/bench.sh --publish          # also put the table and chart into README.md
+    scripts/bench.sh --publish          # also put the table and chart into docs/benchmarks.md
     scripts/bench.sh --repeat 3         # each workload three times, each engine's median run kept
     python3 bench/report.py --rebuild R.json [B.json ...] [--publish]
                                         # the table and chart again from saved results, later
@@ -16,7 +16,7 @@ broadcast joins off as in the streaming engines' batches). Then
 ``bench/trickle.py`` runs the processing-time trickle on both engines.
 
 Written to ``bench/results/report-<time>.{md,png,json}``; with ``--publish`` also to
-``docs/bench/latest.md`` and ``docs/bench/latest.png``, and README.md's table between its
+``docs/bench/latest.md`` and ``docs/bench/latest.png``, and docs/benchmarks.md's table between its
 ``bench:start`` and ``bench:end`` markers is replaced.
 
 The table's columns, per workload:
@@ -249,7 +249,8 @@ def chart(rows: list[dict[str, Any]], path: Path, where: str) -> bool:
 
 
 def publish(md_text: str, png: Path | None) -> None:
-    """Copy the report to docs/bench/latest.* and replace README.md's table between its markers."""
+    """Copy the report to docs/bench/latest.* and replace the table of docs/benchmarks.md (the
+    documentation site's page) between its markers."""
     docs = ROOT / "docs" / "bench"
     docs.mkdir(parents=True, exist_ok=True)
     if png is not None:
@@ -259,15 +260,15 @@ def publish(md_text: str, png: Path | None) -> None:
         return md_text.replace(f"]({png.name})", f"]({target})") if png is not None else md_text
 
     (docs / "latest.md").write_text(linked("latest.png"))
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+    page = ROOT / "docs" / "benchmarks.md"
+    text = page.read_text()
     start, end = "<!-- bench:start -->", "<!-- bench:end -->"
     if start not in text or end not in text or text.index(start) > text.index(end):
-        print("README.md has no bench:start marker followed by a bench:end marker; not changed")
+        print("docs/benchmarks.md has no bench:start marker followed by a bench:end marker; not changed")
         return
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{start}\n{linked('docs/bench/latest.png')}{end}{tail}")
+    page.write_text(f"{head}{start}\n{linked('bench/latest.png')}{end}{tail}")
 
 
 def write_report(rows: list[dict[str, Any]], results: list[dict[str, Any]], trickle_results: dict[str, Any], where: str, quick: bool) -> tuple[str, Path | None]:

@@ -10,9 +10,13 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   $SUDO apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
 # the linter first (pyproject's [tool.ruff]): a second, no Spark; then the type checker on the
-# package (pyproject's [tool.mypy]): a few seconds, no Spark
+# package (pyproject's [tool.mypy]): a few seconds, no Spark; then the docs
 "$VENV/bin/ruff" check --quiet statestream tests bench scripts
 "$VENV/bin/mypy" --no-error-summary statestream
+# the documentation site (mkdocs.yml) in strict mode: a broken link, page or API reference fails
+SITE="$(mktemp -d)"
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$SITE"
+rm -rf "$SITE"
 WORKERS="${STATESTREAM_TEST_WORKERS:-2}"
 PARALLEL=()
 if [ "$WORKERS" != "1" ] && [ "$WORKERS" != "0" ]; then

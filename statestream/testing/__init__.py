@@ -323,6 +323,8 @@ class TwsTester:
         Session time zone of timestamps in the state; default: the active SparkSession's, else
         UTC.
 
+    Notes
+    -----
     State schemas the processor gives as DDL strings are parsed by PySpark, which needs an
     active SparkSession; ``StructType`` schemas need none, and then no Spark runs at all.
 
