@@ -556,6 +556,10 @@ class DataStreamWriter:
             if query._dashboard is not None:  # noqa: SLF001
                 query._dashboard.stop()  # noqa: SLF001
             raise
-        if query._dashboard is not None:  # noqa: SLF001
-            logger.warning("statestream dashboard of query %s: %s", query.id, query._dashboard.url)  # noqa: SLF001
+        dashboard = query._dashboard  # noqa: SLF001
+        # one line per start (Spark's engine logs its own start at INFO too)
+        logger.info(
+            "query %s started: id %s, run %s, checkpoint %s%s", self._query_name or "(unnamed)", query.id, query.runId, checkpoint,
+            f", dashboard {dashboard.url}" if dashboard is not None else "",
+        )
         return query

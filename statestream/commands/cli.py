@@ -8,7 +8,8 @@
     statestream checkpoint check CHECKPOINT --query MODULE:FUNCTION   can a changed query restart from it?
     statestream late-rows LEDGER [--operator N] [--batch B]   the rows a watermark dropped (opt-in ledger)
     statestream ui CHECKPOINT [--port P]                 a live dashboard of the query's progress history
-    statestream state show CHECKPOINT [--operator N] [--store S] [--batch B] [--where COL=VALUE]... [--json]
+    statestream state show CHECKPOINT [--operator N] [--store S | --join-side SIDE | --state-var V | --timers]
+                           [--batch B] [--where COL=VALUE]... [--json]
     statestream state diff CHECKPOINT --from A --to B [...]   what batches A+1..B changed (the change feed)
 
 Reading state here runs in this process, through the same code as the Spark-compatible
@@ -24,6 +25,7 @@ import datetime as dt
 import decimal
 import json
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,6 +95,44 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=_json_default))
 
 
+# -- progress ----------------------------------------------------------------------------------
+
+
+class _Steps:
+    """Progress of a command's slow steps on stderr (stdout keeps the result): on a terminal one
+    line redrawn with a bar and the elapsed time, elsewhere a line per step.
+
+    >>> steps = _Steps(stream=sys.stdout, clock=iter([0.0, 0.0, 2.5, 4.0]).__next__)
+    >>> steps.step(0, 2, "starting Spark")
+    [          ] 0/2 starting Spark (0 s)
+    >>> steps.step(1, 2, "splitting")
+    [#####     ] 1/2 splitting (2 s)
+    >>> steps.done()
+    done in 4 s
+    """
+
+    def __init__(self, stream: Any = None, clock: Any = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock if clock is not None else time.monotonic
+        self.started = self.clock()
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def step(self, done: int, total: int, what: str) -> None:
+        """Before a step: ``done`` of ``total`` steps are behind, ``what`` runs now."""
+        filled = 10 * done // max(total, 1)
+        line = f"[{'#' * filled}{' ' * (10 - filled)}] {done}/{total} {what} ({self.clock() - self.started:.0f} s)"
+        if self.live:
+            self.stream.write("\r\033[K" + line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        """After the last step."""
+        self.stream.write(("\r\033[K" if self.live else "") + f"done in {self.clock() - self.started:.0f} s\n")
+        self.stream.flush()
+
+
 # -- commands ----------------------------------------------------------------------------------
 
 
@@ -113,7 +153,7 @@ def _inspect(args: argparse.Namespace) -> int:
     print()
     rows = [
         {"operator": op["operatorId"], "name": op["operatorName"], "store": s["name"], "partitions": s["partitions"],
-         "rows": s["rows"], "files": op["files"], "bytes": op["bytes"]}
+         "rows": s["rows"], "files": s["files"], "bytes": s["bytes"]}
         for op in info["operators"] for s in op["stores"]
     ]
     print(_table(rows) if rows else "(no stateful operator)")
@@ -121,9 +161,45 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _read_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The reader's options for the flags given, with the choice a store needs made or asked
+    for in the flags' terms: a join's side, a transformWithState's variable (its only one by
+    default)."""
+    from statestream.tools.checkpoint_info import state_choices  # lazy: `statestream --help` stays fast
+
     options: dict[str, Any] = {"operatorId": args.operator}
+    try:
+        choices = state_choices(args.checkpoint, args.operator)
+    except LookupError as exc:
+        raise SystemExit(f"statestream state {args.action}: {exc}; choose one with --operator") from None
+    what = f"operator {args.operator} ({choices.operator_name})" if choices is not None else f"operator {args.operator}"
+    if args.join_side is not None and choices is not None and choices.kind != "join":
+        raise SystemExit(f"statestream state {args.action}: --join-side is for a stream-stream join; {what} is not one")
+    if (args.state_var is not None or args.timers) and choices is not None and choices.kind != "python":
+        flag = "--state-var" if args.state_var is not None else "--timers"
+        raise SystemExit(f"statestream state {args.action}: {flag} is for a transformWithState operator; {what} is not one")
     if args.store is not None:
         options["storeName"] = args.store
+    if args.join_side is not None:
+        options["joinSide"] = args.join_side
+    if args.state_var is not None:
+        options["stateVarName"] = args.state_var
+    if args.timers:
+        options["readRegisteredTimers"] = "true"
+    chosen = args.store is not None or args.join_side is not None or args.state_var is not None or args.timers
+    if chosen or choices is None:
+        return options
+    if choices.kind == "join":
+        raise SystemExit(
+            f"statestream state {args.action}: {what} is a stream-stream join, whose state is kept per input side: "
+            "choose one with --join-side left or --join-side right"
+        )
+    if choices.kind == "python" and len(choices.names) == 1:
+        options["stateVarName"] = choices.names[0]
+    elif choices.kind == "python" and choices.names:
+        raise SystemExit(
+            f"statestream state {args.action}: {what} keeps its state in the processor's variables "
+            f"{', '.join(choices.names)}: choose one with --state-var NAME, or read its timers with --timers"
+        )
     return options
 
 
@@ -201,7 +277,11 @@ def _repartition(args: argparse.Namespace) -> int:
     from statestream.runtime.state_repartition import plan_repartition, repartition_state  # lazy: `statestream --help` stays fast
 
     plan_repartition(args.checkpoint, args.partitions, not args.skip_failed_batch)  # refusals before Spark starts
-    result = repartition_state(_spark(args), args.checkpoint, args.partitions, not args.skip_failed_batch)
+    steps = _Steps()
+    steps.step(0, 1, f"starting Spark ({args.master})")
+    spark = _spark(args)
+    result = repartition_state(spark, args.checkpoint, args.partitions, not args.skip_failed_batch,
+                               progress=lambda done, total, what: steps.step(done, total, what) if done < total else steps.done())
     summary: dict[str, Any] = {
         "checkpoint": result.checkpoint,
         "repartitionBatchId": result.repartition_batch,
@@ -252,7 +332,12 @@ def _check(args: argparse.Namespace) -> int:
     from statestream.tools.compatibility import check_compatibility, load_query_builder  # lazy: `statestream --help` stays fast
 
     build = load_query_builder(args.query)
-    report = check_compatibility(StreamingSession(_spark(args)), args.checkpoint, build, args.partitions)
+    steps = _Steps()
+    steps.step(0, 2, f"starting Spark ({args.master})")
+    session = StreamingSession(_spark(args))
+    steps.step(1, 2, f"planning {args.query} against the checkpoint")
+    report = check_compatibility(session, args.checkpoint, build, args.partitions)
+    steps.done()
     if args.json:
         _print_json(report.to_json())
     elif not report.differences:
@@ -396,6 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
         p.add_argument("--operator", type=int, default=0, help="the stateful operator's id (default 0)")
         p.add_argument("--store", default=None, help="the store's name (default: the operator's default store)")
+        p.add_argument("--join-side", choices=("left", "right"), default=None, help="a stream-stream join's input side (a join needs one)")
+        p.add_argument("--state-var", default=None, metavar="NAME",
+                       help="a transformWithState processor's state variable (default: its only one)")
+        p.add_argument("--timers", action="store_true", help="a transformWithState operator's registered timers")
         p.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE",
                        help="keep rows whose COLUMN (e.g. key.window.start) shows as VALUE; repeatable")
         p.add_argument("--limit", type=int, default=50, help="rows to print (default 50; 0: all)")

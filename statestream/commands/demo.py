@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="append", choices=["append", "update", "complete"])
     parser.add_argument("--checkpoint", default="checkpoints/counts")
     parser.add_argument("--seconds", type=float, default=None, help="stop after this many seconds (default: run until Ctrl-C)")
+    parser.add_argument("--trigger", default="5 seconds",
+                        help="the processing-time trigger's interval (default: 5 seconds, one readable table per interval; 0 seconds: as fast as it goes)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -35,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         .appName("statestream-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")  # no stage bars between the tables
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -50,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         counts.writeStream.outputMode(args.mode).format("console")
         .option("truncate", "false")
         .option("checkpointLocation", args.checkpoint)
+        .trigger(processingTime=args.trigger)
         .start()
     )
     try:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -382,9 +382,11 @@ class RepartitionResult:
 class OfflineStateRepartitionRunner:
     """Repartitions the state of a stopped query's checkpoint (see the module docstring)."""
 
-    def __init__(self, spark: "SparkSession", checkpoint: str) -> None:
+    def __init__(self, spark: "SparkSession", checkpoint: str, progress: "Callable[[int, int, str], None] | None" = None) -> None:
         self.spark = spark
         self.checkpoint = checkpoint
+        #: told (steps done, steps in all, the next step) before each step of the rewrite
+        self.progress = progress or (lambda done, total, what: None)
         self.fm = CheckpointFileManager(checkpoint)
         self.offset_log = OffsetSeqLog(self.fm.child("offsets"))
         self.commit_log = CommitLog(self.fm.child("commits"))
@@ -419,11 +421,15 @@ class OfflineStateRepartitionRunner:
         crash_point("repartition_after_offsets", step.repartition_batch)
         self.fm.delete(f"{WORK_DIR}/{step.repartition_batch}")
         rows: dict[tuple[int, str], int] = {}
-        for store, hashed_schema in stores:
-            if not store.single_partition:
-                rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, hashed_schema)
+        splits = [(store, hashed_schema) for store, hashed_schema in stores if not store.single_partition]
+        total = len(splits) + (1 if stores else 0)
+        for i, (store, hashed_schema) in enumerate(splits):
+            self.progress(i, total, f"splitting operator {store.operator_id}'s store {store.store_name}")
+            rows[(store.operator_id, store.store_name)] = _split_store(self.spark, store, hashed_schema)
         if stores:
+            self.progress(len(splits), total, "writing the new partitions' snapshots")
             _build_snapshots(self.spark, [s for s, _ in stores])
+        self.progress(total, total, "done")
         if operators:
             set_operator_partitions(state_root, step.new_partitions)
         commit = self.commit_log.get(step.base_batch)
@@ -502,9 +508,10 @@ def plan_repartition(checkpoint: Any, num_partitions: Any, enforce_exactly_once_
 
 
 def repartition_state(
-    spark: "SparkSession", checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True
+    spark: "SparkSession", checkpoint: Any, num_partitions: Any, enforce_exactly_once_sink: bool = True,
+    progress: "Callable[[int, int, str], None] | None" = None,
 ) -> RepartitionResult:
     """Repartition a stopped query's state to ``num_partitions`` (Spark's parameter checks and
-    errors); see :class:`OfflineStateRepartitionRunner`."""
+    errors); see :class:`OfflineStateRepartitionRunner`. ``progress`` is told each step."""
     check_parameters(checkpoint, num_partitions)
-    return OfflineStateRepartitionRunner(spark, str(checkpoint)).run(int(num_partitions), enforce_exactly_once_sink)
+    return OfflineStateRepartitionRunner(spark, str(checkpoint), progress).run(int(num_partitions), enforce_exactly_once_sink)

@@ -1,38 +1,67 @@
 """What a checkpoint holds, for ``statestream checkpoint inspect``: the query id, the batches its
-logs record, the watermark, and per stateful operator its stores, partitions, state rows (as of
-the last committed batch) and files on disk. Read through the engine's own log and state classes,
+logs record, the watermark, and per stateful operator its stores, each with its partitions, state
+rows (as of the last committed batch) and files on disk. Read through the engine's own log and state classes,
 in this process, without Spark."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import sys
+from dataclasses import dataclass
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from statestream.checkpoint.commits import CommitLog
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.metadata import StreamMetadata
 from statestream.checkpoint.offsets import OffsetSeqLog
 from statestream.state.provider import StateStoreProvider, stored_schemas
-from statestream.state.schema import read_all_operator_metadata
+from statestream.state.schema import operator_properties_of_batch, read_all_operator_metadata, read_operator_properties
 from statestream.state.store import StateStoreId
 
-__all__ = ["describe_checkpoint"]
+__all__ = ["StateChoices", "describe_checkpoint", "state_choices", "store_of_file"]
+
+
+def _files(fm: CheckpointFileManager, rel: str) -> list[tuple[str, int]]:
+    """(path relative to ``rel``, size) of every file under ``rel``."""
+    base = fm.path(rel)
+    if fm.fs.get_file_info(base).type != pafs.FileType.Directory:
+        return []
+    prefix = base.rstrip("/") + "/"
+    return [
+        (entry.path[len(prefix):], int(entry.size or 0))
+        for entry in fm.fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        if entry.type == pafs.FileType.File
+    ]
 
 
 def _tree_size(fm: CheckpointFileManager, rel: str) -> tuple[int, int]:
     """(files, bytes) under ``rel``."""
-    import pyarrow.fs as pafs
+    files = _files(fm, rel)
+    return len(files), sum(size for _, size in files)
 
-    base = fm.path(rel)
-    info = fm.fs.get_file_info(base)
-    if info.type != pafs.FileType.Directory:
-        return 0, 0
-    files = size = 0
-    for entry in fm.fs.get_file_info(pafs.FileSelector(base, recursive=True)):
-        if entry.type == pafs.FileType.File:
-            files += 1
-            size += int(entry.size or 0)
-    return files, size
+
+def store_of_file(relative: str, store_names: set[str]) -> str | None:
+    """The store a file under an operator's state directory belongs to: a named store's files are
+    in ``<partition>/<name>/``, the default store's directly in ``<partition>/``; None for the
+    operator's own files (``_metadata/``, ...).
+
+    Examples
+    --------
+    >>> names = {"default", "left-keyToNumValues"}
+    >>> store_of_file("0/1.delta", names), store_of_file("3/left-keyToNumValues/2.delta", names)
+    ('default', 'left-keyToNumValues')
+    >>> store_of_file("_metadata/metadata", names) is None
+    True
+    """
+    parts = relative.split("/")
+    if not parts[0].isdigit() or len(parts) < 2:
+        return None
+    if len(parts) >= 3 and parts[1] in store_names:
+        return parts[1]
+    return "default" if "default" in store_names else None
 
 
 def _iso(ms: int) -> str:
@@ -54,7 +83,13 @@ def describe_checkpoint(checkpoint: str) -> dict[str, Any]:
     state_root = fm.child("state").root
     operators = []
     for op_id, md in sorted(read_all_operator_metadata(state_root).items()):
-        files, size = _tree_size(fm, f"state/{op_id}")
+        on_disk = _files(fm, f"state/{op_id}")
+        names = {store.store_name for store in md.state_store_info}
+        per_store: dict[str | None, list[int]] = {}
+        for relative, size in on_disk:
+            figures = per_store.setdefault(store_of_file(relative, names), [0, 0])
+            figures[0] += 1
+            figures[1] += size
         stores: list[dict[str, Any]] = []
         for store in md.state_store_info:
             rows = 0
@@ -64,10 +99,11 @@ def describe_checkpoint(checkpoint: str) -> dict[str, Any]:
                     schemas = stored_schemas(sid)
                     if schemas is not None:
                         rows += StateStoreProvider(sid, *schemas).get_read_store(last + 1, begins_at=None).table().num_rows
-            stores.append({"name": store.store_name, "partitions": store.num_partitions, "rows": rows})
+            files, size = per_store.get(store.store_name, [0, 0])
+            stores.append({"name": store.store_name, "partitions": store.num_partitions, "rows": rows, "files": files, "bytes": size})
         operators.append({
             "operatorId": op_id, "operatorName": md.operator_name, "stores": stores,
-            "stateRows": sum(s["rows"] for s in stores), "files": files, "bytes": size,
+            "stateRows": sum(s["rows"] for s in stores), "files": len(on_disk), "bytes": sum(size for _, size in on_disk),
         })
     files, size = _tree_size(fm, "")
     return {
@@ -83,3 +119,59 @@ def describe_checkpoint(checkpoint: str) -> dict[str, Any]:
         "files": files,
         "bytes": size,
     }
+
+
+#: the physical operators whose state is a Python processor's variables (transformWithState)
+_PYTHON_STATE = frozenset({"transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec"})
+#: the stores of a stream-stream join: two per input side
+_JOIN_STORE_SUFFIXES = ("keyToNumValues", "keyWithIndexToValue")
+
+
+@dataclass(frozen=True)
+class StateChoices:
+    """What must be chosen to read one operator's state: a stream-stream join's input side, a
+    transformWithState's variable, or nothing (one store, or a default among several).
+
+    ``kind`` is ``"join"``, ``"python"`` or ``"stores"``; ``names`` are the join's sides, the
+    processor's state variables, or the operator's store names.
+    """
+
+    operator_id: int
+    operator_name: str
+    kind: str
+    names: tuple[str, ...]
+
+
+def state_choices(checkpoint: str, operator_id: int) -> StateChoices | None:
+    """The choices for reading ``operator_id``'s state in ``checkpoint``: None when the
+    checkpoint records no stateful operator (the reader then says what is missing), a
+    ``LookupError`` naming the operators there when ``operator_id`` is not one of them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> state_choices(tempfile.mkdtemp(), 0) is None
+    True
+    """
+    fm = CheckpointFileManager(checkpoint)
+    if not fm.exists("state"):
+        return None
+    state_root = fm.child("state").root
+    operators = read_all_operator_metadata(state_root)
+    if not operators:
+        return None
+    md = operators.get(operator_id)
+    if md is None:
+        have = ", ".join(f"{op} ({m.operator_name})" for op, m in sorted(operators.items()))
+        raise LookupError(f"the checkpoint has no stateful operator {operator_id}; its operators are {have}")
+    stores = tuple(s.store_name for s in md.state_store_info)
+    if stores and all(name.startswith(("left-", "right-")) and name.endswith(_JOIN_STORE_SUFFIXES) for name in stores):
+        return StateChoices(operator_id, md.operator_name, "join", ("left", "right"))
+    if md.operator_name in _PYTHON_STATE:
+        recorded = operator_properties_of_batch(read_operator_properties(state_root, operator_id), sys.maxsize)
+        if recorded is not None:
+            names = tuple(v["stateName"] for v in json.loads(recorded).get("stateVariables", []) if v.get("stateVariableType") != "TimerState")
+        else:  # a checkpoint written before the record: the variables' stores
+            names = tuple(n for n in stores if n != "default" and not n.startswith("$"))
+        return StateChoices(operator_id, md.operator_name, "python", names)
+    return StateChoices(operator_id, md.operator_name, "stores", stores)

@@ -126,21 +126,44 @@ const CHECKPOINT = __CHECKPOINT__;
 document.getElementById("checkpoint").textContent = CHECKPOINT;
 const history = [];
 let lastBatch = null;
-const layout = (title, y) => ({title: {text: title, font: {size: 14}}, margin: {l: 60, r: 10, t: 35, b: 40},
-  xaxis: {title: {text: "batch"}, dtick: 1}, yaxis: {title: {text: y}, exponentformat: "none", separatethousands: true},
+const layout = (title, y, batches) => ({title: {text: title, font: {size: 14}}, margin: {l: 70, r: 10, t: 35, b: 40},
+  xaxis: {title: {text: "batch"}, tickformat: "d", dtick: batches <= 20 ? 1 : null, automargin: true},
+  yaxis: {title: {text: y}, exponentformat: "none", separatethousands: true, rangemode: "tozero", automargin: true},
   legend: {orientation: "h"}});
 const ms = (t) => t ? Date.parse(t) : null;
+// a watermark of 0 (1970-01-01) is Spark's "no watermark yet", not an event time
+const watermarkMs = (p) => { const w = ms((p.eventTime || {}).watermark); return w && w > 0 ? w : null; };
+// Spark's -1 (and a figure the progress lacks) is "not available"
+const shown = (v) => v === undefined || v === null || v === -1 ? "n/a" : v;
 
-function draw(id, title, y, series, kind, extra) {
-  const xs = history.map(p => p.batchId);
-  const traces = Object.entries(series).map(([name, ys]) => Object.assign(
-    {x: xs, y: ys, name: name, type: kind === "bar" || kind === "stack" ? "bar" : "scatter", mode: "lines+markers"}, extra || {}));
-  const lay = layout(title, y);
+// series: {name: [value per batch]}; options.fromFirstValue drops the batches before the
+// first value (a chart that starts when its figure does); a chart with no value but nulls and
+// zeros says "none" instead of drawing an axis around nothing
+function draw(id, title, y, series, kind, options) {
+  let xs = history.map(p => p.batchId);
+  let cut = Object.fromEntries(Object.entries(series));
+  if ((options || {}).fromFirstValue) {
+    const first = xs.findIndex((_, i) => Object.values(series).some(ys => ys[i] !== null && ys[i] !== undefined));
+    const from = first < 0 ? xs.length : first;
+    xs = xs.slice(from);
+    cut = Object.fromEntries(Object.entries(series).map(([n, ys]) => [n, ys.slice(from)]));
+  }
+  const empty = Object.values(cut).every(ys => ys.every(v => v === null || v === undefined || v === 0));
+  const traces = Object.entries(cut).map(([name, ys]) => (
+    {x: xs, y: ys, name: name, type: kind === "bar" || kind === "stack" ? "bar" : "scatter", mode: "lines+markers"}));
+  const lay = layout(title, y, xs.length);
   if (kind === "stack") lay.barmode = "stack";
+  if (empty) {
+    lay.yaxis.range = [0, 1];
+    lay.yaxis.showticklabels = false;
+    lay.annotations = [{text: (options || {}).emptyText || "none", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 16, color: "#888"}}];
+  }
   Plotly.react(id, traces, lay, {displayModeBar: false, responsive: true});
   const el = document.getElementById(id);
-  el.dataset.x = JSON.stringify(xs);
+  el.dataset.x = JSON.stringify(history.map(p => p.batchId));
   el.dataset.series = JSON.stringify(series);
+  el.dataset.shown = JSON.stringify(xs);
+  el.dataset.empty = JSON.stringify(empty);
 }
 
 function operators() {
@@ -171,7 +194,8 @@ function render() {
   phases.sort().forEach(k => durations[k] = history.map(p => (p.durationMs || {})[k] ?? 0));
   draw("duration", "Batch duration by phase", "ms", durations, "stack");
   draw("watermark", "Watermark gap (batch time - watermark)", "s", {
-    "watermark gap": history.map(p => p.eventTime && p.eventTime.watermark ? (ms(p.timestamp) - ms(p.eventTime.watermark)) / 1000 : null)});
+    "watermark gap": history.map(p => watermarkMs(p) === null ? null : (ms(p.timestamp) - watermarkMs(p)) / 1000)},
+    "scatter", {fromFirstValue: true, emptyText: "no watermark yet"});
   document.getElementById("watermark").dataset.watermarks = JSON.stringify(history.map(p => (p.eventTime || {}).watermark || null));
   draw("stateRows", "State rows per operator", "rows", perOperator("numRowsTotal"));
   // the current version's size, and what of it the Python workers hold in their heap (versions
@@ -182,9 +206,9 @@ function render() {
   draw("stateMemory", "State size per operator", "bytes", sizes);
   draw("lateRows", "Rows dropped as late", "rows", perOperator("numRowsDroppedByWatermark"), "bar");
   const rows = [["batch", last.batchId], ["input rows", last.numInputRows], ["duration (ms)", last.batchDuration],
-    ["watermark", (last.eventTime || {}).watermark || "-"], ["sink rows", (last.sink || {}).numOutputRows]];
+    ["watermark", watermarkMs(last) === null ? "none yet" : last.eventTime.watermark], ["sink rows", (last.sink || {}).numOutputRows]];
   document.getElementById("last").innerHTML = "<h3>Last batch</h3><table>" +
-    rows.map(([k, v]) => "<tr><td>" + k + "</td><td>" + v + "</td></tr>").join("") + "</table>";
+    rows.map(([k, v]) => "<tr><td>" + k + "</td><td>" + shown(v) + "</td></tr>").join("") + "</table>";
   document.body.dataset.batches = JSON.stringify(history.map(p => p.batchId));
 }
 

@@ -261,3 +261,104 @@ def test_check_and_late_rows(spark, checkpoint, tmp_path):
     assert "1970-01-01 00:00:12+00:00" in cli("late-rows", str(ledger), "--batch", "7").stdout
     missing = cli("late-rows", str(ledger), "--operator", "3", check=False)
     assert missing.returncode == 2 and "has no rows of operator 3" in missing.stderr
+
+
+def _join(df):
+    left = df.where(F.col("v") % 2 == 0).select(F.col("v").alias("lv"), (F.col("v") % 3).alias("k"))
+    right = df.where(F.col("v") % 2 == 1).select(F.col("v").alias("rv"), (F.col("v") % 3).alias("k"))
+    return left.join(right, "k")
+
+
+def test_a_join_checkpoint_asks_for_a_side_and_counts_each_store(spark, tmp_path):
+    """``state show`` on a stream-stream join: without a side it says that a join's state is kept
+    per side and names the flag (it used to report an unreadable schema, as if the checkpoint
+    were damaged); ``--join-side`` shows the side as the reader's ``joinSide`` option does.
+    ``checkpoint inspect`` gives each of the four stores its own files and bytes."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    run = run_stream(ss, _join, [[(1,), (2,), (4,)], [(5,), (7,)]], "v LONG", "append", tmp_path)
+    asked = cli("state", "show", run.checkpoint, check=False)
+    assert asked.returncode != 0 and "--join-side left or --join-side right" in asked.stderr, asked.stderr
+    assert "STDS_" not in asked.stderr
+    for side in ("left", "right"):
+        shown = json.loads(cli("state", "show", run.checkpoint, "--join-side", side, "--json", "--limit", "0").stdout)
+        reader = ss.read.format("statestore").option("joinSide", side).load(run.checkpoint).collect()
+        assert sorted(json.dumps(r, sort_keys=True) for r in shown) == sorted(
+            json.dumps({f"{part}.{k}": v for part in ("key", "value") for k, v in r[part].asDict().items()} | {"partition_id": r.partition_id}, sort_keys=True)
+            for r in reader
+        )
+        assert shown, "no state on this side: the comparison proves nothing"
+    wrong = cli("state", "show", run.checkpoint, "--state-var", "x", check=False)
+    assert wrong.returncode != 0 and "--state-var is for a transformWithState operator" in wrong.stderr
+    nowhere = cli("state", "show", run.checkpoint, "--operator", "4", check=False)
+    assert nowhere.returncode != 0 and "no stateful operator 4; its operators are 0 (symmetricHashJoin)" in nowhere.stderr
+
+    [op] = json.loads(cli("checkpoint", "inspect", run.checkpoint, "--json").stdout)["operators"]
+    assert len(op["stores"]) == 4 and all(s["files"] > 0 and s["bytes"] > 0 for s in op["stores"]), op
+    state_dir = Path(run.checkpoint) / "state" / "0"
+    for store in op["stores"]:
+        under = [p for p in state_dir.glob(f"*/{store['name']}/**/*") if p.is_file()]
+        assert (store["files"], store["bytes"]) == (len(under), sum(p.stat().st_size for p in under)), store
+    assert sum(s["files"] for s in op["stores"]) < op["files"]  # the operator's metadata is its own
+    table = cli("checkpoint", "inspect", run.checkpoint).stdout
+    assert all(str(s["bytes"]) in table for s in op["stores"])
+
+
+class _TwoVariables:
+    """A transformWithState processor with a value state ``count`` and a list state ``ids``."""
+
+    @staticmethod
+    def make(variables: int):
+        from pyspark.sql import Row
+        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+        class Processor(StatefulProcessor):
+            def init(self, handle):
+                self.count = handle.getValueState("count", "n LONG")
+                self.ids = handle.getListState("ids", "id LONG") if variables > 1 else None
+
+            def handleInputRows(self, key, rows, timerValues):
+                n = self.count.get()[0] if self.count.exists() else 0
+                for row in rows:
+                    n += 1
+                    if self.ids is not None:
+                        self.ids.appendValue((row.v,))
+                self.count.update((n,))
+                yield Row(k=key[0], n=n)
+
+            def close(self):
+                pass
+
+        return Processor()
+
+
+@pytest.mark.parametrize("variables", [1, 2])
+def test_a_transform_with_state_checkpoint_takes_its_variable(spark, tmp_path, variables):
+    """``state show`` on a transformWithState: with one state variable it shows that one (the
+    reader's ``stateVarName``, which the command-line user never typed, used to be asked for);
+    with two it names both and the flag; ``--state-var`` picks one."""
+    from statestream import StreamingSession
+    from tests.differential.test_random_queries import PROVIDER, ROCKSDB
+    from tests.spark_confs import session_confs
+
+    ss = StreamingSession(spark)
+
+    def build(df):
+        return df.withColumn("k", F.col("v") % 2).groupBy("k").transformWithState(_TwoVariables.make(variables), "k LONG, n LONG", "update", "None")
+
+    with session_confs(spark, {PROVIDER: ROCKSDB}):
+        run = run_stream(ss, build, [[(1,), (2,), (3,)], [(4,)]], "v LONG", "update", tmp_path)
+    expected = sorted((r.partition_id, r.key[0], r.value[0]) for r in ss.read.format("statestore").option("stateVarName", "count").load(run.checkpoint).collect())
+    assert expected, "no state: the comparison proves nothing"
+    if variables == 1:
+        shown = json.loads(cli("state", "show", run.checkpoint, "--json").stdout)
+    else:
+        asked = cli("state", "show", run.checkpoint, check=False)
+        assert asked.returncode != 0 and "variables count, ids: choose one with --state-var NAME" in asked.stderr.replace("ids, count", "count, ids"), asked.stderr
+        shown = json.loads(cli("state", "show", run.checkpoint, "--state-var", "count", "--json").stdout)
+        ids = json.loads(cli("state", "show", run.checkpoint, "--state-var", "ids", "--json", "--limit", "0").stdout)
+        assert len(ids) == 4
+    columns = sorted(shown[0])
+    key_col, value_col = next(c for c in columns if c.startswith("key")), next(c for c in columns if c.startswith("value"))
+    assert sorted((r["partition_id"], r[key_col], r[value_col]) for r in shown) == expected

@@ -82,6 +82,8 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     first.processAllAvailable()
     first.stop()
     earlier = [p for p in first.recentProgress]
+    quiet = tmp_path / "ck-first-run"  # no row came late in the first run
+    shutil.copytree(checkpoint, quiet)
     for i, b in enumerate(batches[3:], start=3):
         write_input_file(input_dir, i, b, schema, "parquet", 1_700_000_000 + i)
     with session_confs(spark, {"spark.statestream.ui.port": "0"}):
@@ -117,6 +119,15 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     }
     assert max(sizes["0: stateStoreSave current version"]) > 0
     assert data_of(dom, "watermark")["watermarks"] == [p["eventTime"]["watermark"] for p in progress]
+    # the gap starts with the watermark: Spark's epoch 0 before it is "no watermark", not a gap
+    started = [p["batchId"] for p in progress if p["eventTime"]["watermark"] != "1970-01-01T00:00:00.000Z"]
+    assert started and started[0] > ids[0] and data_of(dom, "watermark")["shown"] == ids[ids.index(started[0]):]
+    gaps = data_of(dom, "watermark")["series"]["watermark gap"]
+    assert gaps[: ids.index(started[0])] == [None] * ids.index(started[0]) and None not in gaps[ids.index(started[0]) :]
+    assert data_of(dom, "lateRows")["empty"] is False
+    # a foreachBatch sink reports numOutputRows -1 (as on Spark): shown as n/a
+    assert progress[-1]["sink"]["numOutputRows"] == -1
+    assert re.search(r"<td>sink rows</td><td>n/a</td>", dom), re.search(r'<div id="last">.*?</table>', dom, re.S).group(0)
     duration = data_of(dom, "duration")["series"]
     assert "addBatch" in duration and duration["addBatch"] == [p["durationMs"]["addBatch"] for p in progress]
     # the command line serves the same history of the stopped query
@@ -132,3 +143,18 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     finally:
         served.terminate()
         served.wait(30)
+    # a history with no late row: the chart says "none" instead of an axis around nothing
+    served = subprocess.Popen(
+        [str(Path(os.sys.executable).parent / "statestream"), "ui", str(quiet), "--port", "0"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        quiet_url = re.search(r"(http://\S+/)", served.stdout.readline()).group(1)
+        quiet_dom = browse(chromium, quiet_url, tmp_path, "--dump-dom")
+        browse(chromium, quiet_url, tmp_path, f"--screenshot={artifacts / 'dashboard-no-late-rows.png'}", "--window-size=1400,1500")
+    finally:
+        served.terminate()
+        served.wait(30)
+    assert data_of(quiet_dom, "lateRows")["empty"] is True
+    assert data_of(quiet_dom, "lateRows")["series"] == {"0: stateStoreSave": [p["stateOperators"][0]["numRowsDroppedByWatermark"] for p in earlier]}
+    assert data_of(quiet_dom, "inputRows")["empty"] is False

@@ -10,15 +10,20 @@ import pkgutil
 import pytest
 
 import statestream.checkpoint
+import statestream.commands
 import statestream.errors
 import statestream.operators
 import statestream.plan
 import statestream.runtime
 import statestream.state
+import statestream.tools
 
 #: the packages whose docstring examples are checked here, without Spark (the public API's,
 #: which need a session, are in tests/spark/test_api_docstring_examples.py)
-PACKAGES = (statestream.errors, statestream.state, statestream.checkpoint, statestream.operators, statestream.plan, statestream.runtime)
+PACKAGES = (
+    statestream.errors, statestream.state, statestream.checkpoint, statestream.operators, statestream.plan, statestream.runtime,
+    statestream.tools, statestream.commands,
+)
 
 MODULES = sorted(
     {package.__name__ for package in PACKAGES}
