@@ -10,6 +10,7 @@ driver. The objects made here know their class and member already, so a call is 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
 from py4j import protocol
@@ -120,6 +121,29 @@ def jvm_plan_nodes(plan: Any) -> Iterator[Any]:
         node = stack.pop()
         yield node
         stack.extend(reversed(jvm_seq(node.children())))
+
+
+def set_jvm_log_level(owner: Any, name: str, level: Any) -> Any:
+    """Set Spark's log4j logger ``name`` to ``level`` (a name such as ``"ERROR"``, or a level a
+    previous call returned); returns the level it had."""
+    jvm = jvm_view(owner)
+    before = static_member(jvm, "org.apache.logging.log4j.LogManager", "getLogger")(name).getLevel()
+    if isinstance(level, str):
+        level = static_member(jvm, "org.apache.logging.log4j.Level", "toLevel")(level)
+    java_class(jvm, "org.apache.logging.log4j.core.config.Configurator").setLevel(name, level)
+    return before
+
+
+@contextmanager
+def quiet_jvm_logger(owner: Any, name: str, level: str = "ERROR") -> Iterator[None]:
+    """Spark's log4j logger ``name`` at ``level`` while the block runs, then at its level again:
+    for a warning Spark's engine would not print for the same job, raised by a call statestream
+    makes that the engine does not (the file source's reader over no files)."""
+    before = set_jvm_log_level(owner, name, level)
+    try:
+        yield
+    finally:
+        set_jvm_log_level(owner, name, before)
 
 
 def clone_session(user: Any) -> Any:

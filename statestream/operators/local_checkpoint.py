@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark import StorageLevel
 
-from statestream._jvm.calls import java_dataframe
+from statestream._jvm.calls import java_dataframe, set_jvm_log_level
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -65,10 +65,30 @@ SERIALIZED_MEMORY_AND_DISK = StorageLevel(True, True, False, False)
 _made = threading.local()
 
 
+#: whether this process's JVM has the block manager's warnings about the checkpoints quieted
+_block_manager_quiet = False
+
+
+def _quiet_block_manager(df: "DataFrame") -> None:
+    """The driver's block manager logs at ERROR only, once per process: a task that fails while
+    it stores a local checkpoint's block warns "Putting block rdd_N_P failed due to exception"
+    (with the whole failure again) and that the block "could not be removed", beside the
+    task's own failure, which the executor and the scheduler report. Spark's engine stores no
+    blocks for the same query, so a user would see warnings it never prints."""
+    global _block_manager_quiet
+    if not _block_manager_quiet:
+        _block_manager_quiet = True
+        try:
+            set_jvm_log_level(df.sparkSession, "org.apache.spark.storage.BlockManager", "ERROR")
+        except Exception:  # only the log's noise
+            logger.debug("could not set the block manager's log level", exc_info=True)
+
+
 def local_checkpoint(df: "DataFrame") -> "DataFrame":
     """``df`` computed now (a job) and kept in the block manager, serialised; the DataFrame
     returned reads those blocks and never recomputes ``df``. Inside ``batch_local_checkpoints``
     it is added to the batch's list."""
+    _quiet_block_manager(df)
     out = df.localCheckpoint(eager=True, storageLevel=SERIALIZED_MEMORY_AND_DISK)
     made = getattr(_made, "checkpoints", None)
     if made is not None:
@@ -125,7 +145,10 @@ def release_local_checkpoint(df: "DataFrame") -> None:
     try:
         rdd = _checkpointed_rdd(df)
         if rdd is not None:
-            rdd.unpersist(False)
+            # the context's removal, not ``rdd.unpersist``: the same blocks dropped, without the
+            # RDD's warning that a local checkpoint cannot be recomputed once unpersisted (no
+            # one reads it again), which would print on every batch
+            rdd.context().unpersistRDD(rdd.id(), False)
     except Exception:  # only memory: the ContextCleaner still frees it later
         logger.debug("could not release the batch's materialised output", exc_info=True)
 

@@ -82,6 +82,7 @@ from statestream.plan.incremental import IncrementalExecution, _state_identity, 
 from statestream.plan.joins import check_joins_supported
 from statestream.plan.planner import aggregation_info, plan_streaming_query
 from statestream.runtime.arrow_exchange import arrow_exchange_confs
+from statestream.runtime.failure_summary import failure_summary
 from statestream.runtime.batch_plan_reuse import (
     PLAN_REUSE_CONF,
     PlanReuse,
@@ -480,7 +481,10 @@ class MicroBatchExecution:
                 # stop() (or Ctrl-C) interrupted a batch: the query stopped, it did not fail
                 logger.info("query %s stopped during a batch (%s)", self.query_id, type(exc).__name__)
             else:
-                logger.error("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
+                # one line, the user's code first; the whole traceback is the exception's, which
+                # the query raises (awaitTermination, exception()), and the log's at DEBUG
+                logger.error("query %s failed: %s", self.query_id, failure_summary(exc))
+                logger.debug("query %s failed: %s", self.query_id, "".join(traceback.format_exception(exc)))
                 self._exception = self._wrap(exc)
         finally:
             self._active = False

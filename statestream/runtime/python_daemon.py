@@ -29,16 +29,18 @@ An earlier attempt (session 25) saw no change of W1's whole first batch beyond i
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.machinery
 import os
 import sys
 import zipfile
 from types import ModuleType
+from typing import Any, Callable
 
 from statestream.operators.python_worker import forget_zip_importers
 
-__all__ = ["MODULE", "installed_packages_first", "preload", "main"]
+__all__ = ["MODULE", "installed_packages_first", "main", "preload", "quiet_when_the_jvm_left"]
 
 #: this module's name, as ``spark.python.daemon.module`` takes it
 MODULE = "statestream.runtime.python_daemon"
@@ -139,6 +141,23 @@ def _pyspark_daemon() -> ModuleType:
         return daemon
 
 
+def quiet_when_the_jvm_left(worker: Callable[..., int]) -> Callable[..., int]:
+    """PySpark's forked worker loop (``daemon.worker``), ending its process silently when the
+    JVM closed the task's socket: a task killed by a stop or a cancelled stage. PySpark's
+    daemon prints the ``BrokenPipeError`` of its last flush as a traceback, then exits with 1;
+    the exit stays, the traceback (which tells the user nothing: the task was killed on
+    purpose) goes. Any other error is PySpark's to report, as before."""
+
+    @functools.wraps(worker)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            return worker(*args, **kwargs)
+        except (BrokenPipeError, ConnectionResetError):
+            os._exit(1)
+
+    return run
+
+
 def main() -> None:
     """PySpark's daemon, run after :func:`preload`, with PySpark imported from its installed
     package when that has the zip's files (:func:`_pyspark_daemon`). PySpark's daemon module
@@ -151,6 +170,7 @@ def main() -> None:
         print(f"statestream: the Python daemon could not preload modules: {exc!r}", file=sys.stderr)  # noqa: T201 - no logging is set up in the daemon yet; stderr reaches the executor's log
 
     forget_zip_importers()
+    daemon.worker = quiet_when_the_jvm_left(daemon.worker)  # type: ignore[attr-defined]  # the manager's forks call it by this name
     daemon.manager()
 
 

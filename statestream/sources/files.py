@@ -74,7 +74,7 @@ from statestream.errors import (
     schema_required_error,
     source_path_not_specified_error,
 )
-from statestream._jvm.calls import java_session, jvm_view, static_member
+from statestream._jvm.calls import java_session, jvm_view, quiet_jvm_logger, static_member
 from statestream.sources.base import ReadLimit, Source, empty_batch
 from statestream.sources.options import log_settings, time_string_as_ms
 
@@ -661,8 +661,11 @@ class FileStreamSource(Source):
     def empty_relation(self, spark: "SparkSession") -> "DataFrame":
         """The reader over no files: a file relation with no rows, which Spark's optimizer does
         not fold away as it folds an empty local relation (the state tasks of a batch without
-        new files must still run), and which schedules no scan task."""
-        return self._read_files(spark, [])
+        new files must still run), and which schedules no scan task. (Spark's reader warns
+        that "all paths were ignored" over no paths, which Spark's engine never asks for: that
+        warning is silenced for this one call.)"""
+        with quiet_jvm_logger(spark, "org.apache.spark.sql.execution.datasources.DataSource"):
+            return self._read_files(spark, [])
 
     def _read_files(self, spark: "SparkSession", paths: list[str]) -> "DataFrame":
         """``spark.read.schema(...).format(...).options(...).load(paths)``, made on the JVM's

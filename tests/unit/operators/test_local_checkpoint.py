@@ -77,8 +77,19 @@ class _FakeRDD:
     def id(self) -> int:
         return self.rdd_id
 
-    def unpersist(self, blocking: bool) -> None:
-        self.unpersisted = True
+    def context(self) -> "_FakeContext":
+        return _FakeContext(self)
+
+
+class _FakeContext:
+    """The RDD's SparkContext, as far as the module calls it: ``unpersistRDD(id, blocking)``."""
+
+    def __init__(self, rdd: _FakeRDD) -> None:
+        self.rdd = rdd
+
+    def unpersistRDD(self, rdd_id: int, blocking: bool) -> None:
+        assert rdd_id == self.rdd.rdd_id
+        self.rdd.unpersisted = True
 
 
 class _Checkpointed:
