@@ -969,6 +969,8 @@ class MicroBatchExecution:
         read = set(scans)
         # a source whose rows go straight into a watermark is counted by that node's observation
         counted = sources_counted_by_watermark(self._physical, scans)
+        if first_batch_of_run:
+            logger.info("query %s: planning batch %d, the run's first", self.query_id, record.batch_id)
         t = time.perf_counter()
         input_obs: dict[int, Any] = {}
         raw: dict[int, Any] = {}
@@ -988,6 +990,8 @@ class MicroBatchExecution:
                 set_batch_args(sc, plan, batch_args)
             result, template = self._batch_dataframe(record, plan, ctx, reuse, raw, read, input_obs)
             self.progress.record_duration("queryPlanning", t)
+            if first_batch_of_run:  # the run's first batch takes seconds (the workers start): say so
+                logger.info("query %s: batch %d planned in %.1f s; running its jobs", self.query_id, record.batch_id, time.perf_counter() - t)
             t = time.perf_counter()
             materialized = self._materialise(record, result, ctx)
         finally:
