@@ -650,13 +650,15 @@ class SessionWindowStateStep(StateStep):
         restored = stored.slice(0, 0)
         if stored.num_rows:
             batch_keys = table.select(list(self.key_columns))
-            # one row per distinct key, by group_ids: Arrow's group_by has no kernel for
-            # list keys (an array, or a struct holding one), which Spark groups by
-            if nk:
+            # one row per distinct key: Arrow's group_by (the faster) where it has a kernel for
+            # the key types, group_ids for nested keys (an array, or a struct holding one)
+            if not nk:
+                unique_keys = batch_keys.slice(0, 1)
+            elif any(pa.types.is_nested(f.type) for f in batch_keys.schema):
                 _, firsts = np.unique(group_ids(list(batch_keys.columns), batch_keys.num_rows), return_index=True)
                 unique_keys = batch_keys.take(pa.array(firsts))
             else:
-                unique_keys = batch_keys.slice(0, 1)
+                unique_keys = batch_keys.group_by(list(self.key_columns), use_threads=False).aggregate([])
             li, _ = match_keys(stored.select(list(range(nk))), unique_keys.select(list(self.key_columns)))
             if len(li):
                 restored = stored.take(pa.array(np.unique(li)))
