@@ -65,5 +65,7 @@ def test_a_failing_processor_is_reported_once_with_the_users_frame(tmp_path):
     assert len(ours) == 1, run.stderr[-5000:]
     assert "ValueError: no rows wanted for 'k'" in ours[0] and "failing_processor.py, line 19, in handleInputRows" in ours[0], ours[0]
     assert [n for n in NOISE if n in run.stderr] == [], run.stderr[-5000:]
-    # statestream logs no traceback of its own: those left are Spark's executor's and scheduler's
-    assert run.stderr.count("ValueError: no rows wanted for 'k'") <= 3, run.stderr[-8000:]
+    # statestream logs no traceback of its own (it used to log the whole one after "failed:").
+    # What is left is Spark's executor and scheduler reporting the task, as on Spark's engine:
+    # their count varies with the sibling tasks the failure cancels, so it is not counted here
+    assert "failed: Traceback" not in run.stderr, run.stderr[-8000:]
