@@ -20,6 +20,7 @@ from statestream.checkpoint.offsets import OffsetSeqLog
 from statestream.state.provider import StateStoreProvider, stored_schemas
 from statestream.state.schema import operator_properties_of_batch, read_all_operator_metadata, read_operator_properties
 from statestream.state.store import StateStoreId
+from statestream.tools.python_state_reader import PYTHON_STATE_OPERATORS
 
 __all__ = ["StateChoices", "describe_checkpoint", "state_choices", "store_of_file"]
 
@@ -121,8 +122,6 @@ def describe_checkpoint(checkpoint: str) -> dict[str, Any]:
     }
 
 
-#: the physical operators whose state is a Python processor's variables (transformWithState)
-_PYTHON_STATE = frozenset({"transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec"})
 #: the stores of a stream-stream join: two per input side
 _JOIN_STORE_SUFFIXES = ("keyToNumValues", "keyWithIndexToValue")
 
@@ -167,7 +166,7 @@ def state_choices(checkpoint: str, operator_id: int) -> StateChoices | None:
     stores = tuple(s.store_name for s in md.state_store_info)
     if stores and all(name.startswith(("left-", "right-")) and name.endswith(_JOIN_STORE_SUFFIXES) for name in stores):
         return StateChoices(operator_id, md.operator_name, "join", ("left", "right"))
-    if md.operator_name in _PYTHON_STATE:
+    if md.operator_name in PYTHON_STATE_OPERATORS:
         recorded = operator_properties_of_batch(read_operator_properties(state_root, operator_id), sys.maxsize)
         if recorded is not None:
             names = tuple(v["stateName"] for v in json.loads(recorded).get("stateVariables", []) if v.get("stateVariableType") != "TimerState")
