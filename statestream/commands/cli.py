@@ -390,6 +390,33 @@ def _ui(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watermark_advise(args: argparse.Namespace) -> int:
+    from statestream.checkpoint.files import CheckpointFileManager  # lazy: `statestream --help` stays fast
+    from statestream.tools.lateness_advisor import advise, format_delay  # lazy: `statestream --help` stays fast
+
+    if not CheckpointFileManager(args.checkpoint).exists():
+        raise FileNotFoundError(f"no checkpoint at {args.checkpoint}")
+    if not 0 < args.completeness <= 100:
+        raise ValueError(f"--completeness is a percentage above 0 and at most 100, not {args.completeness}")
+    advice = advise(args.checkpoint, round(args.completeness / 100, 12), args.since)
+    if args.json:
+        print(json.dumps([a.to_json() for a in advice], indent=2))
+        return 0
+    for a in advice:
+        print(f"input {a.column} (watermark node {a.node_id}), {a.rows:,} rows over {a.batches} batches")
+        print(f"  delay in force  {format_delay(a.delay_ms)}: kept {a.kept_share:.4%} of the rows ({a.rows - a.kept_rows:,} late)")
+        print(
+            f"  advised delay   {format_delay(a.advised_delay_ms)}: keeps {a.advised_kept_share:.4%} "
+            f"(asked for {a.completeness:.4%}; the delay is exact to within 19%)"
+        )
+        when = "later" if a.closes_later_ms >= 0 else "earlier"
+        batches = f", about {abs(a.closes_later_batches):g} batches" if a.closes_later_batches is not None else ""
+        print(f"  cost            windows close {format_delay(abs(a.closes_later_ms))} {when} in event time{batches}")
+        if a.extra_state_rows is not None:
+            print(f"                  state rows {a.extra_state_rows:+,} (estimate)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -473,6 +500,20 @@ def build_parser() -> argparse.ArgumentParser:
     late.add_argument("--limit", type=int, default=50, help="rows to print (default 50; 0: all)")
     late.add_argument("--json", action="store_true", help="print JSON instead of a table")
     late.set_defaults(run=_late_rows)
+
+    watermark = commands.add_parser("watermark", help="the watermark delay: what the recorded lateness says")
+    watermark_commands = watermark.add_subparsers(dest="action", required=True, metavar="ACTION")
+    advise = watermark_commands.add_parser(
+        "advise", help="the least delay that keeps a share of each input's rows, and its cost",
+        description="Read the lateness each watermark input recorded in the query's progress history and give, for each, "
+        "the least delay that would have kept --completeness percent of its rows, beside the delay in force and the share "
+        "it kept, with how much later windows would close and an estimate of the state rows it adds.",
+    )
+    advise.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    advise.add_argument("--completeness", type=float, default=99.9, metavar="PERCENT", help="the share of rows to keep (default 99.9)")
+    advise.add_argument("--since", type=int, default=None, metavar="BATCH", help="read the batches from this one on (default: all recorded)")
+    advise.add_argument("--json", action="store_true", help="print JSON instead of text")
+    advise.set_defaults(run=_watermark_advise)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -32,6 +32,7 @@ __all__ = [
     "store_not_declared_error",
     "empty_offset_log_error",
     "key_not_in_partition_error",
+    "lateness_not_recorded_error",
 ]
 
 
@@ -125,4 +126,16 @@ def key_not_in_partition_error(partition: int, operator_id: int, store_name: str
         f"state partition {partition} of operator {operator_id} (store {store_name!r}) holds a key that "
         f"Spark's hash places in partition {placed} of {partitions}: its keys do not follow Spark's "
         "exchange, so they cannot be moved to new partitions safely; nothing was changed"
+    )
+
+
+# -- the watermark advisor ---------------------------------------------------------------------------
+
+
+def lateness_not_recorded_error(checkpoint: str) -> CheckpointError:
+    """The watermark advisor on a checkpoint whose progress history holds no lateness record."""
+    return CheckpointError(
+        f"no lateness recorded in {checkpoint}/progress: the advisor needs a query with withWatermark that ran with its "
+        "progress history and lateness measure on (spark.statestream.progress.history and "
+        "spark.statestream.lateness.enabled, both true by default); run the query for a few batches first"
     )

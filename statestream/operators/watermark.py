@@ -20,13 +20,28 @@ from typing import TYPE_CHECKING, Mapping
 
 from statestream.operators.base import PhysicalOperator
 from statestream.operators.basic import StreamingRelationExec
+from statestream.operators.lateness import BUCKETS_PER_DOUBLING, NUM_BUCKETS, LatenessHistogram
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from statestream.operators.context import BatchContext
 
-__all__ = ["WATERMARK_DELAY_KEY", "SUM_PARTS", "EventTimeWatermarkExec", "event_time_sum", "sources_counted_by_watermark", "mark_event_time", "observed_values", "stats_from_observation"]
+__all__ = [
+    "WATERMARK_DELAY_KEY",
+    "LATENESS_FIELD",
+    "BEYOND_DELAY_FIELD",
+    "lateness_reference_column",
+    "lateness_bucket",
+    "SUM_PARTS",
+    "EventTimeWatermarkExec",
+    "event_time_sum",
+    "sources_counted_by_watermark",
+    "mark_event_time",
+    "observed_values",
+    "stats_from_observation",
+    "lateness_records",
+]
 
 #: the metadata key that marks a relation's event-time column with its watermark delay (ms), as
 #: Spark's ``withWatermark`` marks it (``EventTimeWatermark.delayKey``)
@@ -47,6 +62,32 @@ def event_time_sum(values: dict) -> int | None:
             return None
         total += int(part) << shift
     return total
+
+
+#: the observation's fields of the lateness measure: Spark's ``histogram_numeric`` of the rows'
+#: lateness buckets, and the rows at least the delay late (those this input's watermark drops)
+LATENESS_FIELD = "lateness"
+BEYOND_DELAY_FIELD = "beyond_delay"
+
+
+def lateness_reference_column(node_id: str) -> str:
+    """The name of the column that carries a watermark node's lateness reference in a batch
+    plan (dropped after the node's observation)."""
+    return f"__statestream_lateness_ref_{node_id.replace('-', '_')}"
+
+
+def lateness_bucket(lateness: "Column") -> "Column":
+    """The lateness bucket (``operators.lateness.bucket_of``) of a lateness column (ms), null
+    where it is null or below 0 (a row ahead of its reference)."""
+    from pyspark.sql import functions as F
+
+    per_doubling = F.floor(F.log2(lateness) * F.lit(BUCKETS_PER_DOUBLING)) + F.lit(1)
+    return (
+        F.when(lateness.isNull() | (lateness < 0), F.lit(None))
+        .when(lateness == 0, F.lit(0))
+        .otherwise(F.least(per_doubling, F.lit(NUM_BUCKETS - 1)))
+        .cast("int")
+    )
 
 
 def mark_event_time(df: "DataFrame", column: str, delay_ms: int) -> "DataFrame":
@@ -72,6 +113,11 @@ class EventTimeWatermarkExec(PhysicalOperator):
     column_type: str = ""
     #: explain only: the column as its input shows it, with its attribute id (``timestamp#0``)
     column_text: str = ""
+    #: measure the lateness of the rows (``spark.statestream.lateness.enabled``)
+    measure_lateness: bool = False
+    #: per batch: the input's reference maximum event time (ms) its rows' lateness is measured
+    #: from (``operators.lateness``), None while no row can be late
+    lateness_reference_ms: int | None = None
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
         from pyspark.sql import Observation
@@ -85,6 +131,17 @@ class EventTimeWatermarkExec(PhysicalOperator):
         for name, shift, mask in SUM_PARTS:
             part = F.shiftright(ms, shift) if shift else ms
             parts.append(F.sum(part.bitwiseAND(F.lit(mask)) if mask is not None else part).alias(name))
+        if self.measure_lateness:
+            # the reference is a column of its own, so that a reused batch plan can swap its
+            # value (``lateness_reference_column``); it is dropped again after the observation
+            ref = lateness_reference_column(self.node_id)
+            df = df.withColumn(ref, F.lit(self.lateness_reference_ms).cast("long"))
+            lateness = F.col(ref) - F.unix_millis(F.col(self.column))
+            # every bucket of a batch gets a bin of its own: the histogram is exact
+            parts += [
+                F.histogram_numeric(lateness_bucket(lateness), F.lit(NUM_BUCKETS)).alias(LATENESS_FIELD),
+                F.count_if(lateness >= F.lit(int(self.delay_ms))).alias(BEYOND_DELAY_FIELD),
+            ]
         df = df.observe(
             obs,
             F.min(ms).alias("min"),
@@ -92,6 +149,8 @@ class EventTimeWatermarkExec(PhysicalOperator):
             *parts,
             F.count(F.lit(1)).alias("count"),
         )
+        if self.measure_lateness:
+            df = df.drop(lateness_reference_column(self.node_id))
         ctx.observations[self.node_id] = obs
         return df
 
@@ -135,6 +194,31 @@ def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
         time.sleep(wait)
         wait = min(wait * 2, 0.01)
     return obs.get
+
+
+def lateness_records(plan: PhysicalOperator, observations: Mapping[str, object]) -> dict[str, dict]:
+    """Each lateness-measuring watermark node's record of the batch, by node id, for the
+    progress history: its column, delay and reference, its rows, the rows at least the delay
+    late, and their histogram (``LatenessHistogram.to_json``). A node whose observation did not
+    run (no job over its rows) is left out."""
+    out: dict[str, dict] = {}
+    for node in plan.walk():
+        if not isinstance(node, EventTimeWatermarkExec) or not node.measure_lateness:
+            continue
+        values = observed_values(observations.get(node.node_id))
+        if values is None:
+            continue
+        count = int(values.get("count") or 0)
+        histogram = LatenessHistogram.from_observation(count, values.get(LATENESS_FIELD))
+        out[node.node_id] = {
+            "column": node.column,
+            "delayMs": int(node.delay_ms),
+            "referenceMs": node.lateness_reference_ms,
+            "rows": count,
+            "beyondDelay": int(values.get(BEYOND_DELAY_FIELD) or 0),
+            **histogram.to_json(),
+        }
+    return out
 
 
 def stats_from_observation(obs) -> tuple[int, int, float, int] | None:

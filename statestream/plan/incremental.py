@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from statestream.operators.base import PhysicalOperator, StatefulOperatorStateInfo, StateStoreWriter, WatermarkSupport
 from statestream.operators.limit import LocalLimitExec, StreamingGlobalLimitExec, StreamingLocalLimitExec, has_no_stateful_op
@@ -84,6 +84,9 @@ class IncrementalExecution:
     eviction_watermark_ms: int | None
     #: the batch's processing time (``batchTimestampMs``), for processing-time timeouts
     batch_timestamp_ms: int | None = None
+    #: watermark node id -> its input's lateness reference (``operators.lateness``); None: the
+    #: query does not measure lateness
+    lateness_references: Mapping[str, int | None] | None = None
 
     def apply(self, plan: PhysicalOperator) -> PhysicalOperator:
         ids: dict[object, int] = {}
@@ -117,6 +120,8 @@ class IncrementalExecution:
             return dataclasses.replace(node, **fields, **extra)
 
         def rule(node: PhysicalOperator) -> PhysicalOperator:
+            if isinstance(node, EventTimeWatermarkExec) and self.lateness_references is not None:
+                return dataclasses.replace(node, measure_lateness=True, lateness_reference_ms=self.lateness_references.get(node.node_id))
             if isinstance(node, StateStoreRestoreExec):
                 return dataclasses.replace(node, state_info=info_for(ids[_state_identity(node)]))
             if isinstance(node, SessionWindowStateStoreRestoreExec):

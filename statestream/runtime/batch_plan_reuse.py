@@ -19,7 +19,9 @@ does for the batch timestamp. What else changes between batches reaches the plan
 * the observations (the watermark's event-time statistics, a source's input count) keep the
   template's names, and their values are read by name from the executed plan of the batch
   (``QueryExecution.observedMetrics``), not through the template's ``Observation`` objects;
-* the batch timestamp is fixed afterwards on the swapped plan (``with_batch_timestamp``).
+* the batch timestamp is fixed afterwards on the swapped plan (``with_batch_timestamp``);
+* a watermark node's lateness reference (``operators.lateness``) is a column of its own, whose
+  value is swapped in with the relations.
 
 Only what is known to carry nothing else per batch is reused (:func:`reusable_plan`): streaming
 aggregations, session windows, deduplications and stateless queries over file sources, each
@@ -39,10 +41,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from statestream._jvm.calls import java_class, java_dataframe, java_session, jvm_seq, jvm_view, static_member
+from statestream._jvm.calls import (
+    java_class,
+    java_dataframe,
+    java_session,
+    jvm_plan_nodes,
+    jvm_seq,
+    jvm_view,
+    static_member,
+)
 from statestream.operators.base import ExecutedByParent, StatefulOperator, StateStoreWriter, batch_args_property
 from statestream.operators.basic import UnionExec
 from statestream.operators.limit import LocalLimitExec
+from statestream.operators.watermark import lateness_reference_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -188,6 +199,8 @@ class BatchPlanTemplate:
     #: source index -> what a batch's relation keeps of the template's (``LogicalRelation.copy``'s
     #: arguments after the relation: output, catalog table, streaming flag, stream), read once
     leaf_fields: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    #: watermark node id -> the alias in the plan that gives its lateness reference column
+    lateness_aliases: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -239,12 +252,20 @@ class PlanReuse:
             leaf_fields={i: (r.output(), r.catalogTable(), r.isStreaming(), r.stream()) for i, r in leaves.items()},
             input_names={i: obs._name for i, obs in input_observations.items()},  # noqa: SLF001 - its name in the plan
             watermark_names={n: obs._name for n, obs in watermark_observations.items()},  # noqa: SLF001
+            lateness_aliases=_lateness_aliases(plan, list(watermark_observations)),
         )
         logger.debug("batch plan kept for reuse (%d source relation(s))", len(leaves))
 
-    def instantiate(self, spark: "SparkSession", raw_sources: Mapping[int, "DataFrame"], shape: tuple[bool, str]) -> "tuple[DataFrame, BatchPlanTemplate] | None":
+    def instantiate(
+        self,
+        spark: "SparkSession",
+        raw_sources: Mapping[int, "DataFrame"],
+        shape: tuple[bool, str],
+        lateness_references: Mapping[str, int | None] | None = None,
+    ) -> "tuple[DataFrame, BatchPlanTemplate] | None":
         """This batch's DataFrame from the template of its shape, with its sources' relations
-        swapped in; None when there is none or a source is not a file relation this time."""
+        and its watermark nodes' lateness references (node id -> ms) swapped in; None when
+        there is none or a source is not a file relation this time."""
         from pyspark.sql import DataFrame
 
         template = self.templates.get(shape)
@@ -260,13 +281,52 @@ class PlanReuse:
                     return None
                 swaps.put(old, old.copy(new.relation(), *template.leaf_fields[i]))
             # A Scala Map is a PartialFunction: it rewrites exactly the relations it holds as keys.
-            plan = template.plan.transform(static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")(swaps))
+            as_scala = static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")
+            plan = template.plan.transform(as_scala(swaps))
+            if template.lateness_aliases:
+                plan = plan.transformAllExpressions(as_scala(_lateness_swaps(jvm, template.lateness_aliases, lateness_references or {})))
             jdf = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")(java_session(spark), plan)
         except Exception:  # only an optimisation: the batch is built instead
             logger.warning("statestream: a batch plan could not be reused; building every batch", exc_info=True)
             self.disabled = True
             return None
         return DataFrame(jdf, spark), template
+
+
+def _lateness_aliases(plan: Any, node_ids: list[str]) -> dict[str, Any]:
+    """The aliases of the analysed ``plan`` that give the watermark nodes ``node_ids`` their
+    lateness reference column (``lateness_reference_column``), by node id."""
+    wanted = {lateness_reference_column(n): n for n in node_ids}
+    found: dict[str, Any] = {}
+    for node in jvm_plan_nodes(plan):
+        if node.getClass().getSimpleName() != "Project":
+            continue
+        for e in jvm_seq(node.projectList()):
+            if e.getClass().getSimpleName() == "Alias" and str(e.name()) in wanted:
+                found[wanted[str(e.name())]] = e
+    return found
+
+
+def _lateness_swaps(jvm: Any, aliases: Mapping[str, Any], references: Mapping[str, int | None]) -> Any:
+    """A Java map from each lateness reference alias of a template (``CAST(<literal> AS
+    BIGINT) AS <column>``) to the same alias (same expression id) over this batch's reference."""
+    as_scala = static_member(jvm, "scala.jdk.javaapi.CollectionConverters", "asScala")
+    literal = java_class(jvm, "org.apache.spark.sql.catalyst.expressions.Literal")
+
+    def seq(expression: Any) -> Any:
+        values = java_class(jvm, "java.util.ArrayList")()
+        values.add(expression)
+        return as_scala(values).toSeq()
+
+    types = java_class(jvm, "org.apache.spark.sql.types.DataTypes")
+    swaps = java_class(jvm, "java.util.HashMap")()
+    for node_id, alias in aliases.items():
+        value = references.get(node_id)
+        # py4j passes an int that fits 32 bits as an Integer: the cast above makes it a BIGINT
+        small = value is not None and -(2**31) <= int(value) < 2**31
+        new = literal.create(None if value is None else int(value), types.IntegerType if small else types.LongType)
+        swaps.put(alias, alias.withNewChildren(seq(alias.child().withNewChildren(seq(new)))))
+    return swaps
 
 
 def observed_by_name(df: "DataFrame", names: list[str]) -> dict[str, dict | None]:

@@ -63,6 +63,7 @@ from statestream.operators.aggregate import StreamingAggregateExec
 from statestream.operators.basic import OBSERVED_METRICS, StreamingRelationExec
 from statestream.operators.context import SKIP_NONE, BatchContext, ListAccumulatorParam
 from statestream.operators.late_rows import LATE_ROWS_CONF
+from statestream.operators.lateness import LATENESS_CONF, reference_max_ms
 from statestream.operators.limit import LocalLimitExec, input_rows_by_source
 from statestream.operators.local_checkpoint import (
     LOST_BLOCK_ERROR_CLASS,
@@ -73,7 +74,13 @@ from statestream.operators.local_checkpoint import (
     release_local_checkpoint,
 )
 from statestream.operators.state_step import split_routed_rows
-from statestream.operators.watermark import observed_values, sources_counted_by_watermark, stats_from_observation
+from statestream.operators.watermark import (
+    EventTimeWatermarkExec,
+    lateness_records,
+    observed_values,
+    sources_counted_by_watermark,
+    stats_from_observation,
+)
 from statestream.plan import logical as L
 from statestream.plan.analysis import redefines_watermark
 from statestream.plan.current_time import with_batch_timestamp
@@ -731,6 +738,10 @@ class MicroBatchExecution:
         self._plan_reuse = PlanReuse() if reuse_on and pinned_threads(user.sparkContext) and reusable_plan(self._physical) else None
         self._speed_up_python_workers(user)
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
+        # the lateness measure goes into the progress history: nothing to measure without it
+        self._measure_lateness = self.has_watermark and self.progress_log is not None and _conf(user.conf, LATENESS_CONF, "true").strip().lower() == "true"
+        #: batch id -> the watermark inputs' largest event times when that batch was planned
+        self._max_event_times_at: dict[int, dict] = {}
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above
         # another one, once it has a watermark other than 0 to propagate
         self._redefined_watermark = (
@@ -1030,6 +1041,7 @@ class MicroBatchExecution:
             late_watermark_ms=prev_wm if record.batch_id > 0 else 0,
             eviction_watermark_ms=record.watermark_ms,
             batch_timestamp_ms=record.timestamp_ms,
+            lateness_references=self._lateness_references(record.batch_id, prev_wm if record.batch_id > 0 else 0),
         )
         assert self._physical is not None
         plan = inc.apply(self._physical)
@@ -1066,7 +1078,7 @@ class MicroBatchExecution:
     ) -> tuple[Any, Any]:
         """The batch's DataFrame (with its timestamp), built from the plan or instantiated from
         an earlier batch's reusable plan; and that plan's template (None when built)."""
-        reused = reuse.instantiate(self.spark, self._with_empty_relations(raw, read), ctx.plan_shape) if reuse is not None else None
+        reused = reuse.instantiate(self.spark, self._with_empty_relations(raw, read), ctx.plan_shape, _lateness_references_of(plan)) if reuse is not None else None
         template = None
         if reused is None:
             built = plan.execute(ctx)
@@ -1088,6 +1100,18 @@ class MicroBatchExecution:
             logger.debug("batch %d: the state task's rows take their partitions after the batch's job", record.batch_id)
             materialized = split_routed_rows(materialized, self.num_partitions, rows_emitted(self.accumulator.value))
         return materialized
+
+    def _lateness_references(self, batch_id: int, late_watermark_ms: int) -> dict[str, int | None] | None:
+        """Each watermark input's lateness reference for batch ``batch_id`` (its largest event
+        time when the previous batch, whose watermark filters this batch's late rows, was
+        planned), or None when lateness is not measured (``operators.lateness``)."""
+        if not self._measure_lateness:
+            return None
+        self._max_event_times_at[batch_id] = {str(k): v for k, v in self.tracker.node_max_event_times.items()}
+        for old in [b for b in self._max_event_times_at if b < batch_id - 1]:
+            del self._max_event_times_at[old]
+        snapshot = self._max_event_times_at.get(batch_id - 1)
+        return {n.node_id: reference_max_ms(snapshot, n.node_id, n.delay_ms, late_watermark_ms) for n in self.plan.find(L.EventTimeWatermark)}
 
     @staticmethod
     def _observations_of_the_reused_plan(record: _BatchRecord, result: Any, template: Any, ctx: BatchContext) -> dict[int, Any]:
@@ -1130,13 +1154,15 @@ class MicroBatchExecution:
             if s is not None:
                 stats[node_id] = s
         delays = {n.node_id: n.delay_ms for n in self.plan.find(L.EventTimeWatermark)}
+        lateness = lateness_records(plan, ctx.observations) if self._measure_lateness else None
         observed = {}
         for name, obs in ctx.extra.get(OBSERVED_METRICS, []):
             metrics = observed_values(obs)
             if metrics is not None:
                 observed[name] = metrics
         self.progress.record_batch(
-            record, plan, list(self.accumulator.value), stats, num_input, materialized, observed, shuffled_rows=shuffled_now
+            record, plan, list(self.accumulator.value), stats, num_input, materialized, observed, shuffled_rows=shuffled_now,
+            lateness=lateness,
         )
         self.tracker.update_watermark_from(stats, delays, record.timestamp_ms)
 
@@ -1167,6 +1193,11 @@ def _is_cancellation(exc: BaseException) -> bool:
         return True
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("cancelled", "canceled", "InterruptedException", "SparkContext was shut down", "KeyboardInterrupt"))
+
+
+def _lateness_references_of(plan: "PhysicalOperator") -> dict[str, int | None]:
+    """The lateness references the batch's ``plan`` gives its watermark nodes, by node id."""
+    return {n.node_id: n.lateness_reference_ms for n in plan.walk() if isinstance(n, EventTimeWatermarkExec) and n.measure_lateness}
 
 
 def _observed_count(obs: Any) -> int:

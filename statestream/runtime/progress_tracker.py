@@ -153,13 +153,16 @@ class ProgressTracker:
         result,
         observed: dict | None = None,
         shuffled_rows: int | None = None,
+        lateness: dict | None = None,
     ) -> None:
+        """Keep what the batch's progress is made of until :meth:`finish_batch` (``lateness``:
+        each watermark input's lateness record, for the progress history only)."""
         ops = []
         for i, w in enumerate(state_writers(plan)):
             ops.append(aggregate_operator_metrics(i, w.operator_name, task_metrics, self.ex.num_partitions))
         self._pending = {
             "record": record, "ops": ops, "stats": stats, "num_input": num_input, "observed": observed or {},
-            "shuffled_rows": shuffled_rows,
+            "shuffled_rows": shuffled_rows, "lateness": lateness,
         }
 
     def finish_batch(self, record) -> None:
@@ -236,7 +239,8 @@ class ProgressTracker:
         self.ex.listeners.post_progress(prog)
         history = getattr(self.ex, "progress_log", None)
         if history is not None:
-            history.add(prog)
+            # statestream's own record of the batch (not in Spark's progress): the lateness
+            history.add({**prog, "lateness": p["lateness"]} if p.get("lateness") else prog)
         self._last_no_execution_report = time.monotonic()
         self._last_sink_rows_reported = prog["sink"]["numOutputRows"] != -1
         self._executed = True

@@ -221,6 +221,8 @@ class WatermarkTracker:
         self.idle_timeout_ms = idle_timeout_ms
         #: node -> the batch time it last saw a row (or was first seen without one)
         self._last_data_ms: dict[Hashable, int] = {}
+        #: node -> the largest event time (ms) it has seen in this run
+        self._node_max_ms: dict[Hashable, int] = {}
 
     def idle_nodes(self, now_ms: int) -> set[Hashable]:
         """The nodes idle at ``now_ms`` (none without an idle timeout)."""
@@ -238,6 +240,12 @@ class WatermarkTracker:
         """A copy of the per-node watermarks (ms); nodes never seen with data are 0 once they
         took part in an update."""
         return dict(self._node_watermarks)
+
+    @property
+    def node_max_event_times(self) -> dict[Hashable, int]:
+        """A copy of the largest event time (ms) each node has seen in this run (nodes without
+        a row yet are missing; the lateness measure's references)."""
+        return dict(self._node_max_ms)
 
     def set_watermark(self, watermark_ms: int) -> None:
         """Set G directly (restart: the value restored from the offset and commit logs)."""
@@ -281,6 +289,7 @@ class WatermarkTracker:
             stats = _as_stats(raw)
             if stats.count <= 0:
                 continue
+            self._node_max_ms[node] = max(self._node_max_ms.get(node, stats.max), stats.max)
             candidate = stats.max - int(delays_by_node[node])
             previous = self._node_watermarks.get(node)
             if previous is None or candidate > previous:

@@ -1,0 +1,136 @@
+"""Lateness measured and advised (issue 50, items 1 and 2), checked against Spark's engine.
+
+A stream with known lateness (rows behind the stream's front by exponential delays) runs on
+statestream with a 2 s watermark; each batch's history entry must carry a lateness histogram
+whose rows at least the delay late are exactly the rows the deduplication dropped. Then the
+advisor's delay for 99% of the rows runs on Spark's engine over the same batches: it must keep
+exactly the rows the histogram says (at least 99%), and one bucket less must keep fewer than 99%
+(the advice is the least bucket edge that keeps them).
+
+No-data batches are off in every run: the reference a row's lateness is measured from is the
+input's largest event time when the previous batch was planned, and a no-data batch between two
+data batches (which a longer delay may not run) would change it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from tests.differential.harness import write_input_file
+
+SCHEMA = StructType([StructField("id", LongType()), StructField("ms", LongType())])
+BATCHES = 8
+ROWS = 300
+BASE_MS = 1_700_000_000_000
+
+
+def _batches(seed: int = 7) -> list[list[tuple[int, int]]]:
+    """Batch i's rows: event times in the 10 s before the batch's front, each later by an
+    exponential delay (mean 6 s)."""
+    rng = random.Random(seed)
+    out, next_id = [], 0
+    for i in range(BATCHES):
+        front = BASE_MS + 10_000 * (i + 1)
+        rows = []
+        for _ in range(ROWS):
+            rows.append((next_id, front - rng.randrange(10_000) - int(rng.expovariate(1 / 6000))))
+            next_id += 1
+        out.append(rows)
+    return out
+
+
+def _write(directory: Path) -> None:
+    for i, rows in enumerate(_batches()):
+        write_input_file(directory, i, rows, SCHEMA, "parquet", 1_700_000_000 + i)
+
+
+def _run(session, directory: Path, checkpoint: Path, delay: str) -> list[int]:
+    """Each batch's deduplicated (kept) rows, through foreachBatch."""
+    kept: list[int] = []
+    query = (
+        session.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1).load(str(directory))
+        .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", delay).dropDuplicates(["id", "t"])
+        .writeStream.foreachBatch(lambda df, _id: kept.append(df.count()))
+        .option("checkpointLocation", str(checkpoint)).start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    return kept
+
+
+@pytest.fixture
+def no_data_batches_off(spark):
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    yield
+    spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
+
+
+def _history(checkpoint: Path) -> list[dict]:
+    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.checkpoint.progress_log import ProgressLog
+
+    return ProgressLog(CheckpointFileManager(str(checkpoint)).child("progress")).read()
+
+
+@pytest.mark.parametrize("reuse", ["true", "false"])
+def test_the_histogram_counts_exactly_the_rows_the_watermark_drops(spark, tmp_path, no_data_batches_off, reuse, caplog):
+    from statestream import StreamingSession
+
+    _write(tmp_path / "in")
+    spark.conf.set("spark.statestream.planReuse.enabled", reuse)
+    try:
+        kept = _run(StreamingSession(spark), tmp_path / "in", tmp_path / "ck", "2 seconds")
+    finally:
+        spark.conf.unset("spark.statestream.planReuse.enabled")
+    history = _history(tmp_path / "ck")
+    assert [e["batchId"] for e in history] == list(range(BATCHES))
+    assert "could not be reused" not in caplog.text  # the batches after the first swapped their reference in
+    late_somewhere = 0
+    for entry, rows_kept in zip(history, kept):
+        [record] = entry["lateness"].values()
+        dropped = entry["stateOperators"][0]["numRowsDroppedByWatermark"]
+        assert record["column"] == "t" and record["delayMs"] == 2000
+        assert record["rows"] == entry["numInputRows"] == ROWS
+        assert record["ahead"] + sum(n for _, n in record["buckets"]) == ROWS
+        assert record["beyondDelay"] == dropped == ROWS - rows_kept, entry["batchId"]
+        late_somewhere += dropped
+    # the first two batches have no reference (no row can be late yet)
+    assert [e["lateness"] and next(iter(e["lateness"].values()))["referenceMs"] for e in history[:2]] == [None, None]
+    assert late_somewhere > 0
+    # Spark's progress (lastProgress, listeners) has no such field: only the history does
+    assert "lateness" not in json.loads(json.dumps(history[0]["sources"]))
+
+
+def test_the_advised_delay_keeps_what_it_promises_on_sparks_engine(spark, tmp_path, no_data_batches_off, capsys):
+    from statestream import StreamingSession
+    from statestream.commands.cli import main
+    from statestream.operators.lateness import bucket_delay_ms, bucket_of
+    from statestream.tools.lateness_advisor import advise
+
+    _write(tmp_path / "in")
+    _run(StreamingSession(spark), tmp_path / "in", tmp_path / "ck", "2 seconds")
+    [advice] = advise(str(tmp_path / "ck"), completeness=0.99)
+    total = BATCHES * ROWS
+    assert advice.rows == total and advice.delay_ms == 2000 and advice.kept_rows < total
+    assert advice.advised_kept_rows >= 0.99 * total > advice.kept_rows
+
+    def kept_on_spark(delay_ms: int, name: str) -> int:
+        return sum(_run(spark, tmp_path / "in", tmp_path / name, f"{delay_ms} milliseconds"))
+
+    # the truth: Spark's engine with the advised delay keeps what the histogram says it does
+    assert kept_on_spark(advice.advised_delay_ms, "spark-advised") == advice.advised_kept_rows
+    smaller = bucket_delay_ms(bucket_of(advice.advised_delay_ms - 1) - 1)
+    assert kept_on_spark(smaller, "spark-smaller") < 0.99 * total
+
+    assert main(["watermark", "advise", str(tmp_path / "ck"), "--completeness", "99"]) == 0
+    text = capsys.readouterr().out
+    assert "advised delay" in text and "windows close" in text
+    assert main(["watermark", "advise", str(tmp_path / "ck"), "--json"]) == 0
+    [as_json] = json.loads(capsys.readouterr().out)
+    assert as_json["completeness"] == 0.999 and as_json["advisedKeptRows"] >= 0.999 * total
