@@ -403,7 +403,7 @@ def _watermark_advise(args: argparse.Namespace) -> int:
         print(json.dumps([a.to_json() for a in advice], indent=2))
         return 0
     for a in advice:
-        print(f"input {a.column} (watermark node {a.node_id}), {a.rows:,} rows over {a.batches} batches")
+        print(f"input {a.node_id}, {a.rows:,} rows over {a.batches} batches")
         print(f"  delay in force  {format_delay(a.delay_ms)}: kept {a.kept_share:.4%} of the rows ({a.rows - a.kept_rows:,} late)")
         print(
             f"  advised delay   {format_delay(a.advised_delay_ms)}: keeps {a.advised_kept_share:.4%} "

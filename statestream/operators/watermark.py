@@ -197,20 +197,25 @@ def observed_values(obs, timeout_s: float = 5.0) -> dict | None:
 
 
 def lateness_records(plan: PhysicalOperator, observations: Mapping[str, object]) -> dict[str, dict]:
-    """Each lateness-measuring watermark node's record of the batch, by node id, for the
-    progress history: its column, delay and reference, its rows, the rows at least the delay
-    late, and their histogram (``LatenessHistogram.to_json``). A node whose observation did not
-    run (no job over its rows) is left out."""
+    """Each lateness-measuring watermark node's record of the batch for the progress history:
+    its column, delay and reference, its rows, the rows at least the delay late, and their
+    histogram (``LatenessHistogram.to_json``). Keyed by a name that stays across restarts (node
+    ids do not): the event-time column, with `` (2)``, `` (3)``... for the second and later
+    nodes of the same column in plan order. A node whose observation did not run (no job over
+    its rows) is left out."""
     out: dict[str, dict] = {}
+    seen: dict[str, int] = {}
     for node in plan.walk():
         if not isinstance(node, EventTimeWatermarkExec) or not node.measure_lateness:
             continue
+        seen[node.column] = seen.get(node.column, 0) + 1
+        name = node.column if seen[node.column] == 1 else f"{node.column} ({seen[node.column]})"
         values = observed_values(observations.get(node.node_id))
         if values is None:
             continue
         count = int(values.get("count") or 0)
         histogram = LatenessHistogram.from_observation(count, values.get(LATENESS_FIELD))
-        out[node.node_id] = {
+        out[name] = {
             "column": node.column,
             "delayMs": int(node.delay_ms),
             "referenceMs": node.lateness_reference_ms,

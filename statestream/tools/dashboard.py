@@ -119,7 +119,8 @@ _PAGE = r"""<!doctype html>
  <div id="rates" class="chart"></div><div id="inputRows" class="chart"></div>
  <div id="duration" class="chart"></div><div id="watermark" class="chart"></div>
  <div id="stateRows" class="chart"></div><div id="stateMemory" class="chart"></div>
- <div id="lateRows" class="chart"></div><div id="last"></div>
+ <div id="lateRows" class="chart"></div><div id="lateness" class="chart"></div>
+ <div id="last"></div>
 </div>
 <script>
 const CHECKPOINT = __CHECKPOINT__;
@@ -205,11 +206,47 @@ function render() {
   Object.entries(perOperator("memoryUsedBytes")).forEach(([n, ys]) => sizes[n + " in memory"] = ys);
   draw("stateMemory", "State size per operator", "bytes", sizes);
   draw("lateRows", "Rows dropped as late", "rows", perOperator("numRowsDroppedByWatermark"), "bar");
+  drawLateness();
   const rows = [["batch", last.batchId], ["input rows", last.numInputRows], ["duration (ms)", last.batchDuration],
     ["watermark", watermarkMs(last) === null ? "none yet" : last.eventTime.watermark], ["sink rows", (last.sink || {}).numOutputRows]];
   document.getElementById("last").innerHTML = "<h3>Last batch</h3><table>" +
     rows.map(([k, v]) => "<tr><td>" + k + "</td><td>" + shown(v) + "</td></tr>").join("") + "</table>";
   document.body.dataset.batches = JSON.stringify(history.map(p => p.batchId));
+}
+
+// the rows of every batch by how late they came (statestream's lateness histogram, per
+// watermark input): x is the delay that keeps a bucket's rows (its upper edge, in seconds)
+const bucketDelayMs = (b) => b <= 0 ? 1 : Math.ceil(Math.pow(2, b / 4));
+function drawLateness() {
+  const inputs = {};
+  for (const p of history) Object.entries(p.lateness || {}).forEach(([node, rec]) => {
+    const name = node;
+    const input = inputs[name] || (inputs[name] = {buckets: {}, delayMs: rec.delayMs, ahead: 0});
+    input.delayMs = rec.delayMs;
+    input.ahead += rec.ahead;
+    (rec.buckets || []).forEach(([b, n]) => input.buckets[b] = (input.buckets[b] || 0) + n);
+  });
+  const traces = [], shapes = [], series = {};
+  Object.entries(inputs).forEach(([name, input]) => {
+    const bs = Object.keys(input.buckets).map(Number).sort((a, b) => a - b);
+    series[name] = {delayMs: input.delayMs, ahead: input.ahead, buckets: bs.map(b => [b, input.buckets[b]])};
+    traces.push({x: bs.map(b => bucketDelayMs(b) / 1000), y: bs.map(b => input.buckets[b]), name: name, type: "bar"});
+    shapes.push({type: "line", xref: "x", yref: "paper", x0: input.delayMs / 1000, x1: input.delayMs / 1000, y0: 0, y1: 1,
+      line: {dash: "dot", color: "#c00"}});
+  });
+  const lay = layout("Lateness: rows behind the stream's front (red: the delay)", "rows", 0);
+  lay.xaxis = {title: {text: "behind by less than (s)"}, type: "log", automargin: true};
+  lay.shapes = shapes;
+  const empty = !traces.length || traces.every(t => !t.y.length);
+  if (empty) {
+    lay.yaxis.range = [0, 1];
+    lay.yaxis.showticklabels = false;
+    lay.annotations = [{text: traces.length ? "no row behind the front" : "no lateness recorded", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: {size: 16, color: "#888"}}];
+  }
+  Plotly.react("lateness", traces, lay, {displayModeBar: false, responsive: true});
+  const el = document.getElementById("lateness");
+  el.dataset.series = JSON.stringify(series);
+  el.dataset.empty = JSON.stringify(empty);
 }
 
 async function poll() {

@@ -32,7 +32,8 @@ class InputAdvice:
     Attributes
     ----------
     node_id, column:
-        The watermark node and its event-time column.
+        The input's name in the history (its event-time column, numbered when several inputs
+        have the same) and its event-time column.
     delay_ms:
         The delay in force (of the last batch read).
     rows:

@@ -19,6 +19,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from statestream.checkpoint.files import CheckpointFileManager
+from statestream.checkpoint.progress_log import ProgressLog
 from tests.differential.harness import write_input_file
 from tests.spark_confs import session_confs
 
@@ -125,6 +127,13 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     gaps = data_of(dom, "watermark")["series"]["watermark gap"]
     assert gaps[: ids.index(started[0])] == [None] * ids.index(started[0]) and None not in gaps[ids.index(started[0]) :]
     assert data_of(dom, "lateRows")["empty"] is False
+    # the lateness histogram (statestream's, from the history) sums every batch's buckets
+    history = ProgressLog(CheckpointFileManager(str(checkpoint)).child("progress")).read()
+    [lateness] = data_of(dom, "lateness")["series"].values()
+    records = [next(iter(e["lateness"].values())) for e in history]
+    assert lateness["delayMs"] == 10_000 and lateness["ahead"] == sum(r["ahead"] for r in records)
+    assert sum(n for _, n in lateness["buckets"]) == sum(n for r in records for _, n in r["buckets"]) > 0
+    assert lateness["ahead"] + sum(n for _, n in lateness["buckets"]) == sum(len(b) for b in batches)
     # a foreachBatch sink reports numOutputRows -1 (as on Spark): shown as n/a
     assert progress[-1]["sink"]["numOutputRows"] == -1
     assert re.search(r"<td>sink rows</td><td>n/a</td>", dom), re.search(r'<div id="last">.*?</table>', dom, re.S).group(0)
