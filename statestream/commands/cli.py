@@ -404,10 +404,10 @@ def _watermark_advise(args: argparse.Namespace) -> int:
         return 0
     for a in advice:
         print(f"input {a.node_id}, {a.rows:,} rows over {a.batches} batches")
-        print(f"  delay in force  {format_delay(a.delay_ms)}: kept {a.kept_share:.4%} of the rows ({a.rows - a.kept_rows:,} late)")
+        print(f"  delay in force  {format_delay(a.delay_ms)}: kept {a.kept_share:.2%} of the rows ({a.rows - a.kept_rows:,} late)")
         print(
-            f"  advised delay   {format_delay(a.advised_delay_ms)}: keeps {a.advised_kept_share:.4%} "
-            f"(asked for {a.completeness:.4%}; the delay is exact to within 19%)"
+            f"  advised delay   {format_delay(a.advised_delay_ms)}: keeps {a.advised_kept_share:.2%} "
+            f"(asked for {a.completeness:.2%}; the delay is exact to within 19%)"
         )
         when = "later" if a.closes_later_ms >= 0 else "earlier"
         batches = f", about {abs(a.closes_later_batches):g} batches" if a.closes_later_batches is not None else ""

@@ -227,15 +227,22 @@ function drawLateness() {
     (rec.buckets || []).forEach(([b, n]) => input.buckets[b] = (input.buckets[b] || 0) + n);
   });
   const traces = [], shapes = [], series = {};
+  // one category per bucket from the least to the greatest seen (empty ones too), so the axis
+  // runs evenly in log steps; the delay's line stands before the first bucket it keeps
+  const all = Object.values(inputs).flatMap(input => Object.keys(input.buckets).map(Number));
+  const lo = Math.min(...all), hi = Math.max(...all);
+  const span = all.length ? Array.from({length: hi - lo + 1}, (_, i) => lo + i) : [];
+  const label = (b) => { const s = bucketDelayMs(b) / 1000; return "< " + (s >= 1 ? s.toPrecision(3).replace(/\.?0+$/, "") : String(+s.toPrecision(2))) + " s"; };
   Object.entries(inputs).forEach(([name, input]) => {
     const bs = Object.keys(input.buckets).map(Number).sort((a, b) => a - b);
     series[name] = {delayMs: input.delayMs, ahead: input.ahead, buckets: bs.map(b => [b, input.buckets[b]])};
-    traces.push({x: bs.map(b => bucketDelayMs(b) / 1000), y: bs.map(b => input.buckets[b]), name: name, type: "bar"});
-    shapes.push({type: "line", xref: "x", yref: "paper", x0: input.delayMs / 1000, x1: input.delayMs / 1000, y0: 0, y1: 1,
-      line: {dash: "dot", color: "#c00"}});
+    traces.push({x: span.map(label), y: span.map(b => input.buckets[b] || 0), name: name, type: "bar"});
+    const at = span.findIndex(b => bucketDelayMs(b) > input.delayMs);
+    const x = (at < 0 ? span.length : at) - 0.5;
+    shapes.push({type: "line", xref: "x", yref: "paper", x0: x, x1: x, y0: 0, y1: 1, line: {dash: "dot", color: "#c00"}});
   });
   const lay = layout("Lateness: rows behind the stream's front (red: the delay)", "rows", 0);
-  lay.xaxis = {title: {text: "behind by less than (s)"}, type: "log", automargin: true};
+  lay.xaxis = {title: {text: "behind by less than"}, type: "category", automargin: true};
   lay.shapes = shapes;
   const empty = !traces.length || traces.every(t => !t.y.length);
   if (empty) {
