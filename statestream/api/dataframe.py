@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from pyspark import _NoValue  # PySpark's marker of an argument not given (replace's value)
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.session import SparkSession as ClassicSparkSession  # PySpark's own sql, not an enabled session's
@@ -814,7 +815,14 @@ class DataFrame:
         """Drop rows whose key was seen within the watermark delay, as PySpark's
         ``DataFrame.dropDuplicatesWithinWatermark`` (the stream needs a ``withWatermark``).
         """
-        template = self._plan.template.dropDuplicates(subset)
+        try:
+            template = self._plan.template.dropDuplicates(subset)
+        except AnalysisException as exc:
+            # Spark's batch dropDuplicates refuses map keys, its DeduplicateWithinWatermark takes
+            # them: the input's template stands in (the same columns), keys resolved in Python
+            if exc.getCondition() != "UNSUPPORTED_FEATURE.SET_OPERATION_ON_MAP_TYPE":
+                raise
+            template = self._plan.template
         node = L.Deduplicate(template=template, child=self._plan, keys=self._dedup_keys(template, subset), within_watermark=True)
         return DataFrame(node, self._session)
 

@@ -87,7 +87,7 @@ EXPIRES_AT_FIELD = "expiresAtMicros"
 
 def _needs_rewrite(t: pa.DataType) -> bool:
     """Whether a key type must be re-encoded to be matched as Spark matches dedup keys."""
-    if pa.types.is_floating(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+    if pa.types.is_floating(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         return True
     if pa.types.is_struct(t):
         return any(_needs_rewrite(t.field(i).type) for i in range(t.num_fields))
@@ -152,6 +152,16 @@ def _encode_list(arr: pa.Array) -> pa.Array:
 _NO_SEPARATOR = pa.scalar(b"", pa.large_binary())
 
 
+def _map_entries(arr: pa.Array) -> pa.Array:
+    """A map column as the list of its (key, value) entries, in the order the map holds them:
+    Spark compares dedup keys as binary rows, in which ``{a: 1, b: 2}`` and ``{b: 2, a: 1}``
+    differ (unlike an aggregation's grouping, which sorts a map's entries first)."""
+    if arr.offset:  # Arrow takes a validity mask only with offsets that start the array
+        arr = pa.concat_arrays([arr])
+    entries = pa.StructArray.from_arrays([arr.keys, arr.items], names=["key", "value"])
+    return pa.ListArray.from_arrays(arr.offsets, entries, mask=arr.is_null() if arr.null_count else None)
+
+
 def _length_prefixed(values: pa.Array) -> pa.Array:
     """Each value of a ``large_binary`` array (nulls as empty) after a validity byte and its
     length in 4 bytes: parts that concatenate without ambiguity."""
@@ -181,6 +191,8 @@ def _element_bytes(values: pa.Array) -> pa.Array:
         return _with_nulls_of(values, pc.binary_join_element_wise(*parts, _NO_SEPARATOR))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _encode_list(values)
+    if pa.types.is_map(t):
+        return _encode_list(_map_entries(values))
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return values.cast(pa.large_binary())
     if pa.types.is_decimal(t):
@@ -201,7 +213,8 @@ def _with_nulls_of(values: pa.Array, encoded: pa.Array) -> pa.Array:
 
 def _binary_view(arr: pa.Array) -> pa.Array:
     """``arr`` as Spark compares it in a binary key row: floating-point values by their bits (NaN
-    made canonical, as ``UnsafeRow`` writes it), lists by an exact byte encoding."""
+    made canonical, as ``UnsafeRow`` writes it), lists and maps (their entries in order) by an
+    exact byte encoding."""
     t = arr.type
     if pa.types.is_floating(t):
         canonical = pc.if_else(pc.is_nan(arr), pa.scalar(float("nan"), t), arr)
@@ -209,6 +222,8 @@ def _binary_view(arr: pa.Array) -> pa.Array:
         return canonical.view(width)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _encode_list(arr)
+    if pa.types.is_map(t):
+        return _encode_list(_map_entries(arr))
     if pa.types.is_struct(t) and _needs_rewrite(t):
         children = [_binary_view(arr.field(i)) for i in range(t.num_fields)]
         fields = [pa.field(t.field(i).name, c.type, t.field(i).nullable) for i, c in enumerate(children)]
@@ -284,7 +299,7 @@ def binary_comparable_decoded(arr: pa.Array, spark_type: Any) -> pa.Array | None
         out_fields = [pa.field(t.field(i).name, c.type, t.field(i).nullable) for i, c in enumerate(children)]
         mask = pc.is_null(arr) if arr.null_count else None
         return pa.StructArray.from_arrays(children, fields=out_fields, mask=mask)
-    if kind == "array" and (pa.types.is_large_binary(t) or pa.types.is_binary(t)):
+    if kind in ("array", "map") and (pa.types.is_large_binary(t) or pa.types.is_binary(t)):
         return None
     return arr
 
