@@ -135,7 +135,7 @@ def key_not_in_partition_error(partition: int, operator_id: int, store_name: str
 def lateness_not_recorded_error(checkpoint: str) -> CheckpointError:
     """The watermark advisor on a checkpoint whose progress history holds no lateness record."""
     return CheckpointError(
-        f"no lateness recorded in {checkpoint}/progress: the advisor needs a query with withWatermark that ran with its "
-        "progress history and lateness measure on (spark.statestream.progress.history and "
-        "spark.statestream.lateness.enabled, both true by default); run the query for a few batches first"
+        f"no lateness recorded in {checkpoint}/progress: the advisor needs a query with withWatermark that ran with "
+        "spark.statestream.lateness.enabled=true (and its progress history on, the default); set it and run the query "
+        "for a few batches first"
     )

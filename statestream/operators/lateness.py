@@ -43,7 +43,8 @@ __all__ = [
     "reference_max_ms",
 ]
 
-#: statestream's conf: measure each watermark input's lateness (default true)
+#: statestream's conf: measure each watermark input's lateness (default false: it costs the watermark
+#: node about 0.2 to 0.4 s per million rows, measured on W1)
 LATENESS_CONF = "spark.statestream.lateness.enabled"
 
 BUCKETS_PER_DOUBLING = 4

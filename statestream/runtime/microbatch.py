@@ -296,6 +296,8 @@ class MicroBatchExecution:
         )
         #: how long stop() waits for the query thread (0: no limit)
         self._stop_timeout_ms = max(0, parse_time_conf_ms(_conf(conf, STOP_TIMEOUT_CONF, "0")))
+        #: measure each watermark input's lateness (read here, in the thread that starts the query)
+        self._lateness_on = _conf(conf, LATENESS_CONF, "false").strip().lower() == "true"
         self._last_plan: "PhysicalOperator" | None = None
         #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
         #: every batch
@@ -739,7 +741,7 @@ class MicroBatchExecution:
         self._speed_up_python_workers(user)
         self.has_watermark = bool(self.plan.find(L.EventTimeWatermark))
         # the lateness measure goes into the progress history: nothing to measure without it
-        self._measure_lateness = self.has_watermark and self.progress_log is not None and _conf(user.conf, LATENESS_CONF, "true").strip().lower() == "true"
+        self._measure_lateness = self.has_watermark and self.progress_log is not None and self._lateness_on
         #: batch id -> the watermark inputs' largest event times when that batch was planned
         self._max_event_times_at: dict[int, dict] = {}
         # Spark's PropagateWatermarkSimulator (allowMultiple=true) refuses a watermark above

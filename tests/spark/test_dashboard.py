@@ -80,7 +80,8 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     batches = [[(1,), (2,), (3,)], [(6,), (7,), (12,)], [(14,), (21,)], [(30,), (31,), (2,)], [(45,)]]
     for i, b in enumerate(batches[:3]):
         write_input_file(input_dir, i, b, schema, "parquet", 1_700_000_000 + i)
-    first = _start(ss, input_dir, checkpoint)  # a first run: its history must survive the restart
+    with session_confs(spark, {"spark.statestream.lateness.enabled": "true"}):
+        first = _start(ss, input_dir, checkpoint)  # a first run: its history must survive the restart
     first.processAllAvailable()
     first.stop()
     earlier = [p for p in first.recentProgress]
@@ -88,7 +89,7 @@ def test_dashboard_of_a_running_query_in_chromium(spark, chromium, tmp_path):
     shutil.copytree(checkpoint, quiet)
     for i, b in enumerate(batches[3:], start=3):
         write_input_file(input_dir, i, b, schema, "parquet", 1_700_000_000 + i)
-    with session_confs(spark, {"spark.statestream.ui.port": "0"}):
+    with session_confs(spark, {"spark.statestream.ui.port": "0", "spark.statestream.lateness.enabled": "true"}):
         query = _start(ss, input_dir, checkpoint)
     try:
         query.processAllAvailable()

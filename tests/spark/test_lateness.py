@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from tests.differential.harness import write_input_file
+from tests.spark_confs import session_confs
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("ms", LongType())])
 BATCHES = 8
@@ -66,9 +67,9 @@ def _run(session, directory: Path, checkpoint: Path, delay: str) -> list[int]:
 
 @pytest.fixture
 def no_data_batches_off(spark):
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    yield
-    spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
+    """Lateness measured (statestream's opt-in), no-data batches off (both engines)."""
+    with session_confs(spark, {"spark.sql.streaming.noDataMicroBatches.enabled": "false", "spark.statestream.lateness.enabled": "true"}):
+        yield
 
 
 def _history(checkpoint: Path) -> list[dict]:
