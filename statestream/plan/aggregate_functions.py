@@ -22,11 +22,38 @@ from statestream.operators.python_worker import releasing_zip_importers
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["BufferField", "DecimalArg", "FilterCondition", "WithinGroup", "decimal_arg", "FunctionSpec", "FUNCTIONS", "ALIASES", "DISTINCT_AGGREGATION_CONF", "distinct_spec"]
+__all__ = [
+    "BufferField",
+    "DecimalArg",
+    "FilterCondition",
+    "WithinGroup",
+    "decimal_arg",
+    "FunctionSpec",
+    "FUNCTIONS",
+    "ALIASES",
+    "DISTINCT_AGGREGATION_CONF",
+    "LEGACY_DISTINCT_AGGREGATION_CONF",
+    "distinct_aggregation_enabled",
+    "distinct_spec",
+]
 
 #: statestream's opt-in (Spark refuses distinct aggregates on streams): exact distinct aggregates,
 #: the distinct values kept in state with their group
-DISTINCT_AGGREGATION_CONF = "statestream.sql.streaming.distinctAggregation.enabled"
+DISTINCT_AGGREGATION_CONF = "spark.statestream.aggregation.distinct.enabled"
+#: its first name, still read (without the ``spark.`` prefix that statestream's other confs have)
+LEGACY_DISTINCT_AGGREGATION_CONF = "statestream.sql.streaming.distinctAggregation.enabled"
+
+
+def distinct_aggregation_enabled(get: Callable[[str, str], Any]) -> bool:
+    """Whether a session's confs (``get(key, default)``) turn exact distinct aggregates on,
+    under :data:`DISTINCT_AGGREGATION_CONF` or its legacy name.
+
+    >>> distinct_aggregation_enabled({"statestream.sql.streaming.distinctAggregation.enabled": "TRUE"}.get)
+    True
+    >>> distinct_aggregation_enabled({}.get)
+    False
+    """
+    return any(str(get(key, "false")).strip().lower() == "true" for key in (DISTINCT_AGGREGATION_CONF, LEGACY_DISTINCT_AGGREGATION_CONF))
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from statestream.errors import (
     distinct_aggregation_disabled_error,
     star_aggregate_error,
 )
-from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, BufferField, WithinGroup, decimal_arg, distinct_spec, interval_arg
+from statestream.plan.aggregate_functions import ALIASES, DISTINCT_AGGREGATION_CONF, FUNCTIONS, distinct_aggregation_enabled, BufferField, WithinGroup, decimal_arg, distinct_spec, interval_arg
 from statestream._jvm.calls import java_column, jvm_seq, jvm_view
 
 if TYPE_CHECKING:
@@ -151,11 +151,7 @@ def _literal(node: Any) -> Any:
 def _distinct(name: str, function: str, nodes: list, input_df: Any) -> Any:
     """The spec of ``name(DISTINCT x)``: only with statestream's opt-in conf (Spark refuses
     distinct aggregates on streams, and so does ``start()`` without it), one value column."""
-    enabled = False
-    if input_df is not None:
-        value = input_df.sparkSession.conf.get(DISTINCT_AGGREGATION_CONF, "false")
-        enabled = str(value).strip().lower() == "true"
-    if not enabled:
+    if input_df is None or not distinct_aggregation_enabled(input_df.sparkSession.conf.get):
         raise distinct_aggregation_disabled_error(name, DISTINCT_AGGREGATION_CONF)
     if len(nodes) != 1 or FUNCTIONS[function].arity[0] > 1 or function in ("first", "last", "try_sum"):
         raise distinct_aggregate_not_supported_error(name)

@@ -62,7 +62,7 @@ from statestream.errors.unsupported_operations import (
     stream_stream_bound_message,
     unsupported_expressions_message,
 )
-from statestream.plan.aggregate_functions import DISTINCT_AGGREGATION_CONF
+from statestream.plan.aggregate_functions import distinct_aggregation_enabled
 from statestream.plan.joins import needs_stream_stream_bound, stream_join_refusal
 from statestream._jvm.calls import java_dataframe, jvm_plan_nodes, jvm_seq
 from statestream.plan.logical import (
@@ -625,11 +625,6 @@ def _throw(error: StatestreamAnalysisException | str, node: LogicalPlan) -> None
     raise exc
 
 
-def _conf_flag(conf: Mapping[str, str] | None, key: str) -> bool:
-    """An opt-in boolean conf: true only when set to ``true``."""
-    return bool(conf) and str(conf.get(key, "false")).strip().lower() == "true"  # type: ignore[union-attr]
-
-
 def _conf_enabled(conf: Mapping[str, str] | None, key: str) -> bool:
     """Spark's boolean conf parsing: case-insensitive ``true``/``false``, default true here."""
     if not conf or key not in conf:
@@ -696,7 +691,7 @@ def check_for_streaming(
                 ):
                     _throw(stream_stream_bound_message(node.join_type), node)
                 continue
-            if isinstance(fact, DistinctAggregateUse) and _conf_flag(conf, DISTINCT_AGGREGATION_CONF):
+            if isinstance(fact, DistinctAggregateUse) and conf and distinct_aggregation_enabled(conf.get):
                 continue  # statestream's opt-in: exact distinct aggregates (plan/aggregate_functions.py)
             error = _fact_error(fact, streaming)
             if error is not None:

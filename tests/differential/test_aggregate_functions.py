@@ -317,7 +317,7 @@ def test_histogram_numeric_of_merged_batches(spark, ours, tmp_path):
 
 
 def test_exact_distinct_aggregates_opt_in(spark, tmp_path):
-    """statestream's opt-in beyond Spark: with ``statestream.sql.streaming.distinctAggregation.enabled``
+    """statestream's opt-in beyond Spark: with ``spark.statestream.aggregation.distinct.enabled``
     the distinct aggregates Spark refuses on a stream run exactly. Spark's engine cannot be the
     oracle here, so each complete-mode batch is compared with Spark's *batch* query over every
     file read so far; without the conf, ``start()`` refuses the query with Spark's error."""
@@ -327,7 +327,7 @@ def test_exact_distinct_aggregates_opt_in(spark, tmp_path):
 
     from tests.differential.harness import rows_match
 
-    conf = "statestream.sql.streaming.distinctAggregation.enabled"
+    conf = "spark.statestream.aggregation.distinct.enabled"
 
     def build(df: DataFrame) -> DataFrame:
         return df.groupBy("k").agg(
