@@ -795,9 +795,16 @@ def kafka_missing_bootstrap_servers_error() -> StatestreamError:
 
 
 def kafka_null_topic_error() -> StatestreamIllegalStateException:
-    """A row for the Kafka sink with a null topic and no ``topic`` option."""
+    """A row for the Kafka sink with a null topic and no ``topic`` option: Spark's
+    ``KAFKA_NULL_TOPIC_IN_DATA``, whose text (as Spark's Kafka errors do) has no ``[CLASS]``
+    prefix, the class being the exception's condition.
+
+    >>> kafka_null_topic_error().getCondition()
+    'KAFKA_NULL_TOPIC_IN_DATA'
+    """
     return StatestreamIllegalStateException(
-        "The Kafka message data sent to the producer contains a null topic. Use the `topic` option for setting a default topic."
+        "The Kafka message data sent to the producer contains a null topic. Use the `topic` option for setting a default topic.",
+        "KAFKA_NULL_TOPIC_IN_DATA",
     )
 
 
