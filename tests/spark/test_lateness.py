@@ -46,9 +46,10 @@ def _batches(seed: int = 7) -> list[list[tuple[int, int]]]:
     return out
 
 
-def _write(directory: Path) -> None:
+def _write(directory: Path, batches: range = range(BATCHES)) -> None:
     for i, rows in enumerate(_batches()):
-        write_input_file(directory, i, rows, SCHEMA, "parquet", 1_700_000_000 + i)
+        if i in batches:
+            write_input_file(directory, i, rows, SCHEMA, "parquet", 1_700_000_000 + i)
 
 
 def _run(session, directory: Path, checkpoint: Path, delay: str) -> list[int]:
@@ -95,6 +96,7 @@ def test_the_histogram_counts_exactly_the_rows_the_watermark_drops(spark, tmp_pa
     late_somewhere = 0
     for entry, rows_kept in zip(history, kept):
         [record] = entry["lateness"].values()
+        assert list(entry["lateness"]) == ["t"]
         dropped = entry["stateOperators"][0]["numRowsDroppedByWatermark"]
         assert record["column"] == "t" and record["delayMs"] == 2000
         assert record["rows"] == entry["numInputRows"] == ROWS
@@ -106,6 +108,26 @@ def test_the_histogram_counts_exactly_the_rows_the_watermark_drops(spark, tmp_pa
     assert late_somewhere > 0
     # Spark's progress (lastProgress, listeners) has no such field: only the history does
     assert "lateness" not in json.loads(json.dumps(history[0]["sources"]))
+
+
+def test_after_a_restart_the_front_is_the_watermark_plus_the_delay(spark, tmp_path, no_data_batches_off):
+    """A restart forgets each input's largest event time (Spark keeps only the query's
+    watermark): the first batches after it take their front from the watermark, which for one
+    input is the same figure, so the rows counted late are still exactly those dropped."""
+    from statestream import StreamingSession
+
+    ss = StreamingSession(spark)
+    _write(tmp_path / "in", range(0, 4))
+    kept = _run(ss, tmp_path / "in", tmp_path / "ck", "2 seconds")
+    _write(tmp_path / "in", range(4, BATCHES))
+    kept += _run(ss, tmp_path / "in", tmp_path / "ck", "2 seconds")
+    history = _history(tmp_path / "ck")
+    assert [e["batchId"] for e in history] == list(range(BATCHES)) and len({e["runId"] for e in history}) == 2
+    fronts = [e["lateness"]["t"]["referenceMs"] for e in history]
+    watermarks = [json.loads((tmp_path / "ck" / "offsets" / str(b)).read_text().splitlines()[1])["batchWatermarkMs"] for b in range(BATCHES)]
+    assert fronts[4] == watermarks[3] + 2000 and fronts[5] == watermarks[4] + 2000  # the batches after the restart
+    for entry, rows_kept in zip(history, kept):
+        assert entry["lateness"]["t"]["beyondDelay"] == entry["stateOperators"][0]["numRowsDroppedByWatermark"] == ROWS - rows_kept
 
 
 def test_the_advised_delay_keeps_what_it_promises_on_sparks_engine(spark, tmp_path, no_data_batches_off, capsys):
@@ -135,3 +157,31 @@ def test_the_advised_delay_keeps_what_it_promises_on_sparks_engine(spark, tmp_pa
     assert main(["watermark", "advise", str(tmp_path / "ck"), "--json"]) == 0
     [as_json] = json.loads(capsys.readouterr().out)
     assert as_json["completeness"] == 0.999 and as_json["advisedKeptRows"] >= 0.999 * total
+
+
+def test_each_watermark_input_has_its_own_record(spark, tmp_path, no_data_batches_off):
+    """A union of two inputs, each with its watermark on a column of the same name: two records,
+    ``t`` and ``t (2)`` in plan order, and advice for each."""
+    from statestream import StreamingSession
+    from statestream.tools.lateness_advisor import advise
+
+    ss = StreamingSession(spark)
+    for side in ("a", "b"):
+        _write(tmp_path / side, range(0, 4))
+
+    def side(name: str):
+        return (
+            ss.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1).load(str(tmp_path / name))
+            .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", "2 seconds")
+        )
+
+    query = (
+        side("a").unionByName(side("b")).dropDuplicates(["id", "t"]).writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    history = _history(tmp_path / "ck")
+    assert all(sorted(e["lateness"]) == ["t", "t (2)"] for e in history)
+    assert [e["numInputRows"] for e in history] == [sum(r["rows"] for r in e["lateness"].values()) for e in history]
+    assert sorted(a.node_id for a in advise(str(tmp_path / "ck"), completeness=0.9)) == ["t", "t (2)"]
