@@ -41,3 +41,18 @@ def test_no_lateness_gives_no_advice_and_a_bad_share_is_refused():
 
 def test_delays_read_as_watermark_delays():
     assert [format_delay(x) for x in (0, 999, 1000, 90_000, -2000)] == ["0 milliseconds", "999 milliseconds", "1 seconds", "1.5 minutes", "-2 seconds"]
+
+
+def test_advise_reads_the_checkpoints_history_from_a_batch_on(tmp_path):
+    from statestream.checkpoint.files import CheckpointFileManager
+    from statestream.checkpoint.progress_log import ProgressLog
+    from statestream.tools.lateness_advisor import advise
+
+    log = ProgressLog(CheckpointFileManager(str(tmp_path)).child("progress"))
+    log.add(_entry(0, None, LatenessHistogram(ahead=10), 0))
+    log.add(_entry(1, 5000, LatenessHistogram(ahead=0, buckets={bucket_of(60_000): 10}), 10))
+    log.add(_entry(2, 9000, LatenessHistogram(ahead=10), 0))
+    [everything] = advise(str(tmp_path), completeness=0.9)
+    assert everything.rows == 30 and everything.batches == 3 and everything.advised_delay_ms == bucket_delay_ms(bucket_of(60_000))
+    [recent] = advise(str(tmp_path), completeness=0.9, since=2)
+    assert recent.rows == 10 and recent.batches == 1 and recent.advised_delay_ms == 0
