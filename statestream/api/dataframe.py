@@ -47,6 +47,7 @@ from statestream.plan.planner import optimized_plan
 from statestream.plan.spark_text import logical_sections
 from statestream.plan.sql import check_stateless_above_view, per_batch_sql
 from statestream.runtime.intervals import parse_watermark_delay_ms
+from statestream.runtime.replay import REPLAY_DELAY_CONF
 from statestream.runtime.microbatch import plan_for_explain
 from statestream.api.writer import DataStreamWriter
 
@@ -679,7 +680,9 @@ class DataFrame:
         field = template.select(eventTime).schema.fields[0]  # Spark's error for an unknown column
         if not isinstance(field.dataType, (TimestampType, TimestampNTZType)):
             raise event_time_not_timestamp_error(field.name, field.dataType.simpleString().upper())
-        delay_ms = parse_watermark_delay_ms(delayThreshold)
+        # a what-if replay (``statestream watermark replay``) runs the query with another delay
+        delay = self.sparkSession.conf.get(REPLAY_DELAY_CONF, None) or delayThreshold
+        delay_ms = parse_watermark_delay_ms(delay)
         # Spark's EventTimeWatermark keeps its input's attributes (ids) and changes only their
         # metadata, so a column taken from the DataFrame below still resolves, unmarked, above it
         marked = mark_event_time_keeping_ids(template, eventTime, delay_ms)
@@ -688,7 +691,7 @@ class DataFrame:
             child=self._plan,
             column=field.name,
             delay_ms=delay_ms,
-            delay_text=str(delayThreshold),
+            delay_text=str(delay),
         )
         return DataFrame(node, self._session)
 

@@ -417,6 +417,36 @@ def _watermark_advise(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watermark_replay(args: argparse.Namespace) -> int:
+    from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
+    from statestream.tools.compatibility import load_query_builder  # lazy: `statestream --help` stays fast
+    from statestream.tools.watermark_replay import replay  # lazy: `statestream --help` stays fast
+
+    build = load_query_builder(args.query)
+    steps = _Steps()
+    steps.step(0, 2, f"starting Spark ({args.master})")
+    session = StreamingSession(_spark(args))
+    steps.step(1, 2, f"replaying the recorded batches of {args.checkpoint} with a delay of {args.delay}")
+    report = replay(session, args.checkpoint, build, args.delay, args.to)
+    steps.done()
+    if args.json:
+        _print_json(report.to_json())
+        return 0
+    rec, rep = report.totals("recorded"), report.totals("replayed")
+
+    def shown(v: int) -> str:
+        return "n/a" if v < 0 else f"{v:,}"
+
+    print(f"{report.checkpoint}: the recorded run, and its replay with a delay of {report.delay}")
+    print(f"  {'':22}{'recorded':>14}{'replayed':>14}")
+    for label, key in (("batches", "batches"), ("input rows", "input_rows"), ("output rows", "output_rows"),
+                       ("rows dropped as late", "dropped_rows"), ("state rows at the end", "state_rows")):
+        print(f"  {label:22}{shown(rec[key]):>14}{shown(rep[key]):>14}")
+    if report.output:
+        print(f"the replay's output rows: {report.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -514,6 +544,21 @@ def build_parser() -> argparse.ArgumentParser:
     advise.add_argument("--since", type=int, default=None, metavar="BATCH", help="read the batches from this one on (default: all recorded)")
     advise.add_argument("--json", action="store_true", help="print JSON instead of text")
     advise.set_defaults(run=_watermark_advise)
+    replay = watermark_commands.add_parser(
+        "replay", help="run the recorded batches again with another delay, beside the recorded run",
+        description="Run the recorded input batches of CHECKPOINT again (their offsets from the offset log) through the "
+        "query that --query builds, with every watermark delay set to --delay, as a shadow query on a throwaway "
+        "checkpoint; the recorded checkpoint is only read. Prints both runs side by side: input, output and late rows, "
+        "state rows. A memory source cannot be replayed.",
+    )
+    replay.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    replay.add_argument("--query", required=True, metavar="MODULE:FUNCTION",
+                        help="a function of a StreamingSession that returns the streaming DataFrame (or its writeStream with the output mode set)")
+    replay.add_argument("--delay", required=True, help="the watermark delay to replay with (e.g. '30 seconds')")
+    replay.add_argument("--to", default=None, metavar="DIR", help="keep the replay's checkpoint and its output rows (Parquet) under DIR")
+    replay.add_argument("--master", default="local[*]", help="the Spark master the replay runs on (default local[*])")
+    replay.add_argument("--json", action="store_true", help="print JSON instead of text")
+    replay.set_defaults(run=_watermark_replay)
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

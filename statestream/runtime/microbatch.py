@@ -103,6 +103,7 @@ from statestream.runtime.intervals import parse_time_conf_ms
 from statestream.runtime.partial_aggregation import skip_partial_aggregation, skip_partial_setting
 from statestream.runtime.progress import format_timestamp_ms
 from statestream.runtime.progress_tracker import ProgressTracker
+from statestream.runtime.replay import REPLAY_CONF, RecordedBatches
 from statestream.runtime.small_batches import (
     measures_shuffled_rows,
     routes_at_materialisation,
@@ -298,6 +299,9 @@ class MicroBatchExecution:
         self._stop_timeout_ms = max(0, parse_time_conf_ms(_conf(conf, STOP_TIMEOUT_CONF, "0")))
         #: measure each watermark input's lateness (read here, in the thread that starts the query)
         self._lateness_on = _conf(conf, LATENESS_CONF, "false").strip().lower() == "true"
+        #: a what-if replay: the recorded batches this query runs again (``runtime.replay``)
+        replay_from = conf.get(REPLAY_CONF, None)
+        self._replay = RecordedBatches.load(replay_from) if replay_from else None
         self._last_plan: "PhysicalOperator" | None = None
         #: the batch plans this run reuses (``runtime.batch_plan_reuse``), None when it builds
         #: every batch
@@ -783,7 +787,10 @@ class MicroBatchExecution:
         start, batch_id = cursor.start, cursor.batch_id
         t = time.perf_counter()
         ends = []
-        for s, st in zip(self.sources, start):
+        recorded = self._replay.next_batch(list(start)) if self._replay is not None else None
+        if self._replay is not None:
+            ends = list(recorded[0]) if recorded is not None else list(start)
+        for s, st in zip(self.sources if self._replay is None else [], start):
             # Spark: Trigger.Once admits everything available, whatever the source's limits
             limit = ReadLimit.ALL_AVAILABLE if self.trigger.kind == "once" else s.default_read_limit()
             ends.append(s.latest_offset(st, limit))
@@ -801,7 +808,10 @@ class MicroBatchExecution:
         )
         if not (has_data or wants_nd):
             return None
-        record = _BatchRecord(batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark, _now_ms())
+        record = _BatchRecord(
+            batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark,
+            recorded[1] if recorded is not None else _now_ms(),
+        )
         crash_point("before_offsets", batch_id)
         t = time.perf_counter()
         meta = OffsetSeqMetadata(record.watermark_ms, record.timestamp_ms, dict(conf))
@@ -811,7 +821,7 @@ class MicroBatchExecution:
         self.progress.record_duration("walCommit", t)
         # Spark tells the sources that the previous batch is done only now, once the
         # next batch's offsets are logged (a file source's cleanSource acts then)
-        if batch_id > 0:
+        if batch_id > 0 and self._replay is None:  # a replay leaves the recorded input alone
             for s, e in zip(self.sources, start):
                 if e is not None:
                     s.commit(e)

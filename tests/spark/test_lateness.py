@@ -15,6 +15,7 @@ data batches (which a longer delay may not run) would change it.
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -185,3 +186,43 @@ def test_each_watermark_input_has_its_own_record(spark, tmp_path, no_data_batche
     assert all(sorted(e["lateness"]) == ["t", "t (2)"] for e in history)
     assert [e["numInputRows"] for e in history] == [sum(r["rows"] for r in e["lateness"].values()) for e in history]
     assert sorted(a.node_id for a in advise(str(tmp_path / "ck"), completeness=0.9)) == ["t", "t (2)"]
+
+
+def dedup_query(ss):
+    """The replay tests' query (``MODULE:FUNCTION`` for ``statestream watermark replay``)."""
+    return (
+        ss.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1).load(os.environ["STATESTREAM_TEST_REPLAY_INPUT"])
+        .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", "2 seconds").dropDuplicates(["id", "t"])
+    )
+
+
+def test_a_replay_with_another_delay_is_what_sparks_engine_gives_with_it(spark, tmp_path, no_data_batches_off, capsys, monkeypatch):
+    """``statestream watermark replay`` runs the recorded batches again with a 5 s delay: per
+    data batch it keeps and drops what Spark's engine does with 5 s over the same batches, and
+    the recorded checkpoint is left as it was."""
+    from statestream import StreamingSession
+    from statestream.commands.cli import main
+    from statestream.tools.watermark_replay import replay
+
+    _write(tmp_path / "in")
+    monkeypatch.setenv("STATESTREAM_TEST_REPLAY_INPUT", str(tmp_path / "in"))
+    _run(StreamingSession(spark), tmp_path / "in", tmp_path / "ck", "2 seconds")
+    before = sorted((p.relative_to(tmp_path / "ck"), p.stat().st_mtime_ns) for p in (tmp_path / "ck").rglob("*") if p.is_file())
+
+    report = replay(StreamingSession(spark), str(tmp_path / "ck"), dedup_query, "5 seconds", to=str(tmp_path / "what-if"))
+    truth = _run(spark, tmp_path / "in", tmp_path / "spark-5s", "5 seconds")
+    assert [b.output_rows for b in report.replayed] == truth
+    assert [b.dropped_rows for b in report.replayed] == [ROWS - kept for kept in truth]
+    assert [b.input_rows for b in report.replayed] == [b.input_rows for b in report.recorded] == [ROWS] * BATCHES
+    assert report.totals("replayed")["dropped_rows"] < report.totals("recorded")["dropped_rows"]
+    assert spark.read.parquet(str(tmp_path / "what-if" / "output")).count() == sum(truth)
+    after = sorted((p.relative_to(tmp_path / "ck"), p.stat().st_mtime_ns) for p in (tmp_path / "ck").rglob("*") if p.is_file())
+    assert after == before
+
+    module = "tests.spark.test_lateness:dedup_query"
+    capsys.readouterr()
+    assert main(["watermark", "replay", str(tmp_path / "ck"), "--query", module, "--delay", "5 seconds", "--json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert as_json["replayed"]["totals"] == report.totals("replayed") and as_json["delay"] == "5 seconds"
+    assert main(["watermark", "replay", str(tmp_path / "ck"), "--query", module, "--delay", "5 seconds"]) == 0
+    assert "rows dropped as late" in capsys.readouterr().out
