@@ -442,6 +442,10 @@ def _watermark_replay(args: argparse.Namespace) -> int:
     for label, key in (("batches", "batches"), ("input rows", "input_rows"), ("output rows", "output_rows"),
                        ("rows dropped as late", "dropped_rows"), ("state rows at the end", "state_rows")):
         print(f"  {label:22}{shown(rec[key]):>14}{shown(rep[key]):>14}")
+    if report.windows:
+        s = report.window_shifts()
+        print(f"  {len(report.windows)} windows: {s['later']} close later, {s['earlier']} earlier, {s['same']} at the same data batch, "
+              f"{s['one_run_only']} in one run only")
     if report.output:
         print(f"the replay's output rows: {report.output}")
     return 0

@@ -7,14 +7,16 @@ the new delay, and runs it as a shadow query on a throwaway checkpoint (``DIR/ch
 ``--to``). Its micro-batch loop takes each data batch's offsets from the recorded offset log
 (``runtime.replay``), so it reads exactly the recorded input ranges; the file sources' logs are
 copied for that. The recorded checkpoint is only read. The report puts the two runs side by side:
-rows in, rows out, rows dropped as late, state rows, and per data batch what each emitted and
-dropped. With ``--to``, the replay's output rows go to ``DIR/output/batch=<id>`` as Parquet.
+rows in, rows out, rows dropped as late, state rows, per batch what each emitted and dropped, and
+for a window aggregation each window's closing batch in both runs (read from the state's change
+feed: the data batch after which the window left the state). With ``--to``, the replay's output rows go to ``DIR/output/batch=<id>`` as Parquet.
 
 A source that keeps its data in the process (``memoryStream``) cannot be replayed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -26,10 +28,11 @@ from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog
 from statestream.checkpoint.progress_log import ProgressLog
 from statestream.checkpoint.query_record import read_query_record
-from statestream.errors import no_checkpoint_error
+from statestream.errors import StatestreamError, no_checkpoint_error
 from statestream.runtime.replay import REPLAY_CONF, REPLAY_DELAY_CONF
+from statestream.tools.state_reader import read_state_table
 
-__all__ = ["BatchFigures", "ReplayReport", "replay", "summarise"]
+__all__ = ["BatchFigures", "ReplayReport", "closing_data_batches", "replay", "summarise"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,22 @@ class ReplayReport:
     recorded: list[BatchFigures] = field(default_factory=list)
     replayed: list[BatchFigures] = field(default_factory=list)
     output: str | None = None
+    #: a window aggregation's windows (each a JSON text of its state key), with the data batch
+    #: (1 for the first) after which each run closed it, None while still open at the end;
+    #: empty for other operators, or when a run's state changes are no longer retained
+    windows: list[dict[str, Any]] = field(default_factory=list)
+
+    def window_shifts(self) -> dict[str, int]:
+        """How many windows close later, earlier, at the same data batch, and only in one run."""
+        out = {"later": 0, "earlier": 0, "same": 0, "one_run_only": 0}
+        for w in self.windows:
+            a, b = w["recorded"], w["replayed"]
+            if a is None or b is None:
+                out["one_run_only"] += a is not b
+                out["same"] += a is None and b is None
+            else:
+                out["later" if b > a else "earlier" if b < a else "same"] += 1
+        return out
 
     def totals(self, run: str) -> dict[str, int]:
         """Rows in, out (-1 when a batch's sink did not say) and dropped over a run, and its
@@ -85,6 +104,7 @@ class ReplayReport:
             "output": self.output,
             "recorded": {"totals": self.totals("recorded"), "batches": [asdict(b) for b in self.recorded]},
             "replayed": {"totals": self.totals("replayed"), "batches": [asdict(b) for b in self.replayed]},
+            "windows": self.windows,
         }
 
 
@@ -110,6 +130,33 @@ def summarise(history: list[dict[str, Any]], output_rows: dict[int, int] | None 
                 state_rows=sum(int(o.get("numRowsTotal", 0)) for o in ops),
             )
         )
+    return out
+
+
+def closing_data_batches(checkpoint: str, history: list[dict[str, Any]]) -> dict[str, int | None] | None:
+    """The windows of a window aggregation (the first stateful operator's keys with a
+    ``window`` field) by the JSON text of their key, each with the data batch (1 for the first
+    batch that read input) after which the run removed it from the state (None: still open);
+    None when the operator keeps no windows or its changes are no longer retained."""
+    try:
+        changes = read_state_table({"readChangeFeed": "true", "changeStartBatchId": 0}, checkpoint)
+    except StatestreamError:  # no change feed to read (no state operator, changes not retained): no windows
+        log.debug("no state changes to read closing windows from in %s", checkpoint, exc_info=True)
+        return None
+    key_type = changes.schema.field("key").type
+    if not any(key_type.field(i).name == "window" for i in range(key_type.num_fields)):
+        return None
+    ordinal, seen = {}, 0
+    for p in history:
+        seen += int(p.get("numInputRows", 0)) > 0
+        ordinal[int(p["batchId"])] = seen
+    out: dict[str, int | None] = {}
+    for row in changes.select(["batch_id", "change_type", "key"]).to_pylist():
+        key = json.dumps(row["key"], default=str, sort_keys=True)
+        if row["change_type"] == "delete":
+            out[key] = ordinal.get(int(row["batch_id"]))
+        else:
+            out.setdefault(key, None)
     return out
 
 
@@ -171,10 +218,18 @@ def replay(ss: Any, checkpoint: str, build: Callable[[Any], Any], delay: str, to
             else:
                 spark.conf.set(k, v)
     log.info("replayed %s with a delay of %s into the throwaway checkpoint %s", fm.display(), delay, shadow_root)
+    recorded_history = ProgressLog(fm.child("progress")).read()
+    replayed_history = ProgressLog(shadow.child("progress")).read()
+    windows = []
+    closed = closing_data_batches(fm.uri(), recorded_history), closing_data_batches(shadow.uri(), replayed_history)
+    if closed[0] is not None and closed[1] is not None:
+        for key in sorted(set(closed[0]) | set(closed[1])):
+            windows.append({"key": key, "recorded": closed[0].get(key), "replayed": closed[1].get(key)})
     return ReplayReport(
         checkpoint=fm.display(),
         delay=delay,
-        recorded=summarise(ProgressLog(fm.child("progress")).read()),
-        replayed=summarise(ProgressLog(shadow.child("progress")).read(), counts),
+        recorded=summarise(recorded_history),
+        replayed=summarise(replayed_history, counts),
         output=output,
+        windows=windows,
     )

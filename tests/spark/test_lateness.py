@@ -226,3 +226,52 @@ def test_a_replay_with_another_delay_is_what_sparks_engine_gives_with_it(spark, 
     assert as_json["replayed"]["totals"] == report.totals("replayed") and as_json["delay"] == "5 seconds"
     assert main(["watermark", "replay", str(tmp_path / "ck"), "--query", module, "--delay", "5 seconds"]) == 0
     assert "rows dropped as late" in capsys.readouterr().out
+
+
+def _windowed(session, delay: str):
+    return (
+        session.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        .load(os.environ["STATESTREAM_TEST_REPLAY_INPUT"])
+        .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", delay).groupBy(F.window("t", "10 seconds")).count()
+    )
+
+
+def windowed_query(ss):
+    """A windowed count over the replay input, 2 s delay (``MODULE:FUNCTION``)."""
+    return _windowed(ss, "2 seconds")
+
+
+def test_a_replay_gives_each_windows_closing_batch_in_both_runs(spark, tmp_path, no_data_batches_off, monkeypatch):
+    """A window closes (leaves the state, and in append mode comes out) after the data batch
+    the replay reports, for the recorded 2 s and the replayed 12 s: the batches in which Spark's
+    engine emits each window with those delays."""
+    from statestream import StreamingSession
+    from statestream.tools.watermark_replay import replay
+
+    _write(tmp_path / "in")
+    monkeypatch.setenv("STATESTREAM_TEST_REPLAY_INPUT", str(tmp_path / "in"))
+    query = windowed_query(StreamingSession(spark)).writeStream.outputMode("append").format("noop")
+    running = query.option("checkpointLocation", str(tmp_path / "ck")).start()
+    running.processAllAvailable()
+    running.stop()
+    report = replay(StreamingSession(spark), str(tmp_path / "ck"), windowed_query, "12 seconds")
+
+    def emitted_on_spark(delay: str, name: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        q = (
+            _windowed(spark, delay).writeStream.outputMode("append")
+            .foreachBatch(lambda d, b: out.update({str(r.window.start.replace(tzinfo=None)): b + 1 for r in d.collect()}))
+            .option("checkpointLocation", str(tmp_path / name)).start()
+        )
+        q.processAllAvailable()
+        q.stop()
+        return out
+
+    def starts(run: str) -> dict[str, int]:
+        return {
+            json.loads(w["key"])["window"]["start"].split("+")[0]: w[run] for w in report.windows if w[run] is not None
+        }
+
+    assert report.windows and report.window_shifts()["later"] > 0
+    assert starts("recorded") == emitted_on_spark("2 seconds", "spark-2s")
+    assert starts("replayed") == emitted_on_spark("12 seconds", "spark-12s")
