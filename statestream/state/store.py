@@ -47,6 +47,7 @@ __all__ = [
     "FOUND_COLUMN",
     "OP_PUT",
     "OP_REMOVE",
+    "OP_PUT_REMOVED",
     "CUSTOM_METRIC_NAMES",
     "StoreOwner",
     "KeptAndPut",
@@ -60,6 +61,10 @@ FOUND_COLUMN = "__found"
 #: Values of the op column in a delta file (and in a store's pending changes).
 OP_PUT = 0
 OP_REMOVE = 1
+#: a row put in this version and removed later in it (a window updated and evicted in one
+#: batch): kept in the delta so that the change feed shows the put before the removal, as
+#: Spark's delta files (every put and remove, in order) make it; rebuilding a version ignores it
+OP_PUT_REMOVED = 2
 
 #: Custom metrics reported by every store, under the HDFS-backed provider's names.
 CUSTOM_METRIC_NAMES = ("stateOnCurrentVersionSizeBytes", "loadedMapCacheHitCount", "loadedMapCacheMissCount")
@@ -468,6 +473,8 @@ class StateStore(ReadStateStore):
         # removed from it: together they are the pending delta, kept without any extra join.
         self._dirty = np.zeros(table.num_rows, dtype=bool)
         self._removed: list[pa.Table] = []
+        # rows put in this view and removed again (``OP_PUT_REMOVED``), whole
+        self._put_removed: list[pa.Table] = []
         self._new_version: int | None = None
 
     @property
@@ -564,6 +571,7 @@ class StateStore(ReadStateStore):
         li = np.unique(li)
         keep = np.ones(self._table.num_rows, dtype=bool)
         keep[li] = False
+        self._keep_put_removed(~keep)
         self._removed.append(self._key_table(self._table).take(pa.array(li)))
         self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return len(li)
@@ -592,9 +600,16 @@ class StateStore(ReadStateStore):
             return self._table.schema.empty_table()
         evicted = self._table.filter(pa.array(mask))
         keep = ~mask
+        self._keep_put_removed(mask)
         self._removed.append(self._key_table(evicted))
         self._replace(self._table.filter(pa.array(keep)), self._dirty[keep])
         return evicted
+
+    def _keep_put_removed(self, removed: np.ndarray) -> None:
+        """Keep the rows of ``removed`` (a mask over the current rows) that this view put."""
+        transient = removed & self._dirty
+        if transient.any():
+            self._put_removed.append(rows_where(self._table, transient))
 
     def _eviction_mask(
         self, table: pa.Table, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]
@@ -621,13 +636,17 @@ class StateStore(ReadStateStore):
     def pending_changes(self) -> pa.Table:
         """The change since ``version``: exactly what ``commit()`` writes to the delta file.
 
-        Removed keys come first (op 1, null values), then the rows put in this view that are
-        still present (op 0, unique keys). A key can appear among the removals more than once,
-        and both as a removal and a put (removed, then put again); replaying removes every key
-        of the delta before appending the puts, so the final put wins, as it should.
+        The rows put in this view and removed again come first (op 2, their values), then the
+        removed keys (op 1, null values), then the rows put in this view that are still present
+        (op 0, unique keys). A key can appear among the removals more than once, and both as a
+        removal and a put (removed, then put again); replaying removes every key of the delta
+        before appending the op-0 rows, so the final put wins, as it should.
         """
         schema = self._provider.delta_schema
         parts = []
+        for rows in self._put_removed:
+            cols = list(rows.columns) + [pa.array(np.full(rows.num_rows, OP_PUT_REMOVED, dtype=np.int8))]
+            parts.append(pa.Table.from_arrays(cols, schema=schema))
         for keys in self._removed:
             n = keys.num_rows
             cols = list(keys.columns) + [pa.nulls(n, type=f.type) for f in self.value_schema]
@@ -661,6 +680,7 @@ class StateStore(ReadStateStore):
         self._state = "committed"
         self._new_version = new_version
         self._removed = []
+        self._put_removed = []
         self._last_match = None
         return new_version
 
@@ -669,6 +689,7 @@ class StateStore(ReadStateStore):
         if self._state == "updating":
             self._state = "aborted"
             self._removed = []
+            self._put_removed = []
             self._last_match = None
             log.debug("aborted %s at version %d", self.id, self._version)
         self._released = True

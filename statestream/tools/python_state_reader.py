@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from statestream.operators.stateful_processor_handle import EXPIRY_COLUMN, INDEX_COLUMN, TTL_COLUMN, USER_KEY_COLUMN, VALUE_COLUMN
 from statestream.state.keys import group_ids
 from statestream.state.provider import OP_COLUMN, StateStoreProvider, stored_schemas
-from statestream.state.store import OP_PUT, StateStoreId
+from statestream.state.store import OP_REMOVE, StateStoreId
 
 __all__ = ["PYTHON_STATE_OPERATORS", "PythonStateReadPlan", "python_state_schema", "python_state_partition_table", "variable_kind"]
 
@@ -239,7 +239,7 @@ def _change_feed(plan: PythonStateReadPlan, provider: StateStoreProvider, partit
         delta = provider.read_delta(version)
         if not delta.num_rows:
             continue
-        puts = pc.equal(delta.column(OP_COLUMN), OP_PUT)
+        puts = pc.not_equal(delta.column(OP_COLUMN), OP_REMOVE)  # a put removed again in the batch shows too
         if plan.kind == "list":
             delta, kinds = _list_changes(delta, plan)
         else:
@@ -282,7 +282,7 @@ def _list_changes(delta: pa.Table, plan: PythonStateReadPlan) -> tuple[pa.Table,
     n = ordered.num_rows
     if n == 0:
         return ordered, pa.array([], pa.string())
-    puts = pc.equal(ordered.column(OP_COLUMN), OP_PUT).to_numpy(zero_copy_only=False).astype(bool)
+    puts = pc.not_equal(ordered.column(OP_COLUMN), OP_REMOVE).to_numpy(zero_copy_only=False).astype(bool)
     starts, sizes = offsets[:-1], np.diff(offsets)
     group = np.repeat(np.arange(len(starts)), sizes)
     put_count = np.add.reduceat(puts.astype(np.int64), starts)

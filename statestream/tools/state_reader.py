@@ -67,7 +67,7 @@ from statestream.state.schema import (
     read_state_schema,
     read_store_schema,
 )
-from statestream.state.store import OP_PUT, StateStoreId
+from statestream.state.store import OP_REMOVE, StateStoreId
 from statestream.tools.python_state_reader import (
     PYTHON_STATE_OPERATORS,
     PythonStateReadPlan,
@@ -608,7 +608,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         if not n:
             continue
         ops = delta.column(OP_COLUMN).to_numpy()
-        deleted = pa.array(ops != OP_PUT)
+        deleted = pa.array(ops == OP_REMOVE)
         value_type = plan.arrow_schema.field("value").type
         keys = _key_arrays(plan, [c.combine_chunks() for c in delta.columns[:nk]])
         stored = _value_arrays(plan, keys, [c.combine_chunks() for c in delta.columns[nk:nk + nv]])
@@ -616,7 +616,7 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
         value = pa.StructArray.from_arrays(children, fields=list(value_type), mask=deleted)
         parts.append(pa.table({
             "batch_id": pa.array([version - 1] * n, pa.int64()),
-            "change_type": pa.array(["update" if op == OP_PUT else "delete" for op in ops], pa.string()),
+            "change_type": pa.array(["delete" if op == OP_REMOVE else "update" for op in ops], pa.string()),
             "key": _struct(keys, plan.key_names, where, n),
             "value": value,
             "partition_id": pa.array([partition] * n, pa.int32()),

@@ -518,3 +518,26 @@ def test_small_batches_in_one_state_task_or_one_per_partition_match_spark(spark,
         theirs = spark.read.format("statestore").load(expected.checkpoint)
         ours = ss.read.format("statestore").load(got[max_rows].checkpoint)
         assert _rows(ours) == _rows(theirs), name
+
+
+def test_change_feed_of_a_window_updated_and_evicted_in_one_batch(spark, tmp_path):
+    """With no-data batches off, a window can take rows and leave the state in the same batch:
+    Spark's delta file holds the put and then the removal, so its change feed shows an update
+    (the window's last value) before the delete; statestream's delta keeps such a put too
+    (``OP_PUT_REMOVED``), and rebuilding the version still removes the window."""
+    from statestream import StreamingSession
+
+    # batch 1: row 3 is not late (the late-row watermark is batch 0's, 0) but its window [0, 5)
+    # leaves the state (the eviction watermark is 20 - 10 s)
+    batches = [[(1, "a"), (20, "b")], [(3, "a"), (30, "c")], [(31, "d"), (60, "e")], [(61, "f")]]
+    with session_confs(spark, {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}):
+        expected = run_stream(spark, windowed_aggregate, batches, SCHEMA, "update", tmp_path / "spark")
+        actual = run_stream(StreamingSession(spark), windowed_aggregate, batches, SCHEMA, "update", tmp_path / "ours")
+    assert_same_batches(expected, actual)
+    runs = {"one_batch": (expected, actual)}
+    rows = _assert_same(spark, runs, "one_batch", "statestore", {"readChangeFeed": "true", "changeStartBatchId": 0})
+    window = "window=Row(start=datetime.datetime(1970, 1, 1, 0, 0), end=datetime.datetime(1970, 1, 1, 0, 0, 5)), _groupingexpression=1"
+    in_batch_1 = sorted(r.split("change_type='")[1].split("'")[0] for r in rows if "batch_id=1," in r and window in r)
+    assert in_batch_1 == ["delete", "update"], rows
+    for batch_id in range(len(batches)):  # the state as of every batch still matches
+        _assert_same(spark, runs, "one_batch", "statestore", {"batchId": batch_id})
