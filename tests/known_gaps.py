@@ -117,6 +117,11 @@ KNOWN_GAPS: dict[str, Gap] = {
         "removing the source's renaming projection), so late keys are dropped and state evicted only in data "
         "batches; statestream follows the analysed plan in every batch (never drops, never evicts)"
     ),
+    "tests/differential/test_fuzz_findings.py::test_an_overflow_in_the_state_step_under_a_foreach_batch_sink": Gap(AssertionError,
+        "an aggregate that overflows in a batch written by foreachBatch: both engines fail with ARITHMETIC_OVERFLOW, "
+        "Spark's wrapped in FOREACH_BATCH_USER_FUNCTION_ERROR (its aggregation runs lazily inside the user's function, "
+        "here the test's collect), statestream's alone (its state step runs before the sink)"
+    ),
     "tests/differential/test_sinks_more.py::test_foreach_batch_failure_traceback_frames_like_spark": Gap(AssertionError,
         "FOREACH_BATCH_USER_FUNCTION_ERROR quotes the Python traceback of the user's function; Spark's comes back "
         "through Py4J and starts with PySpark's frames (clientserver.py:_call_proxy, utils.py:call, utils.py:call), "
