@@ -451,6 +451,27 @@ def _watermark_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restate(args: argparse.Namespace) -> int:
+    from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
+    from statestream.tools.compatibility import load_query_builder  # lazy: `statestream --help` stays fast
+    from statestream.tools.restate import restate  # lazy: `statestream --help` stays fast
+
+    build = load_query_builder(args.query)
+    steps = _Steps()
+    steps.step(0, 2, f"starting Spark ({args.master})")
+    session = StreamingSession(_spark(args))
+    steps.step(1, 2, f"restating {args.checkpoint} from the ledger {args.ledger}")
+    df = restate(session, args.checkpoint, build, args.ledger)
+    if args.to:
+        df.write.mode("overwrite").parquet(args.to)
+        steps.done()
+        print(f"{df.sparkSession.read.parquet(args.to).count()} restated rows written to {args.to}")
+        return 0
+    rows = [r.asDict(recursive=True) for r in df.collect()]
+    steps.done()
+    return _show_rows(rows, args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statestream", description="statestream: look at and operate a streaming query's checkpoint.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -563,6 +584,23 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--master", default="local[*]", help="the Spark master the replay runs on (default local[*])")
     replay.add_argument("--json", action="store_true", help="print JSON instead of text")
     replay.set_defaults(run=_watermark_replay)
+
+    restate = commands.add_parser(
+        "restate", help="an aggregation's results corrected with the late rows of the ledger",
+        description="For each window or key of the aggregation whose rows came late (kept in the late-row ledger, "
+        "spark.statestream.lateRows.path), the corrected result: its last emitted buffers merged with every late row, "
+        "finished by the query's own final step, with emitted_batch (the batch of its last emission) and revision.",
+    )
+    restate.add_argument("checkpoint", help="the query's checkpoint location (a path or a URI)")
+    restate.add_argument("--ledger", required=True, metavar="PATH", help="the late-row ledger (spark.statestream.lateRows.path)")
+    restate.add_argument("--query", required=True, metavar="MODULE:FUNCTION",
+                         help="a function of a StreamingSession that returns the query's streaming DataFrame (as it ran)")
+    restate.add_argument("--to", default=None, metavar="DIR", help="write the restated rows there as Parquet instead of printing them")
+    restate.add_argument("--master", default="local[*]", help="the Spark master the restatement runs on (default local[*])")
+    restate.add_argument("--where", action="append", default=[], metavar="COLUMN=VALUE", help="keep rows whose COLUMN shows as VALUE; repeatable")
+    restate.add_argument("--limit", type=int, default=50, help="rows to print (default 50; 0: all)")
+    restate.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    restate.set_defaults(run=_restate, action="restate")
 
     state = commands.add_parser("state", help="the rows of a state store")
     state_commands = state.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -33,6 +33,7 @@ __all__ = [
     "empty_offset_log_error",
     "key_not_in_partition_error",
     "lateness_not_recorded_error",
+    "restate_not_possible_error",
 ]
 
 
@@ -138,4 +139,18 @@ def lateness_not_recorded_error(checkpoint: str) -> CheckpointError:
         f"no lateness recorded in {checkpoint}/progress: the advisor needs a query with withWatermark that ran with "
         "spark.statestream.lateness.enabled=true (and its progress history on, the default); set it and run the query "
         "for a few batches first"
+    )
+
+
+# -- restatement -------------------------------------------------------------------------------------
+
+
+def restate_not_possible_error(aggregate: str | None, why: str) -> CheckpointError:
+    """A restatement that cannot be computed: the query has no aggregation (``aggregate`` None),
+    or one of its aggregates has buffers whose merge depends on the rows' order."""
+    if aggregate is None:
+        return CheckpointError(f"cannot restate: {why}; restate needs a streaming aggregation whose late rows went to the ledger")
+    return CheckpointError(
+        f"cannot restate the aggregate {aggregate}: its buffers ({why}) do not merge the same whatever the order of the rows, "
+        "so late rows cannot be added to what was emitted; restate a query without it"
     )

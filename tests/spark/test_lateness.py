@@ -275,3 +275,82 @@ def test_a_replay_gives_each_windows_closing_batch_in_both_runs(spark, tmp_path,
     assert report.windows and report.window_shifts()["later"] > 0
     assert starts("recorded") == emitted_on_spark("2 seconds", "spark-2s")
     assert starts("replayed") == emitted_on_spark("12 seconds", "spark-12s")
+
+
+def _aggregated(session, delay: str):
+    return (
+        session.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1)
+        .load(os.environ["STATESTREAM_TEST_REPLAY_INPUT"])
+        .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", delay).groupBy(F.window("t", "10 seconds"))
+        .agg(F.count("*").alias("n"), F.sum("id").alias("s"), F.avg("id").alias("a"), F.max("id").alias("mx"), F.stddev("ms").alias("sd"))
+    )
+
+
+def aggregated_query(ss):
+    """Count, sum, avg, max and stddev by 10 s window, 2 s delay (``MODULE:FUNCTION``)."""
+    return _aggregated(ss, "2 seconds")
+
+
+@pytest.mark.parametrize("mode", ["update", "append"])
+def test_a_restated_window_is_what_a_longer_delay_emits(spark, tmp_path, no_data_batches_off, monkeypatch, mode):
+    """The late rows of a 2 s run (in the ledger) restate its windows: each restated window has
+    the values Spark's engine emits for it with a delay no row exceeds (10 minutes), and the
+    windows restated are the ones whose rows came late."""
+    from statestream import StreamingSession
+    from statestream.tools.restate import restate
+
+    _write(tmp_path / "in")
+    monkeypatch.setenv("STATESTREAM_TEST_REPLAY_INPUT", str(tmp_path / "in"))
+    with session_confs(spark, {"spark.statestream.lateRows.path": str(tmp_path / "ledger")}):
+        q = aggregated_query(StreamingSession(spark)).writeStream.outputMode(mode).format("noop")
+        q = q.option("checkpointLocation", str(tmp_path / "ck")).start()
+        q.processAllAvailable()
+        q.stop()
+    restated = {r.window.start: r.asDict() for r in restate(StreamingSession(spark), str(tmp_path / "ck"), aggregated_query, str(tmp_path / "ledger")).collect()}
+
+    final: dict = {}
+    truth = (
+        _aggregated(spark, "10 minutes").writeStream.outputMode("update")
+        .foreachBatch(lambda d, b: final.update({r.window.start: r.asDict() for r in d.collect()}))
+        .option("checkpointLocation", str(tmp_path / "spark-long")).start()
+    )
+    truth.processAllAvailable()
+    truth.stop()
+    assert restated and set(restated) <= set(final)
+    for start, row in restated.items():
+        expected = final[start]
+        assert (row["n"], row["s"], row["mx"]) == (expected["n"], expected["s"], expected["mx"]), start
+        assert row["a"] == pytest.approx(expected["a"]) and row["sd"] == pytest.approx(expected["sd"]), start
+        assert row["revision"] >= 1
+    assert any(r["emitted_batch"] is not None and r["revision"] >= 2 for r in restated.values())
+    if mode == "update":  # the command line gives the same rows
+        from statestream.commands.cli import main
+
+        assert main(["restate", str(tmp_path / "ck"), "--ledger", str(tmp_path / "ledger"), "--query",
+                     "tests.spark.test_lateness:aggregated_query", "--to", str(tmp_path / "restated")]) == 0
+        assert spark.read.parquet(str(tmp_path / "restated")).count() == len(restated)
+
+
+def test_restate_refuses_an_aggregate_whose_merge_depends_on_the_order(spark, tmp_path, no_data_batches_off, monkeypatch):
+    """``first`` keeps the first row it met: late rows cannot be added to it after the fact."""
+    from statestream import StreamingSession
+    from statestream.errors import CheckpointError
+    from statestream.tools.restate import restate
+
+    _write(tmp_path / "in", range(0, 4))
+    monkeypatch.setenv("STATESTREAM_TEST_REPLAY_INPUT", str(tmp_path / "in"))
+
+    def with_first(ss):
+        return (
+            ss.readStream.format("parquet").schema(SCHEMA).option("maxFilesPerTrigger", 1).load(str(tmp_path / "in"))
+            .withColumn("t", F.timestamp_millis("ms")).withWatermark("t", "2 seconds").groupBy(F.window("t", "10 seconds"))
+            .agg(F.count("*").alias("n"), F.first("id").alias("f"))
+        )
+
+    with session_confs(spark, {"spark.statestream.lateRows.path": str(tmp_path / "ledger")}):
+        q = with_first(StreamingSession(spark)).writeStream.outputMode("update").format("noop")
+        q = q.option("checkpointLocation", str(tmp_path / "ck")).start()
+        q.processAllAvailable()
+        q.stop()
+    with pytest.raises(CheckpointError, match="cannot restate the aggregate f"):
+        restate(StreamingSession(spark), str(tmp_path / "ck"), with_first, str(tmp_path / "ledger"))
