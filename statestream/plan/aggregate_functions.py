@@ -322,6 +322,9 @@ def _avg_final(b: Cols, o: tuple, try_mode: bool = False) -> "Column":
     s, c = b
     if d is not None and d.decimal_avg:
         return F.when(c == 0, F.lit(None)).otherwise(_decimal_avg(s, c, d, try_mode))
+    if d is not None and not try_mode:
+        # DecimalAggregates: the buffer averages the unscaled values; the result scales back
+        return F.when(c == 0, F.lit(None)).otherwise((s / c) / F.lit(float(10**d.scale)))
     return F.when(c == 0, F.lit(None)).otherwise(s / c)
 
 
@@ -331,9 +334,20 @@ def _avg_partial(a: Cols, o: tuple) -> list["Column"]:
         return [F.coalesce(F.sum(a[0].cast(i.sql_type)), F.expr(i.zero)), F.count(a[0])]
     if d is not None and d.decimal_avg:
         return [F.coalesce(F.sum(a[0]).cast(d.sum_type), F.lit(0).cast(d.sum_type)), F.count(a[0])]
+    if d is not None:  # Spark's DecimalAggregates: the unscaled values averaged as doubles
+        return [F.coalesce(F.sum(_dbl(_unscaled(a[0], d))), F.lit(0.0)), F.count(a[0])]
     # Spark's Average starts its sum at 0 and skips null inputs: the buffer is 0.0, not null,
     # for a group whose inputs are all null (the state reader shows it)
     return [F.coalesce(F.sum(_dbl(a[0])), F.lit(0.0)), F.count(a[0])]
+
+
+def _try_avg_row(a: Cols, o: tuple) -> list["Column"]:
+    """try_avg's one-row buffers: as avg's, but a small decimal's value as it is (Spark's
+    DecimalAggregates rewrites avg, not try_avg)."""
+    F, d = _F(), _decimal(o)
+    if d is not None and not d.decimal_avg:
+        return [F.coalesce(_dbl(a[0]), F.lit(0.0)), _ind(a[0].isNotNull())]
+    return _avg_row(a, o)
 
 
 def _avg_row(a: Cols, o: tuple) -> list["Column"]:
@@ -342,6 +356,8 @@ def _avg_row(a: Cols, o: tuple) -> list["Column"]:
         return [F.coalesce(a[0].cast(i.sql_type), F.expr(i.zero)), _ind(a[0].isNotNull())]
     if d is not None and d.decimal_avg:
         return [F.coalesce(a[0].cast(d.sum_type), F.lit(0).cast(d.sum_type)), _ind(a[0].isNotNull())]
+    if d is not None:  # Spark's DecimalAggregates: the unscaled values averaged as doubles
+        return [F.coalesce(_dbl(_unscaled(a[0], d)), F.lit(0.0)), _ind(a[0].isNotNull())]
     return [F.coalesce(_dbl(a[0]), F.lit(0.0)), _ind(a[0].isNotNull())]
 
 
@@ -749,7 +765,7 @@ TRY_AVG = FunctionSpec(
     (1, 1),
     AVG.layout,
     lambda a, o: [_F().try_sum(_dbl(a[0])), _F().count(a[0])] if not ((d := _decimal(o)) and d.decimal_avg) else _avg_partial(a, o),
-    AVG.row,
+    _try_avg_row,
     lambda b, o: _avg_final(b, o, try_mode=True),
 )
 

@@ -404,3 +404,20 @@ def test_an_overflow_in_the_state_step_under_a_foreach_batch_sink(spark, ours, t
     rows = ((0, start, None, None), (1, start, None, -11), (2, start, None, -(2**63)))
     case = Case(("tinyint",), ("bigint",), "window_aggregate", (("sum", 0),), 0, 3, 0, "append", 1, (rows,))
     run_case(spark, ours, case, tmp_path, strict_wrappers=True)
+
+
+@pytest.mark.parametrize("precision", [5, 11])
+def test_avg_of_a_small_decimal_keeps_sparks_unscaled_buffer(spark, ours, tmp_path, precision):
+    """``avg`` of a decimal whose precision + 4 fits a double's 15 digits (random tester, seed
+    25: decimal(5,2)): Spark's DecimalAggregates averages the unscaled values, so its state's
+    ``sum`` is 1.0 for 0.01; statestream kept 0.01. The rows, and the state read back, match."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    from decimal import Decimal
+
+    first = ((0, start, None, Decimal("0.01")), (1, start, 1, Decimal("-3.25")), (2, start, 1, None))
+    second = ((3, start, 1, Decimal("999.99")), (4, start, None, Decimal("0.02")))
+    case = Case(("tinyint",), (f"decimal({precision},2)",), "aggregate", (("avg", 0),), 0, 3, 0, "update", 1, (first, second))
+    run_case(spark, ours, case, tmp_path)
