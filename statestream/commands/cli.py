@@ -327,15 +327,24 @@ def _rollback(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
+def _query_on_spark(args: argparse.Namespace, doing: str) -> tuple[Any, "_Steps", Any]:
+    """What ``check``, ``watermark replay`` and ``restate`` start with: the ``--query`` builder,
+    the progress steps (Spark started, then ``doing``) and a StreamingSession on ``--master``."""
     from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
-    from statestream.tools.compatibility import check_compatibility, load_query_builder  # lazy: `statestream --help` stays fast
+    from statestream.tools.compatibility import load_query_builder  # lazy: `statestream --help` stays fast
 
     build = load_query_builder(args.query)
     steps = _Steps()
     steps.step(0, 2, f"starting Spark ({args.master})")
     session = StreamingSession(_spark(args))
-    steps.step(1, 2, f"planning {args.query} against the checkpoint")
+    steps.step(1, 2, doing)
+    return build, steps, session
+
+
+def _check(args: argparse.Namespace) -> int:
+    from statestream.tools.compatibility import check_compatibility  # lazy: `statestream --help` stays fast
+
+    build, steps, session = _query_on_spark(args, f"planning {args.query} against the checkpoint")
     report = check_compatibility(session, args.checkpoint, build, args.partitions)
     steps.done()
     if args.json:
@@ -418,15 +427,9 @@ def _watermark_advise(args: argparse.Namespace) -> int:
 
 
 def _watermark_replay(args: argparse.Namespace) -> int:
-    from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
-    from statestream.tools.compatibility import load_query_builder  # lazy: `statestream --help` stays fast
     from statestream.tools.watermark_replay import replay  # lazy: `statestream --help` stays fast
 
-    build = load_query_builder(args.query)
-    steps = _Steps()
-    steps.step(0, 2, f"starting Spark ({args.master})")
-    session = StreamingSession(_spark(args))
-    steps.step(1, 2, f"replaying the recorded batches of {args.checkpoint} with a delay of {args.delay}")
+    build, steps, session = _query_on_spark(args, f"replaying the recorded batches of {args.checkpoint} with a delay of {args.delay}")
     report = replay(session, args.checkpoint, build, args.delay, args.to)
     steps.done()
     if args.json:
@@ -452,15 +455,9 @@ def _watermark_replay(args: argparse.Namespace) -> int:
 
 
 def _restate(args: argparse.Namespace) -> int:
-    from statestream.api.session import StreamingSession  # lazy: `statestream --help` stays fast
-    from statestream.tools.compatibility import load_query_builder  # lazy: `statestream --help` stays fast
     from statestream.tools.restate import restate  # lazy: `statestream --help` stays fast
 
-    build = load_query_builder(args.query)
-    steps = _Steps()
-    steps.step(0, 2, f"starting Spark ({args.master})")
-    session = StreamingSession(_spark(args))
-    steps.step(1, 2, f"restating {args.checkpoint} from the ledger {args.ledger}")
+    build, steps, session = _query_on_spark(args, f"restating {args.checkpoint} from the ledger {args.ledger}")
     df = restate(session, args.checkpoint, build, args.ledger)
     if args.to:
         df.write.mode("overwrite").parquet(args.to)
