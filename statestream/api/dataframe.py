@@ -21,6 +21,8 @@ from statestream.errors import (
     check_batch_action_on_stream,
     event_time_not_timestamp_error,
     event_time_without_watermark_error,
+    finality_column_conflict_error,
+    finality_session_window_error,
     missing_member,
     not_supported_yet,
     not_supported_yet_attribute,
@@ -28,6 +30,7 @@ from statestream.errors import (
     union_stream_batch_error,
 )
 from statestream.api.handover import hands_over
+from statestream.operators.aggregate import FINALITY_CONF, IS_FINAL_COLUMN, REVISION_COLUMN
 from statestream.operators.watermark import mark_event_time
 from statestream.plan import logical as L
 from statestream._jvm.calls import java_dataframe, jvm_seq
@@ -991,6 +994,26 @@ class DataFrame:
         return "DataFrame[" + ", ".join(f"{n}: {t}" for n, t in self.dtypes) + "]"
 
 
+def _with_finality_columns(node: L.Aggregate) -> L.Stateless:
+    """An aggregation built with ``FINALITY_CONF`` on: its DataFrame is the aggregation's
+    columns then ``revision`` (long) and ``is_final`` (boolean), so that the user's code can
+    select and filter them. The state step computes both (``AggregationStateStep``); the
+    projection adds them to the schema only, and hands each batch's rows on as they are."""
+    for name in (REVISION_COLUMN, IS_FINAL_COLUMN):
+        if name in node.template.columns:
+            raise finality_column_conflict_error(name, FINALITY_CONF)
+    if node.is_session_window():
+        raise finality_session_window_error(FINALITY_CONF)
+    template = node.template.withColumns({REVISION_COLUMN: F.lit(1).cast("bigint"), IS_FINAL_COLUMN: F.lit(True)})
+    description = f"[{REVISION_COLUMN}, {IS_FINAL_COLUMN}]"
+    return L.Stateless(template=template, child=node, op="Project", description=description, transform=_rows_as_they_are)
+
+
+def _rows_as_they_are(df: "SparkDataFrame") -> "SparkDataFrame":
+    """The identity: a batch's rows already carry what the projection adds to the schema."""
+    return df
+
+
 @hands_over
 class GroupedData:
     """``groupBy(...)``, ``cube(...)`` or ``rollup(...)`` on a streaming DataFrame.
@@ -1017,14 +1040,18 @@ class GroupedData:
     def _aggregate(self, template: Any, aggs: list[Any]) -> DataFrame:
         self._df._refuse_join_side_names(aggs, "agg")  # noqa: SLF001
         plan = self._df._plan  # noqa: SLF001
+        finality = str(template.sparkSession.conf.get(FINALITY_CONF, "false")).strip().lower() == "true"
         node = L.Aggregate(
             template=template,
             child=plan,
             grouping=tuple(self._cols),
             aggregates=tuple(aggs),
             grouping_sets=self._grouping_sets,
+            finality=finality,
         )
-        return DataFrame(node, self._df._session)  # noqa: SLF001
+        if not finality:
+            return DataFrame(node, self._df._session)  # noqa: SLF001
+        return DataFrame(_with_finality_columns(node), self._df._session)  # noqa: SLF001
 
     def agg(self, *exprs: Any) -> DataFrame:
         """The aggregated stream, as PySpark's ``GroupedData.agg``: aggregate columns, or one

@@ -64,6 +64,9 @@ __all__ = [
     "grouping_column_error",
     "python_aggregate_in_session_window_error",
     "python_aggregate_buffer_schema_error",
+    "finality_column_conflict_error",
+    "finality_session_window_error",
+    "finality_output_mode_error",
 ]
 
 
@@ -463,3 +466,39 @@ def python_aggregate_in_session_window_error(function: object) -> UnsupportedAgg
 def python_aggregate_buffer_schema_error(name: str, buffer_schema: object) -> UnsupportedAggregateError:
     """A Python aggregate function whose ``buffer_schema`` is not a struct of named fields."""
     return UnsupportedAggregateError(f"{name}.buffer_schema must be a struct of named fields, got {buffer_schema!r}")
+
+
+# -- statestream's finality columns (spark.statestream.aggregation.finality.enabled) ---------------
+
+
+def finality_column_conflict_error(name: str, conf: str) -> StatestreamAnalysisException:
+    """An aggregation built with the finality setting on (``conf``) whose own output has a
+    column named like one of the two it gains (``revision``, ``is_final``)."""
+    return analysis_error(
+        None,
+        f"The aggregation already has a column named `{name}`, and with {conf}=true its output gains the "
+        "columns `revision` and `is_final`. Rename that column (alias it), or set the conf to false "
+        "before building this aggregation.",
+    )
+
+
+def finality_session_window_error(conf: str) -> StatestreamAnalysisException:
+    """A session-window aggregation built with the finality setting on: sessions merge, so a
+    session has no stable key to count revisions of."""
+    return analysis_error(
+        None,
+        f"{conf}=true does not apply to session-window aggregations yet: sessions merge, so a session "
+        "has no stable key whose emissions could be counted. Set the conf to false before building this aggregation.",
+    )
+
+
+def finality_output_mode_error(conf: str) -> StatestreamAnalysisException:
+    """An aggregation with the finality columns started in complete mode, which re-emits every
+    key in every batch and never drops a late row, so that no row is ever final."""
+    return analysis_error(
+        None,
+        f"The aggregation was built with {conf}=true, whose `revision` and `is_final` columns need the "
+        "update or append output mode: complete mode emits every key in every batch and never evicts "
+        "one, so no row is ever final. Use outputMode(\"update\") or \"append\", or set the conf to "
+        "false before building the aggregation.",
+    )

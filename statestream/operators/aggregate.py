@@ -43,6 +43,11 @@ __all__ = [
     "HASH_AGGREGATE",
     "OBJECT_HASH_AGGREGATE",
     "SORT_AGGREGATE",
+    "FINALITY_CONF",
+    "REVISION_COLUMN",
+    "IS_FINAL_COLUMN",
+    "REVISION_STATE_FIELD",
+    "IS_FINAL_STEP_COLUMN",
 ]
 
 PARTITION_ID_COLUMN = "__statestream_pid"
@@ -53,6 +58,19 @@ PARTITION_ID_COLUMN = "__statestream_pid"
 ROUTE_COLUMN = "__statestream_route"
 #: Spark's name of the grouping id of cube/rollup (a key of the state)
 GROUPING_ID_NAME = "spark_grouping_id"
+
+#: statestream's own setting (off by default, so that the output stays Spark's): an aggregation
+#: built while it is on has two more output columns, ``revision`` (how many times the row's key
+#: was emitted, this row included) and ``is_final`` (the watermark passed the key's event time:
+#: no later row can change it); in update mode a key's final row is also emitted when the
+#: watermark evicts it without an update
+FINALITY_CONF = "spark.statestream.aggregation.finality.enabled"
+REVISION_COLUMN = "revision"
+IS_FINAL_COLUMN = "is_final"
+#: the state's emission counter (a value field after the buffers, only with finality on)
+REVISION_STATE_FIELD = "__statestream_revision"
+#: the state step's ``is_final`` column (renamed ``is_final`` by the Final step)
+IS_FINAL_STEP_COLUMN = "__statestream_is_final"
 
 #: Whether an aggregation's partial step can be skipped (``AggregationInfo.partial_skippable``):
 #: not without keys to shuffle by, nor when all of them are literals (Spark's exchange then
@@ -193,6 +211,9 @@ class AggregationInfo:
     #: whether a batch may run this aggregation without its partial step (``PARTIAL_*``; set by
     #: the planner, which sees the aggregation's input)
     partial_skippable: str = PARTIAL_KEPT
+    #: the output rows carry ``revision`` and ``is_final`` (``FINALITY_CONF``), and the state
+    #: counts each key's emissions (``REVISION_STATE_FIELD``)
+    finality: bool = False
 
     @property
     def spark_key_names(self) -> tuple[str, ...]:
@@ -302,8 +323,8 @@ class StreamingAggregateExec(PhysicalOperator):
             out = final_projection(df, info)
             casts = []
             for name in out.columns:
-                if name == ROUTE_COLUMN:
-                    casts.append(F.col(ROUTE_COLUMN))
+                if name not in out_fields:  # the route, or the finality columns (their own types)
+                    casts.append(F.col(name))
                     continue
                 field = out_fields[name]
                 col = F.col(f"`{name}`").cast(field.dataType)
@@ -419,6 +440,12 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
     keys = [F.col(k) for k in info.key_columns]
     out_keys = [F.col(k).alias(n) for k, n in zip(info.key_columns, info.grouping_names)]
     present = set(df.columns)
+    # the state step's finality columns, under their output names (after the aggregates)
+    finality = (
+        {REVISION_COLUMN: F.col(REVISION_STATE_FIELD), IS_FINAL_COLUMN: F.col(IS_FINAL_STEP_COLUMN)}
+        if info.finality and {REVISION_STATE_FIELD, IS_FINAL_STEP_COLUMN} <= present
+        else {}
+    )
 
     def final(c: "AggregateCallLike") -> "Column":
         # a call the state step already finished (its buffers were not emitted)
@@ -434,6 +461,7 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
         exploded = df.select(
             *keys,
             *(final(c).alias(names[id(c)]) for c in carried),
+            *(col.alias(name) for name, col in finality.items()),
             F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
         )
         done = exploded.groupBy(*keys).agg(
@@ -442,7 +470,9 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
                 c.recomputed_column(F.col("__values").getField(n), f"`__values`.`{n}`").alias(names[id(c)])
                 for c, n in zip(again, lists)
             ),
+            *(F.first(F.col(name)).alias(name) for name in finality),
         )
+        finality = {name: F.col(name) for name in finality}
         value = {id(c): F.col(names[id(c)]) for c in leaves}
     else:
         done = df
@@ -458,7 +488,8 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
     # a one-task batch's rows keep their route to the batch's materialisation (never with a
     # recomputed call: its aggregation by the keys would spread them over partitions)
     routed = [F.col(ROUTE_COLUMN)] if ROUTE_COLUMN in present and not again else []
-    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown), *routed)
+    ends = [col.alias(name) for name, col in finality.items()]
+    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown), *ends, *routed)
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from statestream.operators.state_step import StateStep, finish_writer_metrics, map_state_partitions
-from statestream.operators.aggregate import AggregationInfo
+from statestream.operators.aggregate import IS_FINAL_STEP_COLUMN, REVISION_STATE_FIELD, AggregationInfo
 from statestream.operators.base import (
     ExecutedByParent,
     PhysicalOperator,
@@ -28,6 +29,7 @@ from statestream.operators.base import (
     WatermarkSupport,
 )
 from statestream.operators.aggregate_merge import merge_group
+from statestream.state.keys import match_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -79,7 +81,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         return self.output_mode in ("append", "update") and self.watermark_passed_eviction(new_input_watermark_ms)
 
     def execute(self, ctx: "BatchContext") -> "DataFrame":
-        from pyspark.sql.types import LongType, StructField, StructType
+        from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
         assert self.child is not None and self.info is not None
         df = self.child.execute(ctx)
@@ -89,6 +91,8 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
         consumed = {col for f in finishers for col in f.columns}
         out_fields = [fields[c] for c in (*self.info.key_columns, *self.info.buffer_columns) if c not in consumed]
         out_fields += [StructField(f.output, LongType(), False) for f in finishers]
+        if self.info.finality:
+            out_fields += [StructField(REVISION_STATE_FIELD, LongType(), False), StructField(IS_FINAL_STEP_COLUMN, BooleanType(), False)]
         out_schema = StructType(out_fields)
         step = AggregationStateStep(
             **self.state_step_args(ctx),
@@ -101,6 +105,7 @@ class StateStoreSaveExec(PhysicalOperator, StateStoreWriter, WatermarkSupport):
             event_time_key=self.info.event_time_key,
             event_time_is_struct=self.info.event_time_is_struct,
             finishers=finishers,
+            finality=self.info.finality,
         )
         return map_state_partitions(
             df, step, out_schema, ctx, self.get_state_info().num_partitions if self.info.key_columns else 1
@@ -172,6 +177,10 @@ class AggregationStateStep(StateStep):
     #: calls finished here from their buffers (``finish(table)``), whose buffers are then not
     #: emitted (HyperLogLog++'s estimate: the sketch words stay in the state)
     finishers: tuple[Any, ...] = ()
+    #: count each key's emissions in the state and emit ``revision`` and ``is_final`` (see
+    #: ``operators.aggregate.FINALITY_CONF``): in update mode, a key the watermark evicts without
+    #: an update in this batch is emitted once more, final
+    finality: bool = False
 
     def process(self, partition: int, batches) -> tuple[pa.Table, dict]:
         """Run the step for one partition; returns (rows to emit, metrics). Pure apart from the
@@ -184,6 +193,8 @@ class AggregationStateStep(StateStep):
                 table = rule.update_table(table)
         key_schema = pa.schema([table.schema.field(k) for k in self.key_columns])
         value_schema = pa.schema([table.schema.field(c) for c in self._buffer_columns()])
+        if self.finality:
+            value_schema = value_schema.append(pa.field(REVISION_STATE_FIELD, pa.int64(), nullable=False))
         m = self.new_metrics(partition, **{RESTORE_HIT_METRIC: 0})
         with self.store_task(partition) as stores:
             store = stores.open(self.provider(partition, key_schema, value_schema))
@@ -198,6 +209,10 @@ class AggregationStateStep(StateStep):
                     for rule, cols in self.buffers
                     for col in merge_group(rule, [stored.column(c) for c in cols], [table.column(c) for c in cols], found)
                 ]
+                if self.finality:
+                    # the emissions so far; an updated key is emitted now in update mode
+                    emitted = pc.fill_null(stored.column(REVISION_STATE_FIELD), 0)
+                    merged_cols.append(pc.add(emitted, 1) if self.output_mode == "update" else emitted)
                 merged = pa.Table.from_arrays(
                     list(keys.columns) + list(merged_cols), schema=pa.schema(list(key_schema) + list(value_schema))
                 )
@@ -215,7 +230,10 @@ class AggregationStateStep(StateStep):
                     late = older_than_watermark(merged, self.event_time_key, self.event_time_is_struct, self.w_late_ms)
                     n_late = int(pc.sum(late).as_py() or 0)
                     if n_late:
-                        self.record_late_rows(partition, merged.filter(late), self.w_late_ms)
+                        dropped = merged.filter(late)
+                        if self.finality:  # the ledger keeps the rows' buffers, not the state's counter
+                            dropped = dropped.drop_columns([REVISION_STATE_FIELD])
+                        self.record_late_rows(partition, dropped, self.w_late_ms)
                         merged = merged.filter(pc.invert(late))
                     m["numRowsDroppedByWatermark"] = n_late
                 store.put(merged)
@@ -226,7 +244,9 @@ class AggregationStateStep(StateStep):
                     evicted = store.evict(lambda t: older_than_watermark(t, col, is_struct, wm), row_wise=True)
                     removal_ms = (time.perf_counter() - r0) * 1000
                     m["numRemovedStateRows"] = evicted.num_rows
-                if mode == "update":
+                if self.finality:
+                    output = self._with_finality(mode, merged, evicted)
+                elif mode == "update":
                     output = merged
                 else:
                     output = evicted if evicted is not None else merged.slice(0, 0)
@@ -234,14 +254,49 @@ class AggregationStateStep(StateStep):
                 raise ValueError(f"unsupported output mode for StateStoreSaveExec: {mode}")
             updates_ms = (time.perf_counter() - t0) * 1000 - removal_ms
         finish_writer_metrics(m, stores, updates_ms, removal_ms, num_output_rows=output.num_rows)
-        output = output.select(list(self.key_columns) + self._buffer_columns())
+        ends = [REVISION_STATE_FIELD, IS_FINAL_STEP_COLUMN] if self.finality else []
+        output = output.select(list(self.key_columns) + self._buffer_columns() + ends)
         if self.finishers:
             finished = [f.finish(output) for f in self.finishers]
             consumed = {c for f in self.finishers for c in f.columns}
             output = output.drop_columns([c for c in self._buffer_columns() if c in consumed])
             for f, values in zip(self.finishers, finished):
                 output = output.append_column(pa.field(f.output, pa.int64(), False), values)
+            if ends:  # the finality columns stay last
+                output = output.select([c for c in output.column_names if c not in ends] + ends)
         return output, m
+
+    def _with_finality(self, mode: str, merged: pa.Table, evicted: pa.Table | None) -> pa.Table:
+        """The rows to emit with their ``revision`` (the state's emission count, this emission
+        included) and ``is_final`` (the eviction watermark passed the row's event time).
+
+        Update mode emits the updated keys (final when the watermark evicts them in the same
+        batch) and then, once more and final, the evicted keys this batch did not update, so
+        that every key's last row says it is final. Append mode emits only evicted keys, each
+        once: revision 1, final."""
+        if evicted is None:
+            evicted = merged.slice(0, 0)
+        if mode == "update":
+            if self.event_time_key is not None and self.w_evict_ms is not None and merged.num_rows:
+                final = older_than_watermark(merged, self.event_time_key, self.event_time_is_struct, self.w_evict_ms)
+            else:
+                final = pa.array(np.zeros(merged.num_rows, dtype=bool))
+            updated = merged.append_column(IS_FINAL_STEP_COLUMN, final)
+            if evicted.num_rows and merged.num_rows:
+                keys = list(self.key_columns)
+                hit, _ = match_keys(evicted.select(keys), merged.select(keys))
+                untouched = np.ones(evicted.num_rows, dtype=bool)
+                untouched[hit] = False
+                evicted = evicted.filter(pa.array(untouched))
+        else:
+            updated = None
+        if evicted.num_rows:
+            revision = pc.add(evicted.column(REVISION_STATE_FIELD), 1)
+            evicted = evicted.set_column(evicted.schema.get_field_index(REVISION_STATE_FIELD), REVISION_STATE_FIELD, revision)
+        evicted = evicted.append_column(IS_FINAL_STEP_COLUMN, pa.array(np.ones(evicted.num_rows, dtype=bool)))
+        if updated is None:
+            return evicted
+        return pa.concat_tables([updated, evicted.cast(updated.schema)]) if evicted.num_rows else updated
 
     def _buffer_columns(self) -> list[str]:
         return [c for _, cols in self.buffers for c in cols]

@@ -36,7 +36,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Protocol, Sequence
 
-from statestream.errors import StatestreamAnalysisException, analysis_error
+from statestream.errors import StatestreamAnalysisException, analysis_error, finality_output_mode_error
+from statestream.operators.aggregate import FINALITY_CONF
 from statestream.errors.unsupported_operations import (
     MSG_APPLY_IN_PANDAS_APPEND_AFTER_AGGREGATION,
     MSG_APPLY_IN_PANDAS_EVENT_TIME_TIMEOUT_WITHOUT_WATERMARK,
@@ -664,6 +665,7 @@ def check_for_streaming(
     """
     if not _conf_enabled(conf, UNSUPPORTED_OPERATION_CHECK_CONF):
         logger.debug("%s=false: unsupported-operation checks skipped", UNSUPPORTED_OPERATION_CHECK_CONF)
+        check_finality(plan, output_mode)
         return
     mode = _normalise_output_mode(output_mode)
     inspector = inspector if inspector is not None else JvmExpressionInspector()
@@ -701,4 +703,18 @@ def check_for_streaming(
         if _conf_enabled(conf, CHECK_CORRECTNESS_CONF):
             _throw(MSG_CORRECTNESS, plan)
         logger.warning("%s (%s=false, so the query runs anyway)", MSG_CORRECTNESS, CHECK_CORRECTNESS_CONF)
+    check_finality(plan, mode)
+
+
+def check_finality(plan: LogicalPlan, output_mode: str) -> None:
+    """statestream's own rule, after Spark's: an aggregation built with the finality columns
+    (``FINALITY_CONF``) runs in update or append mode only.
+
+    >>> check_finality(Aggregate(template=None, finality=True), "update")  # nothing to refuse
+    """
+    if str(output_mode).lower() != "complete":
+        return
+    for node in aggregates_in(plan):
+        if node.finality:
+            _throw(finality_output_mode_error(FINALITY_CONF), node)
 

@@ -184,6 +184,9 @@ class Aggregate(UnaryNode):
     aggregates: tuple["Column", ...] = field(default=(), repr=False)
     grouping_sets: str | None = None
     key_filters: tuple["Column", ...] = field(default=(), repr=False)
+    #: built with ``spark.statestream.aggregation.finality.enabled`` on: its rows carry
+    #: ``revision`` and ``is_final`` (added to the schema by a projection above this node)
+    finality: bool = False
 
     @property
     def grouping_names(self) -> list[str]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from statestream.errors import global_session_aggregation_error, grouping_column_error, grouping_id_columns_error
 from statestream.operators.aggregate import (
     GROUPING_ID_NAME,
+    REVISION_STATE_FIELD,
     AggregateExplainText,
     HASH_AGGREGATE,
     OBJECT_HASH_AGGREGATE,
@@ -200,7 +201,7 @@ def aggregation_info(node: L.Aggregate) -> AggregationInfo:
 
 
 def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import LongType, StructField, StructType
 
     names = node.grouping_names
     # cube/rollup: Spark's grouping id is one more key (state key field ``spark_grouping_id``)
@@ -220,6 +221,8 @@ def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
         et_key = keys[names.index(et_name)]
         et_struct = isinstance(node.schema[et_name].dataType, StructType)
     key_json, value_json = _state_schema_json(node, calls, buffers)
+    if node.finality:  # the emission counter, after the buffers
+        value_json = {**value_json, "fields": [*value_json["fields"], StructField(REVISION_STATE_FIELD, LongType(), False).jsonValue()]}
     aggregate_node, aggregate_codegen = spark_aggregate_node(node.template)
     if not all(c.spark_function for c in calls):
         # a Python aggregate function: Spark has no plan for it on a stream; its batch side is a
@@ -243,6 +246,7 @@ def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
         event_time_is_struct=et_struct,
         key_filters=tuple(node.key_filters),
         grouping_sets=node.grouping_sets,
+        finality=node.finality,
     )
 
 
