@@ -399,3 +399,22 @@ def test_redefines_watermark_only_for_a_watermark_above_another_in_one_chain():
     assert A.redefines_watermark(agg(second, ("ts", TimestampType(), WM)))
     assert not A.redefines_watermark(first)
     assert not A.redefines_watermark(Union(template=first.template, inputs=(watermarked(), watermarked())))
+
+
+# ------------------------------------------------------------------------------ finality columns
+
+
+def test_finality_columns_refuse_complete_mode_only_after_sparks_own_rules():
+    import dataclasses
+
+    counted = dataclasses.replace(agg(watermarked(), window_key(), ("value", LongType())), finality=True)
+    check(counted, "update")
+    check(counted, "append")
+    assert "complete mode emits every key in every batch" in str(error(counted, "complete"))
+    # Spark's own refusal comes first: a finality aggregation in append mode without a watermark
+    plain = dataclasses.replace(agg(source(), ("value", LongType())), finality=True)
+    assert str(error(plain, "append")) == OUTPUT_MODE_APPEND
+    # the check stays with Spark's checks turned off (it is statestream's own)
+    off = {"spark.sql.streaming.unsupportedOperationCheck": "false"}
+    assert "complete mode" in str(error(counted, "complete", conf=off))
+    check(dataclasses.replace(counted, finality=False), "complete")
