@@ -994,19 +994,21 @@ class DataFrame:
         return "DataFrame[" + ", ".join(f"{n}: {t}" for n, t in self.dtypes) + "]"
 
 
-def _with_finality_columns(node: L.Aggregate) -> L.Stateless:
+def _with_finality_columns(node: L.Aggregate) -> L.AggregationFinality:
     """An aggregation built with ``FINALITY_CONF`` on: its DataFrame is the aggregation's
     columns then ``revision`` (long) and ``is_final`` (boolean), so that the user's code can
     select and filter them. The state step computes both (``AggregationStateStep``); the
     projection adds them to the schema only, and hands each batch's rows on as they are."""
+    case_sensitive = str(node.template.sparkSession.conf.get("spark.sql.caseSensitive", "false")).strip().lower() == "true"
+    taken = {c if case_sensitive else c.lower(): c for c in node.template.columns}
     for name in (REVISION_COLUMN, IS_FINAL_COLUMN):
-        if name in node.template.columns:
-            raise finality_column_conflict_error(name, FINALITY_CONF)
+        if name in taken:  # the two names are lower case
+            raise finality_column_conflict_error(taken[name], FINALITY_CONF)
     if node.is_session_window():
         raise finality_session_window_error(FINALITY_CONF)
     template = node.template.withColumns({REVISION_COLUMN: F.lit(1).cast("bigint"), IS_FINAL_COLUMN: F.lit(True)})
     description = f"[{REVISION_COLUMN}, {IS_FINAL_COLUMN}]"
-    return L.Stateless(template=template, child=node, op="Project", description=description, transform=_rows_as_they_are)
+    return L.AggregationFinality(template=template, child=node, op="Project", description=description, transform=_rows_as_they_are)
 
 
 def _rows_as_they_are(df: "SparkDataFrame") -> "SparkDataFrame":

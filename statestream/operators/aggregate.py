@@ -464,13 +464,13 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
             *(col.alias(name) for name, col in finality.items()),
             F.explode_outer(F.arrays_zip(*(F.col(n) for n in lists))).alias("__values"),
         )
-        done = exploded.groupBy(*keys).agg(
+        # the finality columns are the key's own (one row per key): grouped by, as the keys
+        done = exploded.groupBy(*keys, *(F.col(name) for name in finality)).agg(
             *(F.first(F.col(names[id(c)])).alias(names[id(c)]) for c in carried),
             *(
                 c.recomputed_column(F.col("__values").getField(n), f"`__values`.`{n}`").alias(names[id(c)])
                 for c, n in zip(again, lists)
             ),
-            *(F.first(F.col(name)).alias(name) for name in finality),
         )
         finality = {name: F.col(name) for name in finality}
         value = {id(c): F.col(names[id(c)]) for c in leaves}

@@ -151,6 +151,16 @@ class Stateless(UnaryNode):
 
 
 @dataclass(frozen=True, eq=False)
+class AggregationFinality(Stateless):
+    """The ``revision`` and ``is_final`` columns of an aggregation built with
+    ``spark.statestream.aggregation.finality.enabled`` on (statestream's own; Spark has no such
+    node): a projection over the ``Aggregate`` whose template adds the two columns and whose
+    batches already carry them (the aggregation's state step computes them), so the planner
+    plans the aggregation in its place and the optimizer lets no conjunct that reads them move
+    below it."""
+
+
+@dataclass(frozen=True, eq=False)
 class CollectMetrics(UnaryNode):
     """``observe(name, *exprs)``: named aggregate metrics of each batch's rows, reported in the
     progress as ``observedMetrics[name]`` (Spark: ``CollectMetrics``)."""

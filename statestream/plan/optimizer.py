@@ -51,6 +51,7 @@ from statestream._jvm.calls import java_column, jvm_seq, jvm_view
 from statestream.plan.joins import stream_side_conjuncts
 from statestream.plan.logical import (
     Aggregate,
+    AggregationFinality,
     EventTimeWatermark,
     Join,
     LogicalPlan,
@@ -760,6 +761,11 @@ class JvmPlanInspector:
             return None
         if isinstance(node, Join):
             return self._join_facts(node, top, targets)
+        if isinstance(node, AggregationFinality):
+            # its template's literals are no values of the rows: a conjunct reading them stays
+            # above, one over the aggregation's own columns passes
+            child_output = frozenset(_attr_id(a) for a in jvm_seq(targets[0].output()))
+            return NodeFacts(branches=((PassThroughStep(child_output=child_output, name="AggregationFinality"),),))
         if isinstance(node, Union):
             if str(top.nodeName()) != "Union":
                 return NodeFacts(branches=tuple((OpaqueStep("Union"),) for _ in children))

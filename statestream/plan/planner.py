@@ -162,6 +162,8 @@ def plan_streaming_query(
             return plan_limit(node, go, output_mode, store_conf, root=node is top, for_explain=for_explain)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.input_plan), description=node.description, transform=node.transform)
+        if isinstance(node, L.AggregationFinality):
+            return go(node.input_plan)  # the aggregation's rows carry the two columns
         if isinstance(node, L.Stateless):
             return StatelessExec(child=go(node.input_plan), op=node.op, description=node.description, transform=node.transform)
         if isinstance(node, L.CollectMetrics):

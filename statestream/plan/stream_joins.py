@@ -32,7 +32,7 @@ from statestream.errors import stream_join_without_equality_error
 from statestream._jvm.calls import clone_session, java_dataframe, jvm_seq, jvm_view
 from statestream.operators.stream_join import StreamingSymmetricHashJoinExec, StreamJoinExchangeExec
 from statestream.plan.joins import standin_join
-from statestream.plan.logical import WATERMARK_DELAY_KEY
+from statestream.plan.logical import WATERMARK_DELAY_KEY, AggregationFinality
 from statestream.plan.optimizer import rebuild_expression
 
 if TYPE_CHECKING:
@@ -697,6 +697,10 @@ def kept_side_columns(node: "L.Join", root: "L.LogicalPlan | None") -> tuple[tup
     its renames. ``None`` (keep every column) when the plans cannot be read or the join is not
     found in them."""
     if root is None:
+        return None
+    if node.find(AggregationFinality):
+        # Spark's optimiser folds the finality columns' stand-in literals and prunes them from
+        # the join's inputs, but the rows carry their real values: keep every column
         return None
     try:
         analyzed = next(iter(_nodes(java_dataframe(node.template).queryExecution().analyzed(), "Join")), None)

@@ -526,6 +526,15 @@ def schemas_compatible(stored: Mapping[str, Any], new: Mapping[str, Any]) -> boo
     return _compatible(_parse_type(new), _parse_type(stored))
 
 
+#: the prefix of the state fields statestream adds to Spark's (``__statestream_revision``)
+OWN_FIELD_PREFIX = "__statestream_"
+
+
+def _own_fields(schema: Mapping[str, Any]) -> list[str]:
+    """The names of statestream's own top-level fields of a state schema (StructType JSON)."""
+    return [f.get("name", "") for f in schema.get("fields", []) if str(f.get("name", "")).startswith(OWN_FIELD_PREFIX)]
+
+
 def check_state_schema(
     stored: StateSchema,
     key_schema: Mapping[str, Any],
@@ -539,6 +548,10 @@ def check_state_schema(
     """
     if _parse_type(stored.key_schema) == _parse_type(key_schema) and _parse_type(stored.value_schema) == _parse_type(value_schema):
         return
+    if check_value and _own_fields(stored.value_schema) != _own_fields(value_schema):
+        # statestream's own fields (an aggregation's emission counter) are told by name, not by
+        # position and type: a counter read as a buffer of the same type would pass Spark's rule
+        raise value_schema_not_compatible_error(render_data_type(stored.value_schema), render_data_type(value_schema))
     if not schemas_compatible(stored.key_schema, key_schema):
         raise key_schema_not_compatible_error(render_data_type(stored.key_schema), render_data_type(key_schema))
     if check_value and not schemas_compatible(stored.value_schema, value_schema):

@@ -129,16 +129,29 @@ def _emissions(checkpoint: str, operator_id: int, info: Any, mode: str) -> pa.Ta
     out = updates.take(pa.array(last)).drop_columns(["change"])
     emitted = out.column("batch_id").to_numpy(zero_copy_only=False)
     revisions = counts
-    if mode == "append" and deletes.num_rows:
+    if getattr(info, "finality", False) and mode == "update" and deletes.num_rows:
+        # with the finality columns on, a key the watermark evicted after its last update was
+        # emitted once more (final) in the batch that removed it
+        deleted_at_of = _deleted_at(out, deletes, info.key_columns)
+        later = deleted_at_of > emitted
+        emitted = np.where(later, deleted_at_of, emitted)
+        revisions = counts + later.astype(np.int64)
+    elif mode == "append" and deletes.num_rows:
         # emitted once, when the key left the state
-        both = pa.concat_tables([out.select(list(info.key_columns)), deletes.select(list(info.key_columns))])
-        gid = group_ids([both.column(k) for k in info.key_columns], both.num_rows)
-        deleted_at = dict(zip(gid[out.num_rows :].tolist(), deletes.column("batch_id").to_pylist()))
-        emitted = np.array([deleted_at.get(g, -1) for g in gid[: out.num_rows].tolist()], dtype=np.int64)
+        emitted = _deleted_at(out, deletes, info.key_columns)
         revisions = (emitted >= 0).astype(np.int64)
     return out.drop_columns(["batch_id"]).append_column(_EMITTED, pa.array(emitted, pa.int64())).append_column(
         _REVISION, pa.array(np.asarray(revisions, dtype=np.int64) + 1, pa.int64())
     )
+
+
+def _deleted_at(keys: pa.Table, deletes: pa.Table, key_columns: Any) -> np.ndarray:
+    """For each row of ``keys``, the batch of its key's (last) delete in ``deletes``, or -1."""
+    deletes = deletes.take(pc.sort_indices(deletes, [("batch_id", "ascending")]))  # the last one wins below
+    both = pa.concat_tables([keys.select(list(key_columns)), deletes.select(list(key_columns))])
+    gid = group_ids([both.column(k) for k in key_columns], both.num_rows)
+    deleted_at = dict(zip(gid[keys.num_rows :].tolist(), deletes.column("batch_id").to_pylist()))
+    return np.array([deleted_at.get(g, -1) for g in gid[: keys.num_rows].tolist()], dtype=np.int64)
 
 
 def _nullable(table: pa.Table) -> pa.Table:

@@ -236,6 +236,8 @@ def test_refusals_say_what_to_do(spark, tmp_path, finality_on):
     events = ss.readStream.format("parquet").schema(SCHEMA).load(str(tmp_path / "in")).withColumn("t", F.timestamp_millis("ms"))
     with pytest.raises(StatestreamAnalysisException, match="already has a column named `revision`"):
         events.groupBy("k").agg(F.count("*").alias("revision"))
+    with pytest.raises(StatestreamAnalysisException, match="already has a column named `Is_Final`"):
+        events.groupBy("k").agg(F.count("*").alias("Is_Final"))  # names are case-insensitive, as in Spark
     with pytest.raises(StatestreamAnalysisException, match="session-window aggregations"):
         events.withWatermark("t", "1 second").groupBy(F.session_window("t", "5 seconds"), "k").count()
     with session_confs(spark, {FINALITY: "false"}):  # off (the default): Spark's columns
@@ -256,3 +258,31 @@ def test_turning_it_off_on_a_checkpoint_that_counts_is_refused(spark, tmp_path, 
     with session_confs(spark, {FINALITY: "false"}), pytest.raises(Exception, match="STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE") as failure:
         _run(StreamingSession(spark), tmp_path / "in", tmp_path / "ours", "update")
     assert "__statestream_revision" in str(failure.value)
+
+
+def test_a_filter_reading_the_columns_stays_above_the_aggregation(spark, tmp_path, finality_on):
+    """A conjunct that mixes ``is_final`` with a key must not move below the aggregation as if
+    the schema's stand-in values were the rows' (it would drop the keys' rows before the state):
+    the filtered query's rows are the unfiltered query's rows, filtered."""
+    from statestream import StreamingSession
+
+    _write(tmp_path / "in")
+    everything = _run(StreamingSession(spark), tmp_path / "in", tmp_path / "all", "update")
+    kept: dict[int, list[dict]] = {}
+
+    def collect(df, batch_id):
+        kept[batch_id] = [{**r.asDict(), "window": r["window"]["start"]} for r in df.collect()]
+
+    query = (
+        _query(StreamingSession(spark), tmp_path / "in").filter("(NOT is_final) OR k > 0")
+        .writeStream.outputMode("update").foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "filtered")).start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    expected = {b: [r for r in rows if not r["is_final"] or r["k"] > 0] for b, rows in everything.items()}
+    def as_sets(by_batch):
+        return {b: {tuple(sorted(r.items())) for r in rows} for b, rows in by_batch.items() if rows}
+
+    assert as_sets(kept) == as_sets(expected)
+    assert any(r["is_final"] and r["k"] == 0 for rows in everything.values() for r in rows)

@@ -253,3 +253,20 @@ def test_operator_mismatch_message():
     )
     with pytest.raises(IncompatibleRestartError):
         check_operator_metadata({0: "stateStoreSave", 1: "dedupe"}, {0: "stateStoreSave"})
+
+
+def test_statestreams_own_fields_are_told_by_name():
+    """An aggregation's emission counter (finality columns) is a long like a count buffer: a
+    restart that swaps one for the other has Spark's field count and types but is refused."""
+    counted = StateSchema(struct(field("k", "string")), struct(field("count", "long"), field("__statestream_revision", "long", False)))
+    with pytest.raises(IncompatibleRestartError, match="__statestream_revision"):
+        check_state_schema(counted, struct(field("k", "string")), struct(field("count", "long"), field("sum", "long", False)))
+    with pytest.raises(IncompatibleRestartError):
+        check_state_schema(
+            StateSchema(struct(field("k", "string")), struct(field("count", "long"), field("sum", "long"))),
+            struct(field("k", "string")),
+            struct(field("count", "long"), field("__statestream_revision", "long")),
+        )
+    # the same fields pass, and a value check turned off ignores them
+    check_state_schema(counted, struct(field("k", "string")), struct(field("count", "long"), field("__statestream_revision", "long", False)))
+    check_state_schema(counted, struct(field("k", "string")), struct(field("count", "long")), check_value=False)
