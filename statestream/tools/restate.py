@@ -34,6 +34,7 @@ import pyarrow.dataset as ds
 
 from statestream.checkpoint.files import CheckpointFileManager
 from statestream.checkpoint.offsets import OffsetSeqLog
+from statestream.checkpoint.query_record import read_query_record
 from statestream.errors import no_checkpoint_error, restate_not_possible_error
 from statestream.operators.aggregate import final_projection
 from statestream.operators.aggregate_merge import merge_group_segments
@@ -99,6 +100,9 @@ def _aggregation(ss: Any, checkpoint: str, build: Callable[[Any], Any]) -> tuple
     query = build(ss)
     writer = query.writeStream if hasattr(query, "writeStream") else query
     plan, mode = writer._plan, writer._mode  # noqa: SLF001 - the writer's own plan and mode
+    # the mode the checkpoint ran in (a function that returns a DataFrame has the writer's default)
+    recorded = (read_query_record(fm) or {}).get("outputMode")
+    mode = str(recorded).lower() if recorded else mode
     meta = latest[1].metadata
     partitions = int((meta.conf if meta is not None else {}).get("spark.sql.shuffle.partitions") or ss.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     relations = plan.find(L.StreamingRelation)

@@ -354,3 +354,31 @@ def test_restate_refuses_an_aggregate_whose_merge_depends_on_the_order(spark, tm
         q.stop()
     with pytest.raises(CheckpointError, match="cannot restate the aggregate f"):
         restate(StreamingSession(spark), str(tmp_path / "ck"), with_first, str(tmp_path / "ledger"))
+
+
+def test_a_restatement_follows_the_finality_revisions(spark, tmp_path, no_data_batches_off, monkeypatch):
+    """With the finality columns on, a window's emissions include the final row emitted when the
+    watermark closed it: its restatement's revision is one more than the last revision emitted."""
+    from statestream import StreamingSession
+    from statestream.tools.restate import restate
+
+    _write(tmp_path / "in")
+    monkeypatch.setenv("STATESTREAM_TEST_REPLAY_INPUT", str(tmp_path / "in"))
+    emitted: dict = {}
+
+    def collect(df, _batch_id):
+        for r in df.collect():
+            emitted[r.window.start] = max(emitted.get(r.window.start, 0), r.revision)
+
+    confs = {"spark.statestream.lateRows.path": str(tmp_path / "ledger"), "spark.statestream.aggregation.finality.enabled": "true"}
+    with session_confs(spark, confs):
+        q = aggregated_query(StreamingSession(spark)).writeStream.outputMode("update").foreachBatch(collect)
+        q = q.option("checkpointLocation", str(tmp_path / "ck")).start()
+        q.processAllAvailable()
+        q.stop()
+        restated = restate(StreamingSession(spark), str(tmp_path / "ck"), aggregated_query, str(tmp_path / "ledger")).collect()
+    assert restated
+    for row in restated:
+        if row.emitted_batch is not None:
+            assert row.revision == emitted[row.window.start] + 1, row
+    assert any(r.emitted_batch is not None and emitted[r.window.start] >= 2 for r in restated)
