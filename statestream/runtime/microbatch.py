@@ -808,6 +808,9 @@ class MicroBatchExecution:
         )
         if not (has_data or wants_nd):
             return None
+        logger.debug(
+            "batch %d: %s (watermark %d ms)", batch_id, "new data" if has_data else "no data, for the new watermark", self.tracker.current_watermark
+        )
         record = _BatchRecord(
             batch_id, list(start), [e if e is not None else st for e, st in zip(ends, start)], self.tracker.current_watermark,
             recorded[1] if recorded is not None else _now_ms(),
