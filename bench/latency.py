@@ -100,24 +100,14 @@ def _files_by_batch(checkpoint: Path, source: int) -> dict[str, int]:
 
 def child(engine_kind: str, query_kind: str, rate: int, period: float, seconds: float, warmup: float) -> dict[str, Any]:
     from pyspark.sql import functions as F
-    from run import session_builder, with_bench_confs
+    from run import child_session, engine_for
 
-    from statestream._jvm.java import ensure_java
-
-    ensure_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = with_bench_confs(session_builder(f"statestream-latency-{engine_kind}")).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = child_session(f"statestream-latency-{engine_kind}")
     work = Path(tempfile.mkdtemp(prefix=f"latency-{engine_kind}-"))
     dirs = [work / "in0", work / "in1"]
     for d in dirs:
         d.mkdir()
-    if engine_kind == "spark":
-        engine: Any = spark
-    else:
-        from statestream import StreamingSession
-
-        engine = StreamingSession(spark)
+    engine = engine_for(spark, engine_kind)
     visible: dict[int, float] = {}
 
     def sink(df: Any, batch_id: int) -> None:

@@ -460,6 +460,27 @@ def with_bench_confs(builder: Any) -> Any:
     return builder
 
 
+def engine_for(spark: Any, engine_kind: str) -> Any:
+    """What a benchmark's query runs on: ``spark`` itself (Spark's engine) or a StreamingSession."""
+    if engine_kind == "spark":
+        return spark
+    from statestream import StreamingSession
+
+    return StreamingSession(spark)
+
+
+def child_session(app_name: str) -> Any:
+    """A child process's SparkSession with the benchmarks' settings (``session_builder`` and
+    ``BENCH_CONF``), on statestream's Java, its log at ERROR."""
+    from statestream._jvm.java import ensure_java
+
+    ensure_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = with_bench_confs(session_builder(app_name)).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run_floor(spark: Any, workload: str, input_dir: Path) -> dict[str, Any]:
     """Spark's batch-only floor: the same query as a batch job over each input file alone.
 
@@ -535,12 +556,7 @@ def run_child(workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any
 
 def run_stream(spark: Any, workload: str, engine_kind: str, input_dir: Path) -> dict[str, Any]:
     """Run the workload's streaming query on Spark's engine or statestream; its figures."""
-    if engine_kind == "spark":
-        engine: Any = spark
-    else:
-        from statestream import StreamingSession
-
-        engine = StreamingSession(spark)
+    engine = engine_for(spark, engine_kind)
     counts: dict[int, int] = {}
     wall: dict[int, float] = {}
     last = [time.perf_counter()]

@@ -60,22 +60,12 @@ def _feed(directory: Path, rows: int, interval: float, stop: threading.Event) ->
 
 
 def child(engine_kind: str, batches: int, interval: float, rows: int) -> dict[str, Any]:
-    from run import _progress_dict, build_query, session_builder, with_bench_confs
+    from run import _progress_dict, build_query, child_session, engine_for
 
-    from statestream._jvm.java import ensure_java
-
-    ensure_java()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = with_bench_confs(session_builder(f"statestream-trickle-{engine_kind}")).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = child_session(f"statestream-trickle-{engine_kind}")
     work = Path(tempfile.mkdtemp(prefix=f"trickle-{engine_kind}-"))
     (work / "in").mkdir()
-    if engine_kind == "spark":
-        engine: Any = spark
-    else:
-        from statestream import StreamingSession
-
-        engine = StreamingSession(spark)
+    engine = engine_for(spark, engine_kind)
     counts: dict[int, int] = {}
 
     def sink(df: Any, batch_id: int) -> None:
