@@ -277,17 +277,17 @@ class AggregationStateStep(StateStep):
         if evicted is None:
             evicted = merged.slice(0, 0)
         if mode == "update":
-            if self.event_time_key is not None and self.w_evict_ms is not None and merged.num_rows:
-                final = older_than_watermark(merged, self.event_time_key, self.event_time_is_struct, self.w_evict_ms)
-            else:
-                final = pa.array(np.zeros(merged.num_rows, dtype=bool))
-            updated = merged.append_column(IS_FINAL_STEP_COLUMN, final)
+            # the eviction scanned the put rows too: an updated key it removed is final now, and
+            # the evicted keys it did not match were not updated in this batch
+            final = np.zeros(merged.num_rows, dtype=bool)
             if evicted.num_rows and merged.num_rows:
                 keys = list(self.key_columns)
-                hit, _ = match_keys(evicted.select(keys), merged.select(keys))
+                hit, updated_hit = match_keys(evicted.select(keys), merged.select(keys))
+                final[updated_hit] = True
                 untouched = np.ones(evicted.num_rows, dtype=bool)
                 untouched[hit] = False
                 evicted = evicted.filter(pa.array(untouched))
+            updated = merged.append_column(IS_FINAL_STEP_COLUMN, pa.array(final))
         else:
             updated = None
         if evicted.num_rows:

@@ -133,7 +133,7 @@ def _emissions(checkpoint: str, operator_id: int, info: Any, mode: str) -> pa.Ta
     out = updates.take(pa.array(last)).drop_columns(["change"])
     emitted = out.column("batch_id").to_numpy(zero_copy_only=False)
     revisions = counts
-    if getattr(info, "finality", False) and mode == "update" and deletes.num_rows:
+    if info.finality and mode == "update" and deletes.num_rows:
         # with the finality columns on, a key the watermark evicted after its last update was
         # emitted once more (final) in the batch that removed it
         deleted_at_of = _deleted_at(out, deletes, info.key_columns)
