@@ -36,6 +36,7 @@ from statestream.checkpoint.offsets import (
     PINNED_CONF_KEYS,
     PINNED_CONF_SESSION_DEFAULTS,
     SHUFFLE_PARTITIONS,
+    STATE_STORE_PROVIDER_CLASS,
     OffsetSeq,
     OffsetSeqLog,
     OffsetSeqMetadata,
@@ -127,6 +128,7 @@ from statestream.runtime.worker_warmup import (
     use_unix_domain_sockets,
 )
 from statestream.sources.base import ReadLimit, empty_batch
+from statestream.state.layered import LAYERED_PROVIDER_CLASSES
 from statestream.state.local_disk import ON_LOCAL_DISK_CONF, ON_LOCAL_DISK_DEFAULT
 from statestream.state.store import StateStoreConf, on_local_disk_from_conf, versions_in_memory_from_conf
 
@@ -723,6 +725,9 @@ class MicroBatchExecution:
                 user.conf.get("spark.sql.streaming.maxBatchesToRetainInMemory", "2")
             ),
             on_local_disk=on_local_disk_from_conf(user.conf.get(ON_LOCAL_DISK_CONF, str(ON_LOCAL_DISK_DEFAULT))),
+            # the provider the checkpoint records: a query that asked for RocksDB gets the
+            # layered store, statestream's store for a state far larger than a batch
+            layered=conf.get(STATE_STORE_PROVIDER_CLASS, "") in LAYERED_PROVIDER_CLASSES,
         )
         self._physical = plan_streaming_query(
             self.plan, self.num_partitions, self._source_indexes, self.store_conf, output_mode=self.output_mode

@@ -36,6 +36,7 @@ import math
 from typing import Any, Sequence, TypeAlias
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,7 +47,7 @@ from statestream.errors.state import (
     key_value_not_encodable_error,
 )
 
-__all__ = ["match_keys", "group_ids", "check_key_types_supported"]
+__all__ = ["match_keys", "group_ids", "check_key_types_supported", "hash_keys", "keys_equal_rowwise"]
 
 log = logging.getLogger(__name__)
 
@@ -323,3 +324,90 @@ def group_ids(columns: Sequence[ArrayLike], num_rows: int) -> np.ndarray:
     if ids is None:
         return np.zeros(num_rows, dtype=np.int64)
     return ids
+
+
+#: the hash of a null key component (any constant other than what a value hashes to in practice)
+_NULL_HASH = np.uint64(0x6A09E667F3BCC909)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_STEP = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: spreads every input bit over the whole 64-bit word (in place)."""
+    h ^= h >> np.uint64(30)
+    h *= _MIX_1
+    h ^= h >> np.uint64(27)
+    h *= _MIX_2
+    h ^= h >> np.uint64(31)
+    return h
+
+
+def _leaf_hash(col: pa.ChunkedArray) -> np.ndarray:
+    """One uint64 per row of an encoded key component (null-free, normalised: see
+    :func:`_filled_leaf`), the same for two rows exactly when the component is equal, in any
+    batch and any process."""
+    filled = _filled_leaf(col)
+    n = len(col)
+    if filled is None:
+        return np.zeros(n, dtype=np.uint64)
+    arr = _combined(_chunked(filled)) if isinstance(filled, pa.ChunkedArray) else filled
+    t = arr.type
+    if pa.types.is_integer(t):
+        values = arr.to_numpy(zero_copy_only=False)
+        return _mix(values.astype(np.int64, copy=False).view(np.uint64).copy())
+    if pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
+        # a decimal column has one scale, so equal values have equal digits
+        arr = arr.cast(pa.string()) if pa.types.is_decimal(t) else arr.cast(pa.binary())
+    values = arr.to_numpy(zero_copy_only=False)
+    # pandas' SipHash of each str / bytes object, with a fixed key: stable across processes
+    return pd.util.hash_array(values, categorize=False).astype(np.uint64, copy=False)
+
+
+def hash_keys(keys: pa.Table) -> np.ndarray:
+    """A 64-bit hash of each row of key columns, equal for two rows whose keys are equal under
+    Spark's grouping equality (see :func:`match_keys`), whatever table or process they are in.
+
+    Why: a store holding far more keys than a batch touches keeps its rows sorted by this hash,
+    so that finding a batch's keys is a binary search rather than a join over every stored key
+    (``state/layered.py``). Unequal keys may share a hash; a caller compares the keys of rows
+    whose hashes are equal (:func:`keys_equal_rowwise`).
+
+    >>> import pyarrow as pa
+    >>> h = hash_keys(pa.table({"k": pa.array([1.0, -0.0, 0.0, None])}))
+    >>> bool(h[1] == h[2]), bool(h[0] == h[3])
+    (True, False)
+    """
+    n = keys.num_rows
+    h = np.full(n, _STEP, dtype=np.uint64)
+    if n == 0:
+        return h
+    components: list[tuple[str, pa.ChunkedArray]] = []
+    for col in keys.columns:
+        _leaves(_chunked(col), components)
+    for kind, col in components:
+        part = _leaf_hash(col) if kind == "leaf" else np.zeros(n, dtype=np.uint64)
+        if col.null_count:
+            valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+            part = np.where(valid, part, _NULL_HASH)
+        h = _mix(h * _STEP + part)
+    return h
+
+
+def keys_equal_rowwise(left: pa.Table, right: pa.Table) -> np.ndarray:
+    """Whether row i of ``left`` and row i of ``right`` (key columns only, same row count) hold
+    equal keys under Spark's grouping equality: a pairwise comparison, not a join.
+
+    >>> import pyarrow as pa
+    >>> keys_equal_rowwise(pa.table({"k": [1.0, None, 2.0]}), pa.table({"k": [1.0, None, 3.0]})).tolist()
+    [True, True, False]
+    """
+    n = left.num_rows
+    equal = np.ones(n, dtype=bool)
+    if n == 0:
+        return equal
+    lenc, renc = _encode_pair(left.columns, right.columns)
+    for name, lcol in lenc.items():
+        same = pc.equal(lcol, renc[name])
+        equal &= np.asarray(pc.fill_null(same, False).to_numpy(zero_copy_only=False), dtype=bool)
+    return equal

@@ -36,8 +36,22 @@ from statestream.errors.state import (
     state_version_zero_replace_error,
 )
 from statestream.state.keys import check_key_types_supported, match_keys
+from statestream.state.layered import (
+    LayeredStateStore,
+    LayeredVersion,
+    RunWriter,
+    SortedRun,
+    compact,
+    drop_run_files,
+    found_in,
+    resolve,
+    run_from_changes,
+    sorted_table_rows,
+    taken_in_slices,
+)
 from statestream.state.local_disk import find_mapped, mapped_file_name, read_mapped, remove_mapped, store_dir, write_mapped
 from statestream.state.store import (
+    OP_COLUMN,
     OP_PUT,
     KeptAndPut,
     ReadStateStore,
@@ -109,9 +123,6 @@ def trailer_checksum(tail: bytes) -> int | None:
     trailer = _trailer(tail)
     return None if trailer is None else trailer[0]
 
-
-#: Name of the operation column of a delta file.
-OP_COLUMN = "__op"
 
 _META_FORMAT = b"statestream.state.format"
 _META_KIND = b"statestream.state.kind"
@@ -198,6 +209,9 @@ class StateStoreProvider:
         self._hits = 0
         self._misses = 0
         self._lock = threading.RLock()
+        # with conf.layered: the runs this provider wrote (their files go when no cached
+        # version holds them any more)
+        self._runs: list[SortedRun] = []
 
     # -- views --------------------------------------------------------------------------------
     def get_store(self, version: int, *, begins_at: int | None = 0) -> StateStore:
@@ -209,6 +223,8 @@ class StateStoreProvider:
         below is needed (a missing one above is lost state, and an error). None: not known (an
         older checkpoint), inferred from the files: empty at any version with none, else just
         below the oldest delta when no snapshot covers it."""
+        if self.conf.layered:
+            return LayeredStateStore(self, version, self._load_layered(version, begins_at))  # type: ignore[return-value]
         return StateStore(self, version, self._load(version, begins_at))
 
     def _inferred_beginning(self, version: int) -> int:
@@ -224,6 +240,8 @@ class StateStoreProvider:
 
     def get_read_store(self, version: int, *, begins_at: int | None = 0) -> ReadStateStore:
         """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
+        if self.conf.layered:
+            return LayeredStateStore(self, version, self._load_layered(version, begins_at), read_only=True)
         return ReadStateStore(self, version, self._load(version, begins_at))
 
     def read_delta(self, version: int) -> pa.Table:
@@ -249,7 +267,9 @@ class StateStoreProvider:
         disk), plus ``extra`` if it is not one of the cached tables."""
         with self._lock:
             tables = [(t, v in self._mapped or v in self._borrowed) for v, (t, _) in self._loaded.items()]
-        total = sum(t.nbytes for t, mapped in tables if not mapped)
+        total = sum(
+            (t.in_memory_bytes() if isinstance(t, LayeredVersion) else t.nbytes) for t, mapped in tables if not mapped
+        )
         if extra is not None and not any(extra is t for t, _ in tables):
             total += extra.nbytes
         return int(total)
@@ -447,11 +467,13 @@ class StateStoreProvider:
     def _drop(self, version: int) -> None:
         """Forget a cached version (and delete its local file, if it was mapped from one this
         process wrote)."""
-        self._loaded.pop(version, None)
+        entry = self._loaded.pop(version, None)
         self._borrowed.discard(version)
         path = self._mapped.pop(version, None)
         if path is not None:
             remove_mapped(path)
+        if entry is not None and isinstance(entry[0], LayeredVersion):
+            self._drop_unused_runs()
 
     def _cached(self, version: int) -> pa.Table | None:
         """The cached table of ``version`` if its delta file is unchanged; drops stale entries."""
@@ -519,6 +541,115 @@ class StateStoreProvider:
                 version - base_version,
             )
             return self._cache(version, table, stamp, checksum)
+
+    # -- layered versions (conf.layered) --------------------------------------------------------
+    def _run_writer(self) -> RunWriter:
+        if not self.conf.on_local_disk:
+            return RunWriter()
+        return RunWriter(store_dir(self.store_id.checkpoint_root, self.run_id, self.store_id.relative_dir))
+
+    def _stack(self, version: LayeredVersion, added: SortedRun, num_keys: int, writer: RunWriter | None = None) -> LayeredVersion:
+        """``version`` with one more run (kept as this provider's: on local disk, with
+        ``conf.on_local_disk``; ``writer``: the one that already wrote ``added``), compacted."""
+        written = writer is not None
+        writer = writer or self._run_writer()
+        runs = list(version.runs)
+        if added.num_rows:
+            runs.append(added if written else writer.run(added.rows, added.rows.schema, added.hashes, added.level))
+        runs = compact(runs, writer, self._nk)
+        self._runs += [r for r in runs if r.files and any(p in writer.written for p in r.files)]
+        return LayeredVersion(tuple(runs), num_keys)
+
+    def _drop_unused_runs(self) -> None:
+        """Delete the files of this provider's runs that no cached version holds."""
+        held = {id(r) for t, _ in self._loaded.values() if isinstance(t, LayeredVersion) for r in t.runs}
+        unused = [r for r in self._runs if id(r) not in held]
+        if unused:
+            self._runs = [r for r in self._runs if id(r) in held]
+            drop_run_files(unused)
+
+    def _with_delta(self, version: LayeredVersion, delta: pa.Table) -> LayeredVersion:
+        """``version`` with a delta file's changes replayed as one more run."""
+        run = run_from_changes(delta, self._nk)
+        num_keys = version.num_keys
+        if run.num_rows:
+            keys = run.rows.select(list(range(self._nk)))
+            run_of, row_of = resolve(version.runs, keys, run.hashes)
+            was_live = found_in(version.runs, run_of, row_of)
+            is_put = run.ops() == OP_PUT
+            num_keys += int(np.count_nonzero(is_put & ~was_live)) - int(np.count_nonzero(~is_put & was_live))
+        return self._stack(version, run, num_keys)
+
+    def _load_layered(self, version: int, begins_at: int | None = 0) -> LayeredVersion:
+        """:meth:`_load` for ``conf.layered``: a cached version, else the nearest cached version
+        below or the newest snapshot as the bottom run, with each missing delta added as a run
+        (no version is rebuilt whole: a delta costs its own rows)."""
+        if version < 0:
+            raise state_version_negative_error(version, self.store_id)
+        if begins_at is None:
+            begins_at = self._inferred_beginning(version)
+        with self._lock:
+            cached = self._cached(version)
+            if cached is not None:
+                self._hits += 1
+                return cached
+            empty = LayeredVersion((), 0)
+            if version <= begins_at:
+                return empty
+            self._misses += 1
+            stamp = self._stamp(version)
+            base_version, base = begins_at, empty
+            for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
+                below = self._cached(v)
+                if isinstance(below, LayeredVersion):
+                    base_version, base = v, below
+                    break
+            from_cache = base_version > 0
+            snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
+            if snapshots:
+                base_version = max(snapshots)
+                table = self._read(base_version, _SNAPSHOT, version)
+                rows, hashes, order = sorted_table_rows(table, self._nk)
+                del table
+                writer = self._run_writer()
+                bottom = writer.run(taken_in_slices(rows, order), rows.schema, hashes[order], level=0)
+                del rows, hashes, order
+                base = self._stack(empty, bottom, bottom.num_rows, writer)
+            layered = base
+            for v in range(base_version + 1, version + 1):
+                layered = self._with_delta(layered, self._read(v, _DELTA, version))
+            log.info(
+                "loaded %s version %d as %d runs from %s version %d (+%d deltas)",
+                self.store_id,
+                version,
+                len(layered.runs),
+                "snapshot" if snapshots else ("cache" if from_cache else "empty"),
+                base_version,
+                version - base_version,
+            )
+            self._drop(version)
+            self._keep(version, layered, stamp)
+            return layered
+
+    def _commit_layered(
+        self, base_version: int, version: LayeredVersion, change: SortedRun | None, num_keys: int, delta: pa.Table
+    ) -> tuple[int, LayeredVersion]:
+        """:meth:`_commit` for ``conf.layered``: write ``<base_version+1>.delta`` and cache the
+        new version, ``version`` with ``change`` as one more run. Called by
+        ``LayeredStateStore``."""
+        new_version = base_version + 1
+        self._write(delta, _DELTA, new_version)
+        with self._lock:
+            for v in [v for v in self._loaded if v >= new_version]:
+                self._drop(v)
+            if change is not None:
+                committed = self._stack(version, change, num_keys)
+            else:
+                committed = LayeredVersion(version.runs, num_keys)
+            self._keep(new_version, committed, self._stamp(new_version))
+            self._drop_unused_runs()
+        _trim_siblings(self, new_version)
+        return new_version, committed
 
     # -- commit -------------------------------------------------------------------------------
     def _commit(self, base_version: int, table: "pa.Table | KeptAndPut", delta: pa.Table) -> tuple[int, pa.Table]:
@@ -589,6 +720,8 @@ class StateStoreProvider:
             last_snapshot = max(snapshots) if snapshots else 0
             deltas_since = sum(1 for v, kinds in files.items() if v > last_snapshot and _DELTA in kinds)
             table = self._cached(newest)
+            if isinstance(table, LayeredVersion):
+                table = LayeredStateStore(self, newest, table, read_only=True).table() if deltas_since > self.conf.min_deltas_for_snapshot else None
             if table is not None and deltas_since > self.conf.min_deltas_for_snapshot:
                 self._write(table, _SNAPSHOT, newest)
                 files.setdefault(newest, set()).add(_SNAPSHOT)

@@ -48,6 +48,7 @@ __all__ = [
     "OP_PUT",
     "OP_REMOVE",
     "OP_PUT_REMOVED",
+    "OP_COLUMN",
     "CUSTOM_METRIC_NAMES",
     "StoreOwner",
     "KeptAndPut",
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: Name of the boolean column ``lookup`` appends to the value columns.
 FOUND_COLUMN = "__found"
+
+#: Name of the operation column of a delta file.
+OP_COLUMN = "__op"
 
 #: Values of the op column in a delta file (and in a store's pending changes).
 OP_PUT = 0
@@ -128,6 +132,11 @@ class StateStoreConf:
         (:data:`~statestream.state.local_disk.ON_LOCAL_DISK_DEFAULT`); a conf built without
         it, as the tools that read a checkpoint on the driver build theirs, keeps versions in
         memory.
+    layered
+        Hold each version as sorted runs (:mod:`statestream.state.layered`), so that a batch
+        costs what it touches rather than what the store holds: for a state far larger than a
+        batch. A query turns it on when it asks for Spark's RocksDB provider
+        (``spark.sql.streaming.stateStore.providerClass``). Same files in the checkpoint.
     """
 
     min_deltas_for_snapshot: int = 10
@@ -135,6 +144,7 @@ class StateStoreConf:
     compression: str = "lz4"
     max_versions_in_memory: int = 2
     on_local_disk: bool = False
+    layered: bool = False
 
     def __post_init__(self) -> None:
         if self.min_deltas_for_snapshot < 1:
@@ -192,7 +202,7 @@ def _array_fingerprint(arr: pa.Array) -> tuple:
     return (arr.offset, len(arr), tuple(b.address if b is not None else 0 for b in arr.buffers()))
 
 
-def _fingerprint(table: pa.Table) -> tuple:
+def table_fingerprint(table: pa.Table) -> tuple:
     """Identity of a table's data: the addresses of its buffers (not a content hash)."""
     return (table.num_rows,) + tuple(
         tuple(_array_fingerprint(chunk) for chunk in col.chunks) for col in table.columns
@@ -390,7 +400,7 @@ class ReadStateStore:
         second join. Buffers are immutable and the cached entry keeps them alive, so equal buffer
         addresses mean equal data.
         """
-        fp = _fingerprint(keys)
+        fp = table_fingerprint(keys)
         last = self._last_match
         if last is not None and last[0] == self._generation and last[1] == fp:
             return last[2], last[3]
