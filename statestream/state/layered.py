@@ -567,18 +567,29 @@ class LayeredStateStore(ReadStateStore):
     def table(self) -> pa.Table:
         """Every live row (key columns, then value columns): a merge of all runs."""
         if self._live is None:
-            runs = list(self._layered.runs)
-            change = self._change_run()
-            if change is not None:
-                runs.append(change)
+            chunks = list(self.iter_live())
             schema = self._provider.schema
-            batches = merge_runs(runs, self._nk, drop_tombstones=True)[1]() if runs else iter(())
-            kv = list(range(self._nk + self._nv))
-            chunks = [pa.Table.from_batches([b]).select(kv) for b in batches]
-            self._live = (
-                pa.Table.from_arrays(pa.concat_tables(chunks).columns, schema=schema) if chunks else schema.empty_table()
-            )
+            self._live = pa.Table.from_arrays(pa.concat_tables(chunks).columns, schema=schema) if chunks else schema.empty_table()
         return self._live
+
+    def iter_live(self) -> Iterator[pa.Table]:
+        """Every live row, as :meth:`table` holds them, in tables of at most
+        :data:`MERGE_SLICE_ROWS` rows: a reader of a store far larger than memory never holds
+        it whole (the runs are mapped from local disk; only a slice is copied at a time)."""
+        if self._live is not None:
+            for batch in self._live.to_batches(max_chunksize=MERGE_SLICE_ROWS):
+                yield pa.Table.from_batches([batch], schema=self._live.schema)
+            return
+        runs = list(self._layered.runs)
+        change = self._change_run()
+        if change is not None:
+            runs.append(change)
+        if not runs:
+            return
+        kv = list(range(self._nk + self._nv))
+        for batch in merge_runs(runs, self._nk, drop_tombstones=True)[1]():
+            if batch.num_rows:
+                yield pa.Table.from_arrays(pa.Table.from_batches([batch]).select(kv).columns, schema=self._provider.schema)
 
     def num_keys(self) -> int:
         return self._layered.num_keys + int(np.count_nonzero(~self._top_in_runs)) - self._gone.num_rows

@@ -300,6 +300,10 @@ class StateStoreProvider:
                 found.setdefault(parsed[0], set()).add(parsed[1])
         return found
 
+    def stored_bytes(self) -> int:
+        """Bytes of the store's state files: the most a load reads."""
+        return sum(self._files.size(self.file_name(v, kind)) for v, kinds in self.list_files().items() for kind in kinds)
+
     def _serialize(self, table: pa.Table, kind: str, version: int) -> pa.Buffer:
         meta = {
             _META_FORMAT: str(STATE_FILE_FORMAT_VERSION).encode(),

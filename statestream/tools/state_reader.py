@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -67,7 +68,8 @@ from statestream.state.schema import (
     read_state_schema,
     read_store_schema,
 )
-from statestream.state.store import OP_REMOVE, StateStoreId
+from statestream.state.layered import LayeredStateStore
+from statestream.state.store import OP_REMOVE, StateStoreConf, StateStoreId
 from statestream.tools.python_state_reader import (
     PYTHON_STATE_OPERATORS,
     PythonStateReadPlan,
@@ -290,6 +292,13 @@ def read_state_metadata(spark: "SparkSession", checkpoint: str | None) -> "DataF
 # -- statestore ------------------------------------------------------------------------------------
 
 
+#: a store whose files pass this many bytes is read through the layered store on the task's
+#: local disk, a slice at a time (``state/layered.py``), rather than loaded whole into memory
+LARGE_STORE_BYTES = 256 * 2**20
+#: the most rows converted at once
+READ_SLICE_ROWS = 1 << 20
+
+
 @dataclass(frozen=True)
 class _ReadPlan:
     """What each task of a read needs (picklable): the store, the version range, the names."""
@@ -314,6 +323,9 @@ class _ReadPlan:
     #: a deduplication's key columns' Spark types (``jsonValue``): its state holds floating
     #: point keys as their bits (``binary_comparable``), shown decoded
     decode_keys: tuple[Any, ...] | None = None
+    #: a store whose files pass this many bytes is read in slices through the layered store
+    #: (:func:`_live_tables`); taken from :data:`LARGE_STORE_BYTES` when the plan is made
+    large_store_bytes: int = LARGE_STORE_BYTES
 
 
 def _schema_unreadable(opts: StateSourceOptions) -> StatestreamSparkRuntimeException:
@@ -492,6 +504,7 @@ def _plan(opts: StateSourceOptions) -> tuple[_ReadPlan | PythonStateReadPlan, An
         value_recipe=_recipe(md.operator_name if md is not None else "", store_name, final["value"], len(key_type.fields)),
         key_take=key_take,
         decode_keys=tuple(f["type"] for f in schema.key_schema.get("fields", [])) if operator_name in DEDUP_OPERATORS else None,
+        large_store_bytes=LARGE_STORE_BYTES,
     )
     return plan, (spark_schema, final)
 
@@ -577,29 +590,53 @@ def _struct(columns: list[pa.ChunkedArray], names: tuple[str, ...], where: str, 
     return pa.StructArray.from_arrays(arrays, names=list(names))
 
 
+def _live_tables(provider: StateStoreProvider, version: int, large_store_bytes: int) -> Iterator[pa.Table]:
+    """The live rows of ``version`` in tables of at most :data:`READ_SLICE_ROWS` rows. A large
+    store is loaded as sorted runs mapped from local disk and merged a slice at a time, so a
+    state partition larger than the task's memory is read in the memory of a slice."""
+    if provider.stored_bytes() <= large_store_bytes:
+        table = provider.get_read_store(version).table()
+        for start in range(0, table.num_rows, READ_SLICE_ROWS):
+            yield table.slice(start, READ_SLICE_ROWS)
+        return
+    conf = StateStoreConf(layered=True, on_local_disk=True)
+    layered = StateStoreProvider(provider.store_id, provider.key_schema, provider.value_schema, conf, run_id=f"reader-{uuid.uuid4().hex}")
+    try:
+        yield from cast(LayeredStateStore, layered.get_read_store(version)).iter_live()
+    finally:
+        layered.close()
+
+
 def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
     """One state partition's rows in the reader's layout (runs in a task)."""
+    parts = list(_partition_tables(plan, partition))
+    return pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
+
+
+def _partition_tables(plan: _ReadPlan, partition: int) -> Iterator[pa.Table]:
+    """:func:`_partition_table` in slices (see :func:`_live_tables`)."""
     sid = StateStoreId(plan.state_root, plan.operator_id, partition, plan.store_name)
     schemas = stored_schemas(sid)
     if schemas is None:
-        return plan.arrow_schema.empty_table()
+        return
     key_schema, value_schema = schemas
     provider = StateStoreProvider(sid, key_schema, value_schema)
     nk, nv = len(key_schema), len(value_schema)
     where = f"state partition {partition} of operator {plan.operator_id}"
     if plan.change_versions is None:
         check_snapshot_to_start_from(provider, plan.snapshot_start_version, where)
-        table = provider.get_read_store(plan.version).table()
-        n = table.num_rows
-        keys = _key_arrays(plan, [c.combine_chunks() for c in table.columns[:nk]])
-        values = _value_arrays(plan, keys, [c.combine_chunks() for c in table.columns[nk:nk + nv]])
-        keys = keys[: plan.key_take] if plan.key_take is not None else keys
-        columns = {
-            "key": _struct(keys, plan.key_names, where, n),
-            "value": _struct(values, plan.value_names, where, n),
-            "partition_id": pa.array([partition] * n, pa.int32()),
-        }
-        return pa.table(columns).cast(plan.arrow_schema)
+        for table in _live_tables(provider, plan.version, plan.large_store_bytes) if plan.snapshot_start_version is None else [provider.get_read_store(plan.version).table()]:
+            n = table.num_rows
+            keys = _key_arrays(plan, [c.combine_chunks() for c in table.columns[:nk]])
+            values = _value_arrays(plan, keys, [c.combine_chunks() for c in table.columns[nk:nk + nv]])
+            keys = keys[: plan.key_take] if plan.key_take is not None else keys
+            columns = {
+                "key": _struct(keys, plan.key_names, where, n),
+                "value": _struct(values, plan.value_names, where, n),
+                "partition_id": pa.array([partition] * n, pa.int32()),
+            }
+            yield pa.table(columns).cast(plan.arrow_schema)
+        return
     parts = []
     first, last = plan.change_versions
     for version in range(first, last + 1):
@@ -621,13 +658,20 @@ def _partition_table(plan: _ReadPlan, partition: int) -> pa.Table:
             "value": value,
             "partition_id": pa.array([partition] * n, pa.int32()),
         }).cast(plan.arrow_schema))
-    return pa.concat_tables(parts) if parts else plan.arrow_schema.empty_table()
+    yield from parts
 
 
 def _any_partition_table(plan: "_ReadPlan | PythonStateReadPlan", partition: int) -> pa.Table:
     if isinstance(plan, PythonStateReadPlan):
         return python_state_partition_table(plan, partition)
     return _partition_table(plan, partition)
+
+
+def _any_partition_tables(plan: "_ReadPlan | PythonStateReadPlan", partition: int) -> Iterator[pa.Table]:
+    if isinstance(plan, PythonStateReadPlan):
+        yield python_state_partition_table(plan, partition)
+        return
+    yield from _partition_tables(plan, partition)
 
 
 def _fill_nulls(array: pa.Array, target: pa.Field) -> pa.Array:
@@ -663,7 +707,8 @@ def read_state_store(spark: "SparkSession", options: Mapping[str, Any], path: st
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for partition in batch.column(0).to_pylist():
-                yield from _any_partition_table(plan, partitions[partition]).to_batches()
+                for table in _any_partition_tables(plan, partitions[partition]):
+                    yield from table.to_batches()
 
     ids = spark.range(0, len(partitions), 1, max(1, len(partitions)))
     from pyspark.sql import functions as F

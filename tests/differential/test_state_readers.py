@@ -143,6 +143,25 @@ def test_state_as_of_every_batch(spark, runs, name, pick):
     assert seen, f"{pick}: the state was empty at every batch: the comparison proves nothing"
 
 
+@pytest.mark.parametrize("name, pick", PICKS)
+def test_a_large_store_is_read_in_slices_through_the_layered_store(spark, runs, name, pick, monkeypatch):
+    """Past ``LARGE_STORE_BYTES`` of files a partition is loaded as runs on the task's local disk
+    and read a slice at a time (so that a state larger than memory can be read back): the rows
+    are Spark's, as of the last batch and of the first."""
+    from statestream.tools import state_reader
+
+    monkeypatch.setattr(state_reader, "LARGE_STORE_BYTES", -1)  # every store takes that path
+    expected, _ = runs[name]
+    seen = []
+    for batch in [None, expected.batches[0].batch_id]:
+        # the rows (the schema does not depend on the path: test_state_as_of_every_batch)
+        theirs, ours = _both(spark, runs, name, "statestore", dict(pick) if batch is None else dict(pick, batchId=batch))
+        rows = _rows(theirs)
+        assert _rows(ours) == rows, f"{name} {pick} batch {batch}"
+        seen += rows
+    assert seen, f"{pick}: the state was empty: the comparison proves nothing"
+
+
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_change_feed(spark, runs, name):
     expected, _ = runs[name]

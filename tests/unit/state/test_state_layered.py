@@ -246,3 +246,26 @@ def test_a_lookup_then_a_put_of_the_same_key_arrays_resolves_and_hashes_once(tmp
         if v:  # (an empty store looks nothing up: its commit hashes the keys)
             assert calls == [], calls  # neither the put nor the commit hashed the keys again
         assert _canon(lay.get_read_store(v + 1).table()) == _canon(plain.get_read_store(v + 1).table())
+
+
+def test_a_reader_streams_a_large_store_through_the_layered_store(tmp_path, monkeypatch) -> None:
+    """The state reader's path for a store past its size bound: the same live rows, in slices,
+    from runs on local disk that go when the read ends."""
+    from statestream.tools.state_reader import _live_tables
+
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path / "local"))
+    monkeypatch.setattr(layered, "MERGE_SLICE_ROWS", 7)
+    rng = np.random.default_rng(5)
+    plain, _ = _providers(tmp_path, on_local_disk=False)
+    for v in range(6):
+        s = plain.get_store(v)
+        s.put(_rows(rng, 12))
+        s.remove(_keys(rng, 3))
+        s.commit()
+        plain.do_maintenance()
+    whole = plain.get_read_store(6).table()
+    small = list(_live_tables(plain, 6, large_store_bytes=10**12))
+    sliced = list(_live_tables(plain, 6, large_store_bytes=-1))
+    assert len(sliced) > 1 and max(t.num_rows for t in sliced) <= 7
+    assert _canon(pa.concat_tables(small)) == _canon(whole) == _canon(pa.concat_tables(sliced))
+    assert not list((tmp_path / "local").rglob("run-*.arrow"))
