@@ -142,14 +142,12 @@ def run_child(engine_kind: str, input_dir: Path, partitions: int) -> dict[str, A
         )
 
     result: dict[str, Any] = {"engine": engine_kind, "keys": done["keys"], "partitions": partitions}
-    try:
-        t0 = time.perf_counter()
-        query = start()
-        query.awaitTermination()
-        result["total_s"] = round(time.perf_counter() - t0, 1)
+    partial = os.environ.get("LARGE_STATE_PARTIAL")
+
+    def batches(query: Any) -> list[dict[str, Any]]:
         progress = [run._progress_dict(p) for p in (query.recentProgress or [])]  # noqa: SLF001 - the runner's own helper
         data = [p for p in progress if (p.get("numInputRows") or 0) > 0]
-        result["batches"] = [
+        return [
             {
                 "kind": f["kind"],
                 "input_rows": int(p.get("numInputRows") or 0),
@@ -159,6 +157,17 @@ def run_child(engine_kind: str, input_dir: Path, partitions: int) -> dict[str, A
             }
             for f, p in zip(done["files"][:-1], data)
         ]
+
+    try:
+        t0 = time.perf_counter()
+        query = start()
+        # the batches so far, written as they end: a run stopped at the parent's time limit
+        # still reports how far it got
+        while not query.awaitTermination(5):
+            if partial:
+                Path(partial).write_text(json.dumps({**result, "batches": batches(query), "elapsed_s": round(time.perf_counter() - t0)}))
+        result["total_s"] = round(time.perf_counter() - t0, 1)
+        result["batches"] = batches(query)
         result["sink_rows"] = sum(counts.values())
         # the restart: one more file, a new run of the query on the same checkpoint
         os.link(input_dir / done["files"][-1]["file"], source / done["files"][-1]["file"])
@@ -210,7 +219,7 @@ def _cgroup(limit: int) -> Path | None:
         return None
 
 
-def run_engine(engine_kind: str, input_dir: Path, partitions: int, limit: int) -> dict[str, Any]:
+def run_engine(engine_kind: str, input_dir: Path, partitions: int, limit: int, time_limit_s: float | None = None) -> dict[str, Any]:
     """One engine in a child process inside a memory cgroup; its result and peak memory."""
     run.byte_compile_statestream()
     group = _cgroup(limit)
@@ -220,7 +229,9 @@ def run_engine(engine_kind: str, input_dir: Path, partitions: int, limit: int) -
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT), preexec_fn=enter)  # a cgroup is entered before exec
+    partial = Path(tempfile.mkdtemp(prefix="large-state-")) / "partial.json"
+    env = {**os.environ, "LARGE_STATE_PARTIAL": str(partial)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT), env=env, preexec_fn=enter)  # a cgroup is entered before exec
     peak = {"rss": 0, "anon": 0}
     stop = threading.Event()
 
@@ -233,12 +244,22 @@ def run_engine(engine_kind: str, input_dir: Path, partitions: int, limit: int) -
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = proc.communicate()
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=time_limit_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        subprocess.run(["pkill", "-KILL", "-P", str(proc.pid)], check=False)
+        proc.kill()
+        out, err = proc.communicate()
     stop.set()
     sampler.join()
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith("{")), None)
     res: dict[str, Any]
-    if line is None:
+    if timed_out:
+        res = json.loads(partial.read_text()) if partial.exists() else {"engine": engine_kind}
+        res.update(ok=False, error=f"stopped at the time limit ({time_limit_s:.0f} s) after {len(res.get('batches', []))} batches")
+    elif line is None:
         tail = "\n".join(err.strip().splitlines()[-6:])
         res = {"engine": engine_kind, "ok": False, "error": f"child failed (exit {proc.returncode}):\n{tail}"}
     else:
@@ -259,47 +280,53 @@ def run_engine(engine_kind: str, input_dir: Path, partitions: int, limit: int) -
 
 
 def markdown(rows: list[dict[str, Any]], where: str) -> str:
-    lines = [f"# A state far larger than memory: W2 to {rows[0].get('keys', 0):,} keys", "", where, ""]
-    lines += ["| engine | total | restart (batch) | state read back | peak RSS (not file-backed) | cgroup peak / limit |", "|---|---|---|---|---|---|"]
+    top = max(r.get("keys", 0) for r in rows)
+    lines = [f"# A state far larger than memory: W2 to {top:,} keys", "", where, ""]
+
+    def cell(text: str) -> str:
+        return text.replace("|", "/").replace("\n", " ")
+
+    lines += [
+        "| engine | keys | total | restart (its batch) | state read back | peak RSS (not file-backed) | cgroup peak / limit |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        if not r.get("ok"):
-            lines.append(f"| {r['engine']} | failed: {r.get('error', '')[:200]} | | | {r.get('peak_rss_mb')} MB | {r.get('cgroup_peak_mb')} / {r.get('memory_limit_mb')} MB |")
+        mem = f"{r.get('peak_rss_mb', 0):,} MB ({r.get('peak_rss_not_file_backed_mb', 0):,} MB) | {r.get('cgroup_peak_mb')} / {r.get('memory_limit_mb')} MB"
+        keys = f"{r.get('keys', 0):,}"
+        if not r.get("total_s"):
+            lines.append(f"| {r['engine']} | {keys} | {cell(r.get('error', 'failed')[:300])} | | | {mem} |")
             continue
-        lines.append(
-            f"| {r['engine']} | {r['total_s']} s | {r.get('restart_total_s')} s ({r.get('restart_batch_ms')} ms) | "
-            f"{r.get('read_state_rows'):,} rows in {r.get('read_state_s')} s | {r['peak_rss_mb']:,} MB ({r['peak_rss_not_file_backed_mb']:,} MB) | "
-            f"{r.get('cgroup_peak_mb')} / {r.get('memory_limit_mb')} MB |"
-        )
-    lines += ["", "| state keys before the batch | kind | rows | " + " | ".join(f"{r['engine']} ms" for r in rows if r.get("ok")) + " |"]
-    ok = [r for r in rows if r.get("ok")]
-    lines.append("|---|---|---|" + "---|" * len(ok))
-    if ok:
-        for i, b in enumerate(ok[0]["batches"]):
-            cells = [str(r["batches"][i]["ms"]) if i < len(r["batches"]) else "" for r in ok]
+        restart = f"{r.get('restart_total_s')} s ({r.get('restart_batch_ms')} ms)" if r.get("restart_total_s") else "-"
+        read = f"{r['read_state_rows']:,} rows in {r.get('read_state_s')} s" if r.get("read_state_rows") else cell(r.get("error", "-")[:200])
+        lines.append(f"| {r['engine']} | {keys} | {r['total_s']} s | {restart} | {read} | {mem} |")
+    for keys in sorted({r.get("keys", 0) for r in rows}):
+        same = [r for r in rows if r.get("keys") == keys and r.get("batches")]
+        if not same:
+            continue
+        lines += ["", f"Batch times, {keys:,}-key run (ms):", ""]
+        lines += ["| state keys before the batch | kind | rows | " + " | ".join(r["engine"] for r in same) + " |"]
+        lines.append("|---|---|---|" + "---|" * len(same))
+        for i, b in enumerate(max((r["batches"] for r in same), key=len)):
+            cells = [str(r["batches"][i]["ms"]) if i < len(r["batches"]) else "" for r in same]
             lines.append(f"| {b['state_keys_before']:,} | {b['kind']} | {b['input_rows']:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def chart(rows: list[dict[str, Any]], path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = report.pyplot()
+    if plt is None:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in rows:
-        if not r.get("ok") and not r.get("batches"):
-            continue
         for kind, style in (("update", "o-"), ("growth", "s--")):
             pts = [(b["state_keys_before"] / 1e6, b["ms"] / 1000) for b in r.get("batches", []) if b["kind"] == kind]
             if pts:
-                ax.plot(*zip(*pts), style, label=f"{r['engine']}, {kind} batches")
+                label = "statestream" if r["engine"] == "ours" else "Spark (RocksDB)"
+                ax.plot(*zip(*pts), style, label=f"{label}, {kind} ({r.get('keys', 0) // 10**6}M-key run)")
     ax.set_xlabel("state keys before the batch (millions)")
     ax.set_ylabel("batch time (s)")
     ax.set_title("W2: batch time as the state grows")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -317,18 +344,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="both", choices=["spark", "ours", "both"])
     ap.add_argument("--memory", default="6g", help="the process tree's memory limit (cgroup)")
     ap.add_argument("--partitions", type=int, default=16, help="spark.sql.shuffle.partitions")
+    ap.add_argument("--time-limit", type=float, default=None, help="stop an engine after this many seconds (its batches so far are reported)")
+    ap.add_argument("--render", nargs="+", metavar="JSON", help="only write the table and chart of saved results (several runs together)")
     args = ap.parse_args(argv)
+    if args.render:
+        saved = [json.loads(Path(f).read_text()) for f in args.render]
+        rows = [r for d in saved for r in d["results"]]
+        return _write(rows, saved[0]["machine"])
     os.environ.setdefault("BENCH_DRIVER_MEMORY", "2g")
     limit = _bytes(args.memory)
     t = time.perf_counter()
     input_dir = generate(args.keys, args.steps)
     print(f"input in {input_dir} ({time.perf_counter() - t:.0f} s)", flush=True)
-    where = report.machine() + f", driver memory {os.environ['BENCH_DRIVER_MEMORY']}, {args.partitions} shuffle partitions"
+    where = report.machine().replace("4 state partitions", f"{args.partitions} state partitions") + f", driver memory {os.environ['BENCH_DRIVER_MEMORY']}"
     rows = []
     for engine in (["ours", "spark"] if args.engine == "both" else [args.engine]):
-        res = run_engine(engine, input_dir, args.partitions, limit)
+        res = run_engine(engine, input_dir, args.partitions, limit, args.time_limit)
         rows.append(res)
         print(json.dumps({k: v for k, v in res.items() if k != "batches"}), flush=True)
+    return _write(rows, where)
+
+
+def _write(rows: list[dict[str, Any]], where: str) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     run.RESULTS.mkdir(parents=True, exist_ok=True)
     md = markdown(rows, where)
