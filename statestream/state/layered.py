@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 
 from statestream.errors.state import eviction_predicate_length_error, store_not_updating_error
 from statestream.state.keys import group_ids, hash_keys, keys_equal_rowwise, match_keys
-from statestream.state.local_disk import read_mapped, remove_mapped, write_mapped
+from statestream.state.local_disk import remove_mapped, write_mapped
 from statestream.state.store import (
     FOUND_COLUMN,
     OP_COLUMN,
@@ -411,13 +411,8 @@ def compact(runs: list[SortedRun], writer: RunWriter, num_keys: int) -> list[Sor
         runs = runs[:start] + [run]
 
 
-def read_run(data: Path, hash_file: Path, level: int) -> SortedRun:
-    """A run :class:`RunWriter` wrote, mapped again."""
-    hashes = np.memmap(hash_file, dtype=np.uint64, mode="r") if hash_file.stat().st_size else np.empty(0, dtype=np.uint64)
-    return SortedRun(read_mapped(data), hashes, level, (data, hash_file))
-
-
 def drop_run_files(runs: list[SortedRun]) -> None:
+    """Delete the local files of ``runs`` (a table still mapped from one stays readable)."""
     for run in runs:
         for path in run.files:
             remove_mapped(path)
