@@ -80,6 +80,24 @@ def optimized_plan(plan: L.LogicalPlan) -> L.LogicalPlan:
     return push_projections_below_limits(push_down_filters(plan))
 
 
+def table_store_conf(store_conf: Any) -> Any:
+    """The store conf of an operator that reads its whole state in every batch (session windows,
+    the Python state operators, stream-stream joins, a limit, an aggregation in complete mode):
+    the table store, even where the
+    query asked for the layered one (``state/layered.py``). Such a batch costs the whole state on
+    either store, and the table store holds it ready where the layered one would merge its runs
+    to build it. Aggregations and deduplication, whose batches touch only their keys, keep what
+    the query asked for.
+
+    >>> from statestream.state.store import StateStoreConf
+    >>> table_store_conf(StateStoreConf(layered=True)).layered, table_store_conf(None)
+    (False, None)
+    """
+    if store_conf is None or not getattr(store_conf, "layered", False):
+        return store_conf
+    return dataclasses.replace(store_conf, layered=False)
+
+
 def plan_streaming_query(
     plan: L.LogicalPlan,
     num_partitions: int,
@@ -92,6 +110,10 @@ def plan_streaming_query(
     the offset log. ``output_mode`` decides how a limit is planned (``plan/limits.py``);
     ``for_explain`` asks for the nodes only ``explain()`` shows (Spark's own plan of a join's
     static side, ``plan/joins.py``)."""
+
+    whole_state_conf = table_store_conf(store_conf)
+    # complete mode emits every row of the aggregation's state in every batch
+    aggregation_conf = whole_state_conf if output_mode == "complete" else store_conf
 
     def go(node: L.LogicalPlan) -> "PhysicalOperator":
         if for_explain and isinstance(node, (L.Stateless, L.StreamingRelation)):
@@ -119,10 +141,10 @@ def plan_streaming_query(
         if node.is_session_window():
             if not text.session:
                 return None
-            return plan_streaming_aggregation_for_session(node, child, num_partitions, store_conf, spark_text=text)
+            return plan_streaming_aggregation_for_session(node, child, num_partitions, whole_state_conf, spark_text=text)
         if text.session:
             return None
-        return plan_streaming_aggregation(node, child, num_partitions, store_conf, spark_text=text)
+        return plan_streaming_aggregation(node, child, num_partitions, aggregation_conf, spark_text=text)
 
     def _spark_region(node: L.LogicalPlan) -> "PhysicalOperator | None":
         """For ``explain()``: a chain of stateless operations (or a bare source) as Spark
@@ -149,17 +171,17 @@ def plan_streaming_query(
                 column_type=node.schema[node.column].dataType.simpleString() if node.column in node.schema.names else "",
             )
         if isinstance(node, L.Aggregate) and node.is_session_window():
-            return plan_streaming_aggregation_for_session(node, go(node.input_plan), num_partitions, store_conf)
+            return plan_streaming_aggregation_for_session(node, go(node.input_plan), num_partitions, whole_state_conf)
         if isinstance(node, L.Aggregate):
-            return plan_streaming_aggregation(node, go(node.input_plan), num_partitions, store_conf)
+            return plan_streaming_aggregation(node, go(node.input_plan), num_partitions, aggregation_conf)
         if isinstance(node, L.Deduplicate):
             return plan_streaming_deduplication(node, go(node.input_plan), num_partitions, store_conf, root=top)
         if isinstance(node, L.FlatMapGroupsWithState):
-            return plan_flat_map_groups_with_state(node, go(node.input_plan), num_partitions, store_conf)
+            return plan_flat_map_groups_with_state(node, go(node.input_plan), num_partitions, whole_state_conf)
         if isinstance(node, L.TransformWithState):
-            return plan_transform_with_state(node, go(node.input_plan), num_partitions, store_conf)
+            return plan_transform_with_state(node, go(node.input_plan), num_partitions, whole_state_conf)
         if isinstance(node, L.Limit):
-            return plan_limit(node, go, output_mode, store_conf, root=node is top, for_explain=for_explain)
+            return plan_limit(node, go, output_mode, whole_state_conf, root=node is top, for_explain=for_explain)
         if isinstance(node, L.Sort):
             return SortExec(child=go(node.input_plan), description=node.description, transform=node.transform)
         if isinstance(node, L.AggregationFinality):
@@ -173,7 +195,7 @@ def plan_streaming_query(
         if isinstance(node, L.BatchRelation):
             return BatchRelationExec(df=node.template)
         if isinstance(node, L.Join) and is_stream_stream(node):
-            return plan_stream_stream_join(node, go, num_partitions, store_conf, root=top)
+            return plan_stream_stream_join(node, go, num_partitions, whole_state_conf, root=top)
         if isinstance(node, L.Join):
             return plan_join(node, go, for_explain=for_explain)
         msg = f"statestream cannot plan {node.node_name} yet"
