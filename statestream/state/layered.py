@@ -47,9 +47,8 @@ from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from statestream.errors.state import eviction_predicate_length_error, store_not_updating_error
+from statestream.errors.state import store_not_updating_error
 from statestream.state.keys import group_ids, hash_keys, keys_equal_rowwise, match_keys
 from statestream.state.local_disk import remove_mapped, write_mapped
 from statestream.state.store import (
@@ -62,6 +61,9 @@ from statestream.state.store import (
     ReadStateStore,
     StoreOwner,
     TableLike,
+    delta_removals,
+    delta_rows,
+    eviction_mask,
     table_fingerprint,
 )
 
@@ -541,13 +543,9 @@ class LayeredStateStore(ReadStateStore):
         parts = []
         schema = self._provider.delta_schema
         if self._top.num_rows:
-            cols = list(self._top.columns) + [pa.array(np.full(self._top.num_rows, OP_PUT, dtype=np.int8))]
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+            parts.append(delta_rows(self._top, OP_PUT, schema))
         if self._gone.num_rows:
-            n = self._gone.num_rows
-            cols = list(self._gone.columns) + [pa.nulls(n, type=f.type) for f in self.value_schema]
-            cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+            parts.append(delta_removals(self._gone, self.value_schema, schema))
         if not parts:
             return None
         rows = pa.concat_tables(parts)
@@ -722,7 +720,7 @@ class LayeredStateStore(ReadStateStore):
         live = self.table()
         if live.num_rows == 0:
             return live
-        mask = self._eviction_mask(live, predicate)
+        mask = eviction_mask(self.id, live, predicate)
         if not mask.any():
             return live.schema.empty_table()
         evicted = live.filter(pa.array(mask))
@@ -736,34 +734,18 @@ class LayeredStateStore(ReadStateStore):
             if not run.num_rows:
                 continue
             puts = run.rows.filter(pa.array(run.ops() == OP_PUT)).select(kv)
-            if puts.num_rows and self._eviction_mask(pa.Table.from_arrays(puts.columns, schema=schema), predicate).any():
+            if puts.num_rows and eviction_mask(self.id, pa.Table.from_arrays(puts.columns, schema=schema), predicate).any():
                 return True
-        return bool(self._top.num_rows) and bool(self._eviction_mask(self._top, predicate).any())
-
-    def _eviction_mask(self, table: pa.Table, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> np.ndarray:
-        mask = predicate(table)
-        if len(mask) != table.num_rows:
-            raise eviction_predicate_length_error(self.id, len(mask), table.num_rows)
-        if isinstance(mask, np.ndarray):
-            mask = pa.array(mask)
-        return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+        return bool(self._top.num_rows) and bool(eviction_mask(self.id, self._top, predicate).any())
 
     def pending_changes(self) -> pa.Table:
         """What ``commit()`` writes to the delta file, in the table store's layout: rows put and
         removed again (op 2), removed keys (op 1), rows put (op 0)."""
         schema = self._provider.delta_schema
-        parts = []
-        for rows in self._put_removed:
-            cols = list(rows.columns) + [pa.array(np.full(rows.num_rows, OP_PUT_REMOVED, dtype=np.int8))]
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
-        for keys in self._removed:
-            n = keys.num_rows
-            cols = list(keys.columns) + [pa.nulls(n, type=f.type) for f in self.value_schema]
-            cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+        parts = [delta_rows(rows, OP_PUT_REMOVED, schema) for rows in self._put_removed]
+        parts += [delta_removals(keys, self.value_schema, schema) for keys in self._removed]
         if self._top.num_rows:
-            cols = list(self._top.columns) + [pa.array(np.full(self._top.num_rows, OP_PUT, dtype=np.int8))]
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+            parts.append(delta_rows(self._top, OP_PUT, schema))
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def commit(self) -> int:

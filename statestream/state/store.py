@@ -308,6 +308,34 @@ def _as_table(data: TableLike) -> pa.Table:
     raise state_data_type_error(data)
 
 
+def delta_rows(rows: pa.Table, op: int, schema: pa.Schema) -> pa.Table:
+    """Key + value rows as delta rows (``schema``: the provider's ``delta_schema``) of one op
+    (:data:`OP_PUT` or :data:`OP_PUT_REMOVED`)."""
+    cols = list(rows.columns) + [pa.array(np.full(rows.num_rows, op, dtype=np.int8))]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def delta_removals(keys: pa.Table, value_schema: pa.Schema, schema: pa.Schema) -> pa.Table:
+    """Removed keys as delta rows: null values, op :data:`OP_REMOVE`."""
+    n = keys.num_rows
+    cols = list(keys.columns) + [pa.nulls(n, type=f.type) for f in value_schema]
+    cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def eviction_mask(
+    store_id: "StateStoreId", table: pa.Table, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]
+) -> np.ndarray:
+    """``predicate(table)`` as one numpy boolean per row, a null counting as false; a
+    predicate answering for another number of rows is an error naming the store."""
+    mask = predicate(table)
+    if len(mask) != table.num_rows:
+        raise eviction_predicate_length_error(store_id, len(mask), table.num_rows)
+    if isinstance(mask, np.ndarray):
+        mask = pa.array(mask)
+    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 class StoreOwner(Protocol):
     """What a view needs of the provider that opened it (``StateStoreProvider`` in
     :mod:`statestream.state.provider` is the one implementation). A protocol, so that this module
@@ -605,7 +633,7 @@ class StateStore(ReadStateStore):
             return pending.rows.schema.empty_table()
         if self._table.num_rows == 0:
             return self._table
-        mask = self._eviction_mask(self._table, predicate)
+        mask = eviction_mask(self.id, self._table, predicate)
         if not mask.any():
             return self._table.schema.empty_table()
         evicted = self._table.filter(pa.array(mask))
@@ -621,24 +649,13 @@ class StateStore(ReadStateStore):
         if transient.any():
             self._put_removed.append(rows_where(self._table, transient))
 
-    def _eviction_mask(
-        self, table: pa.Table, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]
-    ) -> np.ndarray:
-        """``predicate(table)`` as one numpy boolean per row, a null counting as false."""
-        mask = predicate(table)
-        if len(mask) != table.num_rows:
-            raise eviction_predicate_length_error(self.id, len(mask), table.num_rows)
-        if isinstance(mask, np.ndarray):
-            mask = pa.array(mask)
-        return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
-
     def _any_evicted(self, pending: KeptAndPut, predicate: Callable[[pa.Table], "pa.Array | pa.ChunkedArray | np.ndarray"]) -> bool:
         """Whether ``predicate`` is true for a row of ``pending``, evaluated on its parts: the
         base's rows (only the kept ones count) and the put rows."""
         for part, keep in ((pending.base, pending.keep), (pending.rows, None)):
             if part.num_rows == 0:
                 continue
-            hits = self._eviction_mask(part, predicate)
+            hits = eviction_mask(self.id, part, predicate)
             if (hits & keep).any() if keep is not None else hits.any():
                 return True
         return False
@@ -653,15 +670,9 @@ class StateStore(ReadStateStore):
         before appending the op-0 rows, so the final put wins, as it should.
         """
         schema = self._provider.delta_schema
-        parts = []
-        for rows in self._put_removed:
-            cols = list(rows.columns) + [pa.array(np.full(rows.num_rows, OP_PUT_REMOVED, dtype=np.int8))]
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
-        for keys in self._removed:
-            n = keys.num_rows
-            cols = list(keys.columns) + [pa.nulls(n, type=f.type) for f in self.value_schema]
-            cols.append(pa.array(np.full(n, OP_REMOVE, dtype=np.int8)))
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+        parts: list[pa.Table] = []
+        parts += [delta_rows(rows, OP_PUT_REMOVED, schema) for rows in self._put_removed]
+        parts += [delta_removals(keys, self.value_schema, schema) for keys in self._removed]
         if self._dirty.any():
             pending = self._kept_and_put
             if pending is None:
@@ -675,8 +686,7 @@ class StateStore(ReadStateStore):
                     in_base = np.zeros(pending.base.num_rows, dtype=bool)
                     in_base[np.flatnonzero(pending.keep)[kept_dirty]] = True
                     puts = pa.concat_tables([rows_where(pending.base, in_base), pending.rows])
-            cols = list(puts.columns) + [pa.array(np.full(puts.num_rows, OP_PUT, dtype=np.int8))]
-            parts.append(pa.Table.from_arrays(cols, schema=schema))
+            parts.append(delta_rows(puts, OP_PUT, schema))
         if not parts:
             return schema.empty_table()
         return pa.concat_tables(parts)
