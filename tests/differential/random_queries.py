@@ -187,6 +187,9 @@ STREAM_JOIN_TYPES = ("inner", "left_outer", "right_outer", "full_outer", "left_s
 TRIGGERS = ("default", "processing_time", "available_now")
 
 #: the families whose query has a watermark on ``ts``
+#: the state store providers a case may ask for (:attr:`Case.provider`)
+PROVIDERS = ("hdfs", "rocksdb")
+
 WATERMARKED = ("window_aggregate", "session_window_aggregate", "chained_window_aggregate", "dedup_watermark", "dedup_within_watermark")
 
 
@@ -226,6 +229,10 @@ class Case:
     python_watermark: bool = False
     #: transformWithState: the kind of state variable its processor counts in
     state_kind: str = "value"
+    #: the state store provider the query asks for: Spark's default (``hdfs``) or RocksDB, which
+    #: statestream answers with its layered store for aggregations and deduplication
+    #: (transformWithState always asks for RocksDB, as Spark's engine needs it)
+    provider: str = "hdfs"
 
     @property
     def schema(self) -> str:
@@ -453,8 +460,9 @@ def cases(draw: st.DrawFn, families: tuple[str, ...] = FAMILIES) -> Case:
         every_batch = not gap or draw(st.booleans())
         python_watermark = bool(gap) or draw(st.booleans())
     state_kind = draw(st.sampled_from(random_processors.STATE_KINDS)) if family.startswith("transform_with_state") else "value"
+    provider = "rocksdb" if family.startswith("transform_with_state") else draw(st.sampled_from(PROVIDERS))
     return Case(
         key_types, value_types, family, aggregates, delay, size, slide, mode, partitions, tuple(batches), restart_at,
         static_rows, join_type, right_delay, join_watermarks, low, high, trigger, gap, every_batch, python_watermark,
-        state_kind,
+        state_kind, provider,
     )
