@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from statestream.checkpoint.object_store import S3ConditionalWrites
 
 __all__ = ["CheckpointFileManager"]
+
+T = TypeVar("T")
 
 
 
@@ -161,6 +163,18 @@ class CheckpointFileManager:
             if not self.conditional.create(target, data):
                 raise FileAlreadyExistsError(self.display(rel))
             return
+        self.write_atomic_from(rel, lambda out: out.write(data), overwrite)
+
+    def write_atomic_from(self, rel: str, fill: Callable[[pa.NativeFile], T], overwrite: bool = True) -> T:
+        """:meth:`write_atomic` of what ``fill`` writes to the output stream it is given (its
+        result is returned): a large file is written a piece at a time, never whole in memory.
+
+        On an object store the file is uploaded as ``fill`` writes, under a temporary name, and
+        then moved into place; a write there that must not overwrite goes through
+        :meth:`write_atomic`, whose conditional create is atomic."""
+        if not overwrite and self.conditional is not None:
+            raise ValueError(f"write_atomic_from cannot create {self.display(rel)} exactly once on an object store: use write_atomic")
+        target = self.path(rel)
         parent = target.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         if not overwrite and self.exists(rel):
@@ -168,10 +182,11 @@ class CheckpointFileManager:
         tmp = f"{parent}/.{target.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
         try:
             with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
+                result = fill(out)
             if not overwrite and self.exists(rel):
                 raise FileAlreadyExistsError(self.display(rel))
             self.fs.move(tmp, target)
+            return result
         finally:
             try:
                 if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:

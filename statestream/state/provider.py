@@ -85,11 +85,32 @@ CHECKSUM_MAGIC = b"SSTCRC32"
 _TRAILER = struct.Struct(">8sIQ")
 
 
-def add_checksum(body: bytes | pa.Buffer) -> bytes:
-    """``body`` with its checksum trailer (see :data:`CHECKSUM_MAGIC`)."""
-    view = memoryview(body)
-    # one copy of the body (``bytes(view) + trailer`` made two: a delta file can be megabytes)
-    return b"".join((view, _TRAILER.pack(CHECKSUM_MAGIC, zlib.crc32(view), len(view))))
+class _ChecksummedStream:
+    """A writable file that passes what it is given on to ``out`` and keeps its CRC-32 and
+    length, for the checksum trailer of a state file written a piece at a time."""
+
+    def __init__(self, out: pa.NativeFile) -> None:
+        self._out = out
+        self.crc = 0
+        self.length = 0
+        self.closed = False
+
+    def write(self, data: bytes | pa.Buffer) -> int:
+        view = memoryview(data)
+        self.crc = zlib.crc32(view, self.crc)
+        self.length += len(view)
+        self._out.write(view)
+        return len(view)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def trailer(self) -> bytes:
+        """The trailer of what was written (see :data:`CHECKSUM_MAGIC`)."""
+        return _TRAILER.pack(CHECKSUM_MAGIC, self.crc, self.length)
 
 
 def verify_checksum(data: bytes) -> tuple[memoryview | None, str | None]:
@@ -304,27 +325,35 @@ class StateStoreProvider:
         """Bytes of the store's state files: the most a load reads."""
         return sum(self._files.size(self.file_name(v, kind)) for v, kinds in self.list_files().items() for kind in kinds)
 
-    def _serialize(self, table: pa.Table, kind: str, version: int) -> pa.Buffer:
+    def _write(self, table: "pa.Table | Iterable[pa.Table]", kind: str, version: int) -> int:
+        """Write one state file: an Arrow stream of ``table`` (or of the tables an iterable
+        yields, of the store's schema, each written as it comes, so that a snapshot of a store
+        larger than memory is never whole in memory), then its checksum trailer. Returns the
+        trailer's CRC-32."""
+        name = self.file_name(version, kind)
         meta = {
             _META_FORMAT: str(STATE_FILE_FORMAT_VERSION).encode(),
             _META_KIND: kind.encode(),
             _META_VERSION: str(version).encode(),
             _META_NUM_KEYS: str(self._nk).encode(),
         }
-        table = table.replace_schema_metadata(meta)
-        sink = pa.BufferOutputStream()
+        tables, schema = ([table], table.schema) if isinstance(table, pa.Table) else (table, self.schema)
         options = pa.ipc.IpcWriteOptions(compression=self.conf.ipc_compression)
-        with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-            writer.write_table(table)
-        return add_checksum(sink.getvalue())
+        rows = 0
 
-    def _write(self, table: pa.Table, kind: str, version: int) -> int | None:
-        """Write one state file; returns the CRC-32 of what was written (its trailer's)."""
-        name = self.file_name(version, kind)
-        data = self._serialize(table, kind, version)
-        self._files.write_atomic(name, data)
-        log.debug("wrote %s (%d rows)", self._display(name), table.num_rows)
-        return trailer_checksum(data[-_TRAILER.size:])
+        def fill(out: pa.NativeFile) -> int:
+            nonlocal rows
+            body = _ChecksummedStream(out)
+            with pa.ipc.new_stream(body, schema.with_metadata(meta), options=options) as writer:
+                for t in tables:
+                    writer.write_table(t.replace_schema_metadata(meta))
+                    rows += t.num_rows
+            out.write(body.trailer())
+            return body.crc
+
+        checksum = self._files.write_atomic_from(name, fill)
+        log.debug("wrote %s (%d rows)", self._display(name), rows)
+        return checksum
 
     def _delta_checksum(self, version: int) -> int | None:
         """The CRC-32 in the trailer of ``<version>.delta`` as the file is now (its last bytes
@@ -725,7 +754,8 @@ class StateStoreProvider:
             deltas_since = sum(1 for v, kinds in files.items() if v > last_snapshot and _DELTA in kinds)
             table = self._cached(newest)
             if isinstance(table, LayeredVersion):
-                table = LayeredStateStore(self, newest, table, read_only=True).table() if deltas_since > self.conf.min_deltas_for_snapshot else None
+                # a merge of the runs, written a slice at a time as it comes
+                table = LayeredStateStore(self, newest, table, read_only=True).iter_live()
             if table is not None and deltas_since > self.conf.min_deltas_for_snapshot:
                 self._write(table, _SNAPSHOT, newest)
                 files.setdefault(newest, set()).add(_SNAPSHOT)

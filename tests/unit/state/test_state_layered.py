@@ -3,6 +3,8 @@ answers, version after version, across compactions, reloads from the files and l
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -17,7 +19,7 @@ from statestream.state.layered import (
     run_from_changes,
     run_from_table,
 )
-from statestream.state.provider import StateStoreProvider
+from statestream.state.provider import StateStoreProvider, trailer_checksum, verify_checksum
 from statestream.state.store import OP_COLUMN, StateStore, StateStoreConf, StateStoreId
 
 KEYS = pa.schema([pa.field("a", pa.int64()), pa.field("b", pa.float64())])
@@ -269,3 +271,31 @@ def test_a_reader_streams_a_large_store_through_the_layered_store(tmp_path, monk
     assert len(sliced) > 1 and max(t.num_rows for t in sliced) <= 7
     assert _canon(pa.concat_tables(small)) == _canon(whole) == _canon(pa.concat_tables(sliced))
     assert not list((tmp_path / "local").rglob("run-*.arrow"))
+
+
+def test_a_layered_snapshot_is_written_a_slice_at_a_time(tmp_path, monkeypatch) -> None:
+    """Maintenance writes a layered version's snapshot from the merge of its runs as it comes,
+    one record batch per slice (never the merged table whole), and the file is the one the
+    table store writes: the same rows, read back by it, its checksum trailer sound."""
+    monkeypatch.setattr(layered, "MERGE_SLICE_ROWS", 5)
+    rng = np.random.default_rng(11)
+    plain, lay = _providers(tmp_path, on_local_disk=True)
+    monkeypatch.setattr(LayeredStateStore, "table", lambda self: pytest.fail("the snapshot merged the runs whole"))
+    for v in range(4):
+        rows, gone = _rows(rng, 30), _keys(rng, 4)
+        for p in (plain, lay):
+            s = p.get_store(v)
+            s.put(rows)
+            s.remove(gone)
+            s.commit()
+        plain.do_maintenance()
+        lay.do_maintenance()
+    assert lay.has_snapshot(4) and plain.has_snapshot(4)
+    data = lay._files.read_bytes(lay.file_name(4, "snapshot"))
+    body, damage = verify_checksum(data)
+    assert damage is None and body is not None and trailer_checksum(data) == zlib.crc32(body)
+    with pa.ipc.open_stream(pa.py_buffer(body)) as reader:
+        batches = list(reader)
+    assert len(batches) > 1 and max(b.num_rows for b in batches) <= 5
+    fresh = StateStoreProvider(lay.store_id, KEYS, VALUES, StateStoreConf())
+    assert _canon(fresh.get_read_store(4).table()) == _canon(plain.get_read_store(4).table())
