@@ -172,7 +172,9 @@ def merge_buffer_segments(rule: str, values: pa.Array | pa.ChunkedArray, starts:
     starts = np.asarray(starts, dtype=np.int64)
     numeric = pa.types.is_integer(typ) or pa.types.is_floating(typ)
     temporal = pa.types.is_timestamp(typ) or pa.types.is_date(typ) or pa.types.is_duration(typ)
-    if not (numeric or (temporal and rule in (MERGE_MIN, MERGE_MAX))):
+    # a day-time interval (duration) also sums, as its microseconds (Arrow has no hash_sum for it)
+    summed_duration = pa.types.is_duration(typ) and rule in (MERGE_SUM0, MERGE_SUM)
+    if not (numeric or summed_duration or (temporal and rule in (MERGE_MIN, MERGE_MAX))):
         return _merge_segments_arrow(rule, values, starts)
     storage = values.cast(pa.int64() if pa.types.is_timestamp(typ) or pa.types.is_duration(typ) or pa.types.is_date64(typ) else (pa.int32() if pa.types.is_date32(typ) else typ))
     valid = np.asarray(pc.is_valid(storage).to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -72,3 +72,14 @@ def test_segments_of_arrays_and_struct_ranks():
     assert merge_buffer_segments(MERGE_MIN, values, np.array([0, 2])).to_pylist() == [[1.0], [-0.0, 1.0]]
     s = pa.array([{"a": 1, "b": "x"}, {"a": None, "b": "y"}, {"a": 1, "b": "w"}, None], pa.struct([("a", pa.int32()), ("b", pa.string())]))
     assert spark_order_ranks(s).to_pylist() == [2, 0, 1, None]
+
+
+@pytest.mark.parametrize("rule", ["sum", "sum0"])
+def test_segments_of_day_time_intervals_sum(rule):
+    """A session's buffers of a day-time interval sum (``avg``'s sum): Arrow has no grouped sum
+    of durations (a random query's finding), so they sum as microseconds."""
+    t = pa.duration("us")
+    values = pa.array([dt.timedelta(seconds=1), None, dt.timedelta(seconds=2), None, None, dt.timedelta(microseconds=5)], t)
+    out = merge_buffer_segments(rule, values, np.array([0, 3, 5]))
+    assert out.type == t
+    assert out.to_pylist() == [dt.timedelta(seconds=3), dt.timedelta(0) if rule == "sum0" else None, dt.timedelta(microseconds=5)]
