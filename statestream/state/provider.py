@@ -245,7 +245,7 @@ class StateStoreProvider:
         older checkpoint), inferred from the files: empty at any version with none, else just
         below the oldest delta when no snapshot covers it."""
         if self.conf.layered:
-            return LayeredStateStore(self, version, self._load_layered(version, begins_at))  # type: ignore[return-value]
+            return LayeredStateStore(self, version, self._load(version, begins_at))  # type: ignore[return-value]
         return StateStore(self, version, self._load(version, begins_at))
 
     def _inferred_beginning(self, version: int) -> int:
@@ -262,7 +262,7 @@ class StateStoreProvider:
     def get_read_store(self, version: int, *, begins_at: int | None = 0) -> ReadStateStore:
         """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
         if self.conf.layered:
-            return LayeredStateStore(self, version, self._load_layered(version, begins_at), read_only=True)
+            return LayeredStateStore(self, version, self._load(version, begins_at), read_only=True)
         return ReadStateStore(self, version, self._load(version, begins_at))
 
     def read_delta(self, version: int) -> pa.Table:
@@ -529,7 +529,10 @@ class StateStoreProvider:
             return None
         return table
 
-    def _load(self, version: int, begins_at: int | None = 0) -> pa.Table:
+    def _load(self, version: int, begins_at: int | None = 0) -> "pa.Table | LayeredVersion":
+        """The rows of ``version`` (a table; with ``conf.layered`` a :class:`LayeredVersion`):
+        cached, else built from the nearest cached version below or the newest snapshot (the
+        newer of the two), and the deltas above it."""
         if version < 0:
             raise state_version_negative_error(version, self.store_id)
         if begins_at is None:
@@ -540,40 +543,48 @@ class StateStoreProvider:
                 self._hits += 1
                 return cached
             if version <= begins_at:
-                return self._empty()
+                return LayeredVersion((), 0) if self.conf.layered else self._empty()
             self._misses += 1
             # read before the files: a delta rewritten after this makes the entry stale (it is
             # then reloaded), never a new stamp on old rows
             stamp = self._stamp(version)
-            checksum = self._delta_checksum(version) if self.conf.on_local_disk and stamp is not None else None
-            if stamp is not None and checksum is not None:
-                borrowed = self._borrow(version, stamp, checksum)
-                if borrowed is not None:
-                    return borrowed
-            base_version, base = begins_at, self._empty()
-            for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
-                below = self._cached(v)
-                if below is not None:
-                    base_version, base = v, below
-                    break
-            from_cache = base_version > 0
-            snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
-            if snapshots:
-                base_version = max(snapshots)
-                base = self._read(base_version, _SNAPSHOT, version)
-            table = base
-            for v in range(base_version + 1, version + 1):
-                table = self._apply_delta(table, self._read(v, _DELTA, version))
-            table = table.combine_chunks() if table.num_rows else table
-            log.info(
-                "loaded %s version %d from %s version %d (+%d deltas)",
-                self.store_id,
-                version,
-                "snapshot" if snapshots else ("cache" if from_cache else "empty"),
-                base_version,
-                version - base_version,
-            )
-            return self._cache(version, table, stamp, checksum)
+            if self.conf.layered:
+                return self._build_layered(version, begins_at, stamp)
+            return self._build_table(version, begins_at, stamp)
+
+    def _base(self, version: int, begins_at: int) -> tuple[int, "pa.Table | LayeredVersion | None", str]:
+        """Where a load of ``version`` starts: the newest snapshot at or below it, else the
+        nearest cached version below it (the newer of the two), else empty at ``begins_at``.
+        Returns that version, the cached rows (None: the snapshot's, to read, or empty) and
+        what it is, for the log."""
+        base_version, base = begins_at, None
+        for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
+            below = self._cached(v)
+            if below is not None:
+                base_version, base = v, below
+                break
+        snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
+        if snapshots:
+            return max(snapshots), None, "snapshot"
+        return base_version, base, "cache" if base is not None else "empty"
+
+    def _build_table(self, version: int, begins_at: int, stamp: tuple[int, int] | None) -> pa.Table:
+        """:meth:`_load` of a table: a version mapped by another worker of this machine, else
+        the base's table with each delta applied."""
+        checksum = self._delta_checksum(version) if self.conf.on_local_disk and stamp is not None else None
+        if stamp is not None and checksum is not None:
+            borrowed = self._borrow(version, stamp, checksum)
+            if borrowed is not None:
+                return borrowed
+        base_version, base, kind = self._base(version, begins_at)
+        if kind == "snapshot":
+            base = self._read(base_version, _SNAPSHOT, version)
+        table = base if isinstance(base, pa.Table) else self._empty()
+        for v in range(base_version + 1, version + 1):
+            table = self._apply_delta(table, self._read(v, _DELTA, version))
+        table = table.combine_chunks() if table.num_rows else table
+        log.info("loaded %s version %d from %s version %d (+%d deltas)", self.store_id, version, kind, base_version, version - base_version)
+        return self._cache(version, table, stamp, checksum)
 
     # -- layered versions (conf.layered) --------------------------------------------------------
     def _run_writer(self) -> RunWriter:
@@ -613,56 +624,29 @@ class StateStoreProvider:
             num_keys += int(np.count_nonzero(is_put & ~was_live)) - int(np.count_nonzero(~is_put & was_live))
         return self._stack(version, run, num_keys)
 
-    def _load_layered(self, version: int, begins_at: int | None = 0) -> LayeredVersion:
-        """:meth:`_load` for ``conf.layered``: a cached version, else the nearest cached version
-        below or the newest snapshot as the bottom run, with each missing delta added as a run
-        (no version is rebuilt whole: a delta costs its own rows)."""
-        if version < 0:
-            raise state_version_negative_error(version, self.store_id)
-        if begins_at is None:
-            begins_at = self._inferred_beginning(version)
-        with self._lock:
-            cached = self._cached(version)
-            if cached is not None:
-                self._hits += 1
-                return cached
-            empty = LayeredVersion((), 0)
-            if version <= begins_at:
-                return empty
-            self._misses += 1
-            stamp = self._stamp(version)
-            base_version, base = begins_at, empty
-            for v in sorted((v for v in self._loaded if base_version < v < version), reverse=True):
-                below = self._cached(v)
-                if isinstance(below, LayeredVersion):
-                    base_version, base = v, below
-                    break
-            from_cache = base_version > 0
-            snapshots = [v for v, kinds in self.list_files().items() if _SNAPSHOT in kinds and base_version < v <= version]
-            if snapshots:
-                base_version = max(snapshots)
-                table = self._read(base_version, _SNAPSHOT, version)
-                rows, hashes, order = sorted_table_rows(table, self._nk)
-                del table
-                writer = self._run_writer()
-                bottom = writer.run(taken_in_slices(rows, order), rows.schema, hashes[order], level=0)
-                del rows, hashes, order
-                base = self._stack(empty, bottom, bottom.num_rows, writer)
-            layered = base
-            for v in range(base_version + 1, version + 1):
-                layered = self._with_delta(layered, self._read(v, _DELTA, version))
-            log.info(
-                "loaded %s version %d as %d runs from %s version %d (+%d deltas)",
-                self.store_id,
-                version,
-                len(layered.runs),
-                "snapshot" if snapshots else ("cache" if from_cache else "empty"),
-                base_version,
-                version - base_version,
-            )
-            self._drop(version)
-            self._keep(version, layered, stamp)
-            return layered
+    def _build_layered(self, version: int, begins_at: int, stamp: tuple[int, int] | None) -> LayeredVersion:
+        """:meth:`_load` for ``conf.layered``: the base's runs (a snapshot sorted once into a
+        bottom run), with each delta above it added as a run (no version is rebuilt whole: a
+        delta costs its own rows)."""
+        base_version, base, kind = self._base(version, begins_at)
+        layered = base if isinstance(base, LayeredVersion) else LayeredVersion((), 0)
+        if kind == "snapshot":
+            table = self._read(base_version, _SNAPSHOT, version)
+            rows, hashes, order = sorted_table_rows(table, self._nk)
+            del table
+            writer = self._run_writer()
+            bottom = writer.run(taken_in_slices(rows, order), rows.schema, hashes[order], level=0)
+            del rows, hashes, order
+            layered = self._stack(LayeredVersion((), 0), bottom, bottom.num_rows, writer)
+        for v in range(base_version + 1, version + 1):
+            layered = self._with_delta(layered, self._read(v, _DELTA, version))
+        log.info(
+            "loaded %s version %d as %d runs from %s version %d (+%d deltas)",
+            self.store_id, version, len(layered.runs), kind, base_version, version - base_version,
+        )
+        self._drop(version)
+        self._keep(version, layered, stamp)
+        return layered
 
     def _commit_layered(
         self, base_version: int, version: LayeredVersion, change: SortedRun | None, num_keys: int, delta: pa.Table
