@@ -32,9 +32,17 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("PYTHONPATH", ROOT)
 os.environ["PYSPARK_PYTHON"] = sys.executable
 
-RECORDS = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
-BATCHES = int(sys.argv[2]) if len(sys.argv) > 2 else 3
-PARTITIONS = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+
+
+def _arg(i: int, default: int) -> int:
+    """Argument ``i`` of the command line when this is the program run (``bench/latency.py``
+    imports :func:`start_broker` from here)."""
+    return int(sys.argv[i]) if __name__ == "__main__" and len(sys.argv) > i else default
+
+
+RECORDS = _arg(1, 1_000_000)
+BATCHES = _arg(2, 3)
+PARTITIONS = _arg(3, 4)
 KEYS = 1000
 T0 = 1_700_000_000_000
 
