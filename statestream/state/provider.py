@@ -233,6 +233,10 @@ class StateStoreProvider:
         # with conf.layered: the runs this provider wrote (their files go when no cached
         # version holds them any more)
         self._runs: list[SortedRun] = []
+        #: whether versions are layered (``conf.layered``); a store without key columns (a
+        #: global aggregation's single row) is a table: Arrow takes no rows from a table of no
+        #: columns, which a run's lookups would need, and one row gains nothing from runs
+        self.layered = self.conf.layered and self._nk > 0
 
     # -- views --------------------------------------------------------------------------------
     def get_store(self, version: int, *, begins_at: int | None = 0) -> StateStore:
@@ -244,7 +248,7 @@ class StateStoreProvider:
         below is needed (a missing one above is lost state, and an error). None: not known (an
         older checkpoint), inferred from the files: empty at any version with none, else just
         below the oldest delta when no snapshot covers it."""
-        if self.conf.layered:
+        if self.layered:
             return LayeredStateStore(self, version, self._load(version, begins_at))  # type: ignore[return-value]
         return StateStore(self, version, self._load(version, begins_at))
 
@@ -261,7 +265,7 @@ class StateStoreProvider:
 
     def get_read_store(self, version: int, *, begins_at: int | None = 0) -> ReadStateStore:
         """A read-only view of ``version`` (``begins_at`` as for :meth:`get_store`)."""
-        if self.conf.layered:
+        if self.layered:
             return LayeredStateStore(self, version, self._load(version, begins_at), read_only=True)
         return ReadStateStore(self, version, self._load(version, begins_at))
 
@@ -543,12 +547,12 @@ class StateStoreProvider:
                 self._hits += 1
                 return cached
             if version <= begins_at:
-                return LayeredVersion((), 0) if self.conf.layered else self._empty()
+                return LayeredVersion((), 0) if self.layered else self._empty()
             self._misses += 1
             # read before the files: a delta rewritten after this makes the entry stale (it is
             # then reloaded), never a new stamp on old rows
             stamp = self._stamp(version)
-            if self.conf.layered:
+            if self.layered:
                 return self._build_layered(version, begins_at, stamp)
             return self._build_table(version, begins_at, stamp)
 

@@ -594,7 +594,8 @@ def _live_tables(provider: StateStoreProvider, version: int, large_store_bytes: 
     """The live rows of ``version`` in tables of at most :data:`READ_SLICE_ROWS` rows. A large
     store is loaded as sorted runs mapped from local disk and merged a slice at a time, so a
     state partition larger than the task's memory is read in the memory of a slice."""
-    if provider.stored_bytes() <= large_store_bytes:
+    if provider.stored_bytes() <= large_store_bytes or not provider.key_schema:
+        # (a store without key columns holds one row: never layered)
         table = provider.get_read_store(version).table()
         for start in range(0, table.num_rows, READ_SLICE_ROWS):
             yield table.slice(start, READ_SLICE_ROWS)
