@@ -469,6 +469,27 @@ def _bit(name: str) -> FunctionSpec:
 _MOMENT_NAMES = ("n", "avg", "m2", "m3", "m4")
 
 
+def _running_mean(x: "Column") -> "Column":
+    """The mean that Spark's central-moment and covariance buffers hold (``avg``, ``xAvg``,
+    ``yAvg``) for a batch's values ``x`` (doubles; null: not counted). Spark updates it value by
+    value (``avg += (x - avg) / n``), in the order the rows come, where ``avg(x)`` divides a sum.
+    The two agree (to rounding) but for infinities: a mean that has become infinite turns NaN at
+    the next value (``inf - inf``), so it is infinite only when the one infinite value is the
+    last (``last`` follows the rows' order, as Spark's update does), and NaN when there are more
+    infinite values, or a NaN anywhere."""
+    F = _F()
+    infinite = F.abs(x) == F.lit(float("inf"))
+    count_infinite = F.sum(_ind(F.coalesce(infinite, F.lit(False))))
+    count_nan = F.sum(_ind(F.coalesce(F.isnan(x), F.lit(False))))
+    last = F.last(x, ignorenulls=True)
+    nan = F.lit(float("nan"))
+    return (
+        F.when((count_infinite == 0) | (count_nan > 0), F.avg(x))
+        .when((count_infinite == 1) & (F.abs(last) == F.lit(float("inf"))), last)
+        .otherwise(nan)
+    )
+
+
 def _moment_partial(x: "Column", order: int) -> list["Column"]:
     """A batch's ``n, avg, m2[, m3[, m4]]`` from Spark's own aggregates over the batch:
     ``m2 = var_pop * n``, ``m3`` from ``skewness``, ``m4`` from ``kurtosis``; a group with no
@@ -478,7 +499,7 @@ def _moment_partial(x: "Column", order: int) -> list["Column"]:
     n = F.count(x).cast("double")
     zero = F.lit(0.0)
     m2 = F.var_pop(x) * n
-    cols = [n, F.coalesce(F.avg(x), zero), F.coalesce(m2, zero)]
+    cols = [n, F.coalesce(_running_mean(x), zero), F.coalesce(m2, zero)]
     if order >= 3:
         cols.append(F.coalesce(F.when(n > 0, F.skewness(x) * F.pow(m2, 1.5) / F.sqrt(n)), zero))
     if order >= 4:
@@ -553,7 +574,7 @@ def _cov_partial(x: "Column", y: "Column", corr: bool) -> list["Column"]:
     xf, yf = _pairs(x, y)
     n = F.count(xf).cast("double")
     zero = F.lit(0.0)
-    cols = [n, F.coalesce(F.avg(xf), zero), F.coalesce(F.avg(yf), zero), F.coalesce(F.covar_pop(xf, yf) * n, zero)]
+    cols = [n, F.coalesce(_running_mean(xf), zero), F.coalesce(_running_mean(yf), zero), F.coalesce(F.covar_pop(xf, yf) * n, zero)]
     if corr:
         cols += [F.coalesce(F.var_pop(xf) * n, zero), F.coalesce(F.var_pop(yf) * n, zero)]
     return cols

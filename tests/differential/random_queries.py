@@ -141,6 +141,7 @@ AGGREGATES: dict[str, tuple[Callable[[str], bool], Callable[[Any, str], Any]]] =
     "sorted_collect_set": (orderable, lambda F, c: F.array_sort(F.collect_set(c))),
     "stddev": (lambda t: t in NUMERIC, lambda F, c: F.stddev(c)),
     "var_pop": (lambda t: t in NUMERIC, lambda F, c: F.var_pop(c)),
+    "covar_pop": (lambda t: t in NUMERIC, lambda F, c: F.covar_pop(c, "id")),
     "bool_and": (lambda t: t == "boolean", lambda F, c: F.bool_and(c)),
     "bool_or": (lambda t: t == "boolean", lambda F, c: F.bool_or(c)),
     "bit_xor": (lambda t: t in INTEGRAL, lambda F, c: F.bit_xor(c)),

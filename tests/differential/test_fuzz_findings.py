@@ -460,3 +460,24 @@ def test_a_global_aggregation_asking_for_rocksdb(spark, ours, tmp_path, rows):
     aggregates = (("approx_count_distinct", 0), ("count", 0), ("max", 0))
     case = Case((), ("tinyint",), "union_aggregate", aggregates, 0, 3, 0, "update", 1, batches, provider="rocksdb")
     run_case(spark, ours, case, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_the_running_mean_of_moments_over_infinities(spark, ours, tmp_path, mode):
+    """The mean in the buffers of ``var_pop``, ``stddev`` and ``covar_pop`` (``avg``, ``xAvg``),
+    which the state holds: Spark updates it row by row, so it is NaN once an infinite value is
+    followed by another value, and infinite when the one infinite value comes last, where a
+    sum's average is infinite in both cases (random tester, seed 33: ``avg`` -inf against
+    Spark's NaN for -inf then -0.0). The orders, a second infinity, a NaN, nulls, and a stored
+    infinite mean that a later batch merges."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    inf, nan = float("inf"), float("nan")
+    groups = {1: [-inf, -0.0], 2: [-0.0, -inf], 3: [inf, inf], 4: [1.5, inf, 2.0], 5: [nan, inf], 6: [1.0, 2.0, None], 7: [None, inf]}
+    first = tuple((i, start, k, v) for i, (k, v) in enumerate((k, v) for k, vs in groups.items() for v in vs))
+    second = ((100, start, 2, 3.0), (101, start, 7, 1.0), (102, start, 6, -inf))
+    aggregates = (("var_pop", 0), ("stddev", 0), ("covar_pop", 0))
+    case = Case(("tinyint",), ("double",), "aggregate", aggregates, 0, 3, 0, mode, 2, (first, second))
+    run_case(spark, ours, case, tmp_path)
