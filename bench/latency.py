@@ -154,7 +154,7 @@ def child(engine_kind: str, query_kind: str, rate: int, period: float, seconds: 
     stop = threading.Event()
     q = result.writeStream.outputMode(mode).foreachBatch(sink).option("checkpointLocation", str(work / "ck")).start()
     feeder = threading.Thread(target=_feed, args=(dirs, query_kind, rate, period, stop, written), daemon=True)
-    t0, stopped, error, _ = _run_for(q, feeder, stop, warmup + seconds)
+    t0, stopped, error, progress = _run_for(q, feeder, stop, warmup + seconds)
     spark.stop()
     read = {}
     for source in range(2 if query_kind == "join" else 1):
@@ -181,12 +181,13 @@ def _run_for(q: Any, feeder: threading.Thread, stop: threading.Event, seconds: f
 
 def _summary(
     engine_kind: str, query_kind: str, written: dict[Any, tuple[float, int]], read: dict[Any, int], visible: dict[int, float],
-    timed_from: float, deadline: float, error: Any,
+    timed_from: float, deadline: float, error: Any, progress: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """p50, p99 and max latency of the rows written from ``timed_from`` on: ``written`` maps a
     unit of input (a file, a record) to (when it was written, its rows), ``read`` to the batch
     that read it, ``visible`` a batch to when its result was in the sink (a result after
-    ``deadline``, or none, leaves the rows untimed: ``missed_rows``)."""
+    ``deadline``, or none, leaves the rows untimed: ``missed_rows``). With the median of each
+    phase of the batches that read rows (``durationMs``), where the time goes."""
     latencies: list[float] = []
     rows = missed = 0
     for unit, (at, n) in written.items():
@@ -208,7 +209,15 @@ def _summary(
         "p99_ms": round(_percentile(latencies, 0.99), 1) if latencies else None,
         "max_ms": round(max(latencies), 1) if latencies else None,
         "error": str(error) if error else None,
+        "median_phase_ms": _median_phases(progress),
     }
+
+
+def _median_phases(progress: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each ``durationMs`` phase over the batches that read rows."""
+    data = [p["durationMs"] for p in progress if p.get("numInputRows")]
+    phases = sorted({k for d in data for k in d})
+    return {k: _percentile([float(d.get(k, 0)) for d in data], 0.5) for k in phases} if data else {}
 
 
 def _produce(bootstrap: str, topics: list[str], query: str, rate: int, period: float, stop: threading.Event,
@@ -318,7 +327,7 @@ def child_kafka(engine_kind: str, query_kind: str, rate: int, period: float, sec
         total += max(0, progress[b])
         if progress[b] > 0 and total <= len(arrived):
             visible[b] = arrived[total - 1]
-    return _summary(engine_kind, query_kind, written, read_by, visible, t0 + warmup, stopped + 3, error)
+    return _summary(engine_kind, query_kind, written, read_by, visible, t0 + warmup, stopped + 3, error, progress_list)
 
 
 def run_latency(
@@ -364,6 +373,7 @@ def _run_children(
             results.append(r)
             print(f"{source:<5} {query:<5} {e:<6} p50 {r['p50_ms']} ms | p99 {r['p99_ms']} ms | max {r['max_ms']} ms | "
                   f"{r['rows']} rows timed ({r['missed_rows']} not read in time) | {r['batches']} batches", flush=True)
+            print(f"{'':<17}median phases (ms): " + ", ".join(f"{k} {v:.0f}" for k, v in r["median_phase_ms"].items()), flush=True)
         s, o = by_engine.get("spark"), by_engine.get("ours")
         if s and o and s.get("p50_ms") and o.get("p50_ms"):
             print(f"{source:<5} {query:<5} ratio ours/Spark: p50 {o['p50_ms'] / s['p50_ms']:.2f}x, p99 {o['p99_ms'] / s['p99_ms']:.2f}x, "
