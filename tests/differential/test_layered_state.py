@@ -11,15 +11,14 @@ whole state every batch, kept the table store.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.differential.harness import assert_same_batches
-from tests.differential.test_plan_reuse import QUERIES, _steps, _watermarks_and_state_rows
+from tests.differential.test_plan_reuse import QUERIES, _watermarks_and_state_rows
 from tests.differential.test_restart import _delete_commit, _starts, vals
-from tests.differential.test_sources_more import assert_same, both, drive
+from tests.differential.test_sources_more import assert_same, both
+from tests.differential.test_state_on_local_disk import files_per_batch
 from tests.spark_confs import session_confs
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -29,28 +28,11 @@ PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 LAYERED = {"window count update", "window count append", "dedup by key and time", "dedup within watermark", "dedup without watermark"}
 
 
-def _run_files(spark: Any) -> list[Path]:
-    """The run files the Python workers keep under the block manager's directories."""
-    env = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get()
-    dirs = [Path(str(d.getPath())) for d in env.blockManager().diskBlockManager().localDirs()]
-    return [f for d in dirs for f in d.glob("statestream-state-*/*/*/*/run-*.arrow")]
-
-
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_layered_store_gives_sparks_batches(spark, ours, tmp_path, name):
-    build, mode = QUERIES[name]
-    seen: list[int] = []
-
-    def scenario(engine: Any, work: Path) -> Any:
-        src = work / "src"
-        src.mkdir(parents=True)
-        # runs of earlier queries stay while their versions are cached: count this one's
-        earlier = set(_run_files(spark))
-        on_batch = (lambda b: seen.append(len(set(_run_files(spark)) - earlier))) if engine is not spark else None
-        return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
-
+    seen: list[int] = []  # the run files of the query on local disk after each batch
     with session_confs(spark, {PROVIDER: ROCKSDB}):
-        expected, actual = both(spark, ours, tmp_path, scenario)
+        expected, actual = both(spark, ours, tmp_path, files_per_batch(spark, name, seen, "run-*.arrow"))
     assert_same(expected, actual)
     assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
     if name in LAYERED:  # from the second batch on, the state of the first is held in runs

@@ -24,32 +24,38 @@ from tests.spark_confs import session_confs
 CASES = [("window count update", None), ("dedup within watermark", "true"), ("window count update", "false")]
 
 
-def _mapped_files(spark: Any) -> list[Path]:
-    """The version files the Python workers keep under the driver's block manager directories
-    (in local mode the executor's; Spark hands them to its Python workers)."""
+def local_state_files(spark: Any, pattern: str = "*.arrow") -> list[Path]:
+    """The state files (``pattern``) the Python workers keep under the driver's block manager
+    directories (in local mode the executor's; Spark hands them to its Python workers)."""
     env = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get()
     dirs = [Path(str(d.getPath())) for d in env.blockManager().diskBlockManager().localDirs()]
-    return [f for d in dirs for f in d.glob("statestream-state-*/*/*/*/*.arrow")]
+    return [f for d in dirs for f in d.glob(f"statestream-state-*/*/*/*/{pattern}")]
+
+
+def files_per_batch(spark: Any, name: str, seen: list[int], pattern: str = "*.arrow") -> Any:
+    """The scenario of ``both`` for query ``name`` of ``QUERIES``, which notes in ``seen``, after
+    each of statestream's batches, how many of its state files (``pattern``) are on local disk
+    (files of earlier queries stay while their versions are cached: only this one's count)."""
+    build, mode = QUERIES[name]
+
+    def scenario(engine: Any, work: Path) -> Any:
+        src = work / "src"
+        src.mkdir(parents=True)
+        earlier = set(local_state_files(spark, pattern))
+        on_batch = (lambda b: seen.append(len(set(local_state_files(spark, pattern)) - earlier))) if engine is not spark else None
+        return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
+
+    return scenario
 
 
 @pytest.mark.parametrize(("name", "setting"), CASES)
 def test_versions_on_local_disk_give_sparks_batches(spark, ours, tmp_path, name, setting):
     from statestream.state.local_disk import ON_LOCAL_DISK_CONF
 
-    build, mode = QUERIES[name]
     seen: list[int] = []
-
-    def scenario(engine: Any, work: Path) -> Any:
-        src = work / "src"
-        src.mkdir(parents=True)
-        # files of earlier queries stay while their versions are cached: count this one's
-        earlier = set(_mapped_files(spark))
-        on_batch = (lambda b: seen.append(len(set(_mapped_files(spark)) - earlier))) if engine is not spark else None
-        return drive(engine, lambda rs: build(rs, src), work, _steps(src), mode=mode, on_batch=on_batch)
-
     assert spark.conf.get(ON_LOCAL_DISK_CONF, None) is None
     with session_confs(spark, {ON_LOCAL_DISK_CONF: setting} if setting else {}):
-        expected, actual = both(spark, ours, tmp_path, scenario)
+        expected, actual = both(spark, ours, tmp_path, files_per_batch(spark, name, seen))
     assert_same(expected, actual)
     assert _watermarks_and_state_rows(expected) == _watermarks_and_state_rows(actual)
     if setting == "false":
