@@ -47,7 +47,10 @@ from statestream.errors.state import (
     key_value_not_encodable_error,
 )
 
-__all__ = ["match_keys", "group_ids", "check_key_types_supported", "hash_keys", "keys_equal_rowwise"]
+__all__ = [
+    "match_keys", "group_ids", "check_key_types_supported", "hash_keys", "keys_equal_rowwise", "drop_rows",
+    "first_row_of_each_key",
+]
 
 log = logging.getLogger(__name__)
 
@@ -411,3 +414,30 @@ def keys_equal_rowwise(left: pa.Table, right: pa.Table) -> np.ndarray:
         same = pc.equal(lcol, renc[name])
         equal &= np.asarray(pc.fill_null(same, False).to_numpy(zero_copy_only=False), dtype=bool)
     return equal
+
+
+def drop_rows(table: pa.Table, rows: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """``table`` without the rows at positions ``rows`` (for example the ``match_keys`` hits
+    of keys that a change replaces), and the mask of the rows kept.
+
+    >>> import numpy as np, pyarrow as pa
+    >>> t, keep = drop_rows(pa.table({"k": [1, 2, 3]}), np.array([1]))
+    >>> t.column("k").to_pylist(), keep.tolist()
+    ([1, 3], [True, False, True])
+    """
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[rows] = False
+    return table.filter(pa.array(keep)), keep
+
+
+def first_row_of_each_key(keys: pa.Table) -> np.ndarray:
+    """The position of each distinct key's first row in ``keys`` (key columns only), ascending;
+    keys equal under Spark's grouping equality are one key.
+
+    >>> import pyarrow as pa
+    >>> first_row_of_each_key(pa.table({"k": [2.0, 1.0, 2.0, -0.0, 0.0]})).tolist()
+    [0, 1, 3]
+    """
+    ids = group_ids(keys.columns, keys.num_rows)
+    _, first = np.unique(ids, return_index=True)
+    return np.sort(first)

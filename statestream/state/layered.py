@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from statestream.errors.state import store_not_updating_error
-from statestream.state.keys import group_ids, hash_keys, keys_equal_rowwise, match_keys
+from statestream.state.keys import drop_rows, first_row_of_each_key, group_ids, hash_keys, keys_equal_rowwise, match_keys
 from statestream.state.local_disk import remove_mapped, write_mapped
 from statestream.state.store import (
     FOUND_COLUMN,
@@ -183,15 +183,11 @@ def run_from_changes(changes: pa.Table, num_keys: int) -> SortedRun:
     removes = changes.filter(pa.array(ops == OP_REMOVE))
     keys = list(range(num_keys))
     if removes.num_rows:
-        ids = group_ids(removes.select(keys).columns, removes.num_rows)
-        _, first = np.unique(ids, return_index=True)
-        removes = removes.take(pa.array(np.sort(first)))
+        removes = removes.take(pa.array(first_row_of_each_key(removes.select(keys))))
         if puts.num_rows:
             li, _ = match_keys(removes.select(keys), puts.select(keys))
             if len(li):
-                keep = np.ones(removes.num_rows, dtype=bool)
-                keep[li] = False
-                removes = removes.filter(pa.array(keep))
+                removes, _ = drop_rows(removes, li)
     rows = pa.concat_tables([puts, removes]) if removes.num_rows else puts
     return _sorted_run(rows, hash_keys(rows.select(keys)), level=0)
 
@@ -619,9 +615,7 @@ class LayeredStateStore(ReadStateStore):
             gi, ki = match_keys(self._gone, keys)
             if len(gi):
                 back[ki] = True
-                keep = np.ones(self._gone.num_rows, dtype=bool)
-                keep[gi] = False
-                self._gone = self._gone.filter(pa.array(keep))
+                self._gone, _ = drop_rows(self._gone, gi)
         return back
 
     def put(self, rows: TableLike) -> None:
@@ -639,9 +633,7 @@ class LayeredStateStore(ReadStateStore):
             if len(ti):
                 replaced[ri] = True
                 in_runs[ri] = self._top_in_runs[ti]
-                keep = np.ones(self._top.num_rows, dtype=bool)
-                keep[ti] = False
-                self._top = self._top.filter(pa.array(keep))
+                self._top, keep = drop_rows(self._top, ti)
                 self._top_in_runs = self._top_in_runs[keep]
         fresh = np.flatnonzero(~replaced)
         if len(fresh):
@@ -671,10 +663,9 @@ class LayeredStateStore(ReadStateStore):
         kt = self._conform(keys, self.key_schema, "remove keys")
         if kt.num_rows == 0:
             return 0
-        ids = group_ids(kt.columns, kt.num_rows)
-        _, first = np.unique(ids, return_index=True)
+        first = first_row_of_each_key(kt)
         if len(first) < kt.num_rows:
-            kt = kt.take(pa.array(np.sort(first)))
+            kt = kt.take(pa.array(first))
         removed = 0
         rest = np.arange(kt.num_rows, dtype=np.int64)
         if self._top.num_rows:
@@ -686,9 +677,7 @@ class LayeredStateStore(ReadStateStore):
                 was_in_runs = self._top_in_runs[ti]
                 if was_in_runs.any():
                     self._gone = pa.concat_tables([self._gone, self._key_table(taken).filter(pa.array(was_in_runs))])
-                keep = np.ones(self._top.num_rows, dtype=bool)
-                keep[ti] = False
-                self._top = self._top.filter(pa.array(keep))
+                self._top, keep = drop_rows(self._top, ti)
                 self._top_in_runs = self._top_in_runs[keep]
                 removed += len(ti)
                 rest = np.delete(rest, ri)

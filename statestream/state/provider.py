@@ -35,7 +35,7 @@ from statestream.errors.state import (
     state_version_negative_error,
     state_version_zero_replace_error,
 )
-from statestream.state.keys import check_key_types_supported, match_keys
+from statestream.state.keys import check_key_types_supported, drop_rows, match_keys
 from statestream.state.layered import (
     LayeredStateStore,
     LayeredVersion,
@@ -418,9 +418,7 @@ class StateStoreProvider:
         if table.num_rows:
             li, _ = match_keys(table.select(keys), delta.select(keys))
             if len(li):
-                keep = np.ones(table.num_rows, dtype=bool)
-                keep[li] = False
-                table = table.filter(pa.array(keep))
+                table, _ = drop_rows(table, li)
         puts = delta.filter(pc.equal(delta.column(OP_COLUMN), OP_PUT))
         if puts.num_rows:
             puts = pa.Table.from_arrays(puts.columns[: self._nk + self._nv], schema=self.schema)
