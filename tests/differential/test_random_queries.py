@@ -79,7 +79,7 @@ def run_case(spark, ours, case: Case, workdir, strict_wrappers: bool = False) ->
     ``test_fuzz_findings.py::test_an_overflow_in_the_state_step_under_a_foreach_batch_sink``
     (``strict_wrappers``: compare the wrapper too, as that declared case does)."""
     confs = {"spark.sql.shuffle.partitions": str(case.partitions)}
-    if case.provider == "rocksdb":
+    if case.provider == "rocksdb" or case.family.startswith("transform_with_state"):
         confs[PROVIDER] = ROCKSDB  # transformWithState always: Spark's engine needs it
     engines = {"spark": spark, "statestream": ours()}
     outcome = {}
