@@ -594,14 +594,15 @@ def _live_tables(provider: StateStoreProvider, version: int, large_store_bytes: 
     """The live rows of ``version`` in tables of at most :data:`READ_SLICE_ROWS` rows. A large
     store is loaded as sorted runs mapped from local disk and merged a slice at a time, so a
     state partition larger than the task's memory is read in the memory of a slice."""
-    if provider.stored_bytes() <= large_store_bytes or not provider.key_schema:
-        # (a store without key columns holds one row: never layered)
+    layered = None
+    if provider.stored_bytes() > large_store_bytes:
+        conf = StateStoreConf(layered=True, on_local_disk=True)
+        layered = StateStoreProvider(provider.store_id, provider.key_schema, provider.value_schema, conf, run_id=f"reader-{uuid.uuid4().hex}")
+    if layered is None or not layered.layered:  # small, or a store the provider keeps as a table
         table = provider.get_read_store(version).table()
         for start in range(0, table.num_rows, READ_SLICE_ROWS):
             yield table.slice(start, READ_SLICE_ROWS)
         return
-    conf = StateStoreConf(layered=True, on_local_disk=True)
-    layered = StateStoreProvider(provider.store_id, provider.key_schema, provider.value_schema, conf, run_id=f"reader-{uuid.uuid4().hex}")
     try:
         yield from cast(LayeredStateStore, layered.get_read_store(version)).iter_live()
     finally:
