@@ -33,6 +33,7 @@ __all__ = [
     "expr_ids",
     "jvm_plan_nodes",
     "clone_session",
+    "classic_session",
 ]
 
 
@@ -148,13 +149,18 @@ def quiet_jvm_logger(owner: Any, name: str, level: str = "ERROR") -> Iterator[No
 
 def clone_session(user: Any) -> Any:
     """A classic SparkSession over a clone of ``user``'s JVM session (its confs, views and UDFs),
-    for statestream's own batch work. Made with PySpark's own constructor: under
-    ``statestream.enable_everywhere`` (``statestream run``) the wrapped constructor would serve
-    the clone too, and a micro-batch's DataFrames (the ones ``foreachBatch`` gets) belong to a
-    plain session, as on Spark's engine."""
+    for statestream's own batch work (see :func:`classic_session`)."""
+    return classic_session(user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+
+
+def classic_session(sc: Any, jsession: Any) -> Any:
+    """A classic PySpark SparkSession over the JVM session ``jsession`` of ``sc``'s JVM. Made
+    with PySpark's own constructor: under ``statestream.enable_everywhere`` (``statestream
+    run``) the wrapped constructor would serve it too, and a micro-batch's DataFrames (the ones
+    ``foreachBatch`` gets) belong to a plain session, as on Spark's engine."""
     from pyspark.sql.session import SparkSession
 
     session = SparkSession.__new__(SparkSession)
     init = getattr(SparkSession.__init__, "__wrapped__", SparkSession.__init__)
-    init(session, user.sparkContext, user._jsparkSession.cloneSession())  # noqa: SLF001
+    init(session, sc, jsession)
     return session

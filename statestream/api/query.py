@@ -273,11 +273,12 @@ class StreamingQuery:
         """Print the physical plan of the last micro-batch (``"N/A"`` before the first one), as
         PySpark's ``StreamingQuery.explain``; ``extended=True`` prints the logical plans too.
         """
+        print(self._explain_text(extended))  # noqa: T201 - like PySpark, explain prints
+
+    def _explain_text(self, extended: bool = False) -> str:
+        """What :meth:`explain` prints (the Connect endpoint sends it to its client)."""
         plan = self._ex.explained_plan()
-        if plan is None:
-            print("N/A")  # noqa: T201 - like PySpark, explain prints
-            return
-        print(explain_string(plan, extended=extended))  # noqa: T201
+        return "N/A" if plan is None else explain_string(plan, extended=extended)
 
     def __repr__(self) -> str:
         return f"<StreamingQuery id={self.id} name={self.name}>"

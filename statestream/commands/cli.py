@@ -259,6 +259,25 @@ def _demo(args: argparse.Namespace) -> int:
     return demo_main(argv)
 
 
+def _connect_server(args: argparse.Namespace) -> int:
+    """``statestream connect-server``: the endpoint runs until Ctrl-C."""
+    from statestream.connect import ConnectEndpoint  # lazy: `statestream --help` stays fast
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--conf takes KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    endpoint = ConnectEndpoint(host=args.host, port=args.port, master=args.master, conf=conf).start()
+    print(f"statestream Spark Connect endpoint: {endpoint.url} (Spark's own Connect server: {endpoint.upstream_url})", flush=True)
+    try:
+        endpoint.wait()
+    except KeyboardInterrupt:
+        endpoint.stop()
+    return 0
+
+
 def _spark(args: argparse.Namespace) -> Any:
     """The Spark session a command's job runs on: ``--master`` (default ``local[*]``), UI off."""
     from pyspark.sql import SparkSession
@@ -487,6 +506,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the seed query on a local Spark (Ctrl-C stops it)")
     demo.add_argument("--seconds", type=float, default=None, help="stop after this many seconds")
     demo.set_defaults(run=_demo)
+
+    connect = commands.add_parser(
+        "connect-server", help="a Spark Connect endpoint whose streaming queries run on statestream (Ctrl-C stops it)",
+        description="Start a driver with Spark's Connect server, and an endpoint in front of it: Spark Connect clients "
+        "(SparkSession.builder.remote('sc://HOST:PORT')) run their jobs unchanged, batch work on Spark and streaming "
+        "queries on statestream.",
+    )
+    connect.add_argument("--host", default="127.0.0.1", help="the address clients reach (default: loopback only)")
+    connect.add_argument("--port", type=int, default=15002, help="the port clients reach (default 15002; 0: any free port)")
+    connect.add_argument("--master", default="local[*]", help="the driver's master (default local[*])")
+    connect.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark conf of the driver (repeatable)")
+    connect.set_defaults(run=_connect_server)
 
     checkpoint = commands.add_parser("checkpoint", help="a checkpoint as a whole")
     checkpoint_commands = checkpoint.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -28,6 +28,7 @@ factories in the module of its area:
                             the state repartition (``STATE_REPARTITION_INVALID_*``)
 ``stateful_processor``      transformWithState's handle and state variables, as PySpark's
                             client reports the state server's errors
+``connect``                 what the Spark Connect endpoint does not rebuild on statestream
 ==========================  =============================================================
 
 ``state``, ``checkpoint``, ``tools`` and ``base`` import no PySpark (the storage layers and the
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from statestream.errors.arguments import *  # noqa: F403
     from statestream.errors.base import *  # noqa: F403
     from statestream.errors.checkpoint import *  # noqa: F403
+    from statestream.errors.connect import *  # noqa: F403
     from statestream.errors.query import *  # noqa: F403
     from statestream.errors.sources_sinks import *  # noqa: F403
     from statestream.errors.spark_shaped import *  # noqa: F403
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
 
 #: the area modules, in the order a name is looked up: those that import no PySpark first, so
 #: that a name of theirs never brings PySpark in
-AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "unsupported_operations", "sources_sinks", "spark_tools", "stateful_processor")
+AREAS = ("base", "state", "checkpoint", "tools", "spark_shaped", "arguments", "query", "analysis", "unsupported_operations", "sources_sinks", "spark_tools", "stateful_processor", "connect")
 
 
 def area_module(area: str) -> ModuleType:

@@ -87,8 +87,8 @@ def spark_connect_session_error(spark: object) -> NotSupportedYetError:
     return NotSupportedYetError(
         f"StreamingSession needs a classic SparkSession, and {type(spark).__module__}.{type(spark).__name__} is a Spark Connect "
         "session: statestream plans every micro-batch with Spark's analyzer through the driver's JVM (py4j), which a Connect "
-        "client does not have. Run the streaming job in a driver with a classic session (SparkSession.builder.master(...) or "
-        "spark-submit, on the same cluster); Connect clients can still read what its sinks write."
+        "client does not have. Serve Connect clients with `statestream connect-server` (their streaming queries then run on "
+        "statestream in its driver, unchanged), or run the streaming job in a driver with a classic session."
     )
 
 

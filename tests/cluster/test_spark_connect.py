@@ -121,3 +121,4 @@ def test_streaming_session_over_spark_connect_says_why_not(connect_server, tmp_p
     name, mro, text = out["error"]
     assert name == "NotSupportedYetError" and "NotImplementedError" in mro, out["error"]
     assert "Spark Connect session" in text and "classic SparkSession" in text and "py4j" in text, text
+    assert "statestream connect-server" in text, text

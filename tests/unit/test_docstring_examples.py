@@ -11,6 +11,7 @@ import pytest
 
 import statestream.checkpoint
 import statestream.commands
+import statestream.connect
 import statestream.errors
 import statestream.operators
 import statestream.plan
@@ -22,7 +23,7 @@ import statestream.tools
 #: which need a session, are in tests/spark/test_api_docstring_examples.py)
 PACKAGES = (
     statestream.errors, statestream.state, statestream.checkpoint, statestream.operators, statestream.plan, statestream.runtime,
-    statestream.tools, statestream.commands,
+    statestream.tools, statestream.commands, statestream.connect,
 )
 
 MODULES = sorted(

@@ -1,0 +1,172 @@
+"""The streaming side of one Spark Connect client session: its queries started on statestream,
+and the answers to the commands its ``StreamingQuery`` and ``spark.streams`` objects send.
+
+A client's ``DataStreamWriter.start()`` arrives as a ``WriteStreamOperationStart`` command; its
+plan is rebuilt on a :class:`~statestream.StreamingSession` over the client's server-side session
+(:class:`~statestream.connect.plan_reader.ConnectPlanReader`), and the writer's settings are the
+same calls on statestream's writer. The query's later commands (``StreamingQueryCommand``: status,
+progress, stop, ``awaitTermination``...) name it by id and are answered from statestream's
+``StreamingQuery`` in the result messages Spark's Connect server sends.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pyspark.sql.connect.proto as pb
+
+from statestream._jvm.connect import ClientSession
+from statestream.api.session import StreamingSession
+from statestream.connect.plan_reader import ConnectPlanReader
+from statestream.errors import connect_node_not_supported
+
+__all__ = ["ClientStreams"]
+
+
+class ClientStreams:
+    """One Connect client session's statestream queries.
+
+    Parameters
+    ----------
+    client : statestream._jvm.connect.ClientSession
+        The client's server-side session.
+
+    Examples
+    --------
+    >>> streams = ClientStreams(ClientSession(spark, user_id, session_id))  # doctest: +SKIP
+    >>> query = streams.start(request.plan.command.write_stream_operation_start)  # doctest: +SKIP
+    >>> streams.owns(query.id)  # doctest: +SKIP
+    True
+    """
+
+    def __init__(self, client: ClientSession) -> None:
+        self.client = client
+        self.streaming = StreamingSession(client.session)
+        self.reader = ConnectPlanReader(client, self.streaming)
+        self._queries: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def owns(self, query_id: str) -> bool:
+        """Whether the query of id ``query_id`` was started here (on statestream)."""
+        with self._lock:
+            return query_id in self._queries
+
+    def queries(self) -> list[Any]:
+        """The queries started here, in the order they started."""
+        with self._lock:
+            return list(self._queries.values())
+
+    def start(self, write: pb.WriteStreamOperationStart) -> Any:
+        """Rebuild and start a client's streaming write on statestream.
+
+        Raises
+        ------
+        NotSupportedYetError
+            A plan node or a writer setting that statestream does not take over Connect yet
+            (the endpoint then hands the query to Spark's engine).
+        """
+        if write.HasField("foreach_writer") or write.HasField("foreach_batch"):
+            raise connect_node_not_supported("write_stream_operation_start." + ("foreach_batch" if write.HasField("foreach_batch") else "foreach_writer"))
+        df = self.reader.read(write.input)
+        writer = df.writeStream
+        if write.format:
+            writer = writer.format(write.format)
+        writer = writer.options(**dict(write.options))
+        if write.partitioning_column_names:
+            writer = writer.partitionBy(*write.partitioning_column_names)
+        if write.clustering_column_names:
+            writer = writer.clusterBy(*write.clustering_column_names)
+        trigger = write.WhichOneof("trigger")
+        if trigger == "processing_time_interval":
+            writer = writer.trigger(processingTime=write.processing_time_interval)
+        elif trigger == "available_now":
+            writer = writer.trigger(availableNow=True)
+        elif trigger == "once":
+            writer = writer.trigger(once=True)
+        elif trigger == "continuous_checkpoint_interval":
+            writer = writer.trigger(continuous=write.continuous_checkpoint_interval)
+        if write.output_mode:
+            writer = writer.outputMode(write.output_mode)
+        if write.query_name:
+            writer = writer.queryName(write.query_name)
+        sink = write.WhichOneof("sink_destination")
+        if sink == "table_name":
+            query = writer.toTable(write.table_name)
+        else:
+            query = writer.start(write.path) if sink == "path" else writer.start()
+        with self._lock:
+            self._queries[query.id] = query
+        return query
+
+    def query_command(self, command: pb.StreamingQueryCommand) -> pb.StreamingQueryCommandResult:
+        """The answer to a command about one of this session's queries (:meth:`owns` its id),
+        as Spark's Connect server answers it. A failed query's ``awaitTermination`` raises its
+        exception, which the endpoint sends as an error."""
+        with self._lock:
+            query = self._queries[command.query_id.id]
+        result = pb.StreamingQueryCommandResult()
+        result.query_id.id, result.query_id.run_id = query.id, query.runId
+        kind = command.WhichOneof("command")
+        if kind == "status":
+            status = query.status
+            result.status.status_message = status["message"]
+            result.status.is_data_available = status["isDataAvailable"]
+            result.status.is_trigger_active = status["isTriggerActive"]
+            result.status.is_active = query.isActive
+        elif kind == "last_progress":
+            last = query.lastProgress
+            result.recent_progress.recent_progress_json.extend([last.json] if last is not None else [])
+        elif kind == "recent_progress":
+            result.recent_progress.recent_progress_json.extend(p.json for p in query.recentProgress)
+        elif kind == "stop":
+            query.stop()
+        elif kind == "process_all_available":
+            query.processAllAvailable()
+        elif kind == "explain":
+            result.explain.result = query._explain_text(command.explain.extended)  # noqa: SLF001
+        elif kind == "exception":
+            exc = query.exception()
+            if exc is not None:
+                result.exception.exception_message = f"org.apache.spark.sql.streaming.StreamingQueryException: {exc}"
+                condition = getattr(exc, "getCondition", lambda: None)()
+                if condition:
+                    result.exception.error_class = condition
+        elif kind == "await_termination":
+            wait = command.await_termination
+            if wait.HasField("timeout_ms"):
+                result.await_termination.terminated = bool(query.awaitTermination(wait.timeout_ms / 1000.0))
+            else:
+                query.awaitTermination()
+                result.await_termination.terminated = True
+        return result
+
+    def manager_command(self, command: pb.StreamingQueryManagerCommand, spark: pb.StreamingQueryManagerCommandResult | None) -> pb.StreamingQueryManagerCommandResult | None:
+        """The answer to a ``spark.streams`` command, with this session's statestream queries
+        added to Spark's answer ``spark`` (the same command run by Spark's Connect server, for
+        the queries on Spark's engine); None when the command concerns Spark's engine only
+        (listeners, and a ``get`` of a query not started here)."""
+        kind = command.WhichOneof("command")
+        if kind == "active":
+            result = pb.StreamingQueryManagerCommandResult()
+            result.active.CopyFrom(spark.active if spark is not None else result.active)
+            for query in self.queries():
+                if query.isActive:
+                    result.active.active_queries.add(id=_instance_id(query), name=query.name or "")
+            return result
+        if kind == "get_query" and self.owns(command.get_query):
+            with self._lock:
+                query = self._queries[command.get_query]
+            result = pb.StreamingQueryManagerCommandResult()
+            result.query.id.CopyFrom(_instance_id(query))
+            if query.name:
+                result.query.name = query.name
+            return result
+        if kind == "reset_terminated":
+            self.streaming.streams.resetTerminated()
+            return spark
+        return None
+
+
+def _instance_id(query: Any) -> pb.StreamingQueryInstanceId:
+    return pb.StreamingQueryInstanceId(id=query.id, run_id=query.runId)

@@ -1,0 +1,328 @@
+"""The gRPC face of the endpoint: Spark Connect's service, forwarded to Spark's own Connect server
+in the same driver, with the streaming commands taken by statestream.
+
+Every call a client makes is passed on to Spark's Connect server untouched (requests, metadata,
+responses, errors with their details): batch work, analysis, configuration, artifacts. Three kinds
+of ``ExecutePlan`` command are read first:
+
+- ``write_stream_operation_start`` (``writeStream...start()``): the query is rebuilt and started on
+  statestream (:class:`~statestream.connect.client_streams.ClientStreams`); one that statestream
+  does not run yet goes on to Spark's engine, with one log line, unless the client's session sets
+  ``spark.statestream.handOverToSpark`` to ``false`` (then the refusal is the client's error);
+- ``streaming_query_command`` about a query started on statestream: answered from it;
+- ``streaming_query_manager_command``: Spark's answer, with statestream's queries added.
+
+An operation answered here keeps its responses until the client releases it (``ReleaseExecute``),
+so that a client that lost its stream can reattach (``ReattachExecute``) and read the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from typing import Any, Callable, Iterator
+
+import grpc
+import pyspark.sql.connect.proto as pb
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+from pyspark.errors.exceptions.connect import EXCEPTION_CLASS_MAPPING
+
+from statestream._jvm.connect import ClientSession
+from statestream.api.handover import HANDOVER_CONF
+from statestream.connect.client_streams import ClientStreams
+from statestream.connect.messages import reads_a_stream
+from statestream.errors import NotSupportedYetError
+
+__all__ = ["SERVICE", "StreamingConnectService", "error_status"]
+
+logger = logging.getLogger(__name__)
+
+#: the gRPC service name of Spark Connect
+SERVICE = "spark.connect.SparkConnectService"
+
+#: PySpark's base exception classes -> the JVM class a Connect client maps back to each
+_JVM_CLASSES: dict[type, str] = {}
+for _java, _connect_class in EXCEPTION_CLASS_MAPPING.items():
+    _base = next((c for c in _connect_class.__mro__ if c.__module__ == "pyspark.errors.exceptions.base"), None)
+    if _base is not None:
+        _JVM_CLASSES.setdefault(_base, _java)
+
+
+def error_status(exc: BaseException) -> grpc.Status:
+    """The gRPC status Spark's Connect server would send for ``exc``: an ``ErrorInfo`` whose JVM
+    class, error class, message parameters and SQLSTATE make the client raise the same PySpark
+    exception (``AnalysisException``, ``StreamingQueryException``...) with the same condition.
+
+    Examples
+    --------
+    >>> from pyspark.errors import PySparkValueError
+    >>> error_status(ValueError("bad")).code
+    <StatusCode.INTERNAL: (13, 'internal')>
+    """
+    java = next((_JVM_CLASSES[c] for c in type(exc).__mro__ if c in _JVM_CLASSES), None)
+    if java is None:
+        java = "java.lang.IllegalArgumentException" if isinstance(exc, (ValueError, TypeError)) else "org.apache.spark.SparkException"
+    if isinstance(exc, NotSupportedYetError):
+        java = "java.lang.UnsupportedOperationException"
+    metadata = {"classes": json.dumps([java])}
+    condition = getattr(exc, "getCondition", lambda: None)()
+    if condition:
+        metadata["errorClass"] = condition
+        metadata["messageParameters"] = json.dumps(getattr(exc, "getMessageParameters", dict)() or {})
+        state = getattr(exc, "getSqlState", lambda: None)()
+        if state:
+            metadata["sqlState"] = state
+    info = error_details_pb2.ErrorInfo(reason=java, domain="org.apache.spark", metadata=metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    text = str(exc) if condition or java != "org.apache.spark.SparkException" else f"{type(exc).__name__}: {exc}"
+    return rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL, message=text, details=[detail]))
+
+
+class StreamingConnectService(grpc.GenericRpcHandler):
+    """Spark Connect's service: every call forwarded to Spark's Connect server at ``upstream``,
+    streaming commands answered by statestream (see the module).
+
+    Parameters
+    ----------
+    spark : pyspark.sql.SparkSession
+        The endpoint's classic session, whose driver runs Spark's Connect server.
+    upstream : str
+        ``host:port`` of that server.
+
+    Examples
+    --------
+    >>> server = grpc.server(ThreadPoolExecutor(32))  # doctest: +SKIP
+    >>> server.add_generic_rpc_handlers([StreamingConnectService(spark, "127.0.0.1:15003")])  # doctest: +SKIP
+    """
+
+    def __init__(self, spark: Any, upstream: str) -> None:
+        self.spark = spark
+        self._channel = grpc.insecure_channel(
+            upstream, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+        )
+        self._clients: dict[tuple[str, str], ClientStreams] = {}
+        #: operation id -> (session id, server-side session id, its responses) of operations answered here
+        self._operations: dict[str, tuple[str, str, list[pb.ExecutePlanResponse]]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop every statestream query started through this service and close the channel."""
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for streams in clients:
+            for query in streams.queries():
+                query.stop()
+        self._channel.close()
+
+    # -- gRPC -------------------------------------------------------------------------------
+
+    def service(self, handler_call_details: Any) -> Any:
+        """The handler of one call (``grpc.GenericRpcHandler``)."""
+        method = handler_call_details.method
+        prefix = f"/{SERVICE}/"
+        if not method.startswith(prefix):
+            return None
+        name = method[len(prefix):]
+        if name == "ExecutePlan":
+            return grpc.unary_stream_rpc_method_handler(self._execute_plan)
+        if name == "ReattachExecute":
+            return grpc.unary_stream_rpc_method_handler(self._reattach_execute)
+        if name == "ReleaseExecute":
+            return grpc.unary_unary_rpc_method_handler(self._release_execute)
+        if name == "ReleaseSession":
+            return grpc.unary_unary_rpc_method_handler(self._release_session)
+        if name == "AddArtifacts":
+            return grpc.stream_unary_rpc_method_handler(self._forward_stream_unary(method))
+        forward = self._forward_unary(method)
+        return grpc.unary_unary_rpc_method_handler(forward)
+
+    # -- forwarding -----------------------------------------------------------------------------
+
+    def _forward_unary(self, method: str) -> Callable[[bytes, Any], bytes]:
+        call = self._channel.unary_unary(method)
+
+        def forward(request: bytes, context: Any) -> bytes:
+            try:
+                return call(request, metadata=_metadata(context))
+            except grpc.RpcError as e:
+                _abort_like(context, e)
+                raise  # not reached: abort raises
+
+        return forward
+
+    def _forward_stream_unary(self, method: str) -> Callable[[Iterator[bytes], Any], bytes]:
+        call = self._channel.stream_unary(method)
+
+        def forward(requests: Iterator[bytes], context: Any) -> bytes:
+            try:
+                return call(requests, metadata=_metadata(context))
+            except grpc.RpcError as e:
+                _abort_like(context, e)
+                raise
+
+        return forward
+
+    def _forward_stream(self, method: str, request: bytes, context: Any) -> Iterator[bytes]:
+        try:
+            yield from self._channel.unary_stream(method)(request, metadata=_metadata(context))
+        except grpc.RpcError as e:
+            _abort_like(context, e)
+
+    # -- ExecutePlan and its operations ----------------------------------------------------------
+
+    def _execute_plan(self, raw: bytes, context: Any) -> Iterator[bytes]:
+        method = f"/{SERVICE}/ExecutePlan"
+        request = pb.ExecutePlanRequest.FromString(raw)
+        command = request.plan.command
+        kind = command.WhichOneof("command_type") if request.plan.HasField("command") else None
+        if kind == "write_stream_operation_start" and reads_a_stream(command.write_stream_operation_start.input):
+            streams = self._streams(request)
+            try:
+                query = streams.start(command.write_stream_operation_start)
+            except NotSupportedYetError as e:
+                if not _hands_over(streams):
+                    _abort(context, e)
+                logger.warning("a Connect client's streaming query runs on Spark's engine: %s", e)
+                yield from self._forward_stream(method, raw, context)
+                return
+            except Exception as e:  # noqa: BLE001 - the client gets it as Spark's server sends errors
+                _abort(context, e)
+            result = pb.ExecutePlanResponse()
+            started = result.write_stream_operation_start_result
+            started.query_id.id, started.query_id.run_id = query.id, query.runId
+            if query.name:
+                started.name = query.name
+            yield from self._answer(request, streams, result)
+            return
+        if kind == "streaming_query_command":
+            streams = self._streams(request)
+            if streams.owns(command.streaming_query_command.query_id.id):
+                try:
+                    answer = streams.query_command(command.streaming_query_command)
+                except Exception as e:  # noqa: BLE001
+                    _abort(context, e)
+                result = pb.ExecutePlanResponse()
+                result.streaming_query_command_result.CopyFrom(answer)
+                yield from self._answer(request, streams, result)
+                return
+        if kind == "streaming_query_manager_command":
+            streams = self._streams(request)
+            manager = command.streaming_query_manager_command
+            if manager.WhichOneof("command") == "await_any_termination" and streams.queries():
+                result = pb.ExecutePlanResponse()
+                wait = manager.await_any_termination
+                try:
+                    timeout = wait.timeout_ms / 1000.0 if wait.HasField("timeout_ms") else None
+                    done = streams.streaming.streams.awaitAnyTermination(timeout)
+                except Exception as e:  # noqa: BLE001
+                    _abort(context, e)
+                result.streaming_query_manager_command_result.await_any_termination.terminated = bool(done) if timeout is not None else True
+                yield from self._answer(request, streams, result)
+                return
+            if manager.WhichOneof("command") == "get_query" and streams.owns(manager.get_query):
+                result = pb.ExecutePlanResponse()
+                result.streaming_query_manager_command_result.CopyFrom(streams.manager_command(manager, None))
+                yield from self._answer(request, streams, result)
+                return
+            for out in self._forward_stream(method, raw, context):
+                response = pb.ExecutePlanResponse.FromString(out)
+                if response.HasField("streaming_query_manager_command_result"):
+                    merged = streams.manager_command(manager, response.streaming_query_manager_command_result)
+                    if merged is not None:
+                        response.streaming_query_manager_command_result.CopyFrom(merged)
+                        out = response.SerializeToString()
+                yield out
+            return
+        yield from self._forward_stream(method, raw, context)
+
+    def _answer(self, request: pb.ExecutePlanRequest, streams: ClientStreams, result: pb.ExecutePlanResponse) -> Iterator[bytes]:
+        """``result`` and the end of the operation, as the responses of ``request``'s operation,
+        kept until the client releases it."""
+        operation = request.operation_id or str(uuid.uuid4())
+        server_session = streams.client.server_side_session_id
+        done = pb.ExecutePlanResponse()
+        done.result_complete.SetInParent()
+        responses = []
+        for response in (result, done):
+            response.session_id = request.session_id
+            response.server_side_session_id = server_session
+            response.operation_id = operation
+            response.response_id = str(uuid.uuid4())
+            responses.append(response)
+        with self._lock:
+            self._operations[operation] = (request.session_id, server_session, responses)
+        for response in responses:
+            yield response.SerializeToString()
+
+    def _reattach_execute(self, raw: bytes, context: Any) -> Iterator[bytes]:
+        request = pb.ReattachExecuteRequest.FromString(raw)
+        with self._lock:
+            kept = self._operations.get(request.operation_id)
+        if kept is None:
+            yield from self._forward_stream(f"/{SERVICE}/ReattachExecute", raw, context)
+            return
+        responses = kept[2]
+        ids = [r.response_id for r in responses]
+        start = ids.index(request.last_response_id) + 1 if request.last_response_id in ids else 0
+        for response in responses[start:]:
+            yield response.SerializeToString()
+
+    def _release_execute(self, raw: bytes, context: Any) -> bytes:
+        request = pb.ReleaseExecuteRequest.FromString(raw)
+        with self._lock:
+            kept = self._operations.get(request.operation_id)
+            if kept is not None and request.HasField("release_all"):
+                del self._operations[request.operation_id]
+        if kept is None:
+            return self._forward_unary(f"/{SERVICE}/ReleaseExecute")(raw, context)
+        return pb.ReleaseExecuteResponse(
+            session_id=kept[0], server_side_session_id=kept[1], operation_id=request.operation_id
+        ).SerializeToString()
+
+    def _release_session(self, raw: bytes, context: Any) -> bytes:
+        """A released session's statestream queries stop, as Spark stops a released session's
+        queries; the release goes on to Spark's server."""
+        request = pb.ReleaseSessionRequest.FromString(raw)
+        with self._lock:
+            streams = self._clients.pop((request.user_context.user_id, request.session_id), None)
+        if streams is not None:
+            for query in streams.queries():
+                query.stop()
+        return self._forward_unary(f"/{SERVICE}/ReleaseSession")(raw, context)
+
+    def _streams(self, request: pb.ExecutePlanRequest) -> ClientStreams:
+        key = (request.user_context.user_id, request.session_id)
+        with self._lock:
+            streams = self._clients.get(key)
+            if streams is None:
+                streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key))
+            return streams
+
+
+def _hands_over(streams: ClientStreams) -> bool:
+    return str(streams.client.session.conf.get(HANDOVER_CONF, "true")).strip().lower() != "false"
+
+
+def _metadata(context: Any) -> list[tuple[str, Any]]:
+    """The client's call metadata to pass on (its auth token, its user agent...), without what
+    gRPC sets for each call itself."""
+    return [(k, v) for k, v in context.invocation_metadata() if not k.startswith(":") and k not in ("user-agent", "grpc-accept-encoding")]
+
+
+def _abort_like(context: Any, error: grpc.RpcError) -> None:
+    """End the call with the error Spark's server sent (its code, text and details)."""
+    trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    context.abort(error.code(), error.details() if hasattr(error, "details") else str(error))
+
+
+def _abort(context: Any, exc: BaseException) -> None:
+    logger.debug("a Connect client's streaming command failed", exc_info=exc)
+    context.abort_with_status(error_status(exc))

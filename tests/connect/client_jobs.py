@@ -1,0 +1,133 @@
+"""Streaming jobs a Spark Connect client runs, unchanged, against a Connect endpoint given by URL
+(`python client_jobs.py URL JOB INPUT CHECKPOINT`): the same code runs against Spark's own Connect
+server and against `statestream connect-server`, and prints what it saw as one JSON line (the sink's
+rows, and each batch's input rows, watermark and state rows), for tests/connect to compare."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+
+def windowed_count(spark, source):
+    return (
+        source.withWatermark("ts", "5 seconds")
+        .groupBy(F.window("ts", "10 seconds"), (F.col("k") % 2).alias("parity"))
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max(F.col("v") * 2).alias("top"))
+    ), "append"
+
+
+def dedup(spark, source):
+    return source.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]).select("k", "ts", "v"), "append"
+
+
+def stream_static_join(spark, source):
+    static = spark.createDataFrame([(0, "zero"), (1, "one"), (2, "two")], "k int, name string")
+    # no filter: Spark counts a JSON source's rows after the filters it pushes into the scan, a
+    # declared gap (tests/known_gaps.py, test_json_input_stateless) that is not Connect's
+    return source.join(static, "k", "inner").select("k", "name", (F.col("v") * 10).alias("v10")), "append"
+
+
+def stream_stream_join(spark, source):
+    left = source.select(F.col("k").alias("lk"), F.col("ts").alias("lts"), "v").withWatermark("lts", "5 seconds")
+    right = source.select(F.col("k").alias("rk"), F.col("ts").alias("rts")).withWatermark("rts", "5 seconds")
+    condition = F.expr("lk = rk AND rts BETWEEN lts AND lts + INTERVAL 2 SECONDS")
+    return left.join(right, condition, "left_outer").select("lk", "lts", "v", "rts"), "append"
+
+
+def stream_stream_join_by_dataframe(spark, source):
+    # column references bound to their DataFrame (df["k"])
+    left = source.select(F.col("k").alias("lk"), F.col("ts").alias("lts"), "v").withWatermark("lts", "5 seconds")
+    right = source.select(F.col("k").alias("rk"), F.col("ts").alias("rts"), (F.col("v") + 1).alias("w")).withWatermark("rts", "5 seconds")
+    condition = (left["lk"] == right["rk"]) & (right["rts"] >= left["lts"]) & (right["rts"] <= left["lts"] + F.expr("INTERVAL 2 SECONDS"))
+    return left.join(right, condition).select(left["lk"], left["lts"], "v", right["w"]), "append"
+
+
+def self_join_by_dataframe(spark, source):
+    # both sides have k and ts, told apart by df[...]: Spark's plan ids do it, the rebuilt sides
+    # cannot yet, so the endpoint hands the query to Spark's engine
+    left = source.withWatermark("ts", "5 seconds")
+    right = source.select("k", "ts", (F.col("v") + 1).alias("w")).withWatermark("ts", "5 seconds")
+    condition = (left["k"] == right["k"]) & (right["ts"] >= left["ts"]) & (right["ts"] <= left["ts"] + F.expr("INTERVAL 2 SECONDS"))
+    return left.join(right, condition).select(left["k"], left["ts"], "v", "w"), "append"
+
+
+def union_of_two_reads(spark, source):
+    other = source.select("ts", (F.col("k") + 10).alias("k"), "v")
+    return source.unionByName(other).withWatermark("ts", "5 seconds").groupBy("k").agg(F.count("*").alias("n")), "update"
+
+
+def sorted_complete(spark, source):
+    # a sort: not rebuilt on statestream over Connect yet, so the endpoint hands it to Spark's engine
+    return source.groupBy("k").count().orderBy("k"), "complete"
+
+
+JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, sorted_complete)}
+
+
+def query_api(spark, path: str, checkpoint: str) -> dict:
+    """The query object and ``spark.streams`` while a query runs, and after it stops."""
+    source = spark.readStream.schema("ts timestamp, k int, v long").json(path)
+    query = (
+        source.groupBy("k").count().writeStream.format("memory").queryName("api").outputMode("complete")
+        .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start()
+    )
+    query.processAllAvailable()
+    seen = {
+        "active": [q.name for q in spark.streams.active],
+        "get": spark.streams.get(query.id).name,
+        "isActive": query.isActive,
+        "status": sorted(query.status),
+        "lastProgressInput": query.lastProgress is not None,
+        "rows": sorted(tuple(r) for r in spark.table("api").collect()),
+        "ids": [query.id == spark.streams.get(query.id).id, query.runId != query.id],
+    }
+    query.stop()
+    seen.update({
+        "isActiveAfterStop": query.isActive,
+        "activeAfterStop": [q.name for q in spark.streams.active],
+        "exception": query.exception() is None,
+        "awaitTermination": query.awaitTermination(1),
+    })
+    return seen
+
+
+def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None:
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        spark.conf.set(key, value)
+    if job == "query_api":
+        print(json.dumps(query_api(spark, path, checkpoint)))
+        spark.stop()
+        return
+    source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)
+    df, mode = JOBS[job](spark, source)
+    query = (
+        df.writeStream.format("memory").queryName(f"out_{job}").outputMode(mode)
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    batches = [
+        {
+            "batchId": p.batchId,
+            "numInputRows": p.numInputRows,
+            "watermark": p.eventTime.get("watermark"),
+            "stateRows": [s.numRowsTotal for s in p.stateOperators],
+        }
+        for p in query.recentProgress
+    ]
+    rows = sorted(json.dumps(r.asDict(recursive=True), default=str, sort_keys=True) for r in spark.table(f"out_{job}").collect())
+    print(json.dumps({
+        "rows": rows, "batches": batches, "activeAtEnd": query.isActive,
+        "status": sorted(query.status), "exception": query.exception() is None, "name": query.name,
+    }))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
