@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.column import Column
 
-from statestream._jvm.calls import classic_session, java_class, jvm_view, static_member
+from statestream._jvm.calls import classic_session, java_class, java_dataframe, jvm_view, static_member
 
 __all__ = ["CONNECT_PLUGIN", "connect_plugin_confs", "ClientSession"]
 
@@ -81,6 +81,26 @@ class ClientSession:
         by Spark's Connect planner as Spark's Connect server plans it."""
         catalyst = self._planner.transformExpression(self._expression(expression))
         return Column(self._column(catalyst))
+
+    @property
+    def user_id(self) -> str:
+        """The client's user id, as its requests carry it."""
+        return str(self._holder.userId())
+
+    @property
+    def session_id(self) -> str:
+        """The client's session id, as its requests carry it."""
+        return str(self._holder.sessionId())
+
+    def cache_dataframe(self, df_id: str, df: Any) -> None:
+        """Keep a classic DataFrame in the session under ``df_id``: a client's
+        ``CachedRemoteRelation(df_id)`` reads it (a ``foreachBatch`` batch, as Spark's Connect
+        server hands it to the client's function). :meth:`uncache_dataframe` lets it go."""
+        self._holder.cacheDataFrameById(df_id, java_dataframe(df))
+
+    def uncache_dataframe(self, df_id: str) -> None:
+        """Forget the DataFrame kept under ``df_id``."""
+        self._holder.removeCachedDataFrame(df_id)
 
     def dataframe(self, relation: bytes) -> Any:
         """The classic PySpark ``DataFrame`` of a serialized ``spark.connect.Relation``, planned

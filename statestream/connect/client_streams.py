@@ -11,6 +11,7 @@ progress, stop, ``awaitTermination``...) name it by id and are answered from sta
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -18,10 +19,13 @@ import pyspark.sql.connect.proto as pb
 
 from statestream._jvm.connect import ClientSession
 from statestream.api.session import StreamingSession
+from statestream.connect.foreach_batch import ForeachBatchWorker
 from statestream.connect.plan_reader import ConnectPlanReader
 from statestream.errors import connect_node_not_supported
 
 __all__ = ["ClientStreams"]
+
+logger = logging.getLogger(__name__)
 
 
 class ClientStreams:
@@ -31,17 +35,21 @@ class ClientStreams:
     ----------
     client : statestream._jvm.connect.ClientSession
         The client's server-side session.
+    url : str
+        The endpoint's ``sc://host:port``.
 
     Examples
     --------
-    >>> streams = ClientStreams(ClientSession(spark, user_id, session_id))  # doctest: +SKIP
+    >>> streams = ClientStreams(ClientSession(spark, user_id, session_id), "sc://127.0.0.1:15002")  # doctest: +SKIP
     >>> query = streams.start(request.plan.command.write_stream_operation_start)  # doctest: +SKIP
     >>> streams.owns(query.id)  # doctest: +SKIP
     True
     """
 
-    def __init__(self, client: ClientSession) -> None:
+    def __init__(self, client: ClientSession, url: str) -> None:
         self.client = client
+        #: the endpoint's address (a foreachBatch worker joins the session there)
+        self.url = url
         self.streaming = StreamingSession(client.session)
         self.reader = ConnectPlanReader(client, self.streaming)
         self._queries: dict[str, Any] = {}
@@ -66,10 +74,18 @@ class ClientStreams:
             A plan node or a writer setting that statestream does not take over Connect yet
             (the endpoint then hands the query to Spark's engine).
         """
-        if write.HasField("foreach_writer") or write.HasField("foreach_batch"):
-            raise connect_node_not_supported("write_stream_operation_start." + ("foreach_batch" if write.HasField("foreach_batch") else "foreach_writer"))
+        if write.HasField("foreach_writer"):
+            raise connect_node_not_supported("write_stream_operation_start.foreach_writer")
+        function = write.foreach_batch if write.HasField("foreach_batch") else None
+        if function is not None and function.WhichOneof("function") != "python_function":
+            raise connect_node_not_supported(f"write_stream_operation_start.foreach_batch.{function.WhichOneof('function')}")
         df = self.reader.read(write.input)
         writer = df.writeStream
+        worker = None
+        if function is not None:
+            python = function.python_function
+            worker = ForeachBatchWorker(self.client, self.url, python.command, python.python_ver)
+            writer = writer.foreachBatch(worker)
         if write.format:
             writer = writer.format(write.format)
         writer = writer.options(**dict(write.options))
@@ -97,6 +113,8 @@ class ClientStreams:
             query = writer.start(write.path) if sink == "path" else writer.start()
         with self._lock:
             self._queries[query.id] = query
+        if worker is not None:
+            threading.Thread(target=_close_when_done, args=(query, worker), name=f"statestream-fb-{query.id}", daemon=True).start()
         return query
 
     def query_command(self, command: pb.StreamingQueryCommand) -> pb.StreamingQueryCommandResult:
@@ -166,6 +184,16 @@ class ClientStreams:
             self.streaming.streams.resetTerminated()
             return spark
         return None
+
+
+def _close_when_done(query: Any, worker: ForeachBatchWorker) -> None:
+    """Stop a query's foreachBatch worker once the query has ended."""
+    try:
+        query.awaitTermination()
+    except Exception:  # a failed query ends too; its error is the client's to read
+        logger.debug("query %s ended with an error", query.id, exc_info=True)
+    finally:
+        worker.close()
 
 
 def _instance_id(query: Any) -> pb.StreamingQueryInstanceId:

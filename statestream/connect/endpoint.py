@@ -10,7 +10,9 @@ clients use. A client connects as to any Spark Connect server
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
@@ -87,6 +89,9 @@ class ConnectEndpoint:
     def start(self) -> "ConnectEndpoint":
         """Start Spark's Connect server (when the endpoint makes its session) and the endpoint."""
         if self._spark is None:
+            # Spark's Connect server starts a handed-over query's foreachBatch worker with the
+            # JVM's PYSPARK_PYTHON (not spark.pyspark.python): this interpreter, unless set
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             builder = SparkSession.builder.master(self._master or "local[*]").appName("statestream connect-server")
             for key, value in {**self._conf, **connect_plugin_confs("127.0.0.1", _free_port())}.items():
                 builder = builder.config(key, value)
@@ -100,16 +105,18 @@ class ConnectEndpoint:
         upstream_host = spark.sparkContext.getConf().get("spark.connect.grpc.binding.address", "127.0.0.1") or "127.0.0.1"
         upstream_port = spark.sparkContext.getConf().get("spark.connect.grpc.binding.port", str(DEFAULT_PORT))
         self.upstream_url = f"sc://{upstream_host}:{upstream_port}"
-        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}")
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=64, thread_name_prefix="statestream-connect"),
-            handlers=[self._service],
             options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
         )
         bound = self._server.add_insecure_port(f"{self.host}:{self.port}")
         if not bound:
             raise OSError(f"the Connect endpoint cannot listen on {self.host}:{self.port}")
         self.port = bound
+        # a worker on this machine reaches the endpoint on loopback when it listens on every address
+        local = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}", f"sc://{local}:{bound}")
+        self._server.add_generic_rpc_handlers([self._service])
         self._server.start()
         logger.info("statestream's Spark Connect endpoint listens at %s (Spark's Connect server: %s:%s)", self.url, upstream_host, upstream_port)
         return self

@@ -93,15 +93,19 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         The endpoint's classic session, whose driver runs Spark's Connect server.
     upstream : str
         ``host:port`` of that server.
+    url : str
+        The endpoint's own ``sc://host:port``.
 
     Examples
     --------
     >>> server = grpc.server(ThreadPoolExecutor(32))  # doctest: +SKIP
-    >>> server.add_generic_rpc_handlers([StreamingConnectService(spark, "127.0.0.1:15003")])  # doctest: +SKIP
+    >>> server.add_generic_rpc_handlers([StreamingConnectService(spark, "127.0.0.1:15003", "sc://127.0.0.1:15002")])  # doctest: +SKIP
     """
 
-    def __init__(self, spark: Any, upstream: str) -> None:
+    def __init__(self, spark: Any, upstream: str, url: str) -> None:
         self.spark = spark
+        #: the endpoint's own ``sc://host:port`` (foreachBatch workers join their session there)
+        self.url = url
         self._channel = grpc.insecure_channel(
             upstream, options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         )
@@ -301,7 +305,7 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         with self._lock:
             streams = self._clients.get(key)
             if streams is None:
-                streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key))
+                streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key), self.url)
             return streams
 
 

@@ -5,9 +5,9 @@ client's session sets ``spark.statestream.handOverToSpark`` to ``false``."""
 
 from __future__ import annotations
 
-from statestream.errors.base import NotSupportedYetError
+from statestream.errors.base import NotSupportedYetError, StatestreamError
 
-__all__ = ["connect_node_not_supported"]
+__all__ = ["ForeachBatchWorkerError", "connect_node_not_supported", "foreach_batch_worker_error"]
 
 
 def connect_node_not_supported(node: str) -> NotSupportedYetError:
@@ -23,3 +23,19 @@ def connect_node_not_supported(node: str) -> NotSupportedYetError:
         f"the Spark Connect plan node {node!r} of this streaming query is not rebuilt on statestream yet; "
         "the endpoint runs such a query on Spark's own engine unless spark.statestream.handOverToSpark is false"
     )
+
+
+class ForeachBatchWorkerError(StatestreamError, RuntimeError):
+    """A Connect client's ``foreachBatch`` function failed in its worker (or the worker did)."""
+
+
+def foreach_batch_worker_error(detail: str) -> ForeachBatchWorkerError:
+    """The failure of a Connect client's ``foreachBatch`` function, with what its worker sent
+    (the function's traceback), as the batch's error.
+
+    Examples
+    --------
+    >>> str(foreach_batch_worker_error("ValueError: boom")).splitlines()[0]
+    "the Connect client's foreachBatch function failed in its Python worker:"
+    """
+    return ForeachBatchWorkerError(f"the Connect client's foreachBatch function failed in its Python worker:\n{detail}")

@@ -6,6 +6,7 @@ rows, and each batch's input rows, watermark and state rows), for tests/connect 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from pyspark.sql import SparkSession
@@ -95,14 +96,44 @@ def query_api(spark, path: str, checkpoint: str) -> dict:
     return seen
 
 
+def foreach_batch(spark, path: str, checkpoint: str, fail: bool = False) -> dict:
+    """A foreachBatch function (pickled by the client, run on the server) that writes each batch
+    with its id; with ``fail``, it raises in the second batch."""
+    out = checkpoint + "-out"
+    source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)
+    counts = source.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
+
+    def write(batch, batch_id):
+        if fail and batch_id == 1:
+            raise ValueError(f"boom in batch {batch_id}")
+        batch.select(F.col("window.start").cast("string").alias("start"), "k", "n", F.lit(batch_id).alias("batch")).write.mode("append").json(out)
+
+    query = (
+        counts.writeStream.foreachBatch(write).outputMode("update")
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    error = None
+    try:
+        query.awaitTermination()
+    except Exception as e:  # noqa: BLE001 - what the client sees is compared
+        error = [type(e).__name__, "boom in batch 1" in str(e)]
+    written = sorted(tuple(r) for r in spark.read.json(out).select("batch", "start", "k", "n").collect()) if os.path.isdir(out) else []
+    return {"written": written, "error": error, "batches": [p.batchId for p in query.recentProgress]}
+
+
 def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     for setting in settings:
         key, _, value = setting.partition("=")
         spark.conf.set(key, value)
-    if job == "query_api":
-        print(json.dumps(query_api(spark, path, checkpoint)))
+    special = {
+        "query_api": lambda: query_api(spark, path, checkpoint),
+        "foreach_batch": lambda: foreach_batch(spark, path, checkpoint),
+        "foreach_batch_failing": lambda: foreach_batch(spark, path, checkpoint, fail=True),
+    }
+    if job in special:
+        print(json.dumps(special[job](), default=str))
         spark.stop()
         return
     source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)

@@ -101,6 +101,19 @@ def test_the_query_object_and_the_query_manager(endpoint, tmp_path):
     assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
 
 
+@pytest.mark.parametrize("job", ["foreach_batch", "foreach_batch_failing"])
+def test_foreach_batch_runs_the_clients_function(endpoint, tmp_path, job):
+    data = tmp_path / "in"
+    _write_input(data)
+    spark = _seen(endpoint["spark"], job, data, tmp_path / "spark-checkpoint")
+    ours = _seen(endpoint["statestream"], job, data, tmp_path / "statestream-checkpoint")
+    assert spark["written"], "the function wrote nothing: it tests nothing"
+    assert ours == spark
+    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
+    if job == "foreach_batch_failing":
+        assert spark["error"] == ["StreamingQueryException", True]
+
+
 @pytest.mark.parametrize("job", ["sorted_complete", "self_join_by_dataframe"])
 def test_a_query_not_rebuilt_runs_on_sparks_engine(endpoint, tmp_path, job):
     data = tmp_path / "in"
