@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -121,6 +122,26 @@ def foreach_batch(spark, path: str, checkpoint: str, fail: bool = False) -> dict
     return {"written": written, "error": error, "batches": [p.batchId for p in query.recentProgress]}
 
 
+def file_sink(spark, path: str, checkpoint: str, mode: str) -> dict:
+    """A windowed count into a parquet sink. ``mode`` "run": a processing-time trigger, printing
+    READY once two batches committed and then waiting to be killed; "finish": availableNow, then
+    the sink's rows read back."""
+    out = checkpoint + "-out"
+    source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)
+    counts = source.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
+    writer = counts.select(F.col("window.start").alias("start"), "k", "n").writeStream.format("parquet").option("path", out)
+    writer = writer.option("checkpointLocation", checkpoint).outputMode("append")
+    if mode == "run":
+        query = writer.trigger(processingTime="300 milliseconds").start()
+        while not query.lastProgress or query.lastProgress.batchId < 1:
+            time.sleep(0.2)
+        print("READY", flush=True)
+        time.sleep(3600)
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    return {"rows": sorted(json.dumps(r.asDict(), default=str, sort_keys=True) for r in spark.read.parquet(out).collect())}
+
+
 def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", "3")
@@ -131,6 +152,8 @@ def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None
         "query_api": lambda: query_api(spark, path, checkpoint),
         "foreach_batch": lambda: foreach_batch(spark, path, checkpoint),
         "foreach_batch_failing": lambda: foreach_batch(spark, path, checkpoint, fail=True),
+        "file_sink_run": lambda: file_sink(spark, path, checkpoint, "run"),
+        "file_sink_finish": lambda: file_sink(spark, path, checkpoint, "finish"),
     }
     if job in special:
         print(json.dumps(special[job](), default=str))
