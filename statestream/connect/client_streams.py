@@ -20,6 +20,7 @@ import pyspark.sql.connect.proto as pb
 from statestream._jvm.connect import ClientSession
 from statestream.api.session import StreamingSession
 from statestream.connect.foreach_batch import ForeachBatchWorker
+from statestream.connect.listener_relay import ListenerRelay
 from statestream.connect.plan_reader import ConnectPlanReader
 from statestream.errors import connect_node_not_supported
 
@@ -52,6 +53,9 @@ class ClientStreams:
         self.url = url
         self.streaming = StreamingSession(client.session)
         self.reader = ConnectPlanReader(client, self.streaming)
+        #: the events of this session's statestream queries, for its listener streams
+        self.relay = ListenerRelay()
+        self.streaming.streams.addListener(self.relay)
         self._queries: dict[str, Any] = {}
         self._lock = threading.Lock()
 

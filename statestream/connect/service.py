@@ -18,8 +18,10 @@ so that a client that lost its stream can reattach (``ReattachExecute``) and rea
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
+import queue
 import threading
 import uuid
 from typing import Any, Callable, Iterator
@@ -34,6 +36,7 @@ from pyspark.errors.exceptions.connect import EXCEPTION_CLASS_MAPPING
 from statestream._jvm.connect import ClientSession
 from statestream.api.handover import HANDOVER_CONF
 from statestream.connect.client_streams import ClientStreams
+from statestream.connect.listener_relay import started_event_json
 from statestream.connect.messages import reads_a_stream
 from statestream.errors import NotSupportedYetError
 
@@ -202,8 +205,18 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             started.query_id.id, started.query_id.run_id = query.id, query.runId
             if query.name:
                 started.name = query.name
+            now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            started.query_started_event_json = started_event_json(query, now)
             yield from self._answer(request, streams, result)
             return
+        if kind == "streaming_query_listener_bus_command":
+            bus = command.streaming_query_listener_bus_command
+            streams = self._streams(request)
+            if bus.WhichOneof("command") == "add_listener_bus_listener":
+                yield from self._listener_stream(request, raw, streams, context)
+                return
+            # removing the last listener ends Spark's stream (forwarded) and the endpoint's
+            streams.relay.close_all()
         if kind == "streaming_query_command":
             streams = self._streams(request)
             if streams.owns(command.streaming_query_command.query_id.id):
@@ -264,6 +277,72 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         for response in responses:
             yield response.SerializeToString()
 
+    def _listener_stream(self, request: pb.ExecutePlanRequest, raw: bytes, streams: ClientStreams, context: Any) -> Iterator[bytes]:
+        """The session's listener stream, owned end to end here: Spark's events (from the same
+        command sent on to Spark's server, on an operation of its own) and statestream's, then
+        the end of the operation once the client removes its last listener."""
+        events = streams.relay.subscribe()
+        upstream = pb.ExecutePlanRequest()
+        upstream.CopyFrom(request)
+        upstream.operation_id = str(uuid.uuid4())
+        del upstream.request_options[:]  # not reattachable: this stream is read to its end here
+        call = self._channel.unary_stream(f"/{SERVICE}/ExecutePlan")(upstream.SerializeToString(), metadata=_metadata(context))
+        added = threading.Event()
+
+        def relay_spark() -> None:
+            try:
+                for out in call:
+                    response = pb.ExecutePlanResponse.FromString(out)
+                    if not response.HasField("streaming_query_listener_events_result"):
+                        continue
+                    result = response.streaming_query_listener_events_result
+                    if result.HasField("listener_bus_listener_added"):
+                        added.set()
+                    for event in result.events:
+                        events.put(event)
+            except grpc.RpcError:
+                logger.debug("Spark's listener stream ended", exc_info=True)
+            finally:
+                added.set()
+
+        threading.Thread(target=relay_spark, name="statestream-connect-listener", daemon=True).start()
+        try:
+            added.wait(60)
+            first = pb.ExecutePlanResponse()
+            first.streaming_query_listener_events_result.listener_bus_listener_added = True
+            yield from self._stream_part(request, streams, [first])
+            while context.is_active():
+                try:
+                    event = events.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if event is None:
+                    break
+                response = pb.ExecutePlanResponse()
+                response.streaming_query_listener_events_result.events.append(event)
+                yield from self._stream_part(request, streams, [response])
+            done = pb.ExecutePlanResponse()
+            done.result_complete.SetInParent()
+            yield from self._stream_part(request, streams, [done])
+        finally:
+            streams.relay.unsubscribe(events)
+            call.cancel()
+
+    def _stream_part(self, request: pb.ExecutePlanRequest, streams: ClientStreams, responses: list[pb.ExecutePlanResponse]) -> Iterator[bytes]:
+        """More responses of a long-lived operation answered here, kept until released."""
+        operation = request.operation_id
+        server_session = streams.client.server_side_session_id
+        for response in responses:
+            response.session_id = request.session_id
+            response.server_side_session_id = server_session
+            response.operation_id = operation
+            response.response_id = str(uuid.uuid4())
+        with self._lock:
+            kept = self._operations.setdefault(operation, (request.session_id, server_session, []))
+            kept[2].extend(responses)
+        for response in responses:
+            yield response.SerializeToString()
+
     def _reattach_execute(self, raw: bytes, context: Any) -> Iterator[bytes]:
         request = pb.ReattachExecuteRequest.FromString(raw)
         with self._lock:
@@ -283,6 +362,11 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             kept = self._operations.get(request.operation_id)
             if kept is not None and request.HasField("release_all"):
                 del self._operations[request.operation_id]
+            elif kept is not None and request.HasField("release_until"):
+                ids = [r.response_id for r in kept[2]]
+                until = request.release_until.response_id
+                if until in ids:
+                    del kept[2][: ids.index(until) + 1]
         if kept is None:
             return self._forward_unary(f"/{SERVICE}/ReleaseExecute")(raw, context)
         return pb.ReleaseExecuteResponse(

@@ -142,6 +142,40 @@ def file_sink(spark, path: str, checkpoint: str, mode: str) -> dict:
     return {"rows": sorted(json.dumps(r.asDict(), default=str, sort_keys=True) for r in spark.read.parquet(out).collect())}
 
 
+def listener(spark, path: str, checkpoint: str) -> dict:
+    """A listener's events for a query of the session, from start to termination."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    seen = {"started": [], "progress": [], "terminated": []}
+
+    class Collect(StreamingQueryListener):
+        def onQueryStarted(self, event):
+            seen["started"].append(event.name)
+
+        def onQueryProgress(self, event):
+            seen["progress"].append([event.progress.batchId, event.progress.numInputRows, event.progress.name])
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            seen["terminated"].append([event.exception, event.errorClassOnException])
+
+    collect = Collect()
+    spark.streams.addListener(collect)
+    source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)
+    query = (
+        source.groupBy("k").count().writeStream.format("memory").queryName("heard").outputMode("complete")
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    deadline = time.monotonic() + 60
+    while not seen["terminated"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    spark.streams.removeListener(collect)
+    return seen
+
+
 def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", "3")
@@ -152,6 +186,7 @@ def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None
         "query_api": lambda: query_api(spark, path, checkpoint),
         "foreach_batch": lambda: foreach_batch(spark, path, checkpoint),
         "foreach_batch_failing": lambda: foreach_batch(spark, path, checkpoint, fail=True),
+        "listener": lambda: listener(spark, path, checkpoint),
         "file_sink_run": lambda: file_sink(spark, path, checkpoint, "run"),
         "file_sink_finish": lambda: file_sink(spark, path, checkpoint, "finish"),
     }

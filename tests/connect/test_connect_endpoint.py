@@ -101,6 +101,16 @@ def test_the_query_object_and_the_query_manager(endpoint, tmp_path):
     assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
 
 
+def test_a_listener_hears_every_event(endpoint, tmp_path):
+    data = tmp_path / "in"
+    _write_input(data)
+    spark = _seen(endpoint["spark"], "listener", data, tmp_path / "spark-checkpoint")
+    ours = _seen(endpoint["statestream"], "listener", data, tmp_path / "statestream-checkpoint")
+    assert spark["started"] == ["heard"] and spark["terminated"] == [[None, None]] and spark["progress"]
+    assert ours == spark
+    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
+
+
 @pytest.mark.parametrize("job", ["foreach_batch", "foreach_batch_failing"])
 def test_foreach_batch_runs_the_clients_function(endpoint, tmp_path, job):
     data = tmp_path / "in"
