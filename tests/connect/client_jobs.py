@@ -62,12 +62,17 @@ def union_of_two_reads(spark, source):
     return source.unionByName(other).withWatermark("ts", "5 seconds").groupBy("k").agg(F.count("*").alias("n")), "update"
 
 
+def python_udf(spark, source):
+    twice = F.udf(lambda v: v * 2, "long")
+    return source.select("k", twice("v").alias("v2")).groupBy("k").agg(F.sum("v2").alias("s")), "update"
+
+
 def sorted_complete(spark, source):
     # a sort: not rebuilt on statestream over Connect yet, so the endpoint hands it to Spark's engine
     return source.groupBy("k").count().orderBy("k"), "complete"
 
 
-JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, sorted_complete)}
+JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, sorted_complete)}
 
 
 def query_api(spark, path: str, checkpoint: str) -> dict:
