@@ -70,6 +70,11 @@ class ClientSession:
         self._column = static_member(jvm, "org.apache.spark.sql.classic.ExpressionUtils", "column")
         self._of_rows = static_member(jvm, "org.apache.spark.sql.classic.Dataset", "ofRows")
         self.session = classic_session(spark.sparkContext, self._holder.session())
+        # a trait's companion object: reached through its module instance, not a static forwarder
+        registry = getattr(java_class(jvm, "org.apache.spark.sql.catalyst.analysis.FunctionRegistry$"), "MODULE$")
+        self._internal = registry.internal()
+        self._function_id = java_class(jvm, "org.apache.spark.sql.catalyst.FunctionIdentifier")
+        self._internal_names: dict[str, bool] = {}
 
     @property
     def server_side_session_id(self) -> str:
@@ -81,6 +86,14 @@ class ClientSession:
         by Spark's Connect planner as Spark's Connect server plans it."""
         catalyst = self._planner.transformExpression(self._expression(expression))
         return Column(self._column(catalyst))
+
+    def is_internal_function(self, name: str) -> bool:
+        """Whether ``name`` is one of Spark's internal functions (``product``,
+        ``timestampdiff``...), which Spark's Connect planner looks up by name for a client (its
+        PySpark functions call them without saying so) and ``call_function`` does not reach."""
+        if name not in self._internal_names:
+            self._internal_names[name] = bool(self._internal.functionExists(self._function_id(name)))
+        return self._internal_names[name]
 
     @property
     def user_id(self) -> str:

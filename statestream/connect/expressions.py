@@ -20,6 +20,8 @@ from pyspark.sql import functions as F
 
 from statestream._jvm.connect import ClientSession
 from statestream.connect.messages import without_plan_ids
+from statestream.errors import connect_node_not_supported
+from statestream.plan.aggregate_expressions import SYMBOL_OPERATORS
 
 __all__ = ["ColumnBuilder"]
 
@@ -57,6 +59,8 @@ class ColumnBuilder:
             if attribute.HasField("plan_id") and attribute.plan_id in self.rebuilt:
                 return self.rebuilt[attribute.plan_id][attribute.unparsed_identifier]
             return F.col(attribute.unparsed_identifier)
+        if kind == "unresolved_star" and e.unresolved_star.HasField("plan_id"):
+            raise connect_node_not_supported("df['*'] (a star bound to one DataFrame)")
         if kind == "unresolved_star" and not e.unresolved_star.HasField("unparsed_target"):
             return F.col("*")
         if kind == "alias" and len(e.alias.name) == 1 and not e.alias.HasField("metadata"):
@@ -70,17 +74,24 @@ class ColumnBuilder:
             if built is not None:
                 return built
         if kind == "call_function":
-            return F.call_function(_identifier(e.call_function.function_name), *(self.column(a) for a in e.call_function.arguments))
+            # Spark parses the name as a (multi-part) identifier, as F.call_function does
+            return F.call_function(e.call_function.function_name, *(self.column(a) for a in e.call_function.arguments))
         return self.client.column(without_plan_ids(e).SerializeToString())
 
     def _function(self, f: pb.Expression.UnresolvedFunction) -> Any:
-        """A function call as PySpark's functions make it; None for a form left to Spark's
-        Connect planner (a user-defined or internal function, a distinct call other than
+        """A function call as PySpark's functions and operators make it; None for a form left to
+        Spark's Connect planner (a user-defined function, one of Spark's internal functions,
+        which its planner looks up by name itself, a distinct call other than
         ``count``/``sum``)."""
-        if f.is_user_defined_function or f.is_internal:
+        name = f.function_name
+        if f.is_user_defined_function or f.is_internal or self.client.is_internal_function(name):
             return None
         args = [self.column(a) for a in f.arguments]
-        name = f.function_name
+        operator = SYMBOL_OPERATORS.get(name.lower())
+        if operator is not None and (len(args) == 2 or (name.lower() in ("!", "not") and len(args) == 1)):
+            return operator(*args)  # the node PySpark's classic operator makes (`a * b`: "*")
+        if name == "negative" and len(args) == 1:
+            return -args[0]
         if f.is_distinct:
             distinct = _DISTINCT.get(name.lower())
             return distinct(*args) if distinct is not None and args else None

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pyspark.sql.connect.proto as pb
+from pyspark.sql.types import _parse_datatype_json_string
 
 from statestream._jvm.connect import ClientSession
 from statestream.connect.expressions import ColumnBuilder
@@ -132,7 +133,7 @@ class ConnectPlanReader:
         if source.HasField("format"):
             reader = reader.format(source.format)
         if source.schema:
-            reader = reader.schema(source.schema)
+            reader = reader.schema(_schema(source.schema))
         reader = reader.options(**dict(source.options))
         paths = list(source.paths)
         if len(paths) > 1:
@@ -200,3 +201,11 @@ class ConnectPlanReader:
         if join.HasField("join_condition"):
             return left.join(right, self.column(join.join_condition), how)
         return left.crossJoin(right) if how in ("inner", "cross") else left.join(right, how=how)
+
+
+def _schema(text: str) -> Any:
+    """A reader's schema as a client sends it: a ``StructType``'s JSON, or DDL (Spark's Connect
+    planner takes either)."""
+    if text.lstrip().startswith("{"):
+        return _parse_datatype_json_string(text)
+    return text

@@ -33,11 +33,12 @@ from statestream.plan.python_aggregates import decompose_python_aggregate, pytho
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
-__all__ = ["ExpressionCall", "decompose_output"]
+__all__ = ["ExpressionCall", "SYMBOL_OPERATORS", "decompose_output"]
 
 
-#: Spark's Column API names its operators by symbol; these are the Python operators for them
-_OPERATORS: dict[str, Callable[..., Any]] = {
+#: Spark's Column API names its operators by symbol (so does Spark Connect's protocol); these are
+#: the Python operators of PySpark's classic columns that make the same column nodes
+SYMBOL_OPERATORS: dict[str, Callable[..., Any]] = {
     "+": operator.add,
     "-": operator.sub,
     "*": operator.mul,
@@ -114,7 +115,7 @@ def _apply(name: str, args: list["Column"]) -> "Column":
     """A call of Spark function ``name`` (or operator symbol) on ``args``."""
     from pyspark.sql import functions as F
 
-    fn = _OPERATORS.get(name.lower())
+    fn = SYMBOL_OPERATORS.get(name.lower())
     if fn is not None and (len(args) == 2 or name in ("!", "not")):
         return fn(*args)
     if name == "-" and len(args) == 1:
@@ -345,9 +346,9 @@ def _rebuild_sql(e: Any, out: _Collector) -> Callable[[list["Column"]], "Column"
         symbol = str(e.symbol())
     except Exception:  # noqa: BLE001 - not a binary operator
         symbol = None
-    if symbol is not None and symbol in _OPERATORS:
+    if symbol is not None and symbol in SYMBOL_OPERATORS:
         left, right = (_rebuild_sql(c, out) for c in _catalyst_children(e))
-        fn = _OPERATORS[symbol]
+        fn = SYMBOL_OPERATORS[symbol]
         return lambda values: fn(left(values), right(values))
     raise aggregate_wrapper_not_evaluable_error(e.sql(), kind)
 

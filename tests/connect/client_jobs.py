@@ -12,6 +12,7 @@ import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType, TimestampType
 
 
 def windowed_count(spark, source):
@@ -67,12 +68,25 @@ def python_udf(spark, source):
     return source.select("k", twice("v").alias("v2")).groupBy("k").agg(F.sum("v2").alias("s")), "update"
 
 
+def expression_forms(spark, source):
+    # operators around aggregates, an internal function (timestamp_diff), a when chain, a cast
+    shaped = source.select(
+        "k", "v", F.timestamp_diff("SECOND", F.lit("2026-01-01 00:00:00").cast("timestamp"), "ts").alias("secs"),
+        F.when(F.col("v") > 10, "big").when(F.col("v") > 5, "mid").otherwise("small").alias("size"),
+    )
+    return shaped.groupBy("k", "size").agg(
+        (F.sum("v") * 2).alias("twice"), (F.sum("v") / F.count("*")).alias("mean"),
+        F.when(F.count("*") > 2, F.lit("many")).otherwise(F.lit("few")).alias("how_many"),
+        F.max("secs").cast("string").alias("latest"), (-F.min("v")).alias("neg"),
+    ), "update"
+
+
 def sorted_complete(spark, source):
     # a sort: not rebuilt on statestream over Connect yet, so the endpoint hands it to Spark's engine
     return source.groupBy("k").count().orderBy("k"), "complete"
 
 
-JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, sorted_complete)}
+JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, expression_forms, sorted_complete)}
 
 
 def query_api(spark, path: str, checkpoint: str) -> dict:
@@ -199,7 +213,8 @@ def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None
         print(json.dumps(special[job](), default=str))
         spark.stop()
         return
-    source = spark.readStream.schema("ts timestamp, k int, v long").option("maxFilesPerTrigger", 1).json(path)
+    schema = StructType([StructField("ts", TimestampType()), StructField("k", IntegerType()), StructField("v", LongType())])
+    source = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(path)
     df, mode = JOBS[job](spark, source)
     query = (
         df.writeStream.format("memory").queryName(f"out_{job}").outputMode(mode)

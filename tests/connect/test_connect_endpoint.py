@@ -78,7 +78,7 @@ def _seen(url: str, job: str, data: Path, checkpoint: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("job", ["windowed_count", "dedup", "stream_static_join", "stream_stream_join", "stream_stream_join_by_dataframe", "union_of_two_reads", "python_udf"])
+@pytest.mark.parametrize("job", ["windowed_count", "dedup", "stream_static_join", "stream_stream_join", "stream_stream_join_by_dataframe", "union_of_two_reads", "python_udf", "expression_forms"])
 def test_same_answers_as_sparks_connect_server(endpoint, tmp_path, job):
     data = tmp_path / "in"
     _write_input(data)
