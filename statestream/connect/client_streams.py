@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import pyspark.sql.connect.proto as pb
 
@@ -52,17 +52,23 @@ class ClientStreams:
         #: the endpoint's address (a foreachBatch worker joins the session there)
         self.url = url
         self.streaming = StreamingSession(client.session)
-        self.reader = ConnectPlanReader(client, self.streaming)
         #: the events of this session's statestream queries, for its listener streams
         self.relay = ListenerRelay()
         self.streaming.streams.addListener(self.relay)
         self._queries: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def owns(self, query_id: str) -> bool:
-        """Whether the query of id ``query_id`` was started here (on statestream)."""
+    def owns(self, query_id: str, run_id: str | None = None) -> bool:
+        """Whether the query of id ``query_id`` (and run ``run_id``, when given) was started
+        here (on statestream)."""
         with self._lock:
-            return query_id in self._queries
+            query = self._queries.get(query_id)
+        return query is not None and (not run_id or query.runId == run_id)
+
+    def streams_through_a_view(self, relation: pb.Relation) -> bool:
+        """Whether a plan with no streaming read still reads a stream (a temporary view or SQL
+        over one, planned by Spark's server)."""
+        return bool(self.client.dataframe(relation.SerializeToString()).isStreaming)
 
     def queries(self) -> list[Any]:
         """The queries started here, in the order they started."""
@@ -83,7 +89,8 @@ class ClientStreams:
         function = write.foreach_batch if write.HasField("foreach_batch") else None
         if function is not None and function.WhichOneof("function") != "python_function":
             raise connect_node_not_supported(f"write_stream_operation_start.foreach_batch.{function.WhichOneof('function')}")
-        df = self.reader.read(write.input)
+        # a reader of its own for each start: its plan-id map is this plan's
+        df = ConnectPlanReader(self.client, self.streaming).read(write.input)
         writer = df.writeStream
         worker = None
         if function is not None:
@@ -121,10 +128,11 @@ class ClientStreams:
             threading.Thread(target=_close_when_done, args=(query, worker), name=f"statestream-fb-{query.id}", daemon=True).start()
         return query
 
-    def query_command(self, command: pb.StreamingQueryCommand) -> pb.StreamingQueryCommandResult:
+    def query_command(self, command: pb.StreamingQueryCommand, alive: Callable[[], bool] = lambda: True) -> pb.StreamingQueryCommandResult:
         """The answer to a command about one of this session's queries (:meth:`owns` its id),
         as Spark's Connect server answers it. A failed query's ``awaitTermination`` raises its
-        exception, which the endpoint sends as an error."""
+        exception, which the endpoint sends as an error; ``alive`` says whether the client still
+        waits for the answer."""
         with self._lock:
             query = self._queries[command.query_id.id]
         result = pb.StreamingQueryCommandResult()
@@ -159,8 +167,10 @@ class ClientStreams:
             if wait.HasField("timeout_ms"):
                 result.await_termination.terminated = bool(query.awaitTermination(wait.timeout_ms / 1000.0))
             else:
-                query.awaitTermination()
-                result.await_termination.terminated = True
+                # in slices: a client that went away (Ctrl-C) frees the endpoint's thread
+                while not query.awaitTermination(1.0) and alive():
+                    pass
+                result.await_termination.terminated = not query.isActive
         return result
 
     def manager_command(self, command: pb.StreamingQueryManagerCommand, spark: pb.StreamingQueryManagerCommandResult | None) -> pb.StreamingQueryManagerCommandResult | None:

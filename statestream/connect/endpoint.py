@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from statestream._jvm.connect import CONNECT_PLUGIN, connect_plugin_confs
 from statestream.connect.service import StreamingConnectService
+from statestream.errors import connect_authentication_not_supported
 
 __all__ = ["ConnectEndpoint", "DEFAULT_PORT"]
 
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 #: Spark Connect's default port
 DEFAULT_PORT = 15002
+
+#: Spark's conf of the token its Connect server asks clients for, and the variable it also reads
+TOKEN_CONF = "spark.connect.authenticate.token"
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 
 
 class ConnectEndpoint:
@@ -102,6 +107,10 @@ class ConnectEndpoint:
                 f"the session's driver does not run Spark's Connect plugin: start it with spark.plugins={CONNECT_PLUGIN}, "
                 "or let ConnectEndpoint make its session"
             )
+        if spark.sparkContext.getConf().get(TOKEN_CONF, None) is not None:
+            raise connect_authentication_not_supported(TOKEN_CONF)
+        if os.environ.get(TOKEN_ENV):
+            raise connect_authentication_not_supported(TOKEN_ENV)
         upstream_host = spark.sparkContext.getConf().get("spark.connect.grpc.binding.address", "127.0.0.1") or "127.0.0.1"
         upstream_port = spark.sparkContext.getConf().get("spark.connect.grpc.binding.port", str(DEFAULT_PORT))
         self.upstream_url = f"sc://{upstream_host}:{upstream_port}"

@@ -82,18 +82,21 @@ class ForeachBatchWorker:
                 self.client.uncache_dataframe(df_id)
 
     def close(self) -> None:
-        """Stop the worker (the query ended)."""
+        """Stop the worker (the query ended). Not under the batches' lock: a function still
+        running (or hung) is ended with its process, and the batch waiting on it fails."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         with self._lock:
             for closing in (self._file, self._socket):
                 if closing is not None:
                     closing.close()
-            if self._process is not None:
-                self._process.terminate()
-                try:
-                    self._process.wait(10)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-            self._process = self._file = self._socket = None
+            self._file = self._socket = None
 
     def _started(self) -> IO[bytes]:
         if self._file is not None:
@@ -110,7 +113,13 @@ class ForeachBatchWorker:
                 env.pop("PYTHON_WORKER_FACTORY_SECRET", None)
                 env.pop("SPARK_CONNECT_MODE_ENABLED", None)
                 self._process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env)
-                conn, _ = listener.accept()
+                try:
+                    conn, _ = listener.accept()
+                except OSError as e:  # it never connected: not left running
+                    self._process.kill()
+                    self._process.wait()
+                    self._process = None
+                    raise foreach_batch_worker_error(f"the foreachBatch worker did not connect: {e}") from e
             finally:
                 listener.close()
         conn.settimeout(None)

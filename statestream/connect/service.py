@@ -38,7 +38,7 @@ from statestream.api.handover import HANDOVER_CONF
 from statestream.connect.client_streams import ClientStreams
 from statestream.connect.listener_relay import started_event_json
 from statestream.connect.messages import reads_a_stream
-from statestream.errors import NotSupportedYetError
+from statestream.errors import NotSupportedYetError, connect_node_not_supported
 
 __all__ = ["SERVICE", "StreamingConnectService", "error_status"]
 
@@ -188,10 +188,16 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         request = pb.ExecutePlanRequest.FromString(raw)
         command = request.plan.command
         kind = command.WhichOneof("command_type") if request.plan.HasField("command") else None
-        if kind == "write_stream_operation_start" and reads_a_stream(command.write_stream_operation_start.input):
+        if kind == "write_stream_operation_start":
             streams = self._streams(request)
+            write = command.write_stream_operation_start
             try:
-                query = streams.start(command.write_stream_operation_start)
+                if not reads_a_stream(write.input):
+                    if not streams.streams_through_a_view(write.input):
+                        yield from self._forward_stream(method, raw, context)  # Spark's own error
+                        return
+                    raise connect_node_not_supported("a stream read through a temporary view or SQL")
+                query = streams.start(write)
             except NotSupportedYetError as e:
                 if not _hands_over(streams):
                     _abort(context, e)
@@ -219,9 +225,10 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             streams.relay.close_all()
         if kind == "streaming_query_command":
             streams = self._streams(request)
-            if streams.owns(command.streaming_query_command.query_id.id):
+            instance = command.streaming_query_command.query_id
+            if streams.owns(instance.id, instance.run_id):
                 try:
-                    answer = streams.query_command(command.streaming_query_command)
+                    answer = streams.query_command(command.streaming_query_command, context.is_active)
                 except Exception as e:  # noqa: BLE001
                     _abort(context, e)
                 result = pb.ExecutePlanResponse()
@@ -235,11 +242,15 @@ class StreamingConnectService(grpc.GenericRpcHandler):
                 result = pb.ExecutePlanResponse()
                 wait = manager.await_any_termination
                 try:
-                    timeout = wait.timeout_ms / 1000.0 if wait.HasField("timeout_ms") else None
-                    done = streams.streaming.streams.awaitAnyTermination(timeout)
+                    if wait.HasField("timeout_ms"):
+                        done = bool(streams.streaming.streams.awaitAnyTermination(wait.timeout_ms / 1000.0))
+                    else:  # in slices: a client that went away frees the endpoint's thread
+                        done = False
+                        while not done and context.is_active():
+                            done = bool(streams.streaming.streams.awaitAnyTermination(1.0))
                 except Exception as e:  # noqa: BLE001
                     _abort(context, e)
-                result.streaming_query_manager_command_result.await_any_termination.terminated = bool(done) if timeout is not None else True
+                result.streaming_query_manager_command_result.await_any_termination.terminated = done
                 yield from self._answer(request, streams, result)
                 return
             if manager.WhichOneof("command") == "get_query" and streams.owns(manager.get_query):
@@ -272,8 +283,9 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             response.operation_id = operation
             response.response_id = str(uuid.uuid4())
             responses.append(response)
-        with self._lock:
-            self._operations[operation] = (request.session_id, server_session, responses)
+        if _reattachable(request):
+            with self._lock:
+                self._operations[operation] = (request.session_id, server_session, responses)
         for response in responses:
             yield response.SerializeToString()
 
@@ -337,9 +349,10 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             response.server_side_session_id = server_session
             response.operation_id = operation
             response.response_id = str(uuid.uuid4())
-        with self._lock:
-            kept = self._operations.setdefault(operation, (request.session_id, server_session, []))
-            kept[2].extend(responses)
+        if _reattachable(request):
+            with self._lock:
+                kept = self._operations.setdefault(operation, (request.session_id, server_session, []))
+                kept[2].extend(responses)
         for response in responses:
             yield response.SerializeToString()
 
@@ -350,7 +363,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         if kept is None:
             yield from self._forward_stream(f"/{SERVICE}/ReattachExecute", raw, context)
             return
-        responses = kept[2]
+        with self._lock:  # a release_until may cut the list meanwhile
+            responses = list(kept[2])
         ids = [r.response_id for r in responses]
         start = ids.index(request.last_response_id) + 1 if request.last_response_id in ids else 0
         for response in responses[start:]:
@@ -379,9 +393,15 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         request = pb.ReleaseSessionRequest.FromString(raw)
         with self._lock:
             streams = self._clients.pop((request.user_context.user_id, request.session_id), None)
+            for operation in [o for o, kept in self._operations.items() if kept[0] == request.session_id]:
+                del self._operations[operation]
         if streams is not None:
+            streams.relay.close_all()
             for query in streams.queries():
-                query.stop()
+                try:
+                    query.stop()
+                except Exception:  # the release goes on to Spark whatever a stop raised
+                    logger.warning("query %s of a released Connect session did not stop cleanly", query.id, exc_info=True)
         return self._forward_unary(f"/{SERVICE}/ReleaseSession")(raw, context)
 
     def _streams(self, request: pb.ExecutePlanRequest) -> ClientStreams:
@@ -391,6 +411,12 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             if streams is None:
                 streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key), self.url)
             return streams
+
+
+def _reattachable(request: pb.ExecutePlanRequest) -> bool:
+    """Whether the client may reattach to the operation (its responses are then kept until it
+    releases them)."""
+    return any(o.HasField("reattach_options") and o.reattach_options.reattachable for o in request.request_options)
 
 
 def _hands_over(streams: ClientStreams) -> bool:

@@ -81,12 +81,18 @@ def expression_forms(spark, source):
     ), "update"
 
 
+def stream_through_a_view(spark, source):
+    # a streaming temporary view, read back by name: Spark's server plans it, so it is handed over
+    source.createOrReplaceTempView("events")
+    return spark.table("events").groupBy("k").count(), "update"
+
+
 def sorted_complete(spark, source):
     # a sort: not rebuilt on statestream over Connect yet, so the endpoint hands it to Spark's engine
     return source.groupBy("k").count().orderBy("k"), "complete"
 
 
-JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, expression_forms, sorted_complete)}
+JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, expression_forms, stream_through_a_view, sorted_complete)}
 
 
 def query_api(spark, path: str, checkpoint: str) -> dict:

@@ -124,7 +124,7 @@ def test_foreach_batch_runs_the_clients_function(endpoint, tmp_path, job):
         assert spark["error"] == ["StreamingQueryException", True]
 
 
-@pytest.mark.parametrize("job", ["sorted_complete", "self_join_by_dataframe"])
+@pytest.mark.parametrize("job", ["sorted_complete", "self_join_by_dataframe", "stream_through_a_view"])
 def test_a_query_not_rebuilt_runs_on_sparks_engine(endpoint, tmp_path, job):
     data = tmp_path / "in"
     _write_input(data)

@@ -13,7 +13,7 @@ from statestream.commands.cli import build_parser
 from statestream.connect.expressions import _identifier
 from statestream.connect.messages import reads_a_stream, without_plan_ids
 from statestream.connect.service import error_status
-from statestream.errors import NotSupportedYetError, connect_node_not_supported
+from statestream.errors import NotSupportedYetError, connect_authentication_not_supported, connect_node_not_supported
 
 
 def _attribute(name: str, plan_id: int | None = None) -> pb.Expression:
@@ -102,3 +102,9 @@ def test_python_errors_and_refusals_map_to_the_jvm_classes_a_client_knows():
 def test_connect_server_command_line():
     args = build_parser().parse_args(["connect-server", "--port", "0", "--conf", "spark.sql.shuffle.partitions=3"])
     assert (args.host, args.port, args.master, args.conf) == ("127.0.0.1", 0, "local[*]", ["spark.sql.shuffle.partitions=3"])
+
+
+def test_an_endpoint_with_a_token_is_refused_with_the_reason():
+    refusal = connect_authentication_not_supported("spark.connect.authenticate.token")
+    assert isinstance(refusal, NotSupportedYetError)
+    assert "spark.connect.authenticate.token" in str(refusal) and "tokens" in str(refusal)
