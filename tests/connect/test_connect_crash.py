@@ -5,9 +5,6 @@ kill writes, nothing lost or repeated."""
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -15,34 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.connect.servers import kill as _kill
+from tests.connect.servers import start_endpoint as _start_endpoint
 from tests.connect.test_connect_endpoint import JOBS, ROOT, _write_input
 
 pytest.importorskip("grpc")
-
-
-def _start_endpoint(log: Path) -> tuple[subprocess.Popen, tuple[str, str]]:
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "statestream", "connect-server", "--port", "0", "--master", "local[2]",
-             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=3"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-        )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and server.poll() is None:
-        found = re.search(r"endpoint: (sc://\S+) \(Spark's own Connect server: (sc://[^)]+)\)", log.read_text())
-        if found:
-            return server, found.groups()
-        time.sleep(0.5)
-    _kill(server)
-    raise AssertionError(f"the endpoint did not start:\n{log.read_text()[-3000:]}")
-
-
-def _kill(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(60)
 
 
 def _finish(url: str, data: Path, checkpoint: Path) -> dict:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.connect.servers import kill, start_endpoint
 
 pytest.importorskip("grpc")
 
@@ -42,27 +42,11 @@ def _write_input(path: Path) -> None:
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
     log = tmp_path_factory.mktemp("endpoint") / "server.log"
-    with open(log, "w") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "statestream", "connect-server", "--port", "0", "--master", "local[2]",
-             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=3"],
-            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
+    server, (url, spark_url) = start_endpoint(log)
     try:
-        deadline = time.monotonic() + 180
-        urls = None
-        while urls is None and time.monotonic() < deadline and server.poll() is None:
-            found = re.search(r"endpoint: (sc://\S+) \(Spark's own Connect server: (sc://[^)]+)\)", log.read_text())
-            urls = found.groups() if found else None
-            time.sleep(0.5)
-        assert urls is not None, f"the endpoint did not start:\n{log.read_text()[-3000:]}"
-        yield {"statestream": urls[0], "spark": urls[1], "log": log}
+        yield {"statestream": url, "spark": spark_url, "log": log}
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        kill(server)
 
 
 def _run(url: str, job: str, data: Path, checkpoint: Path, *settings: str) -> subprocess.CompletedProcess:
