@@ -268,6 +268,20 @@ KNOWN_GAPS: dict[str, Gap] = {
         "transformWithStateInPandas grouped by a null TIMESTAMP_NTZ key (two rows): Spark's engine fails as for a null "
         "TIMESTAMP key (PythonException 'ValueError: NaTType does not support timetuple'); statestream runs the query"
     ),
+    "tests/differential/test_fuzz_findings.py::test_transform_with_state_pandas_null_integer_key_beside_zero[tinyint]": Gap(AssertionError,
+        "transformWithStateInPandas grouped by an integer key that is null in one row and 0 in another (one batch): "
+        "Spark's engine keeps one state for both (pandas holds the null key as a float NaN, which becomes 0 when "
+        "PySpark's worker sets it as the implicit key): key 0's row says n=2 and the operator 1 state row; "
+        "statestream keeps one state per grouping key (n=1 for each, 2 state rows). Found by the random tester "
+        "(seed 36), which draws no null integer key for this family"
+    ),
+    "tests/differential/test_fuzz_findings.py::test_transform_with_state_pandas_null_integer_key_beside_zero[bigint]": Gap(AssertionError,
+        "transformWithStateInPandas grouped by an integer key that is null in one row and 0 in another (one batch): "
+        "Spark's engine keeps one state for both (pandas holds the null key as a float NaN, which becomes 0 when "
+        "PySpark's worker sets it as the implicit key): key 0's row says n=2 and the operator 1 state row; "
+        "statestream keeps one state per grouping key (n=1 for each, 2 state rows). Found by the random tester "
+        "(seed 36), which draws no null integer key for this family"
+    ),
     "tests/differential/test_fuzz_findings.py::test_transform_with_state_key_types[pandas-null_string]": Gap(AssertionError,
         "transformWithStateInPandas grouped by a null STRING key, the processor writing the key back: pandas 3 gives the "
         "key as a float NaN, and both engines fail converting the output (TypeError: Expected Array, got ChunkedArray). "

@@ -234,6 +234,21 @@ def test_transform_with_state_key_types(spark, ours, tmp_path, name):
     run_case(spark, ours, case, tmp_path, strict_wrappers=True)
 
 
+@pytest.mark.parametrize("key_type", ["tinyint", "bigint"])
+def test_transform_with_state_pandas_null_integer_key_beside_zero(spark, ours, tmp_path, key_type):
+    """transformWithStateInPandas grouped by an integer key that is null in one row and 0 in
+    another (seed 36). Spark's engine keeps one state for both keys: pandas holds the null key as
+    a float NaN, which becomes 0 when the worker sets it as the implicit key, so key 0 counts the
+    null key's row too. statestream keeps two states, one per grouping key."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    case = Case((key_type,), (key_type,), "transform_with_state_pandas", (), 0, 3, 0, "append", 1,
+                (((0, start, None, None), (1, start, 0, None)),), provider="rocksdb")
+    run_case(spark, ours, case, tmp_path)
+
+
 def test_year_month_interval_through_the_state(spark, ours, tmp_path):
     """A year-month interval column through a stateful operator (a deduplication keyed by it):
     Spark's engine runs it; PySpark's Arrow conversion has no year-month intervals."""
