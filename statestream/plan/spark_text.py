@@ -247,12 +247,26 @@ def _standin_join(node: L.Join, session: Any) -> tuple["DataFrame", dict[int, li
     for i, child in enumerate(node.children):
         if any(isinstance(n, L.StreamingRelation) for n in child.walk()):
             standin = session.createDataFrame(session.sparkContext.emptyRDD(), child.schema)
+            qualifier = _common_qualifier(child.template)
+            if qualifier is not None:
+                # the side's alias (df.alias("a")): a condition may name its columns as a.k
+                standin = standin.alias(qualifier)
             output = java_dataframe(standin).queryExecution().analyzed().output()
             ids[i] = expr_ids(output)
             sides.append(standin)
         else:
             sides.append(in_session(child.template, session))
     return node.transform(sides[0], sides[1]), ids
+
+
+def _common_qualifier(template: "DataFrame") -> str | None:
+    """The alias every output column of ``template`` is qualified by (``df.alias("a")`` above
+    it, maybe under a watermark or a filter), or None."""
+    qualifiers = {tuple(jvm_seq(a.qualifier())) for a in jvm_seq(java_dataframe(template).queryExecution().analyzed().output())}
+    if len(qualifiers) != 1:
+        return None
+    (qualifier,) = qualifiers
+    return str(qualifier[-1]) if qualifier else None
 
 
 def stateless_chain(node: L.LogicalPlan) -> tuple[list[L.Stateless], L.LogicalPlan]:

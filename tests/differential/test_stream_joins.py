@@ -131,6 +131,20 @@ def test_outer_join_short(spark, ours, tmp_path, how, matching):
     assert padded, "the input no longer exercises the null-padded rows"
 
 
+def test_condition_on_alias_qualified_columns(spark, ours, tmp_path):
+    """Both sides aliased (``df.alias("a")``) and the condition and output written with the
+    aliases' qualified names (``F.col("a.k")``), a common way to write a self-join."""
+
+    def build(df: DataFrame) -> DataFrame:
+        rows = df.select("side", "k", "ts", "v")
+        left = rows.filter("side = 'L'").withWatermark("ts", "10 seconds").alias("a")
+        right = rows.filter("side = 'R'").withWatermark("ts", "10 seconds").alias("b")
+        cond = (F.col("a.k") == F.col("b.k")) & (F.col("b.ts") >= F.col("a.ts")) & (F.col("b.ts") <= F.col("a.ts") + F.expr("INTERVAL 5 SECONDS"))
+        return left.join(right, cond).select(F.col("a.k").alias("k"), F.col("a.v").alias("lv"), F.col("b.v").alias("rv"))
+
+    _compare(spark, ours, tmp_path, build, SHORT_INPUT)
+
+
 def test_condition_with_arithmetic_under_not(spark, ours, tmp_path, matching):
     """A condition beyond the plain time range: integer arithmetic under NOT (a pair of new rows
     inside the batch fails it, its left row then padded with nulls); both ways of matching agree
