@@ -249,6 +249,25 @@ def test_transform_with_state_pandas_null_integer_key_beside_zero(spark, ours, t
     run_case(spark, ours, case, tmp_path)
 
 
+def test_chained_window_sum_near_the_long_minimum(spark, ours, tmp_path):
+    """A chained window aggregation (``sum`` of a bigint) whose second batch puts the long minimum
+    and -18 in one window of one (null) key, after a restart (seed 37). Spark's engine runs it;
+    statestream fails with ``ARITHMETIC_OVERFLOW`` (declared in known_gaps.py until found)."""
+    from tests.differential.random_queries import T0 as start
+    from tests.differential.random_queries import Case
+    from tests.differential.test_random_queries import run_case
+
+    second = start + dt.timedelta(seconds=2)
+    batches = (
+        ((0, start, None, None, None), (1, start, None, None, None)),
+        ((2, second, None, None, None), (3, start + dt.timedelta(seconds=18), None, -9_223_372_036_854_775_808, None),
+         (4, start + dt.timedelta(seconds=13), None, -18, -87)),
+    )
+    case = Case(("timestamp_ntz",), ("bigint", "tinyint"), "chained_window_aggregate", (("sum", 0),), 0, 10, 0, "append", 1,
+                batches, restart_at=1, trigger="processing_time", provider="hdfs")
+    run_case(spark, ours, case, tmp_path)
+
+
 def test_year_month_interval_through_the_state(spark, ours, tmp_path):
     """A year-month interval column through a stateful operator (a deduplication keyed by it):
     Spark's engine runs it; PySpark's Arrow conversion has no year-month intervals."""
