@@ -186,6 +186,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
     def _execute_plan(self, raw: bytes, context: Any) -> Iterator[bytes]:
         method = f"/{SERVICE}/ExecutePlan"
         request = pb.ExecutePlanRequest.FromString(raw)
+        if not request.operation_id:  # an older client: the operations answered here get one
+            request.operation_id = str(uuid.uuid4())
         command = request.plan.command
         kind = command.WhichOneof("command_type") if request.plan.HasField("command") else None
         if kind == "write_stream_operation_start":
@@ -270,24 +272,10 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         yield from self._forward_stream(method, raw, context)
 
     def _answer(self, request: pb.ExecutePlanRequest, streams: ClientStreams, result: pb.ExecutePlanResponse) -> Iterator[bytes]:
-        """``result`` and the end of the operation, as the responses of ``request``'s operation,
-        kept until the client releases it."""
-        operation = request.operation_id or str(uuid.uuid4())
-        server_session = streams.client.server_side_session_id
+        """``result`` and the end of the operation, as the responses of ``request``'s operation."""
         done = pb.ExecutePlanResponse()
         done.result_complete.SetInParent()
-        responses = []
-        for response in (result, done):
-            response.session_id = request.session_id
-            response.server_side_session_id = server_session
-            response.operation_id = operation
-            response.response_id = str(uuid.uuid4())
-            responses.append(response)
-        if _reattachable(request):
-            with self._lock:
-                self._operations[operation] = (request.session_id, server_session, responses)
-        for response in responses:
-            yield response.SerializeToString()
+        yield from self._stream_part(request, streams, [result, done])
 
     def _listener_stream(self, request: pb.ExecutePlanRequest, raw: bytes, streams: ClientStreams, context: Any) -> Iterator[bytes]:
         """The session's listener stream, owned end to end here: Spark's events (from the same
@@ -341,7 +329,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             call.cancel()
 
     def _stream_part(self, request: pb.ExecutePlanRequest, streams: ClientStreams, responses: list[pb.ExecutePlanResponse]) -> Iterator[bytes]:
-        """More responses of a long-lived operation answered here, kept until released."""
+        """More responses of an operation answered here, kept until the client releases them
+        when it may reattach."""
         operation = request.operation_id
         server_session = streams.client.server_side_session_id
         for response in responses:
