@@ -56,6 +56,17 @@ def _run(url: str, job: str, data: Path, checkpoint: Path, *settings: str) -> su
     )
 
 
+def _both(endpoint: dict, tmp_path: Path, job: str) -> tuple[dict, dict]:
+    """What ``job`` saw against Spark's Connect server and against the endpoint, on the same
+    input; the endpoint's run must have been statestream's (its own progress history)."""
+    data = tmp_path / "in"
+    _write_input(data)
+    spark = _seen(endpoint["spark"], job, data, tmp_path / "spark-checkpoint")
+    ours = _seen(endpoint["statestream"], job, data, tmp_path / "statestream-checkpoint")
+    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
+    return spark, ours
+
+
 def _seen(url: str, job: str, data: Path, checkpoint: Path) -> dict:
     done = _run(url, job, data, checkpoint)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -64,46 +75,29 @@ def _seen(url: str, job: str, data: Path, checkpoint: Path) -> dict:
 
 @pytest.mark.parametrize("job", ["windowed_count", "dedup", "stream_static_join", "stream_stream_join", "stream_stream_join_by_dataframe", "union_of_two_reads", "python_udf", "expression_forms"])
 def test_same_answers_as_sparks_connect_server(endpoint, tmp_path, job):
-    data = tmp_path / "in"
-    _write_input(data)
-    spark = _seen(endpoint["spark"], job, data, tmp_path / "spark-checkpoint")
-    ours = _seen(endpoint["statestream"], job, data, tmp_path / "statestream-checkpoint")
+    spark, ours = _both(endpoint, tmp_path, job)
     assert spark["rows"], "the job wrote no rows: it tests nothing"
     assert ours == spark
-    # the query ran on statestream: its checkpoint has statestream's own progress history
-    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
     assert not (tmp_path / "spark-checkpoint" / "progress").exists()
 
 
 def test_the_query_object_and_the_query_manager(endpoint, tmp_path):
-    data = tmp_path / "in"
-    _write_input(data)
-    spark = _seen(endpoint["spark"], "query_api", data, tmp_path / "spark-checkpoint")
-    ours = _seen(endpoint["statestream"], "query_api", data, tmp_path / "statestream-checkpoint")
+    spark, ours = _both(endpoint, tmp_path, "query_api")
     assert spark["active"] == ["api"] and spark["activeAfterStop"] == []
     assert ours == spark
-    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
 
 
 def test_a_listener_hears_every_event(endpoint, tmp_path):
-    data = tmp_path / "in"
-    _write_input(data)
-    spark = _seen(endpoint["spark"], "listener", data, tmp_path / "spark-checkpoint")
-    ours = _seen(endpoint["statestream"], "listener", data, tmp_path / "statestream-checkpoint")
+    spark, ours = _both(endpoint, tmp_path, "listener")
     assert spark["started"] == ["heard"] and spark["terminated"] == [[None, None]] and spark["progress"]
     assert ours == spark
-    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
 
 
 @pytest.mark.parametrize("job", ["foreach_batch", "foreach_batch_failing"])
 def test_foreach_batch_runs_the_clients_function(endpoint, tmp_path, job):
-    data = tmp_path / "in"
-    _write_input(data)
-    spark = _seen(endpoint["spark"], job, data, tmp_path / "spark-checkpoint")
-    ours = _seen(endpoint["statestream"], job, data, tmp_path / "statestream-checkpoint")
+    spark, ours = _both(endpoint, tmp_path, job)
     assert spark["written"], "the function wrote nothing: it tests nothing"
     assert ours == spark
-    assert (tmp_path / "statestream-checkpoint" / "progress").is_dir()
     if job == "foreach_batch_failing":
         assert spark["error"] == ["StreamingQueryException", True]
 
