@@ -274,14 +274,6 @@ KNOWN_GAPS: dict[str, Gap] = {
         "[AMBIGUOUS_REFERENCE] Reference `ts` is ambiguous (the stand-in sides of its join now carry the aliases, but "
         "a later step of the join still names the event-time column unqualified). Found in session 46"
     ),
-    "tests/differential/test_fuzz_findings.py::test_chained_window_sum_near_the_long_minimum": Gap(AssertionError,
-        "a chained window aggregation (sum of a bigint) whose second batch, after a restart, holds the long minimum and "
-        "-18 in one window of a null key: Spark's engine runs it; statestream fails with [ARITHMETIC_OVERFLOW] long "
-        "overflow. The cause: the second aggregation reads only the first one's window, and Spark's optimizer prunes "
-        "the unread sum from the first aggregation (its plan: HashAggregate(keys=[window, k], functions=[]), and no "
-        "sum in its state), so Spark never adds the values; statestream computes and stores every aggregate of the "
-        "first aggregation. Found by the random tester (seed 37, session 46)"
-    ),
     "tests/differential/test_fuzz_findings.py::test_transform_with_state_pandas_null_integer_key_beside_zero[tinyint]": Gap(AssertionError,
         "transformWithStateInPandas grouped by an integer key that is null in one row and 0 in another (one batch): "
         "Spark's engine keeps one state for both (pandas holds the null key as a float NaN, which becomes 0 when "

@@ -214,6 +214,10 @@ class AggregationInfo:
     #: the output rows carry ``revision`` and ``is_final`` (``FINALITY_CONF``), and the state
     #: counts each key's emissions (``REVISION_STATE_FIELD``)
     finality: bool = False
+    #: positions of the aggregate output columns no operator above reads: no call computes them
+    #: and the state has no buffer for them (Spark's optimizer drops them); the rows carry a
+    #: typed null under their names (``plan/column_pruning.py``)
+    unread: tuple[int, ...] = ()
 
     @property
     def spark_key_names(self) -> tuple[str, ...]:
@@ -489,7 +493,19 @@ def final_projection(df: "DataFrame", info: AggregationInfo) -> "DataFrame":
     # recomputed call: its aggregation by the keys would spread them over partitions)
     routed = [F.col(ROUTE_COLUMN)] if ROUTE_COLUMN in present and not again else []
     ends = [col.alias(name) for name, col in finality.items()]
-    return done.select(*out_keys, *(result(c).alias(c.output_name) for c in shown), *ends, *routed)
+    return done.select(*out_keys, *_with_unread([result(c).alias(c.output_name) for c in shown], info), *ends, *routed)
+
+
+def _with_unread(computed: list["Column"], info: AggregationInfo) -> list["Column"]:
+    """The aggregate output columns in their order: ``computed`` ones, and a typed null for each
+    unread one (``AggregationInfo.unread``)."""
+    if not info.unread:
+        return computed
+    from pyspark.sql import functions as F
+
+    fields = info.output_schema.fields[len(info.grouping_names) :]
+    given = iter(computed)
+    return [F.lit(None).cast(f.dataType).alias(f.name) if i in info.unread else next(given) for i, f in enumerate(fields)]
 
 
 @dataclass(frozen=True)

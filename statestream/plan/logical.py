@@ -197,6 +197,10 @@ class Aggregate(UnaryNode):
     #: built with ``spark.statestream.aggregation.finality.enabled`` on: its rows carry
     #: ``revision`` and ``is_final`` (added to the schema by a projection above this node)
     finality: bool = False
+    #: positions (in ``aggregates``) of the aggregate columns no operator above reads: Spark's
+    #: optimizer drops them with their functions, so they are not computed and have no buffer in
+    #: the state; the rows carry a typed null under their names (``plan/column_pruning.py``)
+    unread: frozenset[int] = frozenset()
 
     @property
     def grouping_names(self) -> list[str]:

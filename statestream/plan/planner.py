@@ -44,6 +44,7 @@ from statestream.operators.session_window import (
 from statestream.plan.dedup import plan_streaming_deduplication
 from statestream.plan.flat_map_groups_with_state import plan_flat_map_groups_with_state
 from statestream._jvm.calls import jvm_seq, jvm_view
+from statestream.plan.column_pruning import prune_unread_aggregates
 from statestream.plan.optimizer import push_down_filters
 from statestream.plan.spark_text import aggregate_region, aggregate_text, dress_with_ids, region_plan, stateless_chain
 from statestream.plan.transform_with_state import plan_transform_with_state
@@ -75,9 +76,9 @@ __all__ = [
 
 def optimized_plan(plan: L.LogicalPlan) -> L.LogicalPlan:
     """The logical plan as statestream's optimizer rewrites it before planning, as Spark's
-    does: filters pushed down (below a watermark, into an aggregation's keys), projections
-    below limits."""
-    return push_projections_below_limits(push_down_filters(plan))
+    does: aggregate columns no operator reads left out, filters pushed down (below a watermark,
+    into an aggregation's keys), projections below limits."""
+    return push_projections_below_limits(push_down_filters(prune_unread_aggregates(plan)))
 
 
 def table_store_conf(store_conf: Any) -> Any:
@@ -233,6 +234,7 @@ def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
     calls = tuple(
         call
         for i, (c, n) in enumerate(zip(node.aggregates, node.aggregate_names))
+        if i not in node.unread
         for call in _output_calls(c, i, n, node, keys)
     )
     # calls Spark's planner merges into one (first(s) and any_value(s), ...) share its buffers
@@ -271,6 +273,7 @@ def _decompose_aggregate(node: L.Aggregate) -> AggregationInfo:
         key_filters=tuple(node.key_filters),
         grouping_sets=node.grouping_sets,
         finality=node.finality,
+        unread=tuple(sorted(node.unread)),
     )
 
 

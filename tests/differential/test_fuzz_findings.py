@@ -75,6 +75,15 @@ STATE_CASES = {
     "collect_list": ("v TINYINT", lambda df: df.groupBy("k").agg(F.collect_list("v").alias("l")), "update", [[(1, 5)], [(1, None)]]),
     # a deduplication's array key: statestream keeps it binary comparable and cannot decode it
     "dedup_on_an_array": ("v ARRAY<INT>", lambda df: df.dropDuplicates(["v"]), "append", [[(1, [1, 2])], [(2, [1, 2]), (3, None)]]),
+    # aggregate columns a projection leaves out: Spark's optimizer drops them, buffers and all
+    "unread_aggregates": (
+        "v BIGINT",
+        lambda df: df.groupBy("k").agg(F.count("v").alias("n"), F.sum("v").alias("s"), F.max("v").alias("m")).select("k", (F.col("m") + 1).alias("m1")),
+        "update",
+        [[(1, 5), (2, -9_223_372_036_854_775_808)], [(2, -1), (1, None)]],
+    ),
+    # every aggregate column left out: the state keeps the keys only
+    "every_aggregate_unread": ("v BIGINT", lambda df: df.groupBy("k").agg(F.sum("v").alias("s")).select("k"), "update", [[(1, 5)], [(2, 3), (1, 1)]]),
 }
 
 
@@ -253,8 +262,8 @@ def test_chained_window_sum_near_the_long_minimum(spark, ours, tmp_path):
     """A chained window aggregation (``sum`` of a bigint) whose second batch puts the long minimum
     and -18 in one window of one (null) key, after a restart (seed 37). Spark's engine runs it:
     its optimizer prunes the sum, which the second aggregation does not read, from the first
-    aggregation. statestream computes every aggregate and fails with ``ARITHMETIC_OVERFLOW``
-    (declared in known_gaps.py until it prunes them too)."""
+    aggregation (no sum in its state either). statestream computed every aggregate and failed
+    with ``ARITHMETIC_OVERFLOW``; it now prunes them too (``plan/column_pruning.py``)."""
     from tests.differential.random_queries import T0 as start
     from tests.differential.random_queries import Case
     from tests.differential.test_random_queries import run_case
@@ -268,6 +277,31 @@ def test_chained_window_sum_near_the_long_minimum(spark, ours, tmp_path):
     case = Case(("timestamp_ntz",), ("bigint", "tinyint"), "chained_window_aggregate", (("sum", 0),), 0, 10, 0, "append", 1,
                 batches, restart_at=1, trigger="processing_time", provider="hdfs")
     run_case(spark, ours, case, tmp_path)
+
+
+def test_chained_sliding_window_aggregation_with_unread_aggregates(spark, ours, tmp_path):
+    """A chained aggregation whose first step has sliding windows (Spark's ``Expand`` below it)
+    and a ``sum`` the second step does not read: Spark never evaluates it, so the long minimum
+    and -1 in one window do not overflow, and its state has only the count's buffer."""
+    start = T0
+
+    def build(df):
+        first = df.withWatermark("ts", "0 seconds").groupBy(F.window("ts", "10 seconds", "5 seconds"), "k").agg(
+            F.sum("v").alias("s"), F.count("v").alias("n")
+        )
+        return first.where("n > 0").groupBy(F.window(F.window_time("window"), "20 seconds")).agg(F.count("*").alias("windows"))
+
+    batches = [
+        [(0, start, 1, -9_223_372_036_854_775_808), (1, start + dt.timedelta(seconds=1), 1, -1)],
+        [(2, start + dt.timedelta(seconds=45), 2, 3)],
+        [(3, start + dt.timedelta(seconds=90), 2, 3)],
+    ]
+    expected, actual = run_both(spark, build, batches, "id BIGINT, ts TIMESTAMP, k INT, v BIGINT", "append", tmp_path, ours=ours)
+    assert_same_batches(expected, actual)
+    assert sum(len(b.rows) for b in expected.batches) > 0  # the windows closed and came out
+    theirs = _state(spark.read, expected.checkpoint)
+    got = _state(ours().read, actual.checkpoint)
+    assert sorted(map(repr, got)) == sorted(map(repr, theirs))
 
 
 def test_year_month_interval_through_the_state(spark, ours, tmp_path):
