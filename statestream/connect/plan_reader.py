@@ -19,10 +19,14 @@ a join's ``left["k"] == right["k"]`` reads each side's ``k``.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import pyspark.sql.connect.proto as pb
+from pyspark.serializers import CloudPickleSerializer
+from pyspark.sql.connect.types import proto_schema_to_pyspark_data_type
 from pyspark.sql.types import _parse_datatype_json_string
+from pyspark.util import PythonEvalType
 
 from statestream._jvm.connect import ClientSession
 from statestream.connect.expressions import ColumnBuilder
@@ -40,6 +44,15 @@ _JOIN_TYPES = {
     pb.Join.JOIN_TYPE_LEFT_ANTI: "left_anti",
     pb.Join.JOIN_TYPE_LEFT_SEMI: "left_semi",
     pb.Join.JOIN_TYPE_CROSS: "cross",
+}
+
+#: the eval types of a ``group_map`` carrying ``transform_with_state_info``, and the statestream
+#: method each one is (pandas DataFrames or ``Row`` objects; with or without an initial state)
+_TRANSFORM_WITH_STATE = {
+    PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_UDF: "transformWithStateInPandas",
+    PythonEvalType.SQL_TRANSFORM_WITH_STATE_PANDAS_INIT_STATE_UDF: "transformWithStateInPandas",
+    PythonEvalType.SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF: "transformWithState",
+    PythonEvalType.SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_INIT_STATE_UDF: "transformWithState",
 }
 
 
@@ -82,6 +95,8 @@ class ConnectPlanReader:
             "limit": lambda r: self.dataframe(r.input).limit(r.limit),
             "set_op": self._set_op,
             "join": self._join,
+            "apply_in_pandas_with_state": self._apply_in_pandas_with_state,
+            "group_map": self._group_map,
         }
 
     def read(self, relation: pb.Relation) -> Any:
@@ -201,6 +216,49 @@ class ConnectPlanReader:
         if join.HasField("join_condition"):
             return left.join(right, self.column(join.join_condition), how)
         return left.crossJoin(right) if how in ("inner", "cross") else left.join(right, how=how)
+
+    def _apply_in_pandas_with_state(self, rel: pb.ApplyInPandasWithState) -> Any:
+        func = _python_function(rel.func, "apply_in_pandas_with_state", (PythonEvalType.SQL_GROUPED_MAP_PANDAS_UDF_WITH_STATE,))
+        grouped = self.dataframe(rel.input).groupBy(*self.columns(rel.grouping_expressions))
+        return grouped.applyInPandasWithState(func, _schema(rel.output_schema), _schema(rel.state_schema), rel.output_mode, rel.timeout_conf)
+
+    def _group_map(self, rel: pb.GroupMap) -> Any:
+        """``transformWithStateInPandas`` / ``transformWithState`` (a ``group_map`` with
+        ``transform_with_state_info``): the client's processor is the one its pickled function
+        wraps (PySpark's ``TransformWithStateInPandasUdfUtils`` holds it)."""
+        if not rel.HasField("transform_with_state_info"):
+            raise connect_node_not_supported("group_map (applyInPandas or flatMapGroupsWithState)")
+        func = _python_function(rel.func, "group_map", tuple(_TRANSFORM_WITH_STATE))
+        processor = getattr(getattr(func, "__self__", None), "_stateful_processor", None)
+        if processor is None:
+            raise connect_node_not_supported("group_map (a function that holds no StatefulProcessor)")
+        info = rel.transform_with_state_info
+        grouped = self.dataframe(rel.input).groupBy(*self.columns(rel.grouping_expressions))
+        initial = None
+        if rel.HasField("initial_input"):
+            initial = self.dataframe(rel.initial_input).groupBy(*self.columns(rel.initial_grouping_expressions))
+        method = getattr(grouped, _TRANSFORM_WITH_STATE[rel.func.python_udf.eval_type])
+        return method(processor, _data_type(info.output_schema), rel.output_mode, info.time_mode, initial, info.event_time_column_name)
+
+
+def _python_function(udf: pb.CommonInlineUserDefinedFunction, node: str, eval_types: tuple[int, ...]) -> Any:
+    """The client's Python function in ``udf``, unpickled as PySpark's worker unpickles it (the
+    endpoint's driver plays the worker's part for a state function: statestream's operators take
+    the function or processor itself)."""
+    if not udf.HasField("python_udf") or udf.python_udf.eval_type not in eval_types:
+        raise connect_node_not_supported(f"{node} (a function of another kind)")
+    here = "%d.%d" % sys.version_info[:2]
+    if udf.python_udf.python_ver != here:
+        raise connect_node_not_supported(f"{node} (a function pickled by Python {udf.python_udf.python_ver}, the endpoint runs {here})")
+    func, _ = CloudPickleSerializer().loads(udf.python_udf.command)
+    return func
+
+
+def _data_type(proto: pb.DataType) -> Any:
+    """A schema the client sends as a ``spark.connect.DataType`` (a DDL string when unparsed)."""
+    if proto.HasField("unparsed"):
+        return proto.unparsed.data_type_string
+    return proto_schema_to_pyspark_data_type(proto)
 
 
 def _schema(text: str) -> Any:

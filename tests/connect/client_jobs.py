@@ -92,7 +92,94 @@ def sorted_complete(spark, source):
     return source.groupBy("k").count().orderBy("k"), "complete"
 
 
-JOBS = {f.__name__: f for f in (windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe, union_of_two_reads, python_udf, expression_forms, stream_through_a_view, sorted_complete)}
+def apply_in_pandas_with_state(spark, source):
+    # a running count and sum per key, with an event-time timeout that closes a key's state
+    import pandas as pd
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def running(key, frames, state):
+        if state.hasTimedOut:
+            (n, total) = state.get
+            state.remove()
+            yield pd.DataFrame({"k": [key[0]], "n": [n], "total": [total], "closed": [True]})
+            return
+        n, total = state.get if state.exists else (0, 0)
+        for frame in frames:
+            n += len(frame)
+            total += int(frame["v"].sum())
+        state.update((n, total))
+        state.setTimeoutTimestamp(state.getCurrentWatermarkMs() + 5000)
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "total": [total], "closed": [False]})
+
+    return source.withWatermark("ts", "5 seconds").groupBy("k").applyInPandasWithState(
+        running, "k int, n long, total long, closed boolean", "n long, total long", "update", GroupStateTimeout.EventTimeTimeout,
+    ), "update"
+
+
+def _counting_processor(pandas: bool):
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    class Counting(StatefulProcessor):
+        """A count and the largest value per key, in a value state."""
+
+        def init(self, handle):
+            self.seen = handle.getValueState("seen", StructType([StructField("n", LongType()), StructField("top", LongType())]))
+
+        def handleInputRows(self, key, rows, timerValues):
+            n, top = self.seen.get() if self.seen.exists() else (0, None)
+            values = []
+            if pandas:
+                for frame in rows:
+                    values.extend(int(v) for v in frame["v"])
+            else:
+                values = [int(r.v) for r in rows]
+            n += len(values)
+            top = max([top, *values]) if top is not None else max(values)
+            self.seen.update((n, top))
+            if pandas:
+                import pandas as pd
+
+                yield pd.DataFrame({"k": [key[0]], "n": [n], "top": [top]})
+            else:
+                yield Row(k=key[0], n=n, top=top)
+
+        def handleInitialState(self, key, initialState, timerValues):
+            n = int(initialState["n"].iloc[0]) if pandas else int(initialState.n)
+            self.seen.update((n, 0))
+
+        def close(self):
+            pass
+
+    return Counting()
+
+
+def transform_with_state_pandas(spark, source):
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    return source.groupBy("k").transformWithStateInPandas(_counting_processor(True), "k int, n long, top long", "update", "None"), "update"
+
+
+def transform_with_state_initial(spark, source):
+    # an initial state from a batch DataFrame of the client's: key 0 starts at 100 rows
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    initial = spark.createDataFrame([(0, 100)], "k int, n long").groupBy("k")
+    return source.groupBy("k").transformWithStateInPandas(_counting_processor(True), "k int, n long, top long", "update", "None", initial), "update"
+
+
+def transform_with_state_rows(spark, source):
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    return source.groupBy("k").transformWithState(_counting_processor(False), "k int, n long, top long", "update", "None"), "update"
+
+
+JOBS = {
+    f.__name__: f
+    for f in (
+        windowed_count, dedup, stream_static_join, stream_stream_join, stream_stream_join_by_dataframe, self_join_by_dataframe,
+        union_of_two_reads, python_udf, expression_forms, stream_through_a_view, sorted_complete, apply_in_pandas_with_state,
+        transform_with_state_pandas, transform_with_state_initial, transform_with_state_rows,
+    )
+}
 
 
 def query_api(spark, path: str, checkpoint: str) -> dict:

@@ -73,7 +73,7 @@ def _seen(url: str, job: str, data: Path, checkpoint: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("job", ["windowed_count", "dedup", "stream_static_join", "stream_stream_join", "stream_stream_join_by_dataframe", "union_of_two_reads", "python_udf", "expression_forms"])
+@pytest.mark.parametrize("job", ["windowed_count", "dedup", "stream_static_join", "stream_stream_join", "stream_stream_join_by_dataframe", "union_of_two_reads", "python_udf", "expression_forms", "apply_in_pandas_with_state", "transform_with_state_pandas", "transform_with_state_initial", "transform_with_state_rows"])
 def test_same_answers_as_sparks_connect_server(endpoint, tmp_path, job):
     spark, ours = _both(endpoint, tmp_path, job)
     assert spark["rows"], "the job wrote no rows: it tests nothing"
