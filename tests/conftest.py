@@ -92,6 +92,8 @@ LONG_MODULES = (
     "tests/cluster/",
     "tests/crash/",
     "tests/kafka/test_kafka_crash.py",
+    "tests/connect/test_connect_endpoint.py",
+    "tests/spark/test_run_unchanged.py",
 )
 
 

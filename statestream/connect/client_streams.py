@@ -38,6 +38,8 @@ class ClientStreams:
         The client's server-side session.
     url : str
         The endpoint's ``sc://host:port``.
+    token : str, optional
+        The endpoint's authentication token, which its foreachBatch workers present.
 
     Examples
     --------
@@ -47,10 +49,11 @@ class ClientStreams:
     True
     """
 
-    def __init__(self, client: ClientSession, url: str) -> None:
+    def __init__(self, client: ClientSession, url: str, token: str | None = None) -> None:
         self.client = client
-        #: the endpoint's address (a foreachBatch worker joins the session there)
+        #: the endpoint's address (a foreachBatch worker joins the session there) and its token
         self.url = url
+        self.token = token
         self.streaming = StreamingSession(client.session)
         #: the events of this session's statestream queries, for its listener streams
         self.relay = ListenerRelay()
@@ -95,7 +98,7 @@ class ClientStreams:
         worker = None
         if function is not None:
             python = function.python_function
-            worker = ForeachBatchWorker(self.client, self.url, python.command, python.python_ver)
+            worker = ForeachBatchWorker(self.client, self.url, python.command, python.python_ver, token=self.token)
             writer = writer.foreachBatch(worker)
         if write.format:
             writer = writer.format(write.format)

@@ -21,7 +21,6 @@ from pyspark.sql import SparkSession
 
 from statestream._jvm.connect import CONNECT_PLUGIN, connect_plugin_confs
 from statestream.connect.service import StreamingConnectService
-from statestream.errors import connect_authentication_not_supported
 
 __all__ = ["ConnectEndpoint", "DEFAULT_PORT"]
 
@@ -107,10 +106,9 @@ class ConnectEndpoint:
                 f"the session's driver does not run Spark's Connect plugin: start it with spark.plugins={CONNECT_PLUGIN}, "
                 "or let ConnectEndpoint make its session"
             )
-        if spark.sparkContext.getConf().get(TOKEN_CONF, None) is not None:
-            raise connect_authentication_not_supported(TOKEN_CONF)
-        if os.environ.get(TOKEN_ENV):
-            raise connect_authentication_not_supported(TOKEN_ENV)
+        # Spark's Connect server asks for the token of its conf, else of the variable; the
+        # endpoint asks for the same one, before anything reaches either engine
+        token = spark.sparkContext.getConf().get(TOKEN_CONF, None) or os.environ.get(TOKEN_ENV) or None
         upstream_host = spark.sparkContext.getConf().get("spark.connect.grpc.binding.address", "127.0.0.1") or "127.0.0.1"
         upstream_port = spark.sparkContext.getConf().get("spark.connect.grpc.binding.port", str(DEFAULT_PORT))
         self.upstream_url = f"sc://{upstream_host}:{upstream_port}"
@@ -124,7 +122,11 @@ class ConnectEndpoint:
         self.port = bound
         # a worker on this machine reaches the endpoint on loopback when it listens on every address
         local = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}", f"sc://{local}:{bound}")
+        if token is not None and local in ("127.0.0.1", "::1"):
+            # a PySpark client sends a token over plain TCP only to "localhost" (local channel
+            # credentials); the endpoint's foreachBatch workers are such clients
+            local = "localhost"
+        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}", f"sc://{local}:{bound}", token=token)
         self._server.add_generic_rpc_handlers([self._service])
         self._server.start()
         logger.info("statestream's Spark Connect endpoint listens at %s (Spark's Connect server: %s:%s)", self.url, upstream_host, upstream_port)

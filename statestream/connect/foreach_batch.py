@@ -51,6 +51,9 @@ class ForeachBatchWorker:
         The client's pickled function (``StreamingForeachFunction.python_function.command``).
     python_version : str
         The client's Python ``major.minor``, which the worker checks against its own.
+    token : str, optional
+        The endpoint's authentication token: the worker presents it, as Spark's server gives
+        its own workers the token (``SPARK_CONNECT_AUTHENTICATE_TOKEN``).
 
     Examples
     --------
@@ -58,9 +61,10 @@ class ForeachBatchWorker:
     >>> ss_df.writeStream.foreachBatch(worker).start()  # doctest: +SKIP
     """
 
-    def __init__(self, client: ClientSession, url: str, command: bytes, python_version: str) -> None:
+    def __init__(self, client: ClientSession, url: str, command: bytes, python_version: str, token: str | None = None) -> None:
         self.client = client
         self.url = url
+        self.token = token
         self.command = command
         self.python_version = python_version
         self._lock = threading.Lock()
@@ -112,6 +116,8 @@ class ForeachBatchWorker:
                 env = {**os.environ, "PYTHON_WORKER_FACTORY_SOCK_PATH": path, "SPARK_CONNECT_LOCAL_URL": url}
                 env.pop("PYTHON_WORKER_FACTORY_SECRET", None)
                 env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+                if self.token is not None:
+                    env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = self.token
                 self._process = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], env=env)
                 try:
                     conn, _ = listener.accept()

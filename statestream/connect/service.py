@@ -38,7 +38,7 @@ from statestream.api.handover import HANDOVER_CONF
 from statestream.connect.client_streams import ClientStreams
 from statestream.connect.listener_relay import started_event_json
 from statestream.connect.messages import reads_a_stream
-from statestream.errors import NotSupportedYetError, connect_node_not_supported
+from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported
 
 __all__ = ["SERVICE", "StreamingConnectService", "error_status"]
 
@@ -98,6 +98,10 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         ``host:port`` of that server.
     url : str
         The endpoint's own ``sc://host:port``.
+    token : str, optional
+        The authentication token every call must carry (``authorization: Bearer <token>``), as
+        Spark's Connect server asks for ``spark.connect.authenticate.token``; the calls passed on
+        keep their header, so Spark's server checks it too.
 
     Examples
     --------
@@ -105,8 +109,9 @@ class StreamingConnectService(grpc.GenericRpcHandler):
     >>> server.add_generic_rpc_handlers([StreamingConnectService(spark, "127.0.0.1:15003", "sc://127.0.0.1:15002")])  # doctest: +SKIP
     """
 
-    def __init__(self, spark: Any, upstream: str, url: str) -> None:
+    def __init__(self, spark: Any, upstream: str, url: str, token: str | None = None) -> None:
         self.spark = spark
+        self.token = token
         #: the endpoint's own ``sc://host:port`` (foreachBatch workers join their session there)
         self.url = url
         self._channel = grpc.insecure_channel(
@@ -136,6 +141,11 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         if not method.startswith(prefix):
             return None
         name = method[len(prefix):]
+        if self.token is not None:
+            headers = dict(handler_call_details.invocation_metadata or ())
+            refused = connect_authentication_failure(self.token, headers.get("authorization"))
+            if refused is not None:
+                return _refusing_handler(name, refused)
         if name == "ExecutePlan":
             return grpc.unary_stream_rpc_method_handler(self._execute_plan)
         if name == "ReattachExecute":
@@ -398,7 +408,7 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         with self._lock:
             streams = self._clients.get(key)
             if streams is None:
-                streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key), self.url)
+                streams = self._clients[key] = ClientStreams(ClientSession(self.spark, *key), self.url, self.token)
             return streams
 
 
@@ -406,6 +416,20 @@ def _reattachable(request: pb.ExecutePlanRequest) -> bool:
     """Whether the client may reattach to the operation (its responses are then kept until it
     releases them)."""
     return any(o.HasField("reattach_options") and o.reattach_options.reattachable for o in request.request_options)
+
+
+def _refusing_handler(name: str, description: str) -> Any:
+    """A handler that ends the call ``name`` with ``UNAUTHENTICATED`` and ``description``, read
+    as the method's kind of call (one request or a stream of them)."""
+
+    def refuse(_request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, description)
+
+    if name in ("ExecutePlan", "ReattachExecute"):
+        return grpc.unary_stream_rpc_method_handler(refuse)
+    if name == "AddArtifacts":
+        return grpc.stream_unary_rpc_method_handler(refuse)
+    return grpc.unary_unary_rpc_method_handler(refuse)
 
 
 def _hands_over(streams: ClientStreams) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from statestream.errors.base import NotSupportedYetError, StatestreamError
 
-__all__ = ["ForeachBatchWorkerError", "connect_authentication_not_supported", "connect_node_not_supported", "foreach_batch_worker_error"]
+__all__ = ["ForeachBatchWorkerError", "connect_authentication_failure", "connect_node_not_supported", "foreach_batch_worker_error"]
 
 
 def connect_node_not_supported(node: str) -> NotSupportedYetError:
@@ -41,11 +41,22 @@ def foreach_batch_worker_error(detail: str) -> ForeachBatchWorkerError:
     return ForeachBatchWorkerError(f"the Connect client's foreachBatch function failed in its Python worker:\n{detail}")
 
 
-def connect_authentication_not_supported(conf: str) -> NotSupportedYetError:
-    """The refusal of an endpoint whose driver asks Spark's Connect server for an authentication
-    token (``conf``): the endpoint answers streaming commands itself and does not check tokens
-    yet, so it would let through what Spark's server refuses."""
-    return NotSupportedYetError(
-        f"statestream connect-server does not check Spark Connect authentication tokens yet ({conf} is set): "
-        "run it without a token, on loopback or behind a proxy that authenticates the clients"
-    )
+def connect_authentication_failure(expected_token: str, authorization: str | None) -> str | None:
+    """Why a call's ``authorization`` header fails an endpoint that asks for ``expected_token``
+    (the description of Spark's Connect server's ``UNAUTHENTICATED`` status), or ``None`` when it
+    carries the token as Spark's server expects it (``Bearer <token>``).
+
+    Examples
+    --------
+    >>> connect_authentication_failure("s3cret", None)
+    'No authentication token provided'
+    >>> connect_authentication_failure("s3cret", "Bearer other")
+    'Invalid authentication token'
+    >>> connect_authentication_failure("s3cret", "Bearer s3cret") is None
+    True
+    """
+    if authorization is None:
+        return "No authentication token provided"
+    if authorization != f"Bearer {expected_token}":
+        return "Invalid authentication token"
+    return None

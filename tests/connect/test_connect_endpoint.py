@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.connect.servers import kill, start_endpoint
+from tests.connect.servers import kill, start_endpoint, with_token
 
 pytest.importorskip("grpc")
 
@@ -39,12 +39,16 @@ def _write_input(path: Path) -> None:
         os.utime(path / f"part-{f}.json", (1_700_000_000 + f, 1_700_000_000 + f))
 
 
+#: both servers ask for a token (Spark's ``spark.connect.authenticate.token``); the clients give it
+TOKEN = "statestream-test-token"
+
+
 @pytest.fixture(scope="module")
 def endpoint(tmp_path_factory):
     log = tmp_path_factory.mktemp("endpoint") / "server.log"
-    server, (url, spark_url) = start_endpoint(log)
+    server, (url, spark_url) = start_endpoint(log, token=TOKEN)
     try:
-        yield {"statestream": url, "spark": spark_url, "log": log}
+        yield {"statestream": with_token(url, TOKEN), "spark": with_token(spark_url, TOKEN), "log": log, "bare": (url, spark_url)}
     finally:
         kill(server)
 
@@ -121,3 +125,18 @@ def test_hand_over_refused_is_the_clients_error(endpoint, tmp_path):
     assert done.returncode != 0
     assert "UnsupportedOperationException" in done.stderr or "not rebuilt on statestream yet" in done.stderr
     assert "the Spark Connect plan node 'sort'" in done.stderr
+
+
+@pytest.mark.parametrize("token", [None, "wrong"], ids=["no_token", "wrong_token"])
+def test_a_call_without_the_token_is_refused_as_by_sparks_server(endpoint, tmp_path, token):
+    data = tmp_path / "in"
+    _write_input(data)
+    ours_url, spark_url = endpoint["bare"]
+    if token is not None:
+        ours_url, spark_url = with_token(ours_url, token), with_token(spark_url, token)
+    refused = [_run(url, "windowed_count", data, tmp_path / f"checkpoint-{i}") for i, url in enumerate((spark_url, ours_url))]
+    assert all(r.returncode != 0 for r in refused)
+    expected = "No authentication token provided" if token is None else "Invalid authentication token"
+    for r in refused:
+        assert "UNAUTHENTICATED" in r.stderr and expected in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "checkpoint-1").exists()

@@ -3,6 +3,8 @@ gets, the refusal's text and the command line (no Spark)."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 import pyspark.sql.connect.proto as pb
@@ -13,7 +15,7 @@ from statestream.commands.cli import build_parser
 from statestream.connect.expressions import _identifier
 from statestream.connect.messages import reads_a_stream, without_plan_ids
 from statestream.connect.service import error_status
-from statestream.errors import NotSupportedYetError, connect_authentication_not_supported, connect_node_not_supported
+from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported
 
 
 def _attribute(name: str, plan_id: int | None = None) -> pb.Expression:
@@ -104,7 +106,9 @@ def test_connect_server_command_line():
     assert (args.host, args.port, args.master, args.conf) == ("127.0.0.1", 0, "local[*]", ["spark.sql.shuffle.partitions=3"])
 
 
-def test_an_endpoint_with_a_token_is_refused_with_the_reason():
-    refusal = connect_authentication_not_supported("spark.connect.authenticate.token")
-    assert isinstance(refusal, NotSupportedYetError)
-    assert "spark.connect.authenticate.token" in str(refusal) and "tokens" in str(refusal)
+@pytest.mark.parametrize(
+    ("header", "refusal"),
+    [(None, "No authentication token provided"), ("Bearer other", "Invalid authentication token"), ("s3cret", "Invalid authentication token"), ("Bearer s3cret", None)],
+)
+def test_a_call_carries_the_token_as_sparks_server_asks(header, refusal):
+    assert connect_authentication_failure("s3cret", header) == refusal
