@@ -14,6 +14,11 @@ of ``ExecutePlan`` command are read first:
 
 An operation answered here keeps its responses until the client releases it (``ReleaseExecute``),
 so that a client that lost its stream can reattach (``ReattachExecute``) and read the rest.
+
+Interrupts (``interruptAll``, ``interruptTag``, ``interruptOperation``) go on to Spark's server, and
+reach the operations answered here as they reach Spark's: a query started by a matching
+operation stops, and a matching wait on a query (``awaitTermination``, ``awaitAnyTermination``)
+ends with ``OPERATION_CANCELED``; their ids join Spark's in the answer.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import logging
 import queue
 import threading
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import grpc
@@ -38,7 +44,7 @@ from statestream.api.handover import HANDOVER_CONF
 from statestream.connect.client_streams import ClientStreams
 from statestream.connect.listener_relay import started_event_json
 from statestream.connect.messages import reads_a_stream
-from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported
+from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported, operation_canceled_error
 
 __all__ = ["SERVICE", "StreamingConnectService", "error_status"]
 
@@ -66,7 +72,7 @@ def error_status(exc: BaseException) -> grpc.Status:
     >>> error_status(ValueError("bad")).code
     <StatusCode.INTERNAL: (13, 'internal')>
     """
-    java = next((_JVM_CLASSES[c] for c in type(exc).__mro__ if c in _JVM_CLASSES), None)
+    java = getattr(exc, "jvm_class", None) or next((_JVM_CLASSES[c] for c in type(exc).__mro__ if c in _JVM_CLASSES), None)
     if java is None:
         java = "java.lang.IllegalArgumentException" if isinstance(exc, (ValueError, TypeError)) else "org.apache.spark.SparkException"
     if isinstance(exc, NotSupportedYetError):
@@ -84,6 +90,17 @@ def error_status(exc: BaseException) -> grpc.Status:
     detail.Pack(info)
     text = str(exc) if condition or java != "org.apache.spark.SparkException" else f"{type(exc).__name__}: {exc}"
     return rpc_status.to_status(status_pb2.Status(code=code_pb2.INTERNAL, message=text, details=[detail]))
+
+
+@dataclass
+class _Operation:
+    """An operation of a client answered here that an interrupt can reach: the start of a
+    query (``query``: stopped by the interrupt) or a wait on queries (``cancelled``: set by it)."""
+
+    session: tuple[str, str]
+    tags: frozenset[str]
+    query: Any = None
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
 
 class StreamingConnectService(grpc.GenericRpcHandler):
@@ -120,6 +137,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         self._clients: dict[tuple[str, str], ClientStreams] = {}
         #: operation id -> (session id, server-side session id, its responses) of operations answered here
         self._operations: dict[str, tuple[str, str, list[pb.ExecutePlanResponse]]] = {}
+        #: operation id -> the operations answered here that an interrupt reaches
+        self._interruptible: dict[str, _Operation] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -154,6 +173,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             return grpc.unary_unary_rpc_method_handler(self._release_execute)
         if name == "ReleaseSession":
             return grpc.unary_unary_rpc_method_handler(self._release_session)
+        if name == "Interrupt":
+            return grpc.unary_unary_rpc_method_handler(self._interrupt)
         if name == "AddArtifacts":
             return grpc.stream_unary_rpc_method_handler(self._forward_stream_unary(method))
         forward = self._forward_unary(method)
@@ -218,6 +239,7 @@ class StreamingConnectService(grpc.GenericRpcHandler):
                 return
             except Exception as e:  # noqa: BLE001 - the client gets it as Spark's server sends errors
                 _abort(context, e)
+            self._track(request, query=query)
             result = pb.ExecutePlanResponse()
             started = result.write_stream_operation_start_result
             started.query_id.id, started.query_id.run_id = query.id, query.runId
@@ -239,10 +261,15 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             streams = self._streams(request)
             instance = command.streaming_query_command.query_id
             if streams.owns(instance.id, instance.run_id):
+                waiting = self._track(request)
                 try:
-                    answer = streams.query_command(command.streaming_query_command, context.is_active)
+                    answer = streams.query_command(command.streaming_query_command, lambda: context.is_active() and not waiting.cancelled.is_set())
+                    if waiting.cancelled.is_set():
+                        raise operation_canceled_error()
                 except Exception as e:  # noqa: BLE001
                     _abort(context, e)
+                finally:
+                    self._untrack(request.operation_id)
                 result = pb.ExecutePlanResponse()
                 result.streaming_query_command_result.CopyFrom(answer)
                 yield from self._answer(request, streams, result)
@@ -253,15 +280,20 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             if manager.WhichOneof("command") == "await_any_termination" and streams.queries():
                 result = pb.ExecutePlanResponse()
                 wait = manager.await_any_termination
+                waiting = self._track(request)
                 try:
                     if wait.HasField("timeout_ms"):
                         done = bool(streams.streaming.streams.awaitAnyTermination(wait.timeout_ms / 1000.0))
-                    else:  # in slices: a client that went away frees the endpoint's thread
+                    else:  # in slices: a client that went away, or an interrupt, frees the thread
                         done = False
-                        while not done and context.is_active():
+                        while not done and context.is_active() and not waiting.cancelled.is_set():
                             done = bool(streams.streaming.streams.awaitAnyTermination(1.0))
+                    if waiting.cancelled.is_set():
+                        raise operation_canceled_error()
                 except Exception as e:  # noqa: BLE001
                     _abort(context, e)
+                finally:
+                    self._untrack(request.operation_id)
                 result.streaming_query_manager_command_result.await_any_termination.terminated = done
                 yield from self._answer(request, streams, result)
                 return
@@ -386,6 +418,51 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             session_id=kept[0], server_side_session_id=kept[1], operation_id=request.operation_id
         ).SerializeToString()
 
+    # -- interrupts ---------------------------------------------------------------------------
+
+    def _track(self, request: pb.ExecutePlanRequest, query: Any = None) -> _Operation:
+        """Record an operation answered here that interrupts reach (see :class:`_Operation`)."""
+        operation = _Operation((request.user_context.user_id, request.session_id), frozenset(request.tags), query)
+        with self._lock:
+            self._interruptible[request.operation_id] = operation
+        return operation
+
+    def _interrupt(self, raw: bytes, context: Any) -> bytes:
+        """Spark's server interrupts its operations; the matching ones answered here are
+        interrupted too, waits first (so a wait on a query the interrupt stops ends cancelled,
+        as on Spark's server), and their ids join Spark's answer."""
+        request = pb.InterruptRequest.FromString(raw)
+        response = pb.InterruptResponse.FromString(self._forward_unary(f"/{SERVICE}/Interrupt")(raw, context))
+        session = (request.user_context.user_id, request.session_id)
+        kind = request.interrupt_type
+        with self._lock:
+            matching = {
+                op_id: op
+                for op_id, op in self._interruptible.items()
+                if op.session == session
+                and (
+                    kind == pb.InterruptRequest.INTERRUPT_TYPE_ALL
+                    or (kind == pb.InterruptRequest.INTERRUPT_TYPE_TAG and request.operation_tag in op.tags)
+                    or (kind == pb.InterruptRequest.INTERRUPT_TYPE_OPERATION_ID and request.operation_id == op_id)
+                )
+            }
+        interrupted = []
+        for op_id, op in matching.items():
+            if op.query is None:
+                op.cancelled.set()
+                interrupted.append(op_id)
+        for op_id, op in matching.items():
+            if op.query is not None and op.query.isActive:
+                op.query.stop()
+                interrupted.append(op_id)
+                self._untrack(op_id)
+        response.interrupted_ids.extend(i for i in interrupted if i not in response.interrupted_ids)
+        return response.SerializeToString()
+
+    def _untrack(self, operation_id: str) -> None:
+        with self._lock:
+            self._interruptible.pop(operation_id, None)
+
     def _release_session(self, raw: bytes, context: Any) -> bytes:
         """A released session's statestream queries stop, as Spark stops a released session's
         queries; the release goes on to Spark's server."""
@@ -394,6 +471,8 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             streams = self._clients.pop((request.user_context.user_id, request.session_id), None)
             for operation in [o for o, kept in self._operations.items() if kept[0] == request.session_id]:
                 del self._operations[operation]
+            for operation in [o for o, op in self._interruptible.items() if op.session[1] == request.session_id]:
+                del self._interruptible[operation]
         if streams is not None:
             streams.relay.close_all()
             for query in streams.queries():

@@ -6,8 +6,16 @@ client's session sets ``spark.statestream.handOverToSpark`` to ``false``."""
 from __future__ import annotations
 
 from statestream.errors.base import NotSupportedYetError, StatestreamError
+from statestream.errors.spark_shaped import _JvmShapedException, spark_error_text
 
-__all__ = ["ForeachBatchWorkerError", "connect_authentication_failure", "connect_node_not_supported", "foreach_batch_worker_error"]
+__all__ = [
+    "ForeachBatchWorkerError",
+    "OperationCanceledException",
+    "connect_authentication_failure",
+    "connect_node_not_supported",
+    "foreach_batch_worker_error",
+    "operation_canceled_error",
+]
 
 
 def connect_node_not_supported(node: str) -> NotSupportedYetError:
@@ -60,3 +68,26 @@ def connect_authentication_failure(expected_token: str, authorization: str | Non
     if authorization != f"Bearer {expected_token}":
         return "Invalid authentication token"
     return None
+
+
+class OperationCanceledException(_JvmShapedException, StatestreamError, RuntimeError):
+    """An operation of a Connect client ended by an interrupt (``interruptAll``,
+    ``interruptTag``, ``interruptOperation``): Spark's ``SparkSQLException``."""
+
+    #: the JVM class Spark's Connect server names for this error (its client has no class of
+    #: its own for it)
+    jvm_class = "org.apache.spark.SparkSQLException"
+
+
+def operation_canceled_error() -> OperationCanceledException:
+    """The error of a client's operation (a wait on a query) that an interrupt ended, as Spark's
+    Connect server sends it (``OPERATION_CANCELED``).
+
+    Examples
+    --------
+    >>> error = operation_canceled_error()
+    >>> error.getCondition(), error.getSqlState(), str(error)
+    ('OPERATION_CANCELED', 'HY008', '[OPERATION_CANCELED] Operation has been canceled. SQLSTATE: HY008')
+    """
+    text = spark_error_text("OPERATION_CANCELED", "Operation has been canceled.", "HY008")
+    return OperationCanceledException(text, "OPERATION_CANCELED", {}, "HY008")

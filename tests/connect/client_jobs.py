@@ -288,6 +288,51 @@ def listener(spark, path: str, checkpoint: str) -> dict:
     return seen
 
 
+def interrupts(spark, path: str, checkpoint: str) -> dict:
+    """interruptTag, interruptAll and interruptOperation over running queries and a wait."""
+    import threading
+
+    def start(name: str, tag: str | None = None):
+        if tag:
+            spark.addTag(tag)
+        source = spark.readStream.schema("ts timestamp, k int, v long").json(path)
+        query = (
+            source.groupBy("k").count().writeStream.format("memory").queryName(name).outputMode("update")
+            .option("checkpointLocation", f"{checkpoint}/{name}").trigger(processingTime="1 second").start()
+        )
+        if tag:
+            spark.removeTag(tag)
+        return query
+
+    seen: dict = {}
+    tagged, other = start("tagged", "t1"), start("other")
+    seen["other_tag"] = len(spark.interruptTag("no-such-tag"))
+    seen["by_tag"] = len(spark.interruptTag("t1"))
+    time.sleep(1)
+    seen["after_tag"] = [tagged.isActive, other.isActive]
+    waited: dict = {}
+
+    def wait():
+        try:
+            other.awaitTermination()
+            waited["outcome"] = "returned"
+        except Exception as e:  # noqa: BLE001 - what the client sees is the answer
+            waited["outcome"] = [type(e).__name__, getattr(e, "getCondition", lambda: None)(), getattr(e, "getSqlState", lambda: None)()]
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(3)
+    seen["all"] = len(spark.interruptAll())
+    thread.join(60)
+    seen["wait"] = waited.get("outcome", "still waiting")
+    seen["after_all"] = [tagged.isActive, other.isActive, other.exception() is None]
+    third = start("third")
+    seen["by_unknown_operation"] = len(spark.interruptOperation("00000000-0000-0000-0000-000000000000"))
+    seen["third_active"] = third.isActive
+    third.stop()
+    return seen
+
+
 def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None:
     spark = SparkSession.builder.remote(url).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", "3")
@@ -299,6 +344,7 @@ def main(url: str, job: str, path: str, checkpoint: str, *settings: str) -> None
         "foreach_batch": lambda: foreach_batch(spark, path, checkpoint),
         "foreach_batch_failing": lambda: foreach_batch(spark, path, checkpoint, fail=True),
         "listener": lambda: listener(spark, path, checkpoint),
+        "interrupts": lambda: interrupts(spark, path, checkpoint),
         "file_sink_run": lambda: file_sink(spark, path, checkpoint, "run"),
         "file_sink_finish": lambda: file_sink(spark, path, checkpoint, "finish"),
     }

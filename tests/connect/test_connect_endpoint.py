@@ -97,6 +97,19 @@ def test_a_listener_hears_every_event(endpoint, tmp_path):
     assert ours == spark
 
 
+def test_interrupts_reach_the_endpoints_queries_and_waits(endpoint, tmp_path):
+    """interruptTag stops the queries its tag started, interruptAll every query and wait of the
+    session (the wait ends with OPERATION_CANCELED), as on Spark's Connect server."""
+    data = tmp_path / "in"
+    _write_input(data)
+    spark = _seen(endpoint["spark"], "interrupts", data, tmp_path / "spark-checkpoint")
+    ours = _seen(endpoint["statestream"], "interrupts", data, tmp_path / "statestream-checkpoint")
+    assert (tmp_path / "statestream-checkpoint" / "tagged" / "progress").is_dir()  # statestream's queries
+    assert spark["by_tag"] == 1 and spark["after_tag"] == [False, True], spark
+    assert spark["wait"][1] == "OPERATION_CANCELED", spark
+    assert ours == spark
+
+
 @pytest.mark.parametrize("job", ["foreach_batch", "foreach_batch_failing"])
 def test_foreach_batch_runs_the_clients_function(endpoint, tmp_path, job):
     spark, ours = _both(endpoint, tmp_path, job)
