@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 import pyspark.sql.connect.proto as pb
@@ -167,13 +168,13 @@ class ClientStreams:
                     result.exception.error_class = condition
         elif kind == "await_termination":
             wait = command.await_termination
-            if wait.HasField("timeout_ms"):
-                result.await_termination.terminated = bool(query.awaitTermination(wait.timeout_ms / 1000.0))
-            else:
-                # in slices: a client that went away (Ctrl-C) frees the endpoint's thread
-                while not query.awaitTermination(1.0) and alive():
-                    pass
-                result.await_termination.terminated = not query.isActive
+            # in slices: a client that went away (Ctrl-C), or an interrupt, frees the thread
+            deadline = time.monotonic() + wait.timeout_ms / 1000.0 if wait.HasField("timeout_ms") else None
+            while alive():
+                left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                if left <= 0 or query.awaitTermination(left):
+                    break
+            result.await_termination.terminated = not query.isActive
         return result
 
     def manager_command(self, command: pb.StreamingQueryManagerCommand, spark: pb.StreamingQueryManagerCommandResult | None) -> pb.StreamingQueryManagerCommandResult | None:

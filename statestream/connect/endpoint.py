@@ -121,12 +121,15 @@ class ConnectEndpoint:
             raise OSError(f"the Connect endpoint cannot listen on {self.host}:{self.port}")
         self.port = bound
         # a worker on this machine reaches the endpoint on loopback when it listens on every address
-        local = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-        if token is not None and local in ("127.0.0.1", "::1"):
+        local, local_port = ("127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host), bound
+        if token is not None:
             # a PySpark client sends a token over plain TCP only to "localhost" (local channel
-            # credentials); the endpoint's foreachBatch workers are such clients
+            # credentials); the endpoint's foreachBatch workers are such clients, so an endpoint
+            # on another address also listens on a loopback port of its own for them
+            if local not in ("127.0.0.1", "::1", "localhost"):
+                local_port = self._server.add_insecure_port("127.0.0.1:0")
             local = "localhost"
-        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}", f"sc://{local}:{bound}", token=token)
+        self._service = StreamingConnectService(spark, f"{upstream_host}:{upstream_port}", f"sc://{local}:{local_port}", token=token)
         self._server.add_generic_rpc_handlers([self._service])
         self._server.start()
         logger.info("statestream's Spark Connect endpoint listens at %s (Spark's Connect server: %s:%s)", self.url, upstream_host, upstream_port)

@@ -250,7 +250,10 @@ def _python_function(udf: pb.CommonInlineUserDefinedFunction, node: str, eval_ty
     here = "%d.%d" % sys.version_info[:2]
     if udf.python_udf.python_ver != here:
         raise connect_node_not_supported(f"{node} (a function pickled by Python {udf.python_udf.python_ver}, the endpoint runs {here})")
-    func, _ = CloudPickleSerializer().loads(udf.python_udf.command)
+    try:
+        func, _ = CloudPickleSerializer().loads(udf.python_udf.command)
+    except Exception as e:  # e.g. a module the client sent as an artifact, which Spark's worker has
+        raise connect_node_not_supported(f"{node} (a function the endpoint's driver cannot unpickle: {type(e).__name__}: {e})") from e
     return func
 
 

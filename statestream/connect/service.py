@@ -28,6 +28,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -282,12 +283,14 @@ class StreamingConnectService(grpc.GenericRpcHandler):
                 wait = manager.await_any_termination
                 waiting = self._track(request)
                 try:
-                    if wait.HasField("timeout_ms"):
-                        done = bool(streams.streaming.streams.awaitAnyTermination(wait.timeout_ms / 1000.0))
-                    else:  # in slices: a client that went away, or an interrupt, frees the thread
-                        done = False
-                        while not done and context.is_active() and not waiting.cancelled.is_set():
-                            done = bool(streams.streaming.streams.awaitAnyTermination(1.0))
+                    # in slices: a client that went away, or an interrupt, frees the thread
+                    deadline = time.monotonic() + wait.timeout_ms / 1000.0 if wait.HasField("timeout_ms") else None
+                    done = False
+                    while not done and context.is_active() and not waiting.cancelled.is_set():
+                        left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+                        if left <= 0:
+                            break
+                        done = bool(streams.streaming.streams.awaitAnyTermination(left))
                     if waiting.cancelled.is_set():
                         raise operation_canceled_error()
                 except Exception as e:  # noqa: BLE001
@@ -424,13 +427,18 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         """Record an operation answered here that interrupts reach (see :class:`_Operation`)."""
         operation = _Operation((request.user_context.user_id, request.session_id), frozenset(request.tags), query)
         with self._lock:
+            # a start whose query has ended is out of an interrupt's reach
+            for op_id in [o for o, op in self._interruptible.items() if op.query is not None and not op.query.isActive]:
+                del self._interruptible[op_id]
             self._interruptible[request.operation_id] = operation
         return operation
 
     def _interrupt(self, raw: bytes, context: Any) -> bytes:
         """Spark's server interrupts its operations; the matching ones answered here are
         interrupted too, waits first (so a wait on a query the interrupt stops ends cancelled,
-        as on Spark's server), and their ids join Spark's answer."""
+        as on Spark's server), and their ids join Spark's answer. As on Spark's server, only
+        ``interruptAll`` and ``interruptTag`` stop queries: ``interruptOperation`` reaches a
+        running operation (a wait) only."""
         request = pb.InterruptRequest.FromString(raw)
         response = pb.InterruptResponse.FromString(self._forward_unary(f"/{SERVICE}/Interrupt")(raw, context))
         session = (request.user_context.user_id, request.session_id)
@@ -448,12 +456,16 @@ class StreamingConnectService(grpc.GenericRpcHandler):
             }
         interrupted = []
         for op_id, op in matching.items():
-            if op.query is None:
+            if op.query is None and not op.cancelled.is_set():
                 op.cancelled.set()
                 interrupted.append(op_id)
+        stops = kind != pb.InterruptRequest.INTERRUPT_TYPE_OPERATION_ID
         for op_id, op in matching.items():
-            if op.query is not None and op.query.isActive:
-                op.query.stop()
+            if stops and op.query is not None and op.query.isActive:
+                try:
+                    op.query.stop()
+                except Exception:  # the other queries are stopped whatever one stop raised
+                    logger.warning("query %s did not stop cleanly on an interrupt", op.query.id, exc_info=True)
                 interrupted.append(op_id)
                 self._untrack(op_id)
         response.interrupted_ids.extend(i for i in interrupted if i not in response.interrupted_ids)

@@ -5,6 +5,8 @@ client's session sets ``spark.statestream.handOverToSpark`` to ``false``."""
 
 from __future__ import annotations
 
+import hmac
+
 from statestream.errors.base import NotSupportedYetError, StatestreamError
 from statestream.errors.spark_shaped import _JvmShapedException, spark_error_text
 
@@ -65,7 +67,7 @@ def connect_authentication_failure(expected_token: str, authorization: str | Non
     """
     if authorization is None:
         return "No authentication token provided"
-    if authorization != f"Bearer {expected_token}":
+    if not hmac.compare_digest(authorization.encode(), f"Bearer {expected_token}".encode()):
         return "Invalid authentication token"
     return None
 

@@ -209,7 +209,7 @@ def jvm_operator(plan: Any) -> Operator:
 
 #: each query's plan with its unread aggregate columns marked, kept while the plan lives (the
 #: query plans it several times; the same marked nodes keep the planner's per-node caches warm)
-_PRUNED: "weakref.WeakKeyDictionary[LogicalPlan, LogicalPlan]" = weakref.WeakKeyDictionary()
+_PRUNED: "weakref.WeakKeyDictionary[LogicalPlan, LogicalPlan | None]" = weakref.WeakKeyDictionary()
 
 
 def _prunable(node: LogicalPlan, root: LogicalPlan) -> bool:
@@ -225,6 +225,24 @@ def _prunable(node: LogicalPlan, root: LogicalPlan) -> bool:
     )
 
 
+def _candidates(plan: LogicalPlan) -> list[Aggregate]:
+    """The aggregations whose unread columns the template's analysed plan shows faithfully:
+    reached once (an aggregation used twice, as in a self-union, has its second use's attributes
+    renamed by Spark's analyser, so the plan cannot say what that use reads), and not below a
+    node whose template is its input's own (a stand-in that does not show what the node reads,
+    such as ``dropDuplicatesWithinWatermark`` keyed by a map)."""
+    seen: dict[int, int] = {}
+    hidden: set[int] = set()
+    for node in plan.walk():
+        seen[id(node)] = seen.get(id(node), 0) + 1
+        if any(c.template is node.template for c in node.children):
+            hidden.update(id(n) for c in node.children for n in c.walk())
+    return [
+        n for n in plan.walk()
+        if isinstance(n, Aggregate) and _prunable(n, plan) and seen[id(n)] == 1 and id(n) not in hidden
+    ]
+
+
 def _aggregate_ids(node: Aggregate) -> tuple[int, ...]:
     return _ids(java_dataframe(node.template).queryExecution().analyzed().output())
 
@@ -232,28 +250,29 @@ def _aggregate_ids(node: Aggregate) -> tuple[int, ...]:
 def prune_unread_aggregates(plan: LogicalPlan) -> LogicalPlan:
     """``plan`` with each ``Aggregate`` marked with the positions of its aggregate columns that
     Spark's optimizer would drop (``Aggregate.unread``); the plan itself when there are none."""
-    cached = _PRUNED.get(plan)
-    if cached is not None:
-        return cached
+    if plan in _PRUNED:
+        return _PRUNED[plan] or plan
     out = plan
-    candidates = [n for n in plan.walk() if _prunable(n, plan)]
+    candidates = _candidates(plan)
     if candidates:
         try:
             out = _marked(plan, candidates)
         except Exception:  # pruning only follows Spark's optimizer; never block a query on it
             logger.warning("could not read which aggregate columns are unread; every column is computed", exc_info=True)
-    _PRUNED[plan] = out
+    # the plan itself is kept as None: a value holding its own weak key would never be freed
+    _PRUNED[plan] = out if out is not plan else None
     return out
 
 
-def _marked(plan: LogicalPlan, candidates: list[LogicalPlan]) -> LogicalPlan:
+def _marked(plan: LogicalPlan, candidates: list[Aggregate]) -> LogicalPlan:
     unread = unread_aggregate_outputs(jvm_operator(java_dataframe(plan.template).queryExecution().analyzed()))
     positions: dict[int, frozenset[int]] = {}
     for node in candidates:
-        assert isinstance(node, Aggregate)
         ids = _aggregate_ids(node)
         dropped = unread.get(ids)
-        if not dropped:
+        if not dropped or len(ids) != len(node.grouping_names) + len(node.aggregates):
+            # nothing unread, or columns not laid out as grouping then aggregates
+            # (spark.sql.retainGroupColumns=false): positions would not line up
             continue
         aggregate_ids = ids[len(node.grouping_names) :]
         positions[id(node)] = frozenset(i for i, a in enumerate(aggregate_ids) if a in dropped)

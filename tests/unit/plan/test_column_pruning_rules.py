@@ -7,7 +7,12 @@ batches' plans; ``tests/differential/test_fuzz_findings.py`` runs the same shape
 
 from __future__ import annotations
 
-from statestream.plan.column_pruning import Named, Operator, unread_aggregate_outputs
+from dataclasses import dataclass
+
+from pyspark.sql.types import LongType, StructField, StructType
+
+from statestream.plan.column_pruning import Named, Operator, _candidates, unread_aggregate_outputs
+from statestream.plan.logical import Aggregate, Deduplicate, Stateless, StreamingRelation, Union
 
 SCAN = Operator("LocalRelation", (1, 2, 3))  # k, v, w
 
@@ -95,3 +100,45 @@ def test_a_join_passes_its_condition_to_both_sides():
     join = Operator("Join", (1, 4, 5, 40, 41), (first_aggregation(), other), reads=frozenset({4, 40}))
     top = project(join, Named(41, frozenset({41})))
     assert unread_aggregate_outputs(top)[(1, 4, 5)] == frozenset({5})
+
+
+# ------------------------------------------------------------------ which aggregations are read
+
+
+@dataclass(frozen=True)
+class Template:
+    """A fake template: the schema is all the candidate rule reads."""
+
+    schema: StructType
+
+
+def _schema(*names: str) -> StructType:
+    return StructType([StructField(n, LongType()) for n in names])
+
+
+def _aggregate() -> Aggregate:
+    source = StreamingRelation(template=Template(_schema("k", "v")))
+    return Aggregate(template=Template(_schema("k", "s")), child=source, grouping=("k",), aggregates=("sum(v)",))
+
+
+def test_an_aggregation_below_a_projection_is_a_candidate():
+    agg = _aggregate()
+    top = Stateless(template=Template(_schema("k")), child=agg)
+    assert _candidates(top) == [agg]
+    assert _candidates(agg) == []  # the query's output: every column is read
+
+
+def test_an_aggregation_used_twice_is_not_pruned():
+    # Spark's analyser renames the second use's attributes: its plan cannot say what each use reads
+    agg = _aggregate()
+    union = Union(template=Template(_schema("k", "s")), inputs=(Stateless(template=Template(_schema("k", "s")), child=agg), Stateless(template=Template(_schema("k", "s")), child=agg)))
+    assert _candidates(union) == []
+
+
+def test_an_aggregation_below_a_stand_in_template_is_not_pruned():
+    # dropDuplicatesWithinWatermark keyed by a map: its template is its input's, which does not read the keys
+    agg = _aggregate()
+    below = Stateless(template=Template(_schema("k", "s")), child=agg)
+    dedup = Deduplicate(template=below.template, child=below, keys=("s",), within_watermark=True)
+    top = Stateless(template=Template(_schema("k")), child=dedup)
+    assert _candidates(top) == []
