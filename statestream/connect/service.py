@@ -47,7 +47,7 @@ from statestream.connect.listener_relay import started_event_json
 from statestream.connect.messages import reads_a_stream
 from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported, operation_canceled_error
 
-__all__ = ["SERVICE", "StreamingConnectService", "error_status"]
+__all__ = ["SERVICE", "StreamingConnectService", "error_status", "interrupt_reaches"]
 
 logger = logging.getLogger(__name__)
 
@@ -441,19 +441,9 @@ class StreamingConnectService(grpc.GenericRpcHandler):
         running operation (a wait) only."""
         request = pb.InterruptRequest.FromString(raw)
         response = pb.InterruptResponse.FromString(self._forward_unary(f"/{SERVICE}/Interrupt")(raw, context))
-        session = (request.user_context.user_id, request.session_id)
         kind = request.interrupt_type
         with self._lock:
-            matching = {
-                op_id: op
-                for op_id, op in self._interruptible.items()
-                if op.session == session
-                and (
-                    kind == pb.InterruptRequest.INTERRUPT_TYPE_ALL
-                    or (kind == pb.InterruptRequest.INTERRUPT_TYPE_TAG and request.operation_tag in op.tags)
-                    or (kind == pb.InterruptRequest.INTERRUPT_TYPE_OPERATION_ID and request.operation_id == op_id)
-                )
-            }
+            matching = {op_id: op for op_id, op in self._interruptible.items() if interrupt_reaches(request, op_id, op.session, op.tags)}
         interrupted = []
         for op_id, op in matching.items():
             if op.query is None and not op.cancelled.is_set():
@@ -507,6 +497,27 @@ def _reattachable(request: pb.ExecutePlanRequest) -> bool:
     """Whether the client may reattach to the operation (its responses are then kept until it
     releases them)."""
     return any(o.HasField("reattach_options") and o.reattach_options.reattachable for o in request.request_options)
+
+
+def interrupt_reaches(request: pb.InterruptRequest, operation_id: str, session: tuple[str, str], tags: frozenset[str]) -> bool:
+    """Whether ``request`` reaches the operation ``operation_id`` of ``session`` (user id, session
+    id) started with ``tags``: every operation of the session (``interruptAll``), those started
+    with the tag (``interruptTag``), or that one (``interruptOperation``).
+
+    Examples
+    --------
+    >>> request = pb.InterruptRequest(session_id="s", interrupt_type=pb.InterruptRequest.INTERRUPT_TYPE_TAG, operation_tag="t1")
+    >>> interrupt_reaches(request, "op", ("", "s"), frozenset({"t1"})), interrupt_reaches(request, "op", ("", "s"), frozenset())
+    (True, False)
+    """
+    if session != (request.user_context.user_id, request.session_id):
+        return False
+    kind = request.interrupt_type
+    if kind == pb.InterruptRequest.INTERRUPT_TYPE_ALL:
+        return True
+    if kind == pb.InterruptRequest.INTERRUPT_TYPE_TAG:
+        return request.operation_tag in tags
+    return kind == pb.InterruptRequest.INTERRUPT_TYPE_OPERATION_ID and request.operation_id == operation_id
 
 
 def _refusing_handler(name: str, description: str) -> Any:

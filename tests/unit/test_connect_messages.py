@@ -3,9 +3,9 @@ gets, the refusal's text and the command line (no Spark)."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
+
+import pytest
 
 import pyspark.sql.connect.proto as pb
 from google.rpc import error_details_pb2, status_pb2
@@ -14,7 +14,7 @@ from pyspark.errors import AnalysisException
 from statestream.commands.cli import build_parser
 from statestream.connect.expressions import _identifier
 from statestream.connect.messages import reads_a_stream, without_plan_ids
-from statestream.connect.service import error_status
+from statestream.connect.service import error_status, interrupt_reaches
 from statestream.errors import NotSupportedYetError, connect_authentication_failure, connect_node_not_supported
 
 
@@ -112,3 +112,24 @@ def test_connect_server_command_line():
 )
 def test_a_call_carries_the_token_as_sparks_server_asks(header, refusal):
     assert connect_authentication_failure("s3cret", header) == refusal
+
+
+def _interrupt(kind: str, **fields: str) -> pb.InterruptRequest:
+    request = pb.InterruptRequest(session_id="s1", interrupt_type=getattr(pb.InterruptRequest, f"INTERRUPT_TYPE_{kind}"), **fields)
+    request.user_context.user_id = "u"
+    return request
+
+
+@pytest.mark.parametrize(
+    ("request_", "reached"),
+    [
+        (_interrupt("ALL"), {"a", "b", "c"}),
+        (_interrupt("TAG", operation_tag="t1"), {"a"}),
+        (_interrupt("TAG", operation_tag="none"), set()),
+        (_interrupt("OPERATION_ID", operation_id="b"), {"b"}),
+    ],
+    ids=["all", "tag", "unknown_tag", "operation"],
+)
+def test_an_interrupt_reaches_the_operations_of_its_session(request_, reached):
+    operations = {"a": (("u", "s1"), frozenset({"t1"})), "b": (("u", "s1"), frozenset()), "c": (("u", "s1"), frozenset({"t2"})), "d": (("u", "s2"), frozenset({"t1"}))}
+    assert {op for op, (session, tags) in operations.items() if interrupt_reaches(request_, op, session, tags)} == reached
