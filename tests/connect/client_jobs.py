@@ -289,7 +289,9 @@ def listener(spark, path: str, checkpoint: str) -> dict:
 
 
 def interrupts(spark, path: str, checkpoint: str) -> dict:
-    """interruptTag, interruptAll and interruptOperation over running queries and a wait."""
+    """interruptTag, interruptAll and interruptOperation over running queries and a wait. Every
+    step waits for its effect (a stop may finish after the interrupt returns, and a wait reaches
+    the server some time after its thread starts), so a loaded machine changes no answer."""
     import threading
 
     def start(name: str, tag: str | None = None):
@@ -304,15 +306,21 @@ def interrupts(spark, path: str, checkpoint: str) -> dict:
             spark.removeTag(tag)
         return query
 
+    def until(condition, seconds: float = 60.0):
+        deadline = time.monotonic() + seconds
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     seen: dict = {}
     tagged, other = start("tagged", "t1"), start("other")
     seen["other_tag"] = len(spark.interruptTag("no-such-tag"))
     seen["by_tag"] = len(spark.interruptTag("t1"))
-    time.sleep(1)
+    until(lambda: not tagged.isActive)
     seen["after_tag"] = [tagged.isActive, other.isActive]
     waited: dict = {}
 
     def wait():
+        spark.addTag("waiting")  # this thread's operations carry the tag
         try:
             other.awaitTermination()
             waited["outcome"] = "returned"
@@ -321,10 +329,14 @@ def interrupts(spark, path: str, checkpoint: str) -> dict:
 
     thread = threading.Thread(target=wait)
     thread.start()
-    time.sleep(3)
-    seen["all"] = len(spark.interruptAll())
+    reached: list = []
+    until(lambda: bool(reached.extend(spark.interruptTag("waiting")) or reached))  # once the wait is running
     thread.join(60)
+    seen["waits_interrupted"] = len(reached)
     seen["wait"] = waited.get("outcome", "still waiting")
+    seen["after_wait"] = other.isActive
+    seen["all"] = len(spark.interruptAll())
+    until(lambda: not other.isActive)
     seen["after_all"] = [tagged.isActive, other.isActive, other.exception() is None]
     third = start("third")
     seen["by_unknown_operation"] = len(spark.interruptOperation("00000000-0000-0000-0000-000000000000"))
