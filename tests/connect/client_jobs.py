@@ -332,10 +332,11 @@ def interrupts(spark, path: str, checkpoint: str) -> dict:
     reached: list = []
     until(lambda: bool(reached.extend(spark.interruptTag("waiting")) or reached))  # once the wait is running
     thread.join(60)
-    seen["waits_interrupted"] = len(reached)
+    # not compared: how many operations the tag reached, and whether the waited query goes on
+    # (Spark's server, in one run of three under load, also stopped it and reported two ids)
+    seen["wait_reached"] = bool(reached)
     seen["wait"] = waited.get("outcome", "still waiting")
-    seen["after_wait"] = other.isActive
-    seen["all"] = len(spark.interruptAll())
+    spark.interruptAll()  # its count depends on whether the query above still ran
     until(lambda: not other.isActive)
     seen["after_all"] = [tagged.isActive, other.isActive, other.exception() is None]
     third = start("third")
