@@ -34,6 +34,7 @@ from typing import Any
 
 from statestream._jvm.calls import expr_ids, java_dataframe, jvm_seq
 from statestream.plan.logical import Aggregate, LogicalPlan
+from statestream.plan.optimizer import contains_aggregate
 
 logger = logging.getLogger(__name__)
 
@@ -166,19 +167,6 @@ def _expression_reads(expression: Any) -> frozenset[int]:
     return frozenset(_ids(expression.references().toSeq()))
 
 
-def _holds_aggregate(expression: Any) -> bool:
-    stack = [expression]
-    while stack:
-        e = stack.pop()
-        kind = str(e.getClass().getSimpleName())
-        if kind in ("AggregateExpression", "PythonUDAF"):
-            return True
-        if kind == "PythonUDF" and int(e.evalType()) == 200:  # a grouped-aggregate pandas UDF
-            return True
-        stack.extend(jvm_seq(e.children()))
-    return False
-
-
 def jvm_operator(plan: Any) -> Operator:
     """The shape of one of Spark's analysed plans (a py4j ``LogicalPlan``) and its children."""
     kind = str(plan.nodeName())
@@ -189,7 +177,7 @@ def jvm_operator(plan: Any) -> Operator:
         return Operator(kind, output, children, named=named)
     if kind == "Aggregate":
         named = tuple(
-            Named(int(ne.exprId().id()), _expression_reads(ne), _holds_aggregate(ne)) for ne in jvm_seq(plan.aggregateExpressions())
+            Named(int(ne.exprId().id()), _expression_reads(ne), contains_aggregate(ne)) for ne in jvm_seq(plan.aggregateExpressions())
         )
         grouping = frozenset().union(*(_expression_reads(g) for g in jvm_seq(plan.groupingExpressions())))
         return Operator(kind, output, children, named=named, grouping=grouping)

@@ -639,7 +639,9 @@ def _split_conjuncts(e: Any) -> list[Any]:
     return [e]
 
 
-def _contains_aggregate(e: Any) -> bool:
+def contains_aggregate(e: Any) -> bool:
+    """Whether one of Spark's analysed expressions (a py4j proxy) holds an aggregate function
+    (an ``AggregateExpression``, a Python UDAF or a grouped-aggregate pandas UDF)."""
     stack = [e]
     while stack:
         x = stack.pop()
@@ -707,7 +709,7 @@ class JvmPlanInspector:
             det = True
             for ne in jvm_seq(op.aggregateExpressions()):
                 det = det and bool(ne.deterministic())
-                if _jclass(ne) == "Alias" and not _contains_aggregate(ne.child()):
+                if _jclass(ne) == "Alias" and not contains_aggregate(ne.child()):
                     aliases[_attr_id(ne.toAttribute())] = self._expr(ne.child())
             return AggregateStep(
                 aliases=aliases,
